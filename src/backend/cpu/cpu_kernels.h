@@ -1,0 +1,56 @@
+/* CPU compute kernels: the thread pool, quantized matmul and the elementwise ops of a
+ * transformer layer. Each SIMD path (AVX2, AVX-512) is chosen at run time and has a
+ * portable twin (the *_ref functions) that tests hold it against.
+ *
+ * Contract: no function here allocates; scratch memory is passed in by the caller. */
+#ifndef SRT_CPU_KERNELS_H
+#define SRT_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "srt/tensor.h"
+
+/* ---- thread pool: persistent workers, the caller runs slice 0 ---- */
+typedef struct srt_threadpool srt_threadpool;
+
+srt_threadpool *srt_threadpool_create(int n_threads);   /* n_threads <= 0: all online cores */
+void            srt_threadpool_free(srt_threadpool *tp);
+int             srt_threadpool_size(const srt_threadpool *tp);
+/* Runs fn(arg, ith, nth) for ith in [0, nth) across the pool and returns when all are done. */
+void            srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int nth),
+                                   void *arg);
+
+/* ---- which SIMD path was chosen ("avx512", "avx2", "portable") ---- */
+const char *srt_cpu_simd_name(void);
+
+/* ---- matmul: y[t][r] = sum_c x[t][c] * W[r][c] + bias[r], t < n_tok ----
+ * x and y are f32, row-major, contiguous. bias may be NULL. W may be any srt_dtype except I32.
+ * scratch must hold srt_cpu_matmul_scratch_bytes(w, n_tok) bytes (activations are quantized
+ * into it for integer dot products). */
+size_t srt_cpu_matmul_scratch_bytes(const srt_weight *w, int64_t n_tok);
+void   srt_cpu_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias,
+                      const float *x, int64_t n_tok, float *y, void *scratch);
+/* Scalar reference: dequantizes W and multiplies in f64-accumulated f32. Slow, for tests. */
+void   srt_cpu_matmul_ref(const srt_weight *w, const float *bias, const float *x,
+                          int64_t n_tok, float *y);
+
+/* One row of W as f32 (embedding lookup, tests). */
+void srt_cpu_dequant_row(const srt_weight *w, int64_t row, float *out);
+
+/* ---- elementwise, over n_tok rows of width dim ---- */
+/* out = x / rms(x) * w, w is a 1-D weight of any float dtype (F32/F16/BF16). */
+void srt_cpu_rmsnorm(srt_threadpool *tp, const float *x, const srt_weight *w, float eps,
+                     int64_t n_tok, int64_t dim, float *out);
+/* out[i] = silu(gate[i]) * up[i] */
+void srt_cpu_silu_mul(srt_threadpool *tp, const float *gate, const float *up, int64_t n, float *out);
+/* y += x */
+void srt_cpu_add(srt_threadpool *tp, float *y, const float *x, int64_t n);
+
+/* f16 / bf16 <-> f32 conversions used across the engine. */
+float    srt_f16_to_f32(uint16_t h);
+uint16_t srt_f32_to_f16(float f);
+float    srt_bf16_to_f32(uint16_t h);
+uint16_t srt_f32_to_bf16(float f);   /* round to nearest even */
+
+#endif

@@ -1,0 +1,31 @@
+/* Status codes, error messages and logging shared by every engine part.
+ * Library code never exits or aborts: it runs inside nginx processes. */
+#ifndef SRT_COMMON_H
+#define SRT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRT_OK     0
+#define SRT_ERROR -1
+
+/* An error message filled by the failing call; callers own the storage. */
+typedef struct srt_err {
+    char msg[1024];
+} srt_err;
+
+int srt_err_set(srt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+typedef enum srt_log_level {
+    SRT_LOG_ERROR = 0,
+    SRT_LOG_WARN  = 1,
+    SRT_LOG_INFO  = 2,
+    SRT_LOG_DEBUG = 3,
+} srt_log_level;
+
+/* Logging goes to stderr until a host (nginx, a test) installs its own sink. */
+typedef void (*srt_log_sink)(srt_log_level level, const char *msg, void *user);
+void srt_log_set_sink(srt_log_sink sink, void *user, srt_log_level max_level);
+void srt_log(srt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,40 @@
+/* The model's module tree and its single dispatch point.
+ *
+ * Every module forward in the model goes through srt_module_forward(). When no hook is
+ * attached anywhere, module->hooks is NULL and the call is one predictable branch plus a
+ * direct call: that is the whole cost of hook support. The hook engine (src/hooks) sets
+ * module->hooks on modules that have hooks, and on every module while a global hook exists.
+ */
+#ifndef SRT_MODULE_H
+#define SRT_MODULE_H
+
+#include <stdint.h>
+
+#include "srt_hooks.h"   /* public ABI: srt_tensor_view, srt_module_info, srt_batch_ctx, srt_module_args */
+
+struct srt_module_hooks;  /* owned by src/hooks */
+
+typedef struct srt_module {
+    srt_module_info          info;    /* name exactly as HF named_modules(), class name, index */
+    int                      parent;  /* index of the parent module, -1 for the root */
+    struct srt_module_hooks *hooks;   /* NULL on the fast path */
+} srt_module;
+
+/* A module's own computation: reads args->inputs (and kwargs), writes *output in place. */
+typedef int (*srt_module_fn)(void *self, const srt_batch_ctx *batch,
+                             srt_module_args *args, srt_tensor_view *output);
+
+/* Slow path, implemented by the hook engine: pre-hooks, fn, forward hooks, always_call. */
+int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn fn,
+                       void *self, srt_module_args *args, srt_tensor_view *output);
+
+static inline int srt_module_forward(srt_module *m, const srt_batch_ctx *batch,
+                                     srt_module_fn fn, void *self,
+                                     srt_module_args *args, srt_tensor_view *output)
+{
+    if (__builtin_expect(m->hooks == NULL, 1))
+        return fn(self, batch, args, output);
+    return srt_hooks_dispatch(m, batch, fn, self, args, output);
+}
+
+#endif

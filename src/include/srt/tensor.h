@@ -1,0 +1,38 @@
+/* Element types and the weight descriptor shared by loaders, backends and the model. */
+#ifndef SRT_TENSOR_H
+#define SRT_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Quantized types use GGML's block layouts bit for bit, so GGUF data is used in place. */
+typedef enum srt_dtype {
+    SRT_F32 = 0,
+    SRT_F16,
+    SRT_BF16,
+    SRT_Q8_0,   /* 32 elems: f16 d, int8 q[32] */
+    SRT_Q4_0,   /* 32 elems: f16 d, 16 bytes of nibbles */
+    SRT_Q4_1,   /* 32 elems: f16 d, f16 m, 16 bytes of nibbles */
+    SRT_Q4_K,   /* 256 elems super-block */
+    SRT_Q6_K,   /* 256 elems super-block */
+    SRT_I32,
+    SRT_DTYPE_COUNT
+} srt_dtype;
+
+int         srt_dtype_block_elems(srt_dtype t);   /* elements per block (1 for plain types) */
+size_t      srt_dtype_block_bytes(srt_dtype t);   /* bytes per block */
+const char *srt_dtype_name(srt_dtype t);
+/* Bytes of a row of n elements; n must be a multiple of the block size. */
+size_t      srt_dtype_row_bytes(srt_dtype t, int64_t n);
+
+/* A 2-D weight as stored: rows = output features, cols = input features, row-major.
+ * 1-D weights (norms, biases) have rows == 1. data is not owned (usually mmapped). */
+typedef struct srt_weight {
+    srt_dtype   dtype;
+    int64_t     rows;
+    int64_t     cols;
+    const void *data;
+    size_t      row_stride;   /* bytes between rows */
+} srt_weight;
+
+#endif

@@ -1,0 +1,1 @@
+ENGINE_SRCS += src/util/log.c
