@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every default test suite: C unit tests (TAP) and the nginx t/ suites, all through prove.
+# Long soak/fuzz runs are opt-in: SRT_SOAK=1 (see README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=${BUILD:-build}
+export SRT_MODEL_DIR=${SRT_MODEL_DIR:-$PWD/.cache/models}
+export SRT_REQUIRE_MODELS=${SRT_REQUIRE_MODELS:-1}
+
+units=$(ls "$BUILD"/t/test_* 2>/dev/null | grep -v '\.d$' || true)
+suites=$(ls t/*.t 2>/dev/null || true)
+
+if [ -z "$units$suites" ]; then
+    echo "no tests found" >&2
+    exit 1
+fi
+
+# One prove run, so its closing summary counts every suite.
+prove_args=()
+[ -n "$units" ] && prove_args+=($units)
+if [ -n "$suites" ]; then
+    export TEST_NGINX_BINARY=${TEST_NGINX_BINARY:-/usr/sbin/nginx}
+    export TEST_NGINX_SRT_MODULE=${TEST_NGINX_SRT_MODULE:-$PWD/$BUILD/nginx/ngx_http_srt_module.so}
+fi
+# Unit binaries are executed directly; .t files by perl with t/lib on @INC.
+prove --timer -I t/lib --exec "$PWD/scripts/prove-exec.sh" "${prove_args[@]}" $suites
