@@ -1,0 +1,141 @@
+/* The slow path of srt_module_forward(): pre-hooks, the module, forward hooks.
+ *
+ * Semantics follow PyTorch's Module._call_impl: global hooks before module hooks, a
+ * pre-hook may change the inputs, a forward hook may change the output, and hooks
+ * registered with always_call still run when something before them failed. */
+#include <string.h>
+
+#include "hooks/hooks_internal.h"
+
+static int inputs_unchanged_shape(const srt_module_args *before, const srt_module_args *after)
+{
+    if (before->n_inputs != after->n_inputs || before->n_kwargs != after->n_kwargs)
+        return 0;
+    for (int i = 0; i < before->n_inputs; i++)
+        if (!srt_hook_view_same_layout(&before->inputs[i], &after->inputs[i]))
+            return 0;
+    for (int i = 0; i < before->n_kwargs; i++)
+        if (!srt_hook_view_same_layout(&before->kwargs[i], &after->kwargs[i]))
+            return 0;
+    return 1;
+}
+
+static int run_pre_hook(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                        srt_hook_call *call, srt_module_args *a)
+{
+    srt_module_args before = *a;
+    int saved_kwargs = a->n_kwargs;
+    int rc;
+
+    call->spec_name = s->spec_name;
+    call->handle_id = s->id;
+    call->is_global = s->is_global;
+    call->host = s->host;
+    if (!s->with_kwargs)
+        a->n_kwargs = 0;
+    rc = s->hook->forward_pre(s->hook, call, a);
+    if (!s->with_kwargs) {
+        a->n_kwargs = saved_kwargs;
+        /* A hook that did not ask for kwargs must not see or change them. */
+        memcpy(a->kwarg_names, before.kwarg_names, sizeof a->kwarg_names);
+        memcpy(a->kwargs, before.kwargs, sizeof a->kwargs);
+    }
+    (void)h;
+    if (rc < 0) {
+        srt_log(SRT_LOG_ERROR, "forward pre-hook '%s' (id %lld) failed on %s",
+                s->spec_name, (long long)s->id, call->module->name);
+        return SRT_ERROR;
+    }
+    if (!inputs_unchanged_shape(&before, a)) {
+        srt_log(SRT_LOG_ERROR, "forward pre-hook '%s' (id %lld) changed the number, shape or "
+                "dtype of the inputs of %s; only values may change",
+                s->spec_name, (long long)s->id, call->module->name);
+        *a = before;
+        return SRT_ERROR;
+    }
+    return SRT_OK;
+}
+
+static int apply_replacement(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                             const char *module, srt_tensor_view *out,
+                             const srt_tensor_view *repl)
+{
+    if (!srt_hook_view_same_layout(out, repl) || repl->device != out->device ||
+        repl->device_index != out->device_index || repl->data == NULL) {
+        srt_log(SRT_LOG_ERROR, "forward hook '%s' (id %lld) on %s returned a replacement "
+                "with another shape, dtype or device than the output",
+                s->spec_name, (long long)s->id, module);
+        return SRT_ERROR;
+    }
+    if (repl->data == out->data)
+        return SRT_OK;
+    if (out->device == SRT_HOOK_DEVICE_CPU)
+        return srt_hook_view_copy_cpu(out, repl);
+    if (h->copy_d2d && srt_hook_view_is_contiguous(out) && srt_hook_view_is_contiguous(repl))
+        return h->copy_d2d(out->data, repl->data,
+                           (size_t)srt_hook_view_numel(out) * srt_hook_dtype_size(out->dtype),
+                           h->copy_ctx);
+    srt_log(SRT_LOG_ERROR, "forward hook '%s' on %s: cannot copy a non-contiguous or device "
+            "replacement here; write the output in place instead", s->spec_name, module);
+    return SRT_ERROR;
+}
+
+int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn fn,
+                       void *self, srt_module_args *args, srt_tensor_view *output)
+{
+    const struct srt_module_hooks *h = m->hooks;
+    srt_module_args a;
+    srt_hook_call call;
+    int rc = SRT_OK;
+    int i;
+
+    if (h == NULL)
+        return fn(self, batch, args, output);
+
+    /* A private copy: input replacements made by pre-hooks apply to this call only. */
+    a = *args;
+    memset(&call, 0, sizeof call);
+    call.struct_size = sizeof call;
+    call.module = &m->info;
+    call.batch = batch;
+
+    call.is_pre = 1;
+    for (i = 0; i < h->n_pre; i++) {
+        if (run_pre_hook(h, &h->pre[i], &call, &a) != SRT_OK) {
+            rc = SRT_ERROR;
+            break;
+        }
+    }
+
+    if (rc == SRT_OK)
+        rc = fn(self, batch, &a, output) == SRT_OK ? SRT_OK : SRT_ERROR;
+
+    call.is_pre = 0;
+    for (i = 0; i < h->n_post; i++) {
+        const srt_hook_slot *s = &h->post[i];
+        srt_tensor_view repl;
+        int saved_kwargs = a.n_kwargs, hrc;
+
+        if (rc != SRT_OK && !s->always_call)
+            continue;
+        memset(&repl, 0, sizeof repl);
+        call.forward_status = rc;
+        call.spec_name = s->spec_name;
+        call.handle_id = s->id;
+        call.is_global = s->is_global;
+        call.host = s->host;
+        if (!s->with_kwargs)
+            a.n_kwargs = 0;
+        hrc = s->hook->forward(s->hook, &call, &a, output, &repl);
+        a.n_kwargs = saved_kwargs;
+        if (hrc < 0) {
+            srt_log(SRT_LOG_ERROR, "forward hook '%s' (id %lld) failed on %s",
+                    s->spec_name, (long long)s->id, m->info.name);
+            rc = SRT_ERROR;
+        } else if (hrc == SRT_HOOK_REPLACED && rc == SRT_OK) {
+            if (apply_replacement(h, s, m->info.name, output, &repl) != SRT_OK)
+                rc = SRT_ERROR;
+        }
+    }
+    return rc;
+}
