@@ -1,0 +1,295 @@
+/* The shared-memory channel between nginx workers and one model's scheduler process.
+ *
+ * One channel per srt_model. It lives in one shared mapping (an nginx shared zone, or any
+ * MAP_SHARED memory in tests) and holds only offsets, so both sides may map it anywhere.
+ *
+ *   header      config the scheduler needs (directive values), scheduler state, counters
+ *   slots[n]    one per in-flight request: a lock-free state word, a generation counter,
+ *               the owner worker's pid, sampling parameters, and a slot-owned token area
+ *               (prompt ids, then generated ids + logprobs, then a small top-logprob ring)
+ *
+ * Life of a slot (every transition is one CAS on the state word):
+ *
+ *   FREE --worker claim--> WRITING --worker submit--> QUEUED --scheduler pop--> RUNNING
+ *   RUNNING --scheduler finish--> DONE --worker release--> FREE (generation + 1)
+ *
+ * The ABORTED flag is set by the worker when its client has gone; the scheduler sees it through
+ * srt_chan_sched_is_aborted(), drops the request and calls srt_chan_sched_finish(); whichever of
+ * the two comes second frees the slot, so an abandoned slot never leaks. Slots carry the owner
+ * pid: when a worker dies the scheduler reclaims its slots (srt_chan_sched_reclaim, also run from
+ * srt_chan_sched_wait); when the scheduler dies its supervisor fails the in-flight slots
+ * (srt_chan_sched_crashed). No lock is ever held across processes, so a crash on either side
+ * loses no other request's slot.
+ *
+ * Submission order: a worker stamps each slot with a ticket from a shared counter; the
+ * scheduler pops QUEUED slots in ticket order (FIFO). There is no shared ring that a producer
+ * dying half-way could wedge.
+ *
+ * Wake-ups (doorbells) are abstract-namespace unix datagram sockets named after the channel id
+ * and the receiving process's pid, so they are per process (an old and a new worker never
+ * share one across a reload) and need no fd inheritance. The scheduler's socket doubles as the
+ * "one owner" lock: only one process can bind it, and the kernel drops it when that process
+ * dies. Workers register their socket in the nginx event loop; nobody sleeps or polls.
+ *
+ * Thread safety: a srt_chan handle belongs to one thread; the shared memory is safe for any
+ * number of worker processes and one scheduler.
+ */
+#ifndef SRT_IPC_CHANNEL_H
+#define SRT_IPC_CHANNEL_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "srt/common.h"
+
+#define SRT_CHAN_MAX_STOP_IDS      16
+#define SRT_CHAN_MAX_LOGIT_BIAS    64
+#define SRT_CHAN_MAX_TOP_LOGPROBS  20
+#define SRT_CHAN_TOP_RING          64   /* rows of top-logprobs kept per slot (worker drains) */
+#define SRT_CHAN_PATH_MAX          1024
+#define SRT_CHAN_NAME_MAX          128
+
+/* ---- configuration: directive values, written by nginx, read by the scheduler ---- */
+
+typedef enum srt_chan_device {
+    SRT_CHAN_DEVICE_AUTO = 0,
+    SRT_CHAN_DEVICE_CPU  = 1,
+    SRT_CHAN_DEVICE_CUDA = 2,
+} srt_chan_device;
+
+typedef enum srt_chan_policy {
+    SRT_CHAN_POLICY_FCFS = 0,
+    SRT_CHAN_POLICY_LPM  = 1,
+} srt_chan_policy;
+
+typedef struct srt_chan_config {
+    char     model_path[SRT_CHAN_PATH_MAX];   /* srt_model PATH */
+    char     served_name[SRT_CHAN_NAME_MAX];  /* srt_model ... name=X (default: file stem) */
+    char     hooks_path[SRT_CHAN_PATH_MAX];   /* srt_forward_hooks FILE, "" if none */
+    char     chat_template[SRT_CHAN_PATH_MAX];/* srt_chat_template FILE, "" = the model's own */
+    int32_t  device;                          /* srt_chan_device */
+    int32_t  threads;                         /* srt_threads, 0 = auto */
+    int32_t  context_length;                  /* srt_context_length, 0 = model's own */
+    int32_t  max_running_requests;            /* srt_max_running_requests, 0 = auto */
+    int32_t  max_queued_requests;             /* srt_max_queued_requests */
+    int64_t  max_total_tokens;                /* srt_max_total_tokens (KV budget), 0 = auto */
+    float    mem_fraction_static;             /* srt_mem_fraction_static, 0 = auto */
+    int32_t  chunked_prefill_size;            /* srt_chunked_prefill_size, <= 0 = off */
+    int32_t  schedule_policy;                 /* srt_chan_policy */
+    int32_t  tp_size;                         /* srt_tp_size */
+    int32_t  radix_cache;                     /* srt_radix_cache on|off */
+    int32_t  page_size;                       /* srt_page_size */
+    int32_t  slots;                           /* request slots in this channel */
+    int32_t  slot_tokens;                     /* token capacity of one slot (prompt + output) */
+} srt_chan_config;
+
+/* ---- scheduler state, published in the header for workers and /health ---- */
+
+typedef enum srt_chan_sched_state {
+    SRT_CHAN_SCHED_NONE     = 0,  /* never started */
+    SRT_CHAN_SCHED_LOADING  = 1,  /* lock taken, model loading: 503 */
+    SRT_CHAN_SCHED_READY    = 2,  /* serving */
+    SRT_CHAN_SCHED_HANDOVER = 3,  /* old scheduler draining on reload: accept, queue for the next */
+    SRT_CHAN_SCHED_DOWN     = 4,  /* crashed or stopped: 503 until respawned */
+    SRT_CHAN_SCHED_FAILED   = 5,  /* load failed (message in sched_msg): 503 */
+} srt_chan_sched_state;
+
+/* What the scheduler learned from the model, for /v1/models, /get_model_info and validation. */
+typedef struct srt_chan_model_info {
+    int32_t  vocab_size;
+    int32_t  context_length;         /* effective: min(model, srt_context_length) */
+    int32_t  max_running_requests;   /* effective */
+    int64_t  max_total_tokens;       /* effective KV budget in tokens */
+    int32_t  n_eos;
+    int32_t  eos_ids[8];
+    char     arch[64];               /* "llama", "qwen2", ... */
+    char     device[32];             /* "cpu", "cuda:0" */
+} srt_chan_model_info;
+
+typedef enum srt_chan_finish {
+    SRT_CHAN_FINISH_NONE   = 0,
+    SRT_CHAN_FINISH_STOP   = 1,   /* eos or a stop_token_id (matched id in stop_id) */
+    SRT_CHAN_FINISH_LENGTH = 2,   /* max_new_tokens or context full */
+    SRT_CHAN_FINISH_ABORT  = 3,   /* aborted (client gone, shutdown) */
+    SRT_CHAN_FINISH_ERROR  = 4,   /* error (message in the slot) */
+} srt_chan_finish;
+
+/* Sampling parameters of one request, validated by the worker before submission. */
+typedef struct srt_chan_sampling {
+    float    temperature;            /* 0 = greedy */
+    float    top_p;                  /* (0, 1] */
+    float    min_p;                  /* [0, 1] */
+    float    frequency_penalty;      /* [-2, 2] */
+    float    presence_penalty;       /* [-2, 2] */
+    float    repetition_penalty;     /* (0, 2], 1 = off */
+    int32_t  top_k;                  /* -1 or 0 = off */
+    int32_t  max_new_tokens;         /* >= 0; the worker clamps it to the context */
+    int32_t  min_new_tokens;         /* eos/stop ids suppressed before this many */
+    int32_t  ignore_eos;
+    int32_t  has_seed;
+    uint64_t seed;
+    int32_t  logprobs;               /* 1 = fill logprob of each sampled token */
+    int32_t  top_logprobs;           /* 0..SRT_CHAN_MAX_TOP_LOGPROBS */
+    int32_t  n_stop_ids;
+    int32_t  stop_ids[SRT_CHAN_MAX_STOP_IDS];
+    int32_t  n_logit_bias;
+    int32_t  logit_bias_id[SRT_CHAN_MAX_LOGIT_BIAS];
+    float    logit_bias[SRT_CHAN_MAX_LOGIT_BIAS];
+} srt_chan_sampling;
+
+/* A request as the scheduler sees it after srt_chan_sched_pop_request(). The pointers are into
+ * shared memory and stay valid until srt_chan_sched_finish() on this (slot, gen). */
+typedef struct srt_chan_req {
+    uint32_t                 slot;
+    uint32_t                 gen;
+    uint64_t                 ticket;      /* submission order */
+    uint64_t                 group;       /* n > 1: same non-zero group for the siblings */
+    const int32_t           *prompt;
+    uint32_t                 n_prompt;
+    uint32_t                 max_output;  /* capacity for generated tokens in this slot */
+    const srt_chan_sampling *sampling;
+} srt_chan_req;
+
+typedef struct srt_chan srt_chan;          /* process-local handle */
+
+/* ---- both sides ---- */
+
+/* Bytes needed for a channel with this config (slots, slot_tokens). */
+size_t srt_chan_size(const srt_chan_config *cfg);
+
+/* Format fresh memory (size from srt_chan_size) as a channel; picks a random channel id. */
+int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err *err);
+
+/* Check that mem holds a channel and make a process-local handle for it. */
+srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err);
+void srt_chan_detach(srt_chan *c);
+
+const srt_chan_config *srt_chan_get_config(const srt_chan *c);
+uint64_t srt_chan_id(const srt_chan *c);
+
+int  srt_chan_sched_state_get(const srt_chan *c, char *msg, size_t msg_len);
+int  srt_chan_model_info_get(const srt_chan *c, srt_chan_model_info *info);
+pid_t srt_chan_sched_pid(const srt_chan *c);
+
+/* Counters (approximate, for /health and metrics). */
+typedef struct srt_chan_stats {
+    uint32_t slots_total, slots_used, queued, running;
+    uint64_t submitted, completed, aborted, rejected_full;
+} srt_chan_stats;
+void srt_chan_stats_get(const srt_chan *c, srt_chan_stats *st);
+
+/* ---- scheduler side (the scheduler process; F builds on this) ----
+ *
+ * Entry point expected from src/sched:  int srt_sched_run(srt_chan *c, srt_err *err);
+ * It reads its configuration from srt_chan_get_config(c), calls srt_chan_sched_set_state
+ * (LOADING, then READY or FAILED), loops until srt_chan_sched_stopping(c), and returns SRT_OK.
+ * The process around it (nginx helper, or a test) has already called srt_chan_sched_open().
+ */
+
+/* Become the channel's only scheduler: bind the scheduler doorbell. If another live process
+ * owns it (reload hand-over), block until that process exits (pidfd, no polling), then take it.
+ * Sets sched_pid. Returns SRT_OK, or SRT_ERROR with err filled. */
+int srt_chan_sched_open(srt_chan *c, srt_err *err);
+
+/* Publish the scheduler state; msg (may be NULL) is shown in 503 bodies and /health.
+ * READY also publishes info (may be NULL for other states). */
+void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *msg,
+                              const srt_chan_model_info *info);
+
+/* Block until a worker rings (new request or abort), a stop is requested, or timeout_ms
+ * passes (-1 = forever). Flushes pending worker doorbells first and reclaims slots of dead
+ * workers. Returns 1 if woken, 0 on timeout, SRT_ERROR on error. */
+int srt_chan_sched_wait(srt_chan *c, int timeout_ms);
+
+/* The scheduler's doorbell fd (readable when rung), for callers that run their own poll(). */
+int srt_chan_sched_fd(const srt_chan *c);
+
+/* Pop the oldest QUEUED request: 1 = got one in *req (now RUNNING), 0 = none. Never blocks. */
+int srt_chan_sched_pop_request(srt_chan *c, srt_chan_req *req);
+
+/* Append generated tokens. logprobs may be NULL; top_ids/top_lps (n * top_n entries each, row
+ * i for token i) may be NULL. Returns SRT_OK, or SRT_ERROR if (slot, gen) is stale or the slot's
+ * output area is full. Wakes the owner at the next srt_chan_sched_flush/wait. */
+int srt_chan_sched_push_tokens(srt_chan *c, uint32_t slot, uint32_t gen, const int32_t *ids,
+                               const float *logprobs, uint32_t n, const int32_t *top_ids,
+                               const float *top_lps, uint32_t top_n);
+
+/* Finish a request: reason, the matched stop id (or -1), prompt tokens served from the prefix
+ * cache, and a message for SRT_CHAN_FINISH_ERROR (may be NULL). After this the slot is not
+ * the scheduler's any more. Returns SRT_OK or SRT_ERROR for a stale handle. */
+int srt_chan_sched_finish(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_finish reason,
+                          int32_t stop_id, uint32_t cached_tokens, const char *errmsg);
+
+/* 1 if the worker gave up on this request (client gone, worker died) or the handle is stale:
+ * drop it, free its KV, and call srt_chan_sched_finish(.., SRT_CHAN_FINISH_ABORT, ..). */
+int srt_chan_sched_is_aborted(const srt_chan *c, uint32_t slot, uint32_t gen);
+
+/* Ring every worker that got tokens or finishes since the last flush. Call once per step. */
+void srt_chan_sched_flush(srt_chan *c);
+
+/* Abort slots whose owner process is gone. Returns how many. (Also run by srt_chan_sched_wait
+ * at most once a second.) */
+int srt_chan_sched_reclaim(srt_chan *c);
+
+/* 0 = keep going; 1 = graceful stop (reload/quit: finish running requests, pop no new ones,
+ * then return); 2 = stop now (finish everything with ABORT and return). */
+int srt_chan_sched_stopping(const srt_chan *c);
+
+/* Request a stop (async-signal-safe; used by the process's signal handlers). */
+void srt_chan_sched_request_stop(srt_chan *c, int how);
+
+/* Release the scheduler role (state stays as last set). */
+void srt_chan_sched_close(srt_chan *c);
+
+/* Supervisor side: the scheduler process died. Fails every QUEUED and RUNNING slot with
+ * SRT_CHAN_FINISH_ERROR "scheduler died", wakes their owners, publishes DOWN. */
+void srt_chan_sched_crashed(srt_chan *c, const char *why);
+
+/* ---- worker side (nginx worker; src/ngx) ---- */
+
+/* Bind this process's doorbell; returns its fd (readable when rung) or SRT_ERROR. */
+int srt_chan_worker_open(srt_chan *c, srt_err *err);
+/* Drain the doorbell after it became readable. */
+void srt_chan_worker_drain(srt_chan *c);
+
+typedef enum srt_chan_submit_status {
+    SRT_CHAN_SUBMIT_OK       = 0,
+    SRT_CHAN_SUBMIT_FULL     = 1,   /* no free slot or queue limit: 503 + Retry-After */
+    SRT_CHAN_SUBMIT_DOWN     = 2,   /* no scheduler serving: 503 */
+    SRT_CHAN_SUBMIT_TOO_LONG = 3,   /* prompt larger than a slot */
+} srt_chan_submit_status;
+
+/* Claim a slot, copy the prompt and sampling in, and queue it. On OK, *slot/*gen identify it.
+ * group: 0, or a value shared by the n > 1 siblings (use the first sibling's ticket-free id
+ * from srt_chan_new_group). */
+srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint32_t n_prompt,
+                                       const srt_chan_sampling *sp, uint64_t group,
+                                       uint32_t *slot, uint32_t *gen);
+uint64_t srt_chan_new_group(srt_chan *c);
+
+/* What the worker reads from its slot. */
+typedef struct srt_chan_output {
+    uint32_t        n_out;          /* tokens generated so far (all of them, from 0) */
+    const int32_t  *ids;            /* ids[0..n_out) */
+    const float    *logprobs;       /* logprobs[0..n_out) (0 when not requested) */
+    srt_chan_finish finish;         /* NONE while running */
+    int32_t         stop_id;        /* matched stop token id, or -1 */
+    uint32_t        cached_tokens;
+    const char     *errmsg;         /* for SRT_CHAN_FINISH_ERROR */
+} srt_chan_output;
+
+/* Snapshot of the slot's output (acquire). Returns SRT_ERROR for a stale handle. */
+int srt_chan_read(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_output *out);
+
+/* Top-logprobs row of token i (i < n_out): returns the number of entries (0 if not requested
+ * or already overwritten because the worker fell SRT_CHAN_TOP_RING tokens behind). */
+uint32_t srt_chan_read_top(srt_chan *c, uint32_t slot, uint32_t gen, uint32_t i,
+                           int32_t *ids, float *lps, uint32_t cap);
+
+/* The worker is done with the slot: after DONE it frees it; before DONE it marks it aborted
+ * (the scheduler frees it when it notices). Either way the handle is dead afterwards. */
+void srt_chan_release(srt_chan *c, uint32_t slot, uint32_t gen);
+
+#endif
