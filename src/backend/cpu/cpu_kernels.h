@@ -23,6 +23,10 @@ void            srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int
 
 /* ---- which SIMD path was chosen ("avx512", "avx2", "portable") ---- */
 const char *srt_cpu_simd_name(void);
+/* Forces a path for every later call ("portable", "avx2", "avx512"); SRT_ERROR if this CPU
+ * lacks it. The SRT_CPU_SIMD environment variable does the same at first use. For tests
+ * and benchmarks; not thread-safe against concurrent kernels. */
+int         srt_cpu_force_simd(const char *name);
 
 /* ---- matmul: y[t][r] = sum_c x[t][c] * W[r][c] + bias[r], t < n_tok ----
  * x and y are f32, row-major, contiguous. bias may be NULL. W may be any srt_dtype except I32.
@@ -35,8 +39,10 @@ void   srt_cpu_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias
 void   srt_cpu_matmul_ref(const srt_weight *w, const float *bias, const float *x,
                           int64_t n_tok, float *y);
 
-/* One row of W as f32 (embedding lookup, tests). */
+/* One row of W as f32 (embedding lookup, tests). A row outside [0, rows) gives zeros. */
 void srt_cpu_dequant_row(const srt_weight *w, int64_t row, float *out);
+/* n elements (a whole number of blocks of t) starting at src, as f32. */
+void srt_cpu_dequant(srt_dtype t, const void *src, int64_t n, float *out);
 
 /* ---- elementwise, over n_tok rows of width dim ---- */
 /* out = x / rms(x) * w, w is a 1-D weight of any float dtype (F32/F16/BF16). */

@@ -1,0 +1,88 @@
+/* Private to src/backend/cpu: GGML-compatible block layouts, the quantized-activation
+ * format and the table of per-ISA kernels that matmul.c dispatches through. */
+#ifndef SRT_CPU_INTERNAL_H
+#define SRT_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "srt/tensor.h"
+
+/* Block layouts, byte for byte as GGUF stores them (f16 fields as raw bits). */
+#define QK 32       /* elements per block of the 32-wide formats */
+#define QK_K 256    /* elements per K-quant super-block */
+
+typedef struct { uint16_t d; int8_t qs[QK]; } blk_q8_0;                  /* x = d*q */
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } blk_q4_0;             /* x = d*(q-8) */
+typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } blk_q4_1;          /* x = d*q + m */
+/* Nibble order of the 32-wide 4-bit formats: element i < 16 is the low nibble of qs[i],
+ * element i + 16 its high nibble. */
+typedef struct {
+    uint16_t d, dmin;        /* super-block scales of the 6-bit sub-block scales / mins */
+    uint8_t  scales[12];     /* 8 x (6-bit scale, 6-bit min), packed */
+    uint8_t  qs[QK_K / 2];   /* per 64 elements: 32 bytes, low nibbles first 32, high next 32 */
+} blk_q4_k;
+typedef struct {
+    uint8_t  ql[QK_K / 2];   /* low 4 bits */
+    uint8_t  qh[QK_K / 4];   /* high 2 bits */
+    int8_t   scales[QK_K / 16];
+    uint16_t d;
+} blk_q6_k;
+
+_Static_assert(sizeof(blk_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(blk_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(blk_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(blk_q4_k) == 144, "q4_k layout");
+_Static_assert(sizeof(blk_q6_k) == 210, "q6_k layout");
+
+/* Q4_K sub-block j (0..7): 6-bit scale and min. */
+static inline void q4k_scale_min(const uint8_t *s, int j, int *sc, int *mn)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Activations quantized for integer dot products: per token, cols int8 values and, per
+ * 32-block, the scale d and s = d * sum(q) (the sum lets offset formats such as Q4_1's m,
+ * Q4_0's -8 and the K-quant mins be applied once per block). */
+typedef struct { float d, s; } q8_scale;
+
+typedef struct {
+    const int8_t   *q;        /* token t at q + t * qstride */
+    const q8_scale *ds;       /* token t at ds + t * nb */
+    int64_t         qstride;
+    int64_t         nb;       /* blocks per token = cols / 32 */
+} act_q8;
+
+/* y[t * ldy + r] = dot(W row r, activation t) for r < nr, t < nt.
+ * w points at the first row; a/x are already offset to the first token. */
+typedef void (*tile_q8_fn)(const uint8_t *w, size_t row_stride, int nr, const int8_t *aq,
+                           const q8_scale *ads, int64_t qstride, int64_t nb, int nt,
+                           float *y, int64_t ldy);
+typedef void (*tile_f32_fn)(const uint8_t *w, size_t row_stride, int nr, const float *x,
+                            int64_t ldx, int64_t cols, int nt, float *y, int64_t ldy);
+
+typedef struct cpu_simd_ops {
+    const char *name;
+    tile_q8_fn  tile_q8[SRT_DTYPE_COUNT];   /* quantized weights x Q8 activations */
+    tile_f32_fn tile_f32[SRT_DTYPE_COUNT];  /* float weights x f32 activations */
+    void (*quantize_q8)(const float *x, int64_t n, int8_t *q, q8_scale *ds);
+} cpu_simd_ops;
+
+extern const cpu_simd_ops srt_cpu_ops_portable;
+extern const cpu_simd_ops srt_cpu_ops_avx2;
+extern const cpu_simd_ops srt_cpu_ops_avx512;
+
+int  srt_cpu_have_avx2(void);
+int  srt_cpu_have_avx512(void);
+const cpu_simd_ops *srt_cpu_ops(void);
+
+/* Portable helpers the SIMD files fall back on for the formats they do not specialise. */
+void srt_cpu_quantize_q8_portable(const float *x, int64_t n, int8_t *q, q8_scale *ds);
+
+#endif

@@ -1,0 +1,205 @@
+/* Portable kernels: plain C integer dot products of quantized weights with Q8 activations
+ * and float dot products for f32/f16/bf16 weights. Any CPU runs these; the SIMD kernels
+ * must agree with them. */
+#include <math.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_kernels.h"
+
+void srt_cpu_quantize_q8_portable(const float *x, int64_t n, int8_t *q, q8_scale *ds)
+{
+    for (int64_t b = 0; b < n / QK; b++, x += QK, q += QK) {
+        float amax = 0.0f;
+        for (int i = 0; i < QK; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < QK; i++) {
+            int v = (int)nearbyintf(x[i] * id);
+            v = v > 127 ? 127 : v < -127 ? -127 : v;
+            q[i] = (int8_t)v;
+            sum += v;
+        }
+        ds[b].d = d;
+        ds[b].s = d * (float)sum;
+    }
+}
+
+static float dot_q8_0(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q8_0 *w = (const blk_q8_0 *)row;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, aq += QK) {
+        int isum = 0;
+        for (int i = 0; i < QK; i++)
+            isum += w[b].qs[i] * aq[i];
+        acc += srt_f16_to_f32(w[b].d) * ads[b].d * (float)isum;
+    }
+    return acc;
+}
+
+/* sum(q * a) over a 32-block of nibbles in the low/high order of Q4_0 and Q4_1 */
+static inline int nibble_dot(const uint8_t *qs, const int8_t *a)
+{
+    int isum = 0;
+    for (int i = 0; i < QK / 2; i++)
+        isum += (qs[i] & 0x0F) * a[i] + (qs[i] >> 4) * a[i + QK / 2];
+    return isum;
+}
+
+static float dot_q4_0(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q4_0 *w = (const blk_q4_0 *)row;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, aq += QK) {
+        float d = srt_f16_to_f32(w[b].d);
+        /* sum((q-8)*a) * d*da = d*da*sum(q*a) - 8*d*(da*sum(a)) */
+        acc += d * (ads[b].d * (float)nibble_dot(w[b].qs, aq) - 8.0f * ads[b].s);
+    }
+    return acc;
+}
+
+static float dot_q4_1(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q4_1 *w = (const blk_q4_1 *)row;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, aq += QK) {
+        acc += srt_f16_to_f32(w[b].d) * ads[b].d * (float)nibble_dot(w[b].qs, aq) +
+               srt_f16_to_f32(w[b].m) * ads[b].s;
+    }
+    return acc;
+}
+
+static float dot_q4_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q4_k *w = (const blk_q4_k *)row;
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+        float d = srt_f16_to_f32(w->d), dmin = srt_f16_to_f32(w->dmin);
+        const uint8_t *q = w->qs;
+        float sacc = 0.0f, macc = 0.0f;
+        for (int c = 0; c < 4; c++, q += 32) {
+            for (int half = 0; half < 2; half++, aq += QK, ads++) {
+                int sc, mn, isum = 0;
+                q4k_scale_min(w->scales, 2 * c + half, &sc, &mn);
+                for (int l = 0; l < 32; l++)
+                    isum += (half ? q[l] >> 4 : q[l] & 0x0F) * aq[l];
+                sacc += (float)(sc * isum) * ads->d;
+                macc += (float)mn * ads->s;
+            }
+        }
+        acc += d * sacc - dmin * macc;
+    }
+    return acc;
+}
+
+static float dot_q6_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q6_k *w = (const blk_q6_k *)row;
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+        float sacc = 0.0f;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w->ql + 64 * h, *qh = w->qh + 32 * h;
+            const int8_t *sc = w->scales + 8 * h;
+            for (int g = 0; g < 4; g++, aq += QK, ads++) {
+                int lo_shift = (g & 2) ? 4 : 0, ql_off = (g & 1) ? 32 : 0, qh_shift = 2 * g;
+                int isum0 = 0, isum1 = 0;
+                for (int l = 0; l < 32; l++) {
+                    int q = (((ql[l + ql_off] >> lo_shift) & 0x0F) | (((qh[l] >> qh_shift) & 3) << 4)) - 32;
+                    if (l < 16)
+                        isum0 += q * aq[l];
+                    else
+                        isum1 += q * aq[l];
+                }
+                sacc += (float)(sc[2 * g] * isum0 + sc[2 * g + 1] * isum1) * ads->d;
+            }
+        }
+        acc += srt_f16_to_f32(w->d) * sacc;
+    }
+    return acc;
+}
+
+#define TILE_Q8(name, dotfn)                                                                  \
+    static void name(const uint8_t *w, size_t row_stride, int nr, const int8_t *aq,           \
+                     const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,      \
+                     int64_t ldy)                                                             \
+    {                                                                                         \
+        for (int t = 0; t < nt; t++)                                                          \
+            for (int r = 0; r < nr; r++)                                                      \
+                y[t * ldy + r] = dotfn(w + (size_t)r * row_stride, aq + t * qstride,          \
+                                       ads + t * nb, nb);                                     \
+    }
+
+TILE_Q8(tile_q8_0, dot_q8_0)
+TILE_Q8(tile_q4_0, dot_q4_0)
+TILE_Q8(tile_q4_1, dot_q4_1)
+TILE_Q8(tile_q4_k, dot_q4_k)
+TILE_Q8(tile_q6_k, dot_q6_k)
+
+static float dot_f32(const float *w, const float *x, int64_t n)
+{
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += w[i + k] * x[i + k];
+    for (; i < n; i++)
+        s[0] += w[i] * x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static float dot_f16(const uint16_t *w, const float *x, int64_t n)
+{
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += srt_f16_to_f32(w[i + k]) * x[i + k];
+    for (; i < n; i++)
+        s[0] += srt_f16_to_f32(w[i]) * x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
+{
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += srt_bf16_to_f32(w[i + k]) * x[i + k];
+    for (; i < n; i++)
+        s[0] += srt_bf16_to_f32(w[i]) * x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+#define TILE_F(name, dotfn, wtype)                                                            \
+    static void name(const uint8_t *w, size_t row_stride, int nr, const float *x,             \
+                     int64_t ldx, int64_t cols, int nt, float *y, int64_t ldy)                \
+    {                                                                                         \
+        for (int t = 0; t < nt; t++)                                                          \
+            for (int r = 0; r < nr; r++)                                                      \
+                y[t * ldy + r] = dotfn((const wtype *)(w + (size_t)r * row_stride),           \
+                                       x + t * ldx, cols);                                    \
+    }
+
+TILE_F(tile_f32, dot_f32, float)
+TILE_F(tile_f16, dot_f16, uint16_t)
+TILE_F(tile_bf16, dot_bf16, uint16_t)
+
+const cpu_simd_ops srt_cpu_ops_portable = {
+    .name = "portable",
+    .tile_q8 = {
+        [SRT_Q8_0] = tile_q8_0,
+        [SRT_Q4_0] = tile_q4_0,
+        [SRT_Q4_1] = tile_q4_1,
+        [SRT_Q4_K] = tile_q4_k,
+        [SRT_Q6_K] = tile_q6_k,
+    },
+    .tile_f32 = {
+        [SRT_F32]  = tile_f32,
+        [SRT_F16]  = tile_f16,
+        [SRT_BF16] = tile_bf16,
+    },
+    .quantize_q8 = srt_cpu_quantize_q8_portable,
+};

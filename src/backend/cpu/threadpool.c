@@ -1,0 +1,183 @@
+/* Persistent worker threads. A run publishes (fn, arg) and bumps a generation counter;
+ * workers spin on it briefly, then sleep on a futex, so back-to-back kernels in a decode
+ * step cost no syscalls while an idle pool costs no CPU. The caller runs slice 0. */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu_kernels.h"
+
+#define MAX_THREADS 512
+
+struct srt_threadpool {
+    int n_threads;
+    int n_started;                        /* workers actually created (slices 1..n_started) */
+    pthread_t *threads;
+
+    void (*fn)(void *arg, int ith, int nth);
+    void *arg;
+
+    _Alignas(64) _Atomic uint32_t gen;    /* bumped once per run; futex word for workers */
+    _Atomic int  sleepers;                /* workers in futex_wait on gen */
+    _Atomic int  stop;
+    _Alignas(64) _Atomic uint32_t pending; /* workers still running this generation */
+    _Atomic int  caller_sleeping;
+    long spin_ns;
+};
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, NULL, NULL, 0);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static inline long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* Spins until *word != seen or the spin budget runs out; returns 1 if it changed. */
+static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen, long spin_ns)
+{
+    long deadline = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(word, memory_order_acquire) != seen)
+            return 1;
+        cpu_relax();
+        if ((i & 255) == 0) {
+            long t = now_ns();
+            if (deadline == 0)
+                deadline = t + spin_ns;
+            else if (t >= deadline)
+                return 0;
+        }
+    }
+}
+
+typedef struct { srt_threadpool *tp; int ith; } worker_arg;
+
+static void *worker_main(void *p)
+{
+    srt_threadpool *tp = ((worker_arg *)p)->tp;
+    int ith = ((worker_arg *)p)->ith;
+    free(p);
+    uint32_t seen = 0;
+    for (;;) {
+        if (!spin_until_changed(&tp->gen, seen, tp->spin_ns)) {
+            atomic_fetch_add(&tp->sleepers, 1);
+            while (atomic_load(&tp->gen) == seen)
+                futex(&tp->gen, FUTEX_WAIT_PRIVATE, seen);
+            atomic_fetch_sub(&tp->sleepers, 1);
+        }
+        seen = atomic_load_explicit(&tp->gen, memory_order_acquire);
+        if (atomic_load(&tp->stop))
+            return NULL;
+        tp->fn(tp->arg, ith, tp->n_threads);
+        if (atomic_fetch_sub(&tp->pending, 1) == 1 &&
+            atomic_load(&tp->caller_sleeping))
+            futex(&tp->pending, FUTEX_WAKE_PRIVATE, 1);
+    }
+}
+
+srt_threadpool *srt_threadpool_create(int n_threads)
+{
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    if (n_threads > MAX_THREADS)
+        n_threads = MAX_THREADS;
+    srt_threadpool *tp = aligned_alloc(64, (sizeof(*tp) + 63) / 64 * 64);
+    if (!tp)
+        return NULL;
+    *tp = (srt_threadpool){ .n_threads = n_threads };
+    const char *spin = getenv("SRT_SPIN_US");
+    tp->spin_ns = (spin ? atol(spin) : 500) * 1000L;
+    if (n_threads > 1) {
+        tp->threads = calloc((size_t)n_threads, sizeof(pthread_t));
+        if (!tp->threads) {
+            free(tp);
+            return NULL;
+        }
+    }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = malloc(sizeof(*wa));
+        if (!wa)
+            break;
+        *wa = (worker_arg){ tp, i };
+        if (pthread_create(&tp->threads[i], NULL, worker_main, wa) != 0) {
+            free(wa);
+            break;
+        }
+        tp->n_started = i;
+    }
+    if (tp->n_started != n_threads - 1) {
+        /* Could not start every worker: run with what we have rather than fail. */
+        tp->n_threads = tp->n_started + 1;
+    }
+    return tp;
+}
+
+void srt_threadpool_free(srt_threadpool *tp)
+{
+    if (!tp)
+        return;
+    atomic_store(&tp->stop, 1);
+    atomic_fetch_add(&tp->gen, 1);
+    futex(&tp->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+    for (int i = 1; i <= tp->n_started; i++)
+        pthread_join(tp->threads[i], NULL);
+    free(tp->threads);
+    free(tp);
+}
+
+int srt_threadpool_size(const srt_threadpool *tp)
+{
+    return tp ? tp->n_threads : 1;
+}
+
+void srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int nth), void *arg)
+{
+    if (!tp || tp->n_threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    tp->fn = fn;
+    tp->arg = arg;
+    atomic_store_explicit(&tp->pending, (uint32_t)(tp->n_threads - 1), memory_order_relaxed);
+    atomic_fetch_add(&tp->gen, 1);                 /* seq_cst: pairs with sleepers below */
+    if (atomic_load(&tp->sleepers) > 0)
+        futex(&tp->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+
+    fn(arg, 0, tp->n_threads);
+
+    for (;;) {
+        uint32_t left = atomic_load_explicit(&tp->pending, memory_order_acquire);
+        if (left == 0)
+            return;
+        /* Re-spin on every change; sleep only when no worker finishes for a while. */
+        if (spin_until_changed(&tp->pending, left, tp->spin_ns))
+            continue;
+        atomic_store(&tp->caller_sleeping, 1);     /* seq_cst: pairs with the worker's check */
+        left = atomic_load(&tp->pending);
+        if (left != 0)
+            futex(&tp->pending, FUTEX_WAIT_PRIVATE, left);
+        atomic_store(&tp->caller_sleeping, 0);
+    }
+}

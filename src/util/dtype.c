@@ -1,0 +1,50 @@
+/* The element-type table. Block sizes and byte counts match GGML's layouts so that
+ * GGUF tensor data can be used in place. */
+#include "srt/tensor.h"
+
+static const struct {
+    const char *name;
+    int         block_elems;
+    size_t      block_bytes;
+} dtype_table[SRT_DTYPE_COUNT] = {
+    [SRT_F32]  = { "f32",  1,   4 },
+    [SRT_F16]  = { "f16",  1,   2 },
+    [SRT_BF16] = { "bf16", 1,   2 },
+    [SRT_Q8_0] = { "q8_0", 32,  2 + 32 },              /* d, qs[32] */
+    [SRT_Q4_0] = { "q4_0", 32,  2 + 16 },              /* d, qs[16] */
+    [SRT_Q4_1] = { "q4_1", 32,  2 + 2 + 16 },          /* d, m, qs[16] */
+    [SRT_Q4_K] = { "q4_k", 256, 2 + 2 + 12 + 128 },    /* d, dmin, scales[12], qs[128] */
+    [SRT_Q6_K] = { "q6_k", 256, 128 + 64 + 16 + 2 },   /* ql[128], qh[64], scales[16], d */
+    [SRT_I32]  = { "i32",  1,   4 },
+};
+
+static int dtype_valid(srt_dtype t)
+{
+    return (int)t >= 0 && t < SRT_DTYPE_COUNT;
+}
+
+int srt_dtype_block_elems(srt_dtype t)
+{
+    return dtype_valid(t) ? dtype_table[t].block_elems : 0;
+}
+
+size_t srt_dtype_block_bytes(srt_dtype t)
+{
+    return dtype_valid(t) ? dtype_table[t].block_bytes : 0;
+}
+
+const char *srt_dtype_name(srt_dtype t)
+{
+    return dtype_valid(t) ? dtype_table[t].name : "invalid";
+}
+
+/* 0 means "not representable": unknown type, negative n, or n not a whole number of blocks. */
+size_t srt_dtype_row_bytes(srt_dtype t, int64_t n)
+{
+    if (!dtype_valid(t) || n < 0)
+        return 0;
+    int64_t be = dtype_table[t].block_elems;
+    if (n % be != 0)
+        return 0;
+    return (size_t)(n / be) * dtype_table[t].block_bytes;
+}

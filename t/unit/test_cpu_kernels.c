@@ -1,0 +1,497 @@
+/* CPU kernels: format decoders against hand-built blocks, every matmul path against the
+ * f64 reference, the thread pool, and the elementwise ops. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "srt/common.h"
+#include "tap.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
+
+static void put_f16(uint8_t *p, float v)
+{
+    uint16_t h = srt_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* ---------------------------------------------------------------- dtype table */
+static void test_dtype_table(void)
+{
+    is_int(srt_dtype_block_elems(SRT_F32), 1, "f32 block elems");
+    is_int(srt_dtype_block_bytes(SRT_F16), 2, "f16 block bytes");
+    is_int(srt_dtype_block_bytes(SRT_BF16), 2, "bf16 block bytes");
+    is_int(srt_dtype_block_elems(SRT_Q8_0), 32, "q8_0 block elems");
+    is_int(srt_dtype_block_bytes(SRT_Q8_0), 34, "q8_0 block bytes");
+    is_int(srt_dtype_block_bytes(SRT_Q4_0), 18, "q4_0 block bytes");
+    is_int(srt_dtype_block_bytes(SRT_Q4_1), 20, "q4_1 block bytes");
+    is_int(srt_dtype_block_elems(SRT_Q4_K), 256, "q4_k block elems");
+    is_int(srt_dtype_block_bytes(SRT_Q4_K), 144, "q4_k block bytes");
+    is_int(srt_dtype_block_bytes(SRT_Q6_K), 210, "q6_k block bytes");
+    is_int(srt_dtype_block_bytes(SRT_I32), 4, "i32 block bytes");
+    is_int(srt_dtype_row_bytes(SRT_Q4_1, 576), 18 * 20, "q4_1 row of 576");
+    is_int(srt_dtype_row_bytes(SRT_Q6_K, 512), 2 * 210, "q6_k row of 512");
+    is_int(srt_dtype_row_bytes(SRT_Q4_1, 33), 0, "partial block row is rejected");
+    is_int(srt_dtype_row_bytes(SRT_F32, -1), 0, "negative row is rejected");
+    is_int(srt_dtype_row_bytes((srt_dtype)99, 32), 0, "unknown dtype row bytes");
+    ok(!strcmp(srt_dtype_name(SRT_Q4_K), "q4_k"), "name q4_k");
+    ok(!strcmp(srt_dtype_name((srt_dtype)-3), "invalid"), "name of invalid dtype");
+}
+
+/* ---------------------------------------------------------------- f16 / bf16 */
+static void test_half_conversions(void)
+{
+    is_int(srt_f32_to_f16(1.0f), 0x3c00, "f16(1)");
+    is_int(srt_f32_to_f16(-2.0f), 0xc000, "f16(-2)");
+    is_int(srt_f32_to_f16(65504.0f), 0x7bff, "f16 max");
+    is_int(srt_f32_to_f16(65519.0f), 0x7bff, "f16 just below overflow rounds down");
+    is_int(srt_f32_to_f16(65520.0f), 0x7c00, "f16 overflow to inf");
+    is_int(srt_f32_to_f16(ldexpf(1.0f, -24)), 0x0001, "smallest f16 subnormal");
+    is_int(srt_f32_to_f16(ldexpf(1.0f, -25)), 0x0000, "half of smallest subnormal ties to 0");
+    is_int(srt_f32_to_f16(ldexpf(3.0f, -25)), 0x0002, "1.5 subnormal units tie to even (2)");
+    is_int(srt_f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3c00, "tie rounds to even (down)");
+    is_int(srt_f32_to_f16(1.0f + ldexpf(3.0f, -11)), 0x3c02, "tie rounds to even (up)");
+    is_int(srt_f32_to_f16(-INFINITY), 0xfc00, "f16(-inf)");
+    ok((srt_f32_to_f16(NAN) & 0x7c00) == 0x7c00 && (srt_f32_to_f16(NAN) & 0x3ff), "f16(nan) is nan");
+    ok(srt_f16_to_f32(0x3555) > 0.333f && srt_f16_to_f32(0x3555) < 0.3334f, "f16 0x3555 ~ 1/3");
+    ok(srt_f16_to_f32(0x0001) == ldexpf(1.0f, -24), "f16 subnormal decodes");
+    ok(srt_f16_to_f32(0x03ff) == ldexpf(1023.0f, -24), "largest f16 subnormal decodes");
+    ok(isinf(srt_f16_to_f32(0x7c00)) && isnan(srt_f16_to_f32(0x7e00)), "f16 inf/nan decode");
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+            continue;   /* NaN payloads need not round-trip */
+        if (srt_f32_to_f16(srt_f16_to_f32((uint16_t)h)) != h)
+            bad++;
+    }
+    is_int(bad, 0, "every non-NaN f16 round-trips through f32");
+    is_int(srt_f32_to_bf16(1.0f), 0x3f80, "bf16(1)");
+    is_int(srt_f32_to_bf16(1.0f + ldexpf(1.0f, -8)), 0x3f80, "bf16 tie to even (down)");
+    is_int(srt_f32_to_bf16(1.0f + ldexpf(3.0f, -8)), 0x3f82, "bf16 tie to even (up)");
+    is_int(srt_f32_to_bf16(-3.0f), 0xc040, "bf16(-3)");
+    ok(isnan(srt_bf16_to_f32(srt_f32_to_bf16(NAN))), "bf16 nan stays nan");
+    ok(srt_bf16_to_f32(0x4049) == 3.140625f, "bf16 0x4049 = 3.140625");
+}
+
+/* ---------------------------------------------------------------- hand-built blocks */
+static int close_all(const float *got, const float *want, int n, float tol, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        if (!(fabsf(got[i] - want[i]) <= tol)) {
+            tap_diag("%s: element %d got %g want %g", what, i, got[i], want[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void test_block_decoders(void)
+{
+    uint8_t blk[512];
+    float out[256], want[256];
+
+    /* Q8_0: f16 d = 0.5, then 32 int8 */
+    memset(blk, 0, sizeof(blk));
+    put_f16(blk, 0.5f);
+    for (int i = 0; i < 32; i++)
+        blk[2 + i] = (uint8_t)(int8_t)(i - 16);
+    srt_cpu_dequant(SRT_Q8_0, blk, 32, out);
+    for (int i = 0; i < 32; i++)
+        want[i] = 0.5f * (i - 16);
+    ok(close_all(out, want, 32, 0, "q8_0") && out[0] == -8.0f && out[31] == 7.5f, "q8_0 known block");
+
+    /* Q4_0: d = 2; byte j holds element j (low nibble) and element j+16 (high nibble) */
+    memset(blk, 0, sizeof(blk));
+    put_f16(blk, 2.0f);
+    for (int j = 0; j < 16; j++)
+        blk[2 + j] = (uint8_t)(j | ((15 - j) << 4));
+    srt_cpu_dequant(SRT_Q4_0, blk, 32, out);
+    for (int j = 0; j < 16; j++) {
+        want[j] = 2.0f * (j - 8);
+        want[j + 16] = 2.0f * (15 - j - 8);
+    }
+    ok(close_all(out, want, 32, 0, "q4_0") && out[0] == -16.0f && out[16] == 14.0f, "q4_0 known block");
+
+    /* Q4_1: d = 0.25, m = -1, same nibbles */
+    memset(blk, 0, sizeof(blk));
+    put_f16(blk, 0.25f);
+    put_f16(blk + 2, -1.0f);
+    for (int j = 0; j < 16; j++)
+        blk[4 + j] = (uint8_t)(j | ((15 - j) << 4));
+    srt_cpu_dequant(SRT_Q4_1, blk, 32, out);
+    for (int j = 0; j < 16; j++) {
+        want[j] = 0.25f * j - 1.0f;
+        want[j + 16] = 0.25f * (15 - j) - 1.0f;
+    }
+    ok(close_all(out, want, 32, 0, "q4_1") && out[1] == -0.75f && out[16] == 2.75f, "q4_1 known block");
+
+    /* Q4_K: d = 1, dmin = 0.5; sub-block j has 6-bit scale sc[j] and min mn[j].
+     * scales[0..3]: sc0..3 in bits 0-5, bits 6-7 = sc4..7 >> 4
+     * scales[4..7]: mn0..3 in bits 0-5, bits 6-7 = mn4..7 >> 4
+     * scales[8..11]: low nibble sc4..7 & 15, high nibble mn4..7 & 15.
+     * qs: 32 bytes per 64 elements; low nibbles are the first 32, high nibbles the next 32. */
+    static const int sc[8] = { 1, 2, 3, 63, 17, 40, 5, 63 };
+    static const int mn[8] = { 0, 7, 33, 1, 63, 2, 48, 9 };
+    memset(blk, 0, sizeof(blk));
+    put_f16(blk, 1.0f);
+    put_f16(blk + 2, 0.5f);
+    uint8_t *scl = blk + 4, *qs = blk + 16;
+    for (int j = 0; j < 4; j++) {
+        scl[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        scl[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
+        scl[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+    }
+    for (int e = 0; e < 256; e++) {
+        int q = (e * 7 + 3) % 16, chunk = e / 64, within = e % 64;
+        uint8_t *byte = &qs[chunk * 32 + within % 32];
+        *byte |= within < 32 ? (uint8_t)q : (uint8_t)(q << 4);
+        want[e] = 1.0f * sc[e / 32] * q - 0.5f * mn[e / 32];
+    }
+    srt_cpu_dequant(SRT_Q4_K, blk, 256, out);
+    ok(close_all(out, want, 256, 0, "q4_k"), "q4_k known block");
+    /* element 200: sub-block 6 (sc 5, min 48), q = (1400+3)%16 = 11 -> 55 - 24 = 31 */
+    ok(out[200] == 31.0f, "q4_k element 200 = 31 (got %g)", out[200]);
+
+    /* Q6_K: ql[128], qh[64], int8 scales[16], f16 d. Element e: half h = e/128, group
+     * g = (e%128)/32, l = e%32; low 4 bits from ql[64h + 32(g&1) + l] (low nibble for
+     * g < 2, high for g >= 2), high 2 bits from qh[32h + l] >> 2g, value q - 32, scale
+     * scales[8h + 2g + l/16]. */
+    memset(blk, 0, sizeof(blk));
+    uint8_t *ql = blk, *qh = blk + 128;
+    int8_t *s6 = (int8_t *)(blk + 192);
+    for (int i = 0; i < 16; i++)
+        s6[i] = (int8_t)(i * 9 - 70);
+    put_f16(blk + 208, 0.125f);
+    for (int e = 0; e < 256; e++) {
+        int h = e / 128, g = (e % 128) / 32, l = e % 32;
+        int q = (e * 37 + 11) % 64;
+        uint8_t *lb = &ql[64 * h + 32 * (g & 1) + l];
+        *lb |= g < 2 ? (uint8_t)(q & 15) : (uint8_t)((q & 15) << 4);
+        qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * g));
+        want[e] = 0.125f * s6[8 * h + 2 * g + l / 16] * (q - 32);
+    }
+    srt_cpu_dequant(SRT_Q6_K, blk, 256, out);
+    ok(close_all(out, want, 256, 0, "q6_k"), "q6_k known block");
+    /* element 0: q = 11, scale s6[0] = -70 -> 0.125 * -70 * -21 = 183.75 */
+    ok(out[0] == 183.75f, "q6_k element 0 = 183.75 (got %g)", out[0]);
+
+    /* dequant_row honours row_stride and rejects rows out of range */
+    uint8_t two[2 * 40];
+    memset(two, 0, sizeof(two));
+    put_f16(two + 40, 1.0f);
+    for (int i = 0; i < 32; i++)
+        two[40 + 2 + i] = (uint8_t)i;
+    srt_weight w = { SRT_Q8_0, 2, 32, two, 40 };
+    srt_cpu_dequant_row(&w, 1, out);
+    ok(out[5] == 5.0f && out[31] == 31.0f, "dequant_row uses row_stride");
+    out[0] = 99;
+    srt_cpu_dequant_row(&w, 2, out);
+    ok(out[0] == 0.0f, "dequant_row out of range gives zeros");
+}
+
+/* ---------------------------------------------------------------- matmul */
+/* Random weights whose scale fields are sane f16 values (random bytes could be NaN). */
+static void fill_random_weight(srt_dtype t, uint8_t *row, int64_t cols)
+{
+    size_t bytes = srt_dtype_row_bytes(t, cols);
+    for (size_t i = 0; i < bytes; i++)
+        row[i] = (uint8_t)rnd();
+    int64_t nb = cols / srt_dtype_block_elems(t);
+    size_t bb = srt_dtype_block_bytes(t);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = row + b * bb;
+        switch (t) {
+        case SRT_F32: { float v = frand(-1, 1); memcpy(p, &v, 4); break; }
+        case SRT_F16: put_f16(p, frand(-1, 1)); break;
+        case SRT_BF16: { uint16_t h = srt_f32_to_bf16(frand(-1, 1)); memcpy(p, &h, 2); break; }
+        case SRT_Q8_0: put_f16(p, frand(-0.02f, 0.02f)); break;
+        case SRT_Q4_0: put_f16(p, frand(-0.2f, 0.2f)); break;
+        case SRT_Q4_1: put_f16(p, frand(0.01f, 0.2f)); put_f16(p + 2, frand(-1.5f, 0.5f)); break;
+        case SRT_Q4_K: put_f16(p, frand(0.001f, 0.02f)); put_f16(p + 2, frand(0.001f, 0.02f)); break;
+        case SRT_Q6_K: put_f16(p + 208, frand(-0.004f, 0.004f)); break;
+        default: break;
+        }
+    }
+}
+
+/* Largest per-token relative L2 error of got vs want (over all rows of a token). */
+static double rows_rel_err(const float *got, const float *want, int64_t n_tok, int64_t rows)
+{
+    double worst = 0;
+    for (int64_t t = 0; t < n_tok; t++) {
+        double num = 0, den = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            double d = (double)got[t * rows + r] - want[t * rows + r];
+            num += d * d;
+            den += (double)want[t * rows + r] * want[t * rows + r];
+        }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (!(rel <= worst))
+            worst = isnan(rel) ? INFINITY : rel;
+    }
+    return worst;
+}
+
+/* Per-output error bounds: mag = sum|w*x| (scale of f32 rounding error) and qerr = the
+ * most that rounding x to Q8 (step amax/127 per 32-block) can move the result,
+ * sum |w_c| * amax(block of c) / 254. */
+static void error_bounds(const srt_weight *w, const float *x, int64_t n_tok, double *mag, double *qerr)
+{
+    float *row = malloc(w->cols * sizeof(float));
+    for (int64_t r = 0; r < w->rows; r++) {
+        srt_cpu_dequant_row(w, r, row);
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = x + t * w->cols;
+            double m = 0, q = 0;
+            for (int64_t c0 = 0; c0 < w->cols; c0 += 32) {
+                double amax = 0, wsum = 0;
+                for (int k = 0; k < 32; k++) {
+                    amax = fmax(amax, fabs(xt[c0 + k]));
+                    wsum += fabs(row[c0 + k]);
+                    m += fabs((double)row[c0 + k] * xt[c0 + k]);
+                }
+                q += wsum * amax / 254.0;
+            }
+            mag[t * w->rows + r] = m;
+            qerr[t * w->rows + r] = q;
+        }
+    }
+    free(row);
+}
+
+/* Largest |got - want| / (qscale * qerr + rel * mag + 1e-6); <= 1 passes. */
+static double bound_ratio(const float *got, const float *want, const double *mag, const double *qerr,
+                          int64_t n, double qscale, double rel)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (qscale * qerr[i] + rel * mag[i] + 1e-6);
+        if (!(e <= worst))
+            worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+static const char *paths[] = { "portable", "avx2", "avx512" };
+
+static void test_matmul_dtype(srt_dtype t, srt_threadpool *tp)
+{
+    int is_k = srt_dtype_block_elems(t) == 256;
+    int is_q = t >= SRT_Q8_0 && t <= SRT_Q6_K;
+    const int64_t shapes[][2] = { { 37, is_k ? 512 : 96 }, { 1, is_k ? 256 : 32 }, { 131, is_k ? 768 : 576 } };
+    const int64_t toks[] = { 1, 3, 17, 64 };
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1];
+        size_t row_bytes = srt_dtype_row_bytes(t, cols);
+        size_t stride = row_bytes + 6 * (si & 1);   /* padded rows catch stride bugs */
+        uint8_t *wd = calloc((size_t)rows, stride);
+        for (int64_t r = 0; r < rows; r++)
+            fill_random_weight(t, wd + r * stride, cols);
+        srt_weight w = { t, rows, cols, wd, stride };
+        float *bias = malloc(rows * sizeof(float));
+        for (int64_t r = 0; r < rows; r++)
+            bias[r] = frand(-1, 1);
+        for (size_t ti = 0; ti < 4; ti++) {
+            int64_t n_tok = toks[ti];
+            float *x = malloc(n_tok * cols * sizeof(float));
+            float *xe = malloc(n_tok * cols * sizeof(float));
+            for (int64_t i = 0; i < n_tok * cols; i++) {
+                x[i] = frand(-2, 2);
+                /* integers with 127 in each block quantize exactly */
+                xe[i] = (i % 32 == 5) ? 127.0f : (float)((int)(rnd() % 255) - 127);
+            }
+            int64_t ny = n_tok * rows;
+            float *yref = malloc(ny * sizeof(float)), *yrefe = malloc(ny * sizeof(float));
+            float *yport = malloc(ny * sizeof(float)), *y = malloc(ny * sizeof(float));
+            double *mag = malloc(ny * sizeof(double)), *qerr = malloc(ny * sizeof(double));
+            double *mage = malloc(ny * sizeof(double)), *qerre = malloc(ny * sizeof(double));
+            const float *b = (ti & 1) ? bias : NULL;
+            srt_cpu_matmul_ref(&w, b, x, n_tok, yref);
+            srt_cpu_matmul_ref(&w, b, xe, n_tok, yrefe);
+            error_bounds(&w, x, n_tok, mag, qerr);
+            error_bounds(&w, xe, n_tok, mage, qerre);
+            size_t sb = srt_cpu_matmul_scratch_bytes(&w, n_tok);
+            void *scratch = sb ? malloc(sb) : NULL;
+            for (int p = 0; p < 3; p++) {
+                if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+                    continue;
+                srt_threadpool *use = (p + ti) & 1 ? tp : NULL;
+                const char *name = srt_dtype_name(t);
+                for (int64_t i = 0; i < ny; i++)
+                    y[i] = NAN;
+                srt_cpu_matmul(use, &w, b, x, n_tok, y, scratch);
+                /* every output within the Q8 rounding bound (quantized) / f32 rounding (float) */
+                double e = bound_ratio(y, yref, mag, qerr, ny, is_q ? 1.0 : 0.0, 1e-5);
+                ok(e <= 1.0, "%s %s %lldx%lld n_tok=%lld%s: error / bound %.2f <= 1",
+                   name, paths[p], (long long)rows, (long long)cols, (long long)n_tok,
+                   b ? " +bias" : "", e);
+                if (rows >= 16) {
+                    double rel = rows_rel_err(y, yref, n_tok, rows);
+                    double tol = is_q ? 1e-2 : 1e-5;
+                    ok(rel < tol, "%s %s %lldx%lld n_tok=%lld: row rel err %.2e < %.0e",
+                       name, paths[p], (long long)rows, (long long)cols, (long long)n_tok, rel, tol);
+                }
+                if (p == 0) {
+                    memcpy(yport, y, ny * sizeof(float));
+                } else {
+                    double ep = bound_ratio(y, yport, mag, qerr, ny, 0.0, 1e-5);
+                    ok(ep <= 1.0, "%s %s agrees with portable (%.2f of 1e-5 bound)", name, paths[p], ep);
+                }
+                srt_cpu_matmul(use, &w, b, xe, n_tok, y, scratch);
+                e = bound_ratio(y, yrefe, mage, qerre, ny, 0.0, 1e-5);
+                ok(e <= 1.0, "%s %s n_tok=%lld exactly-quantizable input: error / 1e-5 bound %.2f",
+                   name, paths[p], (long long)n_tok, e);
+            }
+            free(mag); free(qerr); free(mage); free(qerre);
+            free(scratch); free(x); free(xe); free(yref); free(yrefe); free(yport); free(y);
+        }
+        free(bias);
+        free(wd);
+    }
+}
+
+/* A quantized matmul must actually use its activations' quantization: fewer bits than
+ * Q8 would blow the 1e-2 bound, so check the bound is not trivially loose. */
+static void test_matmul_tolerance_is_meaningful(void)
+{
+    int64_t rows = 16, cols = 256;
+    uint8_t wd[16 * 20 * 8];
+    for (int64_t r = 0; r < rows; r++)
+        fill_random_weight(SRT_Q4_1, wd + r * 160, cols);
+    srt_weight w = { SRT_Q4_1, rows, cols, wd, 160 };
+    float x[256], y[16], yref[16];
+    for (int i = 0; i < 256; i++)
+        x[i] = frand(-1, 1);
+    srt_cpu_matmul_ref(&w, NULL, x, 1, yref);
+    for (int i = 0; i < 256; i++)
+        x[i] = roundf(x[i] * 8) / 8;   /* ~4-bit activations */
+    srt_cpu_matmul_ref(&w, NULL, x, 1, y);
+    ok(rows_rel_err(y, yref, 1, rows) > 1e-2, "4-bit activations would fail the 1e-2 bound");
+}
+
+/* ---------------------------------------------------------------- thread pool */
+typedef struct { int hits[64]; int nth_seen; } pool_probe;
+
+static void probe_task(void *arg, int ith, int nth)
+{
+    pool_probe *p = arg;
+    __atomic_fetch_add(&p->hits[ith], 1, __ATOMIC_RELAXED);
+    p->nth_seen = nth;
+}
+
+static void test_threadpool(void)
+{
+    for (int n = 1; n <= 4; n += 3) {
+        srt_threadpool *tp = srt_threadpool_create(n);
+        ok(tp && srt_threadpool_size(tp) == n, "pool of %d", n);
+        pool_probe p;
+        memset(&p, 0, sizeof(p));
+        int runs = 2000, bad = 0;
+        for (int i = 0; i < runs; i++) {
+            srt_threadpool_run(tp, probe_task, &p);
+            if (i == 1000)
+                usleep(5000);   /* let workers fall asleep: the futex path */
+            for (int k = 0; k < n; k++)
+                bad += p.hits[k] != i + 1;
+        }
+        is_int(bad, 0, "every slice ran exactly once per run (%d threads)", n);
+        is_int(p.nth_seen, n, "nth passed through");
+        srt_threadpool_free(tp);
+    }
+    srt_threadpool *tp = srt_threadpool_create(0);
+    ok(tp && srt_threadpool_size(tp) >= 1, "pool of all cores (%d)", srt_threadpool_size(tp));
+    srt_threadpool_free(tp);
+    srt_threadpool_free(NULL);
+    ok(srt_threadpool_size(NULL) == 1, "NULL pool runs serially");
+}
+
+/* ---------------------------------------------------------------- elementwise */
+static void test_elementwise(srt_threadpool *tp)
+{
+    int64_t n_tok = 70, dim = 1000;   /* big enough to take the parallel path */
+    float *x = malloc(n_tok * dim * sizeof(float)), *out = malloc(n_tok * dim * sizeof(float));
+    float *wf = malloc(dim * sizeof(float));
+    uint16_t *wh = malloc(dim * 2), *wb = malloc(dim * 2);
+    for (int64_t i = 0; i < n_tok * dim; i++)
+        x[i] = frand(-3, 3);
+    for (int64_t i = 0; i < dim; i++) {
+        wh[i] = srt_f32_to_f16(frand(0.5f, 1.5f));
+        wf[i] = srt_f16_to_f32(wh[i]);
+        wb[i] = srt_f32_to_bf16(wf[i]);
+    }
+    srt_weight ws[3] = { { SRT_F32, 1, dim, wf, 0 }, { SRT_F16, 1, dim, wh, 0 }, { SRT_BF16, 1, dim, wb, 0 } };
+    for (int k = 0; k < 3; k++) {
+        for (int use_tp = 0; use_tp < 2; use_tp++) {
+            int64_t nt = use_tp ? n_tok : 1;
+            srt_cpu_rmsnorm(use_tp ? tp : NULL, x, &ws[k], 1e-5f, nt, dim, out);
+            double worst = 0;
+            for (int64_t t = 0; t < nt; t++) {
+                double ss = 0;
+                for (int64_t i = 0; i < dim; i++)
+                    ss += (double)x[t * dim + i] * x[t * dim + i];
+                double sc = 1.0 / sqrt(ss / dim + 1e-5);
+                for (int64_t i = 0; i < dim; i++) {
+                    double wv = k == 2 ? srt_bf16_to_f32(wb[i]) : wf[i];
+                    double want = x[t * dim + i] * sc * wv;
+                    double e = fabs(out[t * dim + i] - want) / (fabs(want) + 1e-3);
+                    if (e > worst) worst = e;
+                }
+            }
+            ok(worst < 1e-4, "rmsnorm %s n_tok=%lld rel err %.2e", srt_dtype_name(ws[k].dtype),
+               (long long)nt, worst);
+        }
+    }
+    int64_t n = n_tok * dim;
+    float *up = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        up[i] = frand(-2, 2);
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t m = pass ? n : 37;
+        srt_cpu_silu_mul(tp, x, up, m, out);
+        double worst = 0;
+        for (int64_t i = 0; i < m; i++) {
+            double g = x[i], want = g / (1 + exp(-g)) * up[i];
+            double e = fabs(out[i] - want) / (fabs(want) + 1e-3);
+            if (e > worst) worst = e;
+        }
+        ok(worst < 1e-5, "silu_mul n=%lld rel err %.2e", (long long)m, worst);
+        memcpy(y, up, m * sizeof(float));
+        srt_cpu_add(tp, y, x, m);
+        int bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            bad += y[i] != up[i] + x[i];
+        is_int(bad, 0, "add n=%lld exact", (long long)m);
+    }
+    free(x); free(out); free(wf); free(wh); free(wb); free(up); free(y);
+}
+
+int main(void)
+{
+    test_dtype_table();
+    test_half_conversions();
+    test_block_decoders();
+    srt_threadpool *tp = srt_threadpool_create(3);
+    const srt_dtype all[] = { SRT_F32, SRT_F16, SRT_BF16, SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q4_K, SRT_Q6_K };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        test_matmul_dtype(all[i], tp);
+    test_matmul_tolerance_is_meaningful();
+    ok(srt_cpu_force_simd("nonsense") == SRT_ERROR, "unknown SIMD path is refused");
+    ok(srt_cpu_force_simd("portable") == SRT_OK && !strcmp(srt_cpu_simd_name(), "portable"),
+       "portable path can be forced");
+    test_threadpool();
+    test_elementwise(tp);
+    srt_threadpool_free(tp);
+    return tap_done();
+}
