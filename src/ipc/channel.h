@@ -243,9 +243,10 @@ void srt_chan_sched_request_stop(srt_chan *c, int how);
 /* Release the scheduler role (state stays as last set). */
 void srt_chan_sched_close(srt_chan *c);
 
-/* Supervisor side: the scheduler process died. Fails every QUEUED and RUNNING slot with
- * SRT_CHAN_FINISH_ERROR "scheduler died", wakes their owners, publishes DOWN. */
-void srt_chan_sched_crashed(srt_chan *c, const char *why);
+/* Supervisor side: scheduler process `pid` died. Fails the RUNNING slots it had popped with
+ * SRT_CHAN_FINISH_ERROR `why` and wakes their owners. If it still was the channel's scheduler
+ * (no successor has taken over yet), also publishes DOWN, which fails the QUEUED slots too. */
+void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why);
 
 /* ---- worker side (nginx worker; src/ngx) ---- */
 
@@ -261,7 +262,7 @@ typedef enum srt_chan_submit_status {
     SRT_CHAN_SUBMIT_TOO_LONG = 3,   /* prompt larger than a slot */
 } srt_chan_submit_status;
 
-/* Claim a slot, copy the prompt and sampling in, and queue it. On OK, *slot/*gen identify it.
+/* Claim a slot, copy the prompt and sampling in, and queue it. On OK, slot and gen identify it.
  * group: 0, or a value shared by the n > 1 siblings (use the first sibling's ticket-free id
  * from srt_chan_new_group). */
 srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint32_t n_prompt,

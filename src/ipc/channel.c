@@ -1,0 +1,871 @@
+/* The worker <-> scheduler channel: layout, slot state machine, doorbells. See channel.h. */
+#define _GNU_SOURCE
+#include "ipc/channel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHAN_MAGIC   0x314e414843545253ULL   /* "SRTCHAN1" */
+#define CHAN_VERSION 1u
+
+/* Slot state word: low byte is the state, ABORTED is a flag the worker sets. */
+enum {
+    ST_FREE    = 0,
+    ST_WRITING = 1,
+    ST_QUEUED  = 2,
+    ST_RUNNING = 3,
+    ST_DONE    = 4,
+};
+#define ST_MASK    0xffu
+#define ST_ABORTED 0x100u
+
+typedef struct chan_header {
+    uint64_t          magic;
+    uint32_t          version;
+    uint32_t          n_slots;
+    uint64_t          size;
+    uint64_t          chan_id;
+    uint64_t          slots_off;
+    uint64_t          slot_stride;
+    uint32_t          slot_tokens;
+    uint32_t          pad0;
+    srt_chan_config   cfg;
+
+    _Atomic uint32_t  sched_state;
+    _Atomic int32_t   sched_pid;
+    char              sched_msg[256];
+    srt_chan_model_info info;
+
+    _Atomic uint64_t  next_ticket;
+    _Atomic uint64_t  next_group;
+    _Atomic uint32_t  queued;
+    _Atomic uint32_t  running;
+    _Atomic uint32_t  used;
+    uint32_t          pad1;
+    _Atomic uint64_t  submitted;
+    _Atomic uint64_t  completed;
+    _Atomic uint64_t  aborted;
+    _Atomic uint64_t  rejected_full;
+} chan_header;
+
+typedef struct chan_slot {
+    _Atomic uint32_t  state;
+    _Atomic uint32_t  gen;
+    _Atomic int32_t   owner;     /* worker pid */
+    _Atomic int32_t   runner;    /* scheduler pid that popped it */
+    uint32_t          n_prompt;
+    uint64_t          ticket;
+    uint64_t          group;
+    srt_chan_sampling sp;
+    _Atomic uint32_t  n_out;
+    uint32_t          finish;
+    int32_t           stop_id;
+    uint32_t          cached_tokens;
+    uint32_t          top_n;
+    uint32_t          pad;
+    char              errmsg[160];
+    /* then: int32 prompt[T], int32 out_ids[T], float out_lp[T],
+     *       int32 top_ids[RING*MAXTOP], float top_lps[RING*MAXTOP] */
+} chan_slot;
+
+#define PENDING_MAX 256
+
+struct srt_chan {
+    chan_header          *h;
+    size_t                size;
+    int                   sched_fd;
+    int                   worker_fd;
+    volatile sig_atomic_t stop;
+    uint32_t              claim_hint;
+    int                   n_pending;
+    pid_t                 pending[PENDING_MAX];
+    int                   pending_overflow;
+    struct timespec       last_reclaim;
+};
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static size_t slot_stride_for(uint32_t T)
+{
+    size_t n = align64(sizeof(chan_slot));
+    n += align64((size_t)T * 4) * 3;
+    n += align64((size_t)SRT_CHAN_TOP_RING * SRT_CHAN_MAX_TOP_LOGPROBS * 4) * 2;
+    return n;
+}
+
+static chan_slot *slot_at(const srt_chan *c, uint32_t i)
+{
+    return (chan_slot *)((char *)c->h + c->h->slots_off + (size_t)i * c->h->slot_stride);
+}
+
+static int32_t *slot_prompt(const srt_chan *c, chan_slot *s)
+{
+    return (int32_t *)((char *)s + align64(sizeof(chan_slot)));
+}
+
+static int32_t *slot_out_ids(const srt_chan *c, chan_slot *s)
+{
+    return (int32_t *)((char *)slot_prompt(c, s) + align64((size_t)c->h->slot_tokens * 4));
+}
+
+static float *slot_out_lp(const srt_chan *c, chan_slot *s)
+{
+    return (float *)((char *)slot_out_ids(c, s) + align64((size_t)c->h->slot_tokens * 4));
+}
+
+static int32_t *slot_top_ids(const srt_chan *c, chan_slot *s)
+{
+    return (int32_t *)((char *)slot_out_lp(c, s) + align64((size_t)c->h->slot_tokens * 4));
+}
+
+static float *slot_top_lps(const srt_chan *c, chan_slot *s)
+{
+    return (float *)((char *)slot_top_ids(c, s)
+                     + align64((size_t)SRT_CHAN_TOP_RING * SRT_CHAN_MAX_TOP_LOGPROBS * 4));
+}
+
+/* ---- doorbells ---- */
+
+static socklen_t bell_addr(struct sockaddr_un *a, uint64_t id, pid_t pid)
+{
+    int n;
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    if (pid > 0)
+        n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "srt-%016llx-w%d",
+                     (unsigned long long)id, (int)pid);
+    else
+        n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "srt-%016llx-sched",
+                     (unsigned long long)id);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+static int bell_bind(uint64_t id, pid_t pid)
+{
+    struct sockaddr_un a;
+    socklen_t len = bell_addr(&a, id, pid);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&a, len) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* Ring a doorbell; a full socket buffer means it is already rung, a missing one means the
+ * process is gone: both are fine. Async-signal-safe. */
+static void bell_ring(uint64_t id, pid_t pid)
+{
+    struct sockaddr_un a;
+    socklen_t len = bell_addr(&a, id, pid);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    char b = 1;
+    if (fd < 0)
+        return;
+    if (sendto(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len) < 0) {
+        /* nothing to do: see above */
+    }
+    close(fd);
+}
+
+static void bell_drain(int fd)
+{
+    char buf[64];
+    while (fd >= 0 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    }
+}
+
+static void note_pending(srt_chan *c, pid_t pid)
+{
+    int i;
+    if (pid <= 0)
+        return;
+    for (i = 0; i < c->n_pending; i++)
+        if (c->pending[i] == pid)
+            return;
+    if (c->n_pending < PENDING_MAX)
+        c->pending[c->n_pending++] = pid;
+    else
+        c->pending_overflow = 1;
+}
+
+/* ---- both sides ---- */
+
+size_t srt_chan_size(const srt_chan_config *cfg)
+{
+    if (cfg->slots <= 0 || cfg->slot_tokens <= 0)
+        return 0;
+    return align64(sizeof(chan_header)) + (size_t)cfg->slots * slot_stride_for((uint32_t)cfg->slot_tokens);
+}
+
+int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err *err)
+{
+    chan_header *h = mem;
+    size_t need = srt_chan_size(cfg);
+    uint64_t id = 0;
+
+    if (need == 0 || cfg->slots > 1000000 || cfg->slot_tokens > (1 << 24))
+        return srt_err_set(err, "channel: bad geometry (slots %d, slot_tokens %d)",
+                           (int)cfg->slots, (int)cfg->slot_tokens);
+    if (mem == NULL || size < need)
+        return srt_err_set(err, "channel: %zu bytes given, %zu needed", size, need);
+    memset(mem, 0, need);
+    if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
+        id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)mem;
+    h->magic = CHAN_MAGIC;
+    h->version = CHAN_VERSION;
+    h->n_slots = (uint32_t)cfg->slots;
+    h->size = need;
+    h->chan_id = id;
+    h->slots_off = align64(sizeof(chan_header));
+    h->slot_stride = slot_stride_for((uint32_t)cfg->slot_tokens);
+    h->slot_tokens = (uint32_t)cfg->slot_tokens;
+    h->cfg = *cfg;
+    h->cfg.model_path[SRT_CHAN_PATH_MAX - 1] = 0;
+    h->cfg.served_name[SRT_CHAN_NAME_MAX - 1] = 0;
+    h->cfg.hooks_path[SRT_CHAN_PATH_MAX - 1] = 0;
+    h->cfg.chat_template[SRT_CHAN_PATH_MAX - 1] = 0;
+    atomic_store(&h->sched_state, SRT_CHAN_SCHED_NONE);
+    atomic_store(&h->next_ticket, 1);
+    atomic_store(&h->next_group, 1);
+    return SRT_OK;
+}
+
+srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err)
+{
+    chan_header *h = mem;
+    srt_chan *c;
+
+    if (mem == NULL || size < sizeof(chan_header) || h->magic != CHAN_MAGIC
+        || h->version != CHAN_VERSION) {
+        srt_err_set(err, "channel: memory does not hold a channel");
+        return NULL;
+    }
+    if (h->size > size || h->slots_off < sizeof(chan_header)
+        || h->slot_stride < slot_stride_for(h->slot_tokens)
+        || h->slots_off + (uint64_t)h->n_slots * h->slot_stride > h->size) {
+        srt_err_set(err, "channel: corrupt header");
+        return NULL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        srt_err_set(err, "channel: out of memory");
+        return NULL;
+    }
+    c->h = h;
+    c->size = size;
+    c->sched_fd = -1;
+    c->worker_fd = -1;
+    c->claim_hint = (uint32_t)getpid() * 2654435761u;
+    return c;
+}
+
+void srt_chan_detach(srt_chan *c)
+{
+    if (c == NULL)
+        return;
+    if (c->sched_fd >= 0)
+        srt_chan_sched_close(c);
+    if (c->worker_fd >= 0)
+        close(c->worker_fd);
+    free(c);
+}
+
+const srt_chan_config *srt_chan_get_config(const srt_chan *c) { return &c->h->cfg; }
+uint64_t srt_chan_id(const srt_chan *c) { return c->h->chan_id; }
+pid_t srt_chan_sched_pid(const srt_chan *c) { return atomic_load(&c->h->sched_pid); }
+
+int srt_chan_sched_state_get(const srt_chan *c, char *msg, size_t msg_len)
+{
+    int st = (int)atomic_load_explicit(&c->h->sched_state, memory_order_acquire);
+    if (msg && msg_len) {
+        size_t n = strnlen(c->h->sched_msg, sizeof(c->h->sched_msg) - 1);
+        if (n >= msg_len)
+            n = msg_len - 1;
+        memcpy(msg, c->h->sched_msg, n);
+        msg[n] = 0;
+    }
+    return st;
+}
+
+int srt_chan_model_info_get(const srt_chan *c, srt_chan_model_info *info)
+{
+    if (atomic_load_explicit(&c->h->sched_state, memory_order_acquire) != SRT_CHAN_SCHED_READY
+        && c->h->info.vocab_size == 0)
+        return SRT_ERROR;
+    *info = c->h->info;
+    info->arch[sizeof(info->arch) - 1] = 0;
+    info->device[sizeof(info->device) - 1] = 0;
+    return SRT_OK;
+}
+
+void srt_chan_stats_get(const srt_chan *c, srt_chan_stats *st)
+{
+    st->slots_total = c->h->n_slots;
+    st->slots_used = atomic_load(&c->h->used);
+    st->queued = atomic_load(&c->h->queued);
+    st->running = atomic_load(&c->h->running);
+    st->submitted = atomic_load(&c->h->submitted);
+    st->completed = atomic_load(&c->h->completed);
+    st->aborted = atomic_load(&c->h->aborted);
+    st->rejected_full = atomic_load(&c->h->rejected_full);
+}
+
+/* Move a slot to FREE: new generation first, so a later claimer never sees the old one. */
+static void slot_free(srt_chan *c, chan_slot *s)
+{
+    atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->owner, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->state, ST_FREE, memory_order_release);
+    atomic_fetch_sub(&c->h->used, 1);
+}
+
+static int slot_check(const srt_chan *c, uint32_t slot, uint32_t gen, chan_slot **out)
+{
+    chan_slot *s;
+    if (slot >= c->h->n_slots)
+        return SRT_ERROR;
+    s = slot_at(c, slot);
+    if (atomic_load_explicit(&s->gen, memory_order_acquire) != gen)
+        return SRT_ERROR;
+    *out = s;
+    return SRT_OK;
+}
+
+/* Complete a QUEUED or RUNNING slot from outside the scheduler loop (crash, failed load). */
+static int slot_fail(srt_chan *c, chan_slot *s, const char *msg, int only_queued)
+{
+    uint32_t st = atomic_load_explicit(&s->state, memory_order_acquire);
+    for (;;) {
+        uint32_t base = st & ST_MASK;
+        if (base != ST_QUEUED && (only_queued || base != ST_RUNNING))
+            return 0;
+        s->finish = SRT_CHAN_FINISH_ERROR;
+        s->stop_id = -1;
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", msg);
+        if (st & ST_ABORTED) {
+            if (atomic_compare_exchange_weak(&s->state, &st, ST_DONE)) {
+                if (base == ST_QUEUED)
+                    atomic_fetch_sub(&c->h->queued, 1);
+                else
+                    atomic_fetch_sub(&c->h->running, 1);
+                atomic_fetch_add(&c->h->aborted, 1);
+                slot_free(c, s);
+                return 1;
+            }
+            continue;
+        }
+        if (atomic_compare_exchange_weak(&s->state, &st, ST_DONE)) {
+            if (base == ST_QUEUED)
+                atomic_fetch_sub(&c->h->queued, 1);
+            else
+                atomic_fetch_sub(&c->h->running, 1);
+            atomic_fetch_add(&c->h->completed, 1);
+            bell_ring(c->h->chan_id, atomic_load(&s->owner));
+            return 1;
+        }
+    }
+}
+
+/* ---- scheduler side ---- */
+
+static int pidfd_wait_exit(pid_t pid, srt_chan *c)
+{
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    struct pollfd p;
+    if (fd < 0)
+        return -1;
+    p.fd = fd;
+    p.events = POLLIN;
+    while (!c->stop) {
+        int r = poll(&p, 1, -1);
+        if (r > 0)
+            break;
+        if (r < 0 && errno != EINTR)
+            break;
+    }
+    close(fd);
+    return 0;
+}
+
+int srt_chan_sched_open(srt_chan *c, srt_err *err)
+{
+    for (;;) {
+        pid_t owner;
+        int fd;
+        if (c->stop)
+            return srt_err_set(err, "channel: stop requested before the scheduler started");
+        fd = bell_bind(c->h->chan_id, 0);
+        if (fd >= 0) {
+            c->sched_fd = fd;
+            atomic_store(&c->h->sched_pid, getpid());
+            clock_gettime(CLOCK_MONOTONIC, &c->last_reclaim);
+            return SRT_OK;
+        }
+        if (errno != EADDRINUSE)
+            return srt_err_set(err, "channel: scheduler doorbell: %s", strerror(errno));
+        /* Another scheduler (the one before a reload) still owns the model: wait for it. */
+        owner = atomic_load(&c->h->sched_pid);
+        if (owner <= 0 || owner == getpid() || pidfd_wait_exit(owner, c) != 0) {
+            struct timespec ts = { 0, 50 * 1000 * 1000 };
+            nanosleep(&ts, NULL); /* owner bound but not yet published its pid */
+        }
+    }
+}
+
+void srt_chan_sched_close(srt_chan *c)
+{
+    if (c->sched_fd < 0)
+        return;
+    srt_chan_sched_flush(c);
+    if (c->stop == 1)
+        srt_chan_sched_set_state(c, SRT_CHAN_SCHED_HANDOVER, "scheduler restarting", NULL);
+    else
+        srt_chan_sched_set_state(c, SRT_CHAN_SCHED_DOWN, "scheduler stopped", NULL);
+    {
+        int32_t me = getpid();
+        atomic_compare_exchange_strong(&c->h->sched_pid, &me, 0);
+    }
+    close(c->sched_fd);
+    c->sched_fd = -1;
+}
+
+void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *msg,
+                              const srt_chan_model_info *info)
+{
+    chan_header *h = c->h;
+    uint32_t cur = atomic_load(&h->sched_state);
+    uint32_t i;
+
+    /* A successor loading after a graceful hand-over keeps accepting: requests queue for it. */
+    if (st == SRT_CHAN_SCHED_LOADING && cur == SRT_CHAN_SCHED_HANDOVER)
+        st = SRT_CHAN_SCHED_HANDOVER;
+    if (info != NULL)
+        h->info = *info;
+    snprintf(h->sched_msg, sizeof(h->sched_msg), "%s", msg ? msg : "");
+    atomic_store_explicit(&h->sched_state, (uint32_t)st, memory_order_release);
+    if (st == SRT_CHAN_SCHED_FAILED || st == SRT_CHAN_SCHED_DOWN) {
+        /* Nobody will serve what is queued: fail it now rather than let it hang. */
+        for (i = 0; i < h->n_slots; i++)
+            slot_fail(c, slot_at(c, i), msg ? msg : "scheduler unavailable", 1);
+    }
+}
+
+int srt_chan_sched_fd(const srt_chan *c) { return c->sched_fd; }
+
+int srt_chan_sched_wait(srt_chan *c, int timeout_ms)
+{
+    struct pollfd p;
+    struct timespec now;
+    int r;
+
+    srt_chan_sched_flush(c);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec > c->last_reclaim.tv_sec) {
+        c->last_reclaim = now;
+        srt_chan_sched_reclaim(c);
+    }
+    if (c->stop)
+        return 1;
+    if (c->sched_fd < 0)
+        return SRT_ERROR;
+    if (atomic_load(&c->h->queued) > 0)
+        timeout_ms = 0;
+    if (timeout_ms < 0 || timeout_ms > 1000)
+        timeout_ms = 1000; /* wake at least once a second to reclaim dead workers' slots */
+    p.fd = c->sched_fd;
+    p.events = POLLIN;
+    r = poll(&p, 1, timeout_ms);
+    if (r < 0)
+        return errno == EINTR ? 1 : SRT_ERROR;
+    bell_drain(c->sched_fd);
+    return r > 0 || atomic_load(&c->h->queued) > 0 || c->stop ? 1 : 0;
+}
+
+int srt_chan_sched_pop_request(srt_chan *c, srt_chan_req *req)
+{
+    chan_header *h = c->h;
+    if (c->stop)
+        return 0;
+    while (atomic_load_explicit(&h->queued, memory_order_acquire) > 0) {
+        chan_slot *best = NULL;
+        uint32_t best_i = 0, i, st;
+        uint64_t best_ticket = UINT64_MAX;
+        for (i = 0; i < h->n_slots; i++) {
+            chan_slot *s = slot_at(c, i);
+            if (atomic_load_explicit(&s->state, memory_order_acquire) == ST_QUEUED
+                && s->ticket < best_ticket) {
+                best = s;
+                best_i = i;
+                best_ticket = s->ticket;
+            }
+        }
+        if (best == NULL)
+            return 0; /* counter ahead of the state words for a moment */
+        st = ST_QUEUED;
+        if (!atomic_compare_exchange_strong(&best->state, &st, ST_RUNNING))
+            continue; /* the worker withdrew it: look again */
+        atomic_store(&best->runner, getpid());
+        atomic_fetch_sub(&h->queued, 1);
+        atomic_fetch_add(&h->running, 1);
+        req->slot = best_i;
+        req->gen = atomic_load(&best->gen);
+        req->ticket = best->ticket;
+        req->group = best->group;
+        req->prompt = slot_prompt(c, best);
+        req->n_prompt = best->n_prompt;
+        req->max_output = h->slot_tokens - best->n_prompt;
+        req->sampling = &best->sp;
+        return 1;
+    }
+    return 0;
+}
+
+int srt_chan_sched_push_tokens(srt_chan *c, uint32_t slot, uint32_t gen, const int32_t *ids,
+                               const float *logprobs, uint32_t n, const int32_t *top_ids,
+                               const float *top_lps, uint32_t top_n)
+{
+    chan_slot *s;
+    uint32_t have, i, j, cap;
+    int32_t *out;
+    float *lp;
+
+    if (slot_check(c, slot, gen, &s) != SRT_OK)
+        return SRT_ERROR;
+    if ((atomic_load_explicit(&s->state, memory_order_acquire) & ST_MASK) != ST_RUNNING)
+        return SRT_ERROR;
+    have = atomic_load_explicit(&s->n_out, memory_order_relaxed);
+    cap = c->h->slot_tokens - s->n_prompt;
+    if (n > cap - have)
+        return SRT_ERROR;
+    out = slot_out_ids(c, s);
+    lp = slot_out_lp(c, s);
+    if (top_n > SRT_CHAN_MAX_TOP_LOGPROBS)
+        top_n = SRT_CHAN_MAX_TOP_LOGPROBS;
+    for (i = 0; i < n; i++) {
+        out[have + i] = ids[i];
+        lp[have + i] = logprobs ? logprobs[i] : 0.0f;
+        if (top_ids && top_lps && top_n) {
+            uint32_t row = (have + i) % SRT_CHAN_TOP_RING;
+            int32_t *ti = slot_top_ids(c, s) + row * SRT_CHAN_MAX_TOP_LOGPROBS;
+            float *tl = slot_top_lps(c, s) + row * SRT_CHAN_MAX_TOP_LOGPROBS;
+            for (j = 0; j < top_n; j++) {
+                ti[j] = top_ids[i * top_n + j];
+                tl[j] = top_lps[i * top_n + j];
+            }
+        }
+    }
+    if (top_ids && top_lps)
+        s->top_n = top_n;
+    atomic_store_explicit(&s->n_out, have + n, memory_order_release);
+    note_pending(c, atomic_load(&s->owner));
+    return SRT_OK;
+}
+
+int srt_chan_sched_finish(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_finish reason,
+                          int32_t stop_id, uint32_t cached_tokens, const char *errmsg)
+{
+    chan_slot *s;
+    uint32_t st;
+
+    if (slot_check(c, slot, gen, &s) != SRT_OK)
+        return SRT_ERROR;
+    st = atomic_load_explicit(&s->state, memory_order_acquire);
+    if ((st & ST_MASK) != ST_RUNNING)
+        return SRT_ERROR;
+    s->finish = (uint32_t)reason;
+    s->stop_id = stop_id;
+    s->cached_tokens = cached_tokens;
+    snprintf(s->errmsg, sizeof(s->errmsg), "%s", errmsg ? errmsg : "");
+    for (;;) {
+        if (st & ST_ABORTED) {
+            /* The worker is gone: nobody will read this, free the slot now. */
+            if (atomic_compare_exchange_weak(&s->state, &st, ST_DONE)) {
+                atomic_fetch_sub(&c->h->running, 1);
+                atomic_fetch_add(&c->h->aborted, 1);
+                slot_free(c, s);
+                return SRT_OK;
+            }
+        } else if (atomic_compare_exchange_weak(&s->state, &st, ST_DONE)) {
+            atomic_fetch_sub(&c->h->running, 1);
+            if (reason == SRT_CHAN_FINISH_ABORT)
+                atomic_fetch_add(&c->h->aborted, 1);
+            else
+                atomic_fetch_add(&c->h->completed, 1);
+            note_pending(c, atomic_load(&s->owner));
+            return SRT_OK;
+        }
+        if ((st & ST_MASK) != ST_RUNNING)
+            return SRT_ERROR;
+    }
+}
+
+int srt_chan_sched_is_aborted(const srt_chan *c, uint32_t slot, uint32_t gen)
+{
+    chan_slot *s;
+    if (slot_check(c, slot, gen, &s) != SRT_OK)
+        return 1;
+    return (atomic_load_explicit(&s->state, memory_order_acquire) & ST_ABORTED) != 0;
+}
+
+void srt_chan_sched_flush(srt_chan *c)
+{
+    int i;
+    if (c->pending_overflow) {
+        /* More distinct owners than we track: ring every owner of a live slot. */
+        uint32_t k;
+        c->n_pending = 0;
+        c->pending_overflow = 0;
+        for (k = 0; k < c->h->n_slots; k++) {
+            chan_slot *s = slot_at(c, k);
+            if ((atomic_load(&s->state) & ST_MASK) >= ST_QUEUED)
+                bell_ring(c->h->chan_id, atomic_load(&s->owner));
+        }
+        return;
+    }
+    for (i = 0; i < c->n_pending; i++)
+        bell_ring(c->h->chan_id, c->pending[i]);
+    c->n_pending = 0;
+}
+
+static int pid_gone(pid_t pid)
+{
+    return pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH);
+}
+
+int srt_chan_sched_reclaim(srt_chan *c)
+{
+    uint32_t i;
+    int n = 0;
+    for (i = 0; i < c->h->n_slots; i++) {
+        chan_slot *s = slot_at(c, i);
+        uint32_t st = atomic_load_explicit(&s->state, memory_order_acquire);
+        uint32_t base = st & ST_MASK;
+        pid_t owner;
+        if (base == ST_FREE || (st & ST_ABORTED))
+            continue;
+        owner = atomic_load(&s->owner);
+        if (!pid_gone(owner))
+            continue;
+        switch (base) {
+        case ST_WRITING:
+        case ST_DONE:
+            if (atomic_compare_exchange_strong(&s->state, &st, ST_DONE | ST_ABORTED)) {
+                slot_free(c, s);
+                n++;
+            }
+            break;
+        case ST_QUEUED:
+            if (atomic_compare_exchange_strong(&s->state, &st, ST_DONE)) {
+                atomic_fetch_sub(&c->h->queued, 1);
+                atomic_fetch_add(&c->h->aborted, 1);
+                slot_free(c, s);
+                n++;
+            }
+            break;
+        case ST_RUNNING:
+            if (atomic_compare_exchange_strong(&s->state, &st, st | ST_ABORTED))
+                n++;
+            break;
+        }
+    }
+    return n;
+}
+
+int srt_chan_sched_stopping(const srt_chan *c) { return (int)c->stop; }
+
+void srt_chan_sched_request_stop(srt_chan *c, int how)
+{
+    if (how > c->stop)
+        c->stop = how;
+    if (c->sched_fd >= 0)
+        bell_ring(c->h->chan_id, 0);
+}
+
+void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why)
+{
+    uint32_t i;
+    int32_t owner = pid;
+    const char *msg = why ? why : "scheduler died";
+    for (i = 0; i < c->h->n_slots; i++) {
+        chan_slot *s = slot_at(c, i);
+        if (atomic_load(&s->runner) == pid)
+            slot_fail(c, s, msg, 0);
+    }
+    /* Only the dead process's own state: a successor may already be serving. */
+    if (atomic_compare_exchange_strong(&c->h->sched_pid, &owner, 0))
+        srt_chan_sched_set_state(c, SRT_CHAN_SCHED_DOWN, msg, NULL);
+}
+
+/* ---- worker side ---- */
+
+int srt_chan_worker_open(srt_chan *c, srt_err *err)
+{
+    if (c->worker_fd >= 0)
+        return c->worker_fd;
+    c->worker_fd = bell_bind(c->h->chan_id, getpid());
+    if (c->worker_fd < 0)
+        return srt_err_set(err, "channel: worker doorbell: %s", strerror(errno));
+    return c->worker_fd;
+}
+
+void srt_chan_worker_drain(srt_chan *c) { bell_drain(c->worker_fd); }
+
+uint64_t srt_chan_new_group(srt_chan *c) { return atomic_fetch_add(&c->h->next_group, 1); }
+
+srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint32_t n_prompt,
+                                       const srt_chan_sampling *sp, uint64_t group,
+                                       uint32_t *slot, uint32_t *gen)
+{
+    chan_header *h = c->h;
+    uint32_t st = atomic_load_explicit(&h->sched_state, memory_order_acquire);
+    uint32_t i, n = h->n_slots;
+    int32_t limit = h->cfg.max_queued_requests;
+
+    if (st != SRT_CHAN_SCHED_READY && st != SRT_CHAN_SCHED_HANDOVER)
+        return SRT_CHAN_SUBMIT_DOWN;
+    if (n_prompt == 0 || n_prompt >= h->slot_tokens)
+        return SRT_CHAN_SUBMIT_TOO_LONG;
+    if (limit > 0 && atomic_load(&h->queued) >= (uint32_t)limit) {
+        atomic_fetch_add(&h->rejected_full, 1);
+        return SRT_CHAN_SUBMIT_FULL;
+    }
+    for (i = 0; i < n; i++) {
+        uint32_t k = (c->claim_hint + i) % n;
+        chan_slot *s = slot_at(c, k);
+        uint32_t expect = ST_FREE;
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) != ST_FREE)
+            continue;
+        if (!atomic_compare_exchange_strong(&s->state, &expect, ST_WRITING))
+            continue;
+        atomic_fetch_add(&h->used, 1);
+        atomic_store(&s->owner, getpid());
+        c->claim_hint = k + 1;
+        memcpy(slot_prompt(c, s), prompt, (size_t)n_prompt * 4);
+        s->n_prompt = n_prompt;
+        s->sp = *sp;
+        if (s->sp.top_logprobs > SRT_CHAN_MAX_TOP_LOGPROBS)
+            s->sp.top_logprobs = SRT_CHAN_MAX_TOP_LOGPROBS;
+        if (s->sp.n_stop_ids > SRT_CHAN_MAX_STOP_IDS)
+            s->sp.n_stop_ids = SRT_CHAN_MAX_STOP_IDS;
+        if (s->sp.n_logit_bias > SRT_CHAN_MAX_LOGIT_BIAS)
+            s->sp.n_logit_bias = SRT_CHAN_MAX_LOGIT_BIAS;
+        s->group = group;
+        atomic_store(&s->runner, 0);
+        s->finish = SRT_CHAN_FINISH_NONE;
+        s->stop_id = -1;
+        s->cached_tokens = 0;
+        s->top_n = 0;
+        s->errmsg[0] = 0;
+        atomic_store_explicit(&s->n_out, 0, memory_order_relaxed);
+        s->ticket = atomic_fetch_add(&h->next_ticket, 1);
+        *slot = k;
+        *gen = atomic_load(&s->gen);
+        atomic_fetch_add(&h->queued, 1);
+        atomic_store_explicit(&s->state, ST_QUEUED, memory_order_release);
+        atomic_fetch_add(&h->submitted, 1);
+        bell_ring(h->chan_id, 0);
+        return SRT_CHAN_SUBMIT_OK;
+    }
+    atomic_fetch_add(&h->rejected_full, 1);
+    return SRT_CHAN_SUBMIT_FULL;
+}
+
+int srt_chan_read(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_output *out)
+{
+    chan_slot *s;
+    uint32_t st;
+    if (slot_check(c, slot, gen, &s) != SRT_OK)
+        return SRT_ERROR;
+    st = atomic_load_explicit(&s->state, memory_order_acquire);
+    out->n_out = atomic_load_explicit(&s->n_out, memory_order_acquire);
+    out->ids = slot_out_ids(c, s);
+    out->logprobs = slot_out_lp(c, s);
+    if ((st & ST_MASK) == ST_DONE) {
+        out->finish = (srt_chan_finish)s->finish;
+        out->stop_id = s->stop_id;
+        out->cached_tokens = s->cached_tokens;
+        out->errmsg = s->errmsg;
+        out->n_out = atomic_load_explicit(&s->n_out, memory_order_acquire);
+    } else {
+        out->finish = SRT_CHAN_FINISH_NONE;
+        out->stop_id = -1;
+        out->cached_tokens = 0;
+        out->errmsg = "";
+    }
+    if (out->n_out > c->h->slot_tokens - s->n_prompt)
+        out->n_out = c->h->slot_tokens - s->n_prompt;
+    return SRT_OK;
+}
+
+uint32_t srt_chan_read_top(srt_chan *c, uint32_t slot, uint32_t gen, uint32_t i,
+                           int32_t *ids, float *lps, uint32_t cap)
+{
+    chan_slot *s;
+    uint32_t n_out, top_n, row, j;
+    if (slot_check(c, slot, gen, &s) != SRT_OK)
+        return 0;
+    n_out = atomic_load_explicit(&s->n_out, memory_order_acquire);
+    top_n = s->top_n;
+    if (i >= n_out || n_out - i > SRT_CHAN_TOP_RING || top_n == 0)
+        return 0;
+    if (top_n > cap)
+        top_n = cap;
+    if (top_n > SRT_CHAN_MAX_TOP_LOGPROBS)
+        top_n = SRT_CHAN_MAX_TOP_LOGPROBS;
+    row = i % SRT_CHAN_TOP_RING;
+    for (j = 0; j < top_n; j++) {
+        ids[j] = slot_top_ids(c, s)[row * SRT_CHAN_MAX_TOP_LOGPROBS + j];
+        lps[j] = slot_top_lps(c, s)[row * SRT_CHAN_MAX_TOP_LOGPROBS + j];
+    }
+    return top_n;
+}
+
+void srt_chan_release(srt_chan *c, uint32_t slot, uint32_t gen)
+{
+    chan_slot *s;
+    uint32_t st;
+    if (slot_check(c, slot, gen, &s) != SRT_OK)
+        return;
+    st = atomic_load_explicit(&s->state, memory_order_acquire);
+    for (;;) {
+        uint32_t base = st & ST_MASK;
+        if (base == ST_DONE) {
+            if (atomic_compare_exchange_weak(&s->state, &st, ST_DONE | ST_ABORTED)) {
+                slot_free(c, s);
+                return;
+            }
+        } else if (base == ST_QUEUED && !(st & ST_ABORTED)) {
+            /* Not popped yet: withdraw it ourselves. */
+            if (atomic_compare_exchange_weak(&s->state, &st, ST_DONE | ST_ABORTED)) {
+                atomic_fetch_sub(&c->h->queued, 1);
+                atomic_fetch_add(&c->h->aborted, 1);
+                slot_free(c, s);
+                return;
+            }
+        } else if (base == ST_RUNNING && !(st & ST_ABORTED)) {
+            if (atomic_compare_exchange_weak(&s->state, &st, st | ST_ABORTED)) {
+                bell_ring(c->h->chan_id, 0);
+                return;
+            }
+        } else {
+            return;
+        }
+    }
+}

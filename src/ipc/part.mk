@@ -1,0 +1,3 @@
+# Shared-memory channel between nginx workers and the scheduler process (no nginx headers).
+ENGINE_SRCS += src/ipc/channel.c
+UNIT_TESTS  += $(BUILD)/t/test_ipc
