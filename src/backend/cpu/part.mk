@@ -8,3 +8,4 @@ ENGINE_SRCS += src/util/dtype.c \
                src/backend/cpu/kernels_avx2.c \
                src/backend/cpu/kernels_avx512.c
 UNIT_TESTS  += $(BUILD)/t/test_cpu_kernels
+TOOLS       += $(BUILD)/bin/srt-bench-matmul

@@ -1,0 +1,133 @@
+/* Times srt_cpu_matmul on SmolLM2-135M shapes: decode (1 token) and prefill (128 tokens).
+ *
+ *   srt-bench-matmul [-t threads] [-s portable|avx2|avx512] [-d q4_1,q8_0,...] [-n tok,...]
+ *                    [-m ms-per-case]
+ *
+ * GFLOP/s counts 2*rows*cols*n_tok; GB/s counts weight bytes read once per call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "srt/common.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+static const struct { const char *name; srt_dtype t; } dtypes[] = {
+    { "f32", SRT_F32 }, { "f16", SRT_F16 }, { "bf16", SRT_BF16 }, { "q8_0", SRT_Q8_0 },
+    { "q4_0", SRT_Q4_0 }, { "q4_1", SRT_Q4_1 }, { "q4_k", SRT_Q4_K }, { "q6_k", SRT_Q6_K },
+};
+
+/* Random bytes with every f16 scale replaced by a small finite value. */
+static void fill(srt_dtype t, uint8_t *p, size_t bytes, int64_t cols)
+{
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = (uint8_t)rnd();
+    size_t bb = srt_dtype_block_bytes(t);
+    uint16_t h = srt_f32_to_f16(0.01f), hb = srt_f32_to_bf16(0.01f);
+    for (size_t off = 0; off + bb <= bytes; off += bb) {
+        switch (t) {
+        case SRT_F32: { float v = 0.01f * (float)(rnd() % 100); memcpy(p + off, &v, 4); break; }
+        case SRT_F16: memcpy(p + off, &h, 2); break;
+        case SRT_BF16: memcpy(p + off, &hb, 2); break;
+        case SRT_Q8_0: case SRT_Q4_0: memcpy(p + off, &h, 2); break;
+        case SRT_Q4_1: case SRT_Q4_K: memcpy(p + off, &h, 2); memcpy(p + off + 2, &h, 2); break;
+        case SRT_Q6_K: memcpy(p + off + 208, &h, 2); break;
+        default: break;
+        }
+    }
+    (void)cols;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 1, ms = 300;
+    const char *dlist = "q4_1,q8_0", *nlist = "1,128";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-s")) {
+            if (srt_cpu_force_simd(argv[i + 1]) != SRT_OK) {
+                fprintf(stderr, "SIMD path %s not available\n", argv[i + 1]);
+                return 1;
+            }
+        } else if (!strcmp(argv[i], "-d")) dlist = argv[i + 1];
+        else if (!strcmp(argv[i], "-n")) nlist = argv[i + 1];
+        else if (!strcmp(argv[i], "-m")) ms = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms]\n", argv[0]);
+            return 1;
+        }
+    }
+    srt_threadpool *tp = srt_threadpool_create(threads);
+    if (!tp) {
+        fprintf(stderr, "cannot create thread pool\n");
+        return 1;
+    }
+    printf("simd=%s threads=%d\n", srt_cpu_simd_name(), srt_threadpool_size(tp));
+    printf("%-6s %-14s %5s %10s %9s %8s\n", "dtype", "shape(out x in)", "n_tok", "us/call", "GFLOP/s", "GB/s");
+    static const int64_t shapes[][2] = { { 576, 576 }, { 1536, 576 }, { 576, 1536 }, { 49152, 576 } };
+    char dbuf[256];
+    snprintf(dbuf, sizeof(dbuf), "%s", dlist);
+    for (char *ds = strtok(dbuf, ","); ds; ds = strtok(NULL, ",")) {
+        srt_dtype t = SRT_DTYPE_COUNT;
+        for (size_t k = 0; k < sizeof(dtypes) / sizeof(dtypes[0]); k++)
+            if (!strcmp(ds, dtypes[k].name))
+                t = dtypes[k].t;
+        if (t == SRT_DTYPE_COUNT) {
+            fprintf(stderr, "unknown dtype %s\n", ds);
+            continue;
+        }
+        for (size_t s = 0; s < 4; s++) {
+            int64_t rows = shapes[s][0], cols = shapes[s][1];
+            if (cols % srt_dtype_block_elems(t))
+                continue;
+            size_t rb = srt_dtype_row_bytes(t, cols);
+            uint8_t *wd = aligned_alloc(64, (rows * rb + 63) / 64 * 64);
+            fill(t, wd, rows * rb, cols);
+            srt_weight w = { t, rows, cols, wd, rb };
+            const char *np = nlist;
+            while (*np) {
+                int64_t n_tok = strtol(np, (char **)&np, 10);
+                if (*np == ',') np++;
+                if (n_tok <= 0) break;
+                float *x = aligned_alloc(64, (n_tok * cols * 4 + 63) / 64 * 64);
+                float *y = aligned_alloc(64, (n_tok * rows * 4 + 63) / 64 * 64);
+                for (int64_t i = 0; i < n_tok * cols; i++)
+                    x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+                size_t sb = srt_cpu_matmul_scratch_bytes(&w, n_tok);
+                void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+                srt_cpu_matmul(tp, &w, NULL, x, n_tok, y, scratch);   /* warm up */
+                int iters = 0;
+                double t0 = now_s(), el;
+                do {
+                    srt_cpu_matmul(tp, &w, NULL, x, n_tok, y, scratch);
+                    iters++;
+                    el = now_s() - t0;
+                } while (el < ms * 1e-3);
+                double per = el / iters;
+                char shape[32];
+                snprintf(shape, sizeof(shape), "%lldx%lld", (long long)rows, (long long)cols);
+                printf("%-6s %-14s %5lld %10.1f %9.1f %8.1f\n", ds, shape, (long long)n_tok, per * 1e6,
+                       2.0 * rows * cols * n_tok / per * 1e-9, rows * rb / per * 1e-9);
+                fflush(stdout);
+                free(x); free(y); free(scratch);
+            }
+            free(wd);
+        }
+    }
+    srt_threadpool_free(tp);
+    return 0;
+}
