@@ -1,7 +1,248 @@
-/* AVX2 + FMA + F16C kernels (compiled per function with target attributes). */
+/* AVX2 + FMA + F16C kernels, compiled per function with target attributes so the library
+ * still loads on older CPUs; matmul.c only calls these after a CPUID check.
+ *
+ * One 32-wide block per 256-bit register. Unsigned 4-bit weights multiply the signed Q8
+ * activations with vpmaddubsw (no overflow: 15*127*2 < 32767); Q8_0 weights use the
+ * abs/sign trick to get an unsigned operand. Offsets (Q4_1's m, Q4_0's -8) are applied
+ * once per block through the activation block sums. */
+#include <immintrin.h>
+#include <string.h>
+
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_kernels.h"
+
+#if defined(__x86_64__)
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TGT
+
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
+
+static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0) };
+
+INLINE float half_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+INLINE float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE __m256i unpack_q4(const uint8_t *qs)
+{
+    __m128i a = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(a, 4), a), _mm256_set1_epi8(0x0F));
+}
+
+/* The R x T micro-kernel over a whole row. */
+INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const int8_t *aq,
+                 const q8_scale *ads, int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    const size_t bb = fmt_bytes[fmt];
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wv[4], ws[4];
+        float dw[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * stride + b * bb;
+            dw[r] = half_at(blk);
+            if (fmt == FMT_Q8_0) {
+                ws[r] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                wv[r] = _mm256_abs_epi8(ws[r]);
+            } else {
+                wv[r] = unpack_q4(blk + (fmt == FMT_Q4_1 ? 4 : 2));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m256i xv = _mm256_load_si256((const __m256i *)(aq + t * qstride + b * QK));
+            float dx = ads[t * nb + b].d;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i xs = fmt == FMT_Q8_0 ? _mm256_sign_epi8(xv, ws[r]) : xv;
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xs), ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx),
+                                            acc[r][t]);
+            }
+        }
+    }
+    float off[4][4] = { { 0 } };
+    if (fmt != FMT_Q8_0) {
+        /* sum over blocks of m * (dx * sum(qx)); Q4_0's m is -8d */
+        for (int64_t b = 0; b < nb; b++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const uint8_t *blk = w + r * stride + b * bb;
+                float m = fmt == FMT_Q4_1 ? half_at(blk + 2) : -8.0f * half_at(blk);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++)
+                    off[r][t] += m * ads[t * nb + b].s;
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            y[t * ldy + r] = hsum8(acc[r][t]) + off[r][t];
+}
+
+/* Prefill tiles of 2 rows x 4 tokens (the 16 ymm registers allow no more), decode
+ * tiles of 4 rows, then the remainders. */
+#define DEFINE_TILE(name, fmt)                                                                 \
+    TGT static void name(const uint8_t *w, size_t stride, int nr, const int8_t *aq,           \
+                         const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,  \
+                         int64_t ldy)                                                          \
+    {                                                                                          \
+        int t = 0;                                                                             \
+        for (; t + 4 <= nt; t += 4) {                                                          \
+            int r = 0;                                                                         \
+            for (; r + 2 <= nr; r += 2)                                                        \
+                kern(fmt, 2, 4, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
+                     qstride, nb, y + t * ldy + r, ldy);                                       \
+            for (; r < nr; r++)                                                                \
+                kern(fmt, 1, 4, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
+                     qstride, nb, y + t * ldy + r, ldy);                                       \
+        }                                                                                      \
+        for (; t < nt; t++) {                                                                  \
+            int r = 0;                                                                         \
+            for (; r + 4 <= nr; r += 4)                                                        \
+                kern(fmt, 4, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
+                     qstride, nb, y + t * ldy + r, ldy);                                       \
+            for (; r < nr; r++)                                                                \
+                kern(fmt, 1, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
+                     qstride, nb, y + t * ldy + r, ldy);                                       \
+        }                                                                                      \
+    }
+
+DEFINE_TILE(tile_q4_0, FMT_Q4_0)
+DEFINE_TILE(tile_q4_1, FMT_Q4_1)
+DEFINE_TILE(tile_q8_0, FMT_Q8_0)
+
+/* ---- float weights: 8-wide FMA, 4 rows share each activation load ---- */
+
+INLINE __m256 load8(srt_dtype t, const uint8_t *row, int64_t c)
+{
+    if (t == SRT_F32)
+        return _mm256_loadu_ps((const float *)row + c);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
+    if (t == SRT_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+INLINE float elem(srt_dtype t, const uint8_t *row, int64_t c)
+{
+    if (t == SRT_F32)
+        return ((const float *)row)[c];
+    uint16_t h = ((const uint16_t *)row)[c];
+    return t == SRT_F16 ? srt_f16_to_f32(h) : srt_bf16_to_f32(h);
+}
+
+INLINE void kern_f(srt_dtype dt, int R, const uint8_t *w, size_t stride, const float *x,
+                   int64_t cols, float *y)
+{
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) {
+        __m256 xv = _mm256_loadu_ps(x + c);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(load8(dt, w + r * stride, c), xv, acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float v = hsum8(acc[r]);
+        for (int64_t k = c; k < cols; k++)
+            v += elem(dt, w + r * stride, k) * x[k];
+        y[r] = v;
+    }
+}
+
+#define DEFINE_TILE_F(name, dt)                                                                \
+    TGT static void name(const uint8_t *w, size_t stride, int nr, const float *x, int64_t ldx, \
+                         int64_t cols, int nt, float *y, int64_t ldy)                          \
+    {                                                                                          \
+        for (int t = 0; t < nt; t++) {                                                         \
+            int r = 0;                                                                         \
+            for (; r + 4 <= nr; r += 4)                                                        \
+                kern_f(dt, 4, w + r * stride, stride, x + t * ldx, cols, y + t * ldy + r);     \
+            for (; r < nr; r++)                                                                \
+                kern_f(dt, 1, w + r * stride, stride, x + t * ldx, cols, y + t * ldy + r);     \
+        }                                                                                      \
+    }
+
+DEFINE_TILE_F(tile_f32, SRT_F32)
+DEFINE_TILE_F(tile_f16, SRT_F16)
+DEFINE_TILE_F(tile_bf16, SRT_BF16)
+
+/* Same rounding as the portable quantizer (round to nearest even), so results match. */
+TGT static void quantize_q8(const float *x, int64_t n, int8_t *q, q8_scale *ds)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / QK; b++, x += QK, q += QK) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float amax = _mm_cvtss_f32(h);
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256 iv = _mm256_set1_ps(id);
+        __m256i i[4];
+        for (int k = 0; k < 4; k++)
+            i[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], iv));
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s = _mm_hadd_epi32(s, s);
+        s = _mm_hadd_epi32(s, s);
+        /* packs interleave 128-bit lanes; the permute restores element order */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)q, p);
+        ds[b].d = d;
+        ds[b].s = d * (float)_mm_cvtsi128_si32(s);
+    }
+}
 
 const cpu_simd_ops srt_cpu_ops_avx2 = {
     .name = "avx2",
-    .quantize_q8 = srt_cpu_quantize_q8_portable,
+    .tile_q8 = {
+        [SRT_Q8_0] = tile_q8_0,
+        [SRT_Q4_0] = tile_q4_0,
+        [SRT_Q4_1] = tile_q4_1,
+    },
+    .tile_f32 = {
+        [SRT_F32]  = tile_f32,
+        [SRT_F16]  = tile_f16,
+        [SRT_BF16] = tile_bf16,
+    },
+    .quantize_q8 = quantize_q8,
 };
+
+#else
+
+const cpu_simd_ops srt_cpu_ops_avx2 = { .name = "avx2", .quantize_q8 = srt_cpu_quantize_q8_portable };
+
+#endif
