@@ -7,6 +7,7 @@
 #include "srt/common.h"
 #include "srt/module.h"
 #include "srt_hooks.h"
+#include "hooks/registry.h"
 
 /* One hook as the dispatcher sees it: everything needed for a call, copied from the
  * registration so the hot loop touches one flat array. */
@@ -39,5 +40,58 @@ int     srt_hook_view_same_layout(const srt_tensor_view *a, const srt_tensor_vie
 int     srt_hook_view_is_contiguous(const srt_tensor_view *v);
 /* Copy src into dst element by element honouring both views' strides (CPU views only). */
 int     srt_hook_view_copy_cpu(srt_tensor_view *dst, const srt_tensor_view *src);
+
+/* One entry of a spec file, after type checks (spec.c). */
+typedef struct srt_hook_spec {
+    char  *name;            /* "" when absent */
+    char  *where;           /* "forward_hooks[2]" for messages */
+    int    pre;             /* from "forward_pre_hooks" */
+    int    global;
+    int    prepend;
+    int    always_call;
+    int    with_kwargs;
+    char **patterns;        /* NULL when missing or empty */
+    int    n_patterns;
+    char  *factory;         /* NULL when missing or empty */
+    char  *config_json;     /* "{}" when absent or null */
+} srt_hook_spec;
+
+typedef struct srt_hook_spec_list {
+    srt_hook_spec *specs;
+    int            n;
+} srt_hook_spec_list;
+
+/* Parse and type-check a spec document; origin names it in errors. */
+int  srt_hook_spec_parse(const char *json, size_t len, const char *origin,
+                         srt_hook_spec_list *out, srt_err *err);
+void srt_hook_spec_list_free(srt_hook_spec_list *l);
+
+/* ['a', 'b'] as Python prints a list of strings. Returns malloc'd text. */
+char *srt_hook_pylist_repr(char *const *items, int n);
+
+/* A factory resolved to a loaded library and symbol (resolve.c). */
+typedef struct srt_hook_resolved {
+    void               *lib;        /* dlopen handle; dlclose when done */
+    srt_hook_factory_fn factory;
+    char                path[4096]; /* the library that was loaded */
+    char                symbol[256];
+} srt_hook_resolved;
+
+/* spec_dir: directory of the spec file or NULL; search_path: colon-separated or NULL.
+ * what: prefix for error messages ("hook spec 'x' in file.json"). */
+int srt_hook_resolve_factory(const char *factory, const char *spec_dir, const char *search_path,
+                             const char *what, srt_hook_resolved *out, srt_err *err);
+
+/* Host services (host.c). The engine pointer of a host is its srt_hook_host_state. */
+typedef struct srt_hook_host_state {
+    srt_hook_host              host;
+    void                      *config;     /* yajl_val of the config object */
+    const struct srt_hook_device_ops *dev; /* may be NULL */
+} srt_hook_host_state;
+
+int  srt_hook_host_init(srt_hook_host_state *st, const char *spec_name, const char *spec_file,
+                        const char *config_json, int tp_rank, int tp_size,
+                        const struct srt_hook_device_ops *dev, srt_err *err);
+void srt_hook_host_fini(srt_hook_host_state *st);
 
 #endif

@@ -1,2 +1,23 @@
 # Forward hooks: spec parsing, matching, factory loading, registry, dispatch.
-ENGINE_SRCS += src/hooks/dispatch.c src/hooks/tensor_util.c
+ENGINE_SRCS += src/hooks/dispatch.c src/hooks/tensor_util.c src/hooks/match.c \
+               src/hooks/spec.c src/hooks/resolve.c src/hooks/host.c src/hooks/registry.c
+
+# Test hook libraries (t/unit/test_hooks_lib*.c) and the engine tests that dlopen them.
+HOOK_TEST_LIBDIR := $(abspath $(BUILD))/t/hooklib
+HOOK_TEST_LIBS   := $(BUILD)/t/hooklib/libtesthooks.so $(BUILD)/t/hooklib/libbadabi.so \
+                    $(BUILD)/t/hooklib/libnoabi.so
+EXTRA_ALL  += $(HOOK_TEST_LIBS)
+UNIT_TESTS += $(BUILD)/t/test_hooks
+
+$(BUILD)/t/hooklib/libtesthooks.so: t/unit/test_hooks_lib.c src/include/srt_hooks.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $< -lm
+$(BUILD)/t/hooklib/libbadabi.so: t/unit/test_hooks_badabi.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $<
+$(BUILD)/t/hooklib/libnoabi.so: t/unit/test_hooks_noabi.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $<
+
+CFLAGS_t_unit_test_hooks := -DHOOK_TEST_LIBDIR='"$(HOOK_TEST_LIBDIR)"'
+$(BUILD)/t/test_hooks: | $(HOOK_TEST_LIBS)

@@ -1,0 +1,108 @@
+/* The hook registry: which hooks are attached to which module, with removable handles.
+ *
+ * Who calls what:
+ *   - the model runner (scheduler process, one registry per TP rank) creates a registry over
+ *     the model's module list, loads the srt_forward_hooks file, and frees it with the model;
+ *   - the scheduler applies admin requests (list, remove, re-add, delete) between forward
+ *     passes;
+ *   - nginx (master, at `nginx -t` and startup) calls srt_hook_spec_check_file() to refuse a
+ *     broken spec file before any model is loaded.
+ *
+ * Threading rule: a registry is not locked. Every call below must come from the thread that
+ * runs the forward passes (the scheduler thread), never while a forward pass is running.
+ * Mutations rewrite module->hooks; the forward pass reads it without synchronisation.
+ */
+#ifndef SRT_HOOKS_REGISTRY_H
+#define SRT_HOOKS_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "srt/common.h"
+#include "srt/module.h"
+
+typedef struct srt_hook_registry srt_hook_registry;
+
+/* Device memory copies, installed by a CUDA backend so hooks can read device activations
+ * (host->tensor_read_f32) and replacement outputs can be copied on the device. */
+typedef struct srt_hook_device_ops {
+    int (*copy_d2h)(void *dst, const void *src, size_t bytes, void *ctx);
+    int (*copy_h2d)(void *dst, const void *src, size_t bytes, void *ctx);
+    int (*copy_d2d)(void *dst, const void *src, size_t bytes, void *ctx);
+    void *ctx;
+} srt_hook_device_ops;
+
+/* A registry over the model's modules, in named_modules() order (index 0 is the root "").
+ * The modules must outlive the registry; their hooks fields are set to NULL here. */
+srt_hook_registry *srt_hook_registry_create(srt_module *modules, int n, srt_err *err);
+
+/* The general form: (name, module) pairs as named_modules(remove_duplicate=False) yields
+ * them. A module appearing under several names is registered once, under its first name,
+ * exactly as named_modules() de-duplicates. names[i] may be NULL to use modules[i]->info.name. */
+srt_hook_registry *srt_hook_registry_create_named(srt_module **modules, const char **names,
+                                                  int n, srt_err *err);
+
+/* Frees every registration, calls each hook's destroy once, unloads the libraries and
+ * resets module->hooks to NULL. */
+void srt_hook_registry_free(srt_hook_registry *reg);
+
+/* Directories searched for "libx.so:symbol" and dotted factories, colon-separated, after
+ * the spec file's directory. NULL means the SRT_HOOKS_PATH environment variable. */
+int  srt_hook_registry_set_search_path(srt_hook_registry *reg, const char *path, srt_err *err);
+void srt_hook_registry_set_tp(srt_hook_registry *reg, int tp_rank, int tp_size);
+void srt_hook_registry_set_device_ops(srt_hook_registry *reg, const srt_hook_device_ops *ops);
+
+/* Load a spec file {"forward_hooks": [...], "forward_pre_hooks": [...]} (or a bare list,
+ * the form SGLang's --forward-hooks takes). All or nothing: on a fatal error nothing from
+ * the file stays registered, every hook created so far is destroyed, and err names the
+ * file, the spec and the field. Warnings (seed 000's non-fatal cases) go to srt_log. */
+int srt_hook_registry_load_file(srt_hook_registry *reg, const char *path, srt_err *err);
+/* Same from JSON text; origin names it in messages ("srt_forward_hooks" or a file name). */
+int srt_hook_registry_load_json(srt_hook_registry *reg, const char *json, size_t len,
+                                const char *origin, srt_err *err);
+
+/* For `nginx -t`: parse the file and resolve every factory (dlopen, dlsym, ABI check)
+ * without calling any factory or needing a model. search_path as above (NULL: env). */
+int srt_hook_spec_check_file(const char *path, const char *search_path, srt_err *err);
+
+/* Attach a hook object directly (C embedders and tests). module_name is an exact module
+ * name, or NULL with opts->global. Takes ownership of hook (destroy is called on failure
+ * too). Returns the new handle id (> 0) or -1. */
+typedef struct srt_hook_attach_opts {
+    const char *name;        /* spec name for logs and listings */
+    int         pre;         /* forward pre-hook instead of forward hook */
+    int         global;      /* every module, before module hooks */
+    int         prepend;
+    int         always_call; /* forward hooks only */
+    int         with_kwargs;
+} srt_hook_attach_opts;
+int64_t srt_hook_attach(srt_hook_registry *reg, const char *module_name, srt_hook *hook,
+                        const srt_hook_attach_opts *opts, srt_err *err);
+
+/* Handles. remove detaches a registration but keeps it (and its hook) so re-add can put
+ * it back at its original place in the order; delete drops it for good and destroys the
+ * hook once no registration uses it. Unknown ids are errors. */
+int srt_hook_remove(srt_hook_registry *reg, int64_t id, srt_err *err);
+int srt_hook_readd(srt_hook_registry *reg, int64_t id, srt_err *err);
+int srt_hook_delete(srt_hook_registry *reg, int64_t id, srt_err *err);
+/* The same for every registration of a spec name; returns how many changed, -1 if none. */
+int srt_hook_remove_spec(srt_hook_registry *reg, const char *spec_name, srt_err *err);
+int srt_hook_readd_spec(srt_hook_registry *reg, const char *spec_name, srt_err *err);
+
+/* JSON for the admin location:
+ * {"generation":N,"active":N,"hooks":[{"id":1,"name":"..","type":"forward"|"forward_pre",
+ *   "module":"model.layers.0.mlp"|"*","global":false,"active":true,"prepend":false,
+ *   "always_call":false,"with_kwargs":false,"factory":"..","source":".."}, ...]}
+ * *out is malloc'd; the caller frees it. */
+int srt_hook_registry_list_json(srt_hook_registry *reg, char **out, size_t *len, srt_err *err);
+
+/* Number of active registrations (0: every module->hooks is NULL). A runner that replays
+ * CUDA graphs runs a batch eagerly whenever this is non-zero. */
+int      srt_hook_registry_active(const srt_hook_registry *reg);
+/* Changes on every mutation, so a runner can notice that hooks changed. */
+uint64_t srt_hook_registry_generation(const srt_hook_registry *reg);
+
+/* Python fnmatch.fnmatch semantics on POSIX: '*' crosses '.', no escapes, case-sensitive. */
+int srt_hook_fnmatch(const char *pattern, const char *name);
+
+#endif
