@@ -72,6 +72,7 @@ typedef struct cpu_simd_ops {
     tile_q8_fn  tile_q8[SRT_DTYPE_COUNT];   /* quantized weights x Q8 activations */
     tile_f32_fn tile_f32[SRT_DTYPE_COUNT];  /* float weights x f32 activations */
     void (*quantize_q8)(const float *x, int64_t n, int8_t *q, q8_scale *ds);
+    void (*silu_mul)(const float *gate, const float *up, int64_t n, float *out);
 } cpu_simd_ops;
 
 extern const cpu_simd_ops srt_cpu_ops_portable;
@@ -84,5 +85,6 @@ const cpu_simd_ops *srt_cpu_ops(void);
 
 /* Portable helpers the SIMD files fall back on for the formats they do not specialise. */
 void srt_cpu_quantize_q8_portable(const float *x, int64_t n, int8_t *q, q8_scale *ds);
+void srt_cpu_silu_mul_portable(const float *gate, const float *up, int64_t n, float *out);
 
 #endif

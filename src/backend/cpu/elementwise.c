@@ -2,6 +2,7 @@
  * calling thread: waking the pool would cost more than the work. */
 #include <math.h>
 
+#include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_kernels.h"
 
 #define PARALLEL_MIN_ELEMS 65536
@@ -69,10 +70,11 @@ typedef struct {
 
 static void silu_mul_range(const binary_job *j, int64_t i0, int64_t i1)
 {
-    for (int64_t i = i0; i < i1; i++) {
-        float g = j->a[i];
-        j->out[i] = g / (1.0f + expf(-g)) * j->b[i];
-    }
+    const cpu_simd_ops *ops = srt_cpu_ops();
+    void (*fn)(const float *, const float *, int64_t, float *) =
+        ops->silu_mul ? ops->silu_mul : srt_cpu_silu_mul_portable;
+    if (i1 > i0)
+        fn(j->a + i0, j->b + i0, i1 - i0, j->out + i0);
 }
 
 /* Slices are 16-element aligned so no two threads write one cache line. */

@@ -193,6 +193,38 @@ DEFINE_TILE_F(tile_f32, SRT_F32)
 DEFINE_TILE_F(tile_f16, SRT_F16)
 DEFINE_TILE_F(tile_bf16, SRT_BF16)
 
+/* e^x for x in [-87, 88] (callers clamp): Cody-Waite range reduction to r in
+ * [-ln2/2, ln2/2], a degree-6 polynomial for e^r, and 2^n built in the exponent field.
+ * Relative error ~2e-7. */
+INLINE __m256 exp_ps(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+TGT static void silu_mul(const float *gate, const float *up, int64_t n, float *out)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, den), _mm256_loadu_ps(up + i)));
+    }
+    if (i < n)
+        srt_cpu_silu_mul_portable(gate + i, up + i, n - i, out + i);
+}
+
 /* Same rounding as the portable quantizer (round to nearest even), so results match. */
 TGT static void quantize_q8(const float *x, int64_t n, int8_t *q, q8_scale *ds)
 {
@@ -239,10 +271,12 @@ const cpu_simd_ops srt_cpu_ops_avx2 = {
         [SRT_BF16] = tile_bf16,
     },
     .quantize_q8 = quantize_q8,
+    .silu_mul = silu_mul,
 };
 
 #else
 
-const cpu_simd_ops srt_cpu_ops_avx2 = { .name = "avx2", .quantize_q8 = srt_cpu_quantize_q8_portable };
+const cpu_simd_ops srt_cpu_ops_avx2 = { .name = "avx2", .quantize_q8 = srt_cpu_quantize_q8_portable,
+                                       .silu_mul = srt_cpu_silu_mul_portable };
 
 #endif

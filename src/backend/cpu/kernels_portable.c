@@ -25,6 +25,12 @@ void srt_cpu_quantize_q8_portable(const float *x, int64_t n, int8_t *q, q8_scale
     }
 }
 
+void srt_cpu_silu_mul_portable(const float *gate, const float *up, int64_t n, float *out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 static float dot_q8_0(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
 {
     const blk_q8_0 *w = (const blk_q8_0 *)row;
@@ -202,4 +208,5 @@ const cpu_simd_ops srt_cpu_ops_portable = {
         [SRT_BF16] = tile_bf16,
     },
     .quantize_q8 = srt_cpu_quantize_q8_portable,
+    .silu_mul = srt_cpu_silu_mul_portable,
 };

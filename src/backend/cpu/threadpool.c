@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -52,20 +53,26 @@ static inline long now_ns(void)
     return ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
-/* Spins until *word != seen or the spin budget runs out; returns 1 if it changed. */
+/* Spins until *word != seen or the spin budget runs out; returns 1 if it changed. After a
+ * short pure spin it yields between checks, so a pool sharing cores with other work (an
+ * oversubscribed host) hands the CPU to the thread it is waiting for. */
+#define PURE_SPIN_NS 20000L
+
 static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen, long spin_ns)
 {
-    long deadline = 0;
+    long start = 0;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(word, memory_order_acquire) != seen)
             return 1;
         cpu_relax();
         if ((i & 255) == 0) {
             long t = now_ns();
-            if (deadline == 0)
-                deadline = t + spin_ns;
-            else if (t >= deadline)
+            if (start == 0)
+                start = t;
+            else if (t - start >= spin_ns)
                 return 0;
+            else if (t - start >= PURE_SPIN_NS)
+                sched_yield();
         }
     }
 }

@@ -1,0 +1,213 @@
+/* The CPU implementation of the backend ops table: the kernels of cpu_kernels.h on a
+ * thread pool, plus the few ops that live only here (RoPE, KV store, embedding). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "srt/backend.h"
+
+typedef struct cpu_backend {
+    srt_backend     base;
+    srt_threadpool *tp;
+    void           *scratch;
+    size_t          scratch_bytes;
+    int             reference;    /* SRT_CPU_MATMUL=reference: f32 activations, scalar (slow; for checks) */
+} cpu_backend;
+
+static cpu_backend *cpu(srt_backend *be) { return (cpu_backend *)be->impl; }
+
+static void cpu_destroy(srt_backend *be)
+{
+    cpu_backend *c = cpu(be);
+    srt_threadpool_free(c->tp);
+    free(c->scratch);
+    free(c);
+}
+
+static int cpu_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_tok, srt_err *err)
+{
+    cpu_backend *c = cpu(be);
+    size_t need = srt_cpu_matmul_scratch_bytes(w, n_tok);
+    if (need <= c->scratch_bytes)
+        return SRT_OK;
+    need = (need + 63) / 64 * 64;
+    void *p = aligned_alloc(64, need);
+    if (!p)
+        return srt_err_set(err, "cpu backend: out of memory for %zu bytes of matmul scratch", need);
+    free(c->scratch);
+    c->scratch = p;
+    c->scratch_bytes = need;
+    return SRT_OK;
+}
+
+static void cpu_matmul(srt_backend *be, const srt_weight *w, const float *bias, const float *x, int64_t n_tok,
+                       float *y)
+{
+    cpu_backend *c = cpu(be);
+    if (c->reference)
+        srt_cpu_matmul_ref(w, bias, x, n_tok, y);
+    else
+        srt_cpu_matmul(c->tp, w, bias, x, n_tok, y, c->scratch);
+}
+
+static void cpu_embed(srt_backend *be, const srt_weight *table, const int32_t *ids, int64_t n_tok, float *out)
+{
+    for (int64_t t = 0; t < n_tok; t++)
+        srt_cpu_dequant_row(table, ids[t], out + t * table->cols);
+}
+
+static void cpu_rmsnorm(srt_backend *be, const float *x, const srt_weight *w, float eps, int64_t n_rows,
+                        int64_t dim, float *out)
+{
+    srt_cpu_rmsnorm(cpu(be)->tp, x, w, eps, n_rows, dim, out);
+}
+
+typedef struct ew_job {
+    float       *y;
+    const float *a, *b;
+    int64_t      n;
+    int          op;
+} ew_job;
+
+enum { EW_SILU, EW_MUL, EW_ADD3 };
+
+static void ew_worker(void *arg, int ith, int nth)
+{
+    ew_job *j = arg;
+    int64_t lo = j->n * ith / nth, hi = j->n * (ith + 1) / nth;
+    switch (j->op) {
+    case EW_SILU:
+        for (int64_t i = lo; i < hi; i++)
+            j->y[i] = j->a[i] / (1.0f + expf(-j->a[i]));
+        break;
+    case EW_MUL:
+        for (int64_t i = lo; i < hi; i++)
+            j->y[i] *= j->a[i];
+        break;
+    case EW_ADD3:
+        for (int64_t i = lo; i < hi; i++)
+            j->y[i] = j->a[i] + j->b[i];
+        break;
+    }
+}
+
+static void ew_run(srt_backend *be, ew_job *j)
+{
+    if (j->n >= 4096)
+        srt_threadpool_run(cpu(be)->tp, ew_worker, j);
+    else
+        ew_worker(j, 0, 1);
+}
+
+static void cpu_silu(srt_backend *be, const float *x, int64_t n, float *out)
+{
+    ew_job j = { out, x, NULL, n, EW_SILU };
+    ew_run(be, &j);
+}
+
+static void cpu_mul(srt_backend *be, float *y, const float *x, int64_t n)
+{
+    ew_job j = { y, x, NULL, n, EW_MUL };
+    ew_run(be, &j);
+}
+
+static void cpu_add3(srt_backend *be, float *out, const float *a, const float *b, int64_t n)
+{
+    ew_job j = { out, a, b, n, EW_ADD3 };
+    ew_run(be, &j);
+}
+
+static void cpu_silu_mul(srt_backend *be, const float *gate, const float *up, int64_t n, float *out)
+{
+    srt_cpu_silu_mul(cpu(be)->tp, gate, up, n, out);
+}
+
+static void cpu_add(srt_backend *be, float *y, const float *x, int64_t n)
+{
+    srt_cpu_add(cpu(be)->tp, y, x, n);
+}
+
+static void cpu_rope(srt_backend *be, float *x, int64_t n_tok, int32_t n_heads, int32_t hd, const float *cs)
+{
+    int32_t half = hd / 2;
+    for (int64_t t = 0; t < n_tok; t++) {
+        const float *co = cs + t * 2 * hd, *si = co + hd;
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = x + (t * n_heads + h) * hd;
+            for (int32_t i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * co[i] - b * si[i];
+                v[i + half] = b * co[i + half] + a * si[i + half];
+            }
+        }
+    }
+}
+
+static void cpu_kv_store(srt_backend *be, const srt_forward_batch *b, const float *k, const float *v,
+                         void *kc, void *vc, srt_dtype dt, int32_t row)
+{
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        size_t dst = (size_t)b->out_slots[t] * row;
+        const float *ks = k + (size_t)t * row, *vs = v + (size_t)t * row;
+        if (dt == SRT_F32) {
+            memcpy((float *)kc + dst, ks, (size_t)row * sizeof(float));
+            memcpy((float *)vc + dst, vs, (size_t)row * sizeof(float));
+        } else {
+            uint16_t *kd = (uint16_t *)kc + dst, *vd = (uint16_t *)vc + dst;
+            for (int32_t i = 0; i < row; i++) {
+                kd[i] = srt_f32_to_f16(ks[i]);
+                vd[i] = srt_f32_to_f16(vs[i]);
+            }
+        }
+    }
+}
+
+static void cpu_attention(srt_backend *be, const srt_attn_args *a)
+{
+    srt_cpu_attention(cpu(be)->tp, a);
+}
+
+static int cpu_n_threads(const srt_backend *be)
+{
+    return srt_threadpool_size(((const cpu_backend *)be->impl)->tp);
+}
+
+static const srt_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .reserve_matmul = cpu_reserve_matmul,
+    .matmul = cpu_matmul,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .silu = cpu_silu,
+    .mul = cpu_mul,
+    .silu_mul = cpu_silu_mul,
+    .add = cpu_add,
+    .add3 = cpu_add3,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .n_threads = cpu_n_threads,
+};
+
+srt_backend *srt_cpu_backend_create(int n_threads, srt_err *err)
+{
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) {
+        srt_err_set(err, "cpu backend: out of memory");
+        return NULL;
+    }
+    c->tp = srt_threadpool_create(n_threads);
+    if (!c->tp) {
+        free(c);
+        srt_err_set(err, "cpu backend: cannot start %d threads", n_threads);
+        return NULL;
+    }
+    const char *mm = getenv("SRT_CPU_MATMUL");
+    c->reference = mm && strcmp(mm, "reference") == 0;
+    c->base.ops = &cpu_ops;
+    c->base.impl = c;
+    return &c->base;
+}
