@@ -1,0 +1,163 @@
+/* The scheduler: continuous batching over a paged KV pool with a radix prefix cache
+ * (SGLang's Scheduler, in C).
+ *
+ * The core is a step function over a model-runner interface (forward -> logits, sample),
+ * so tests drive it with the real model or with a fake deterministic runner:
+ *
+ *   srt_sched *s = srt_sched_create(&cfg, &runner, &err);
+ *   srt_sched_submit(s, &(srt_sched_submit_args){ .id = 1, .prompt = ids, .n_prompt = n,
+ *                                                 .sampling = &sp }, &err);
+ *   while (srt_sched_has_work(s)) {
+ *       srt_sched_step(s, &err);                      // one forward over a mixed batch
+ *       const srt_sched_event *ev = srt_sched_events(s, &n_ev);   // tokens, finishes
+ *   }
+ *
+ * Each step: apply aborts; make room for one more token of every decoding request (evict
+ * the radix cache, then retract the newest requests back to the queue); continue chunked
+ * prefills; admit waiting requests by policy (fcfs / lpm) while the running limit, the
+ * step's prefill token budget and the KV budget allow; run one forward over decode tokens
+ * and prefill chunks together; sample; stop on max tokens, EOS or stop ids.
+ *
+ * srt_sched_run() is the scheduler process's main loop over the shared-memory channel.
+ * Not thread-safe: one thread owns a srt_sched. */
+#ifndef SRT_SCHED_H
+#define SRT_SCHED_H
+
+#include <stdint.h>
+
+#include "ipc/channel.h"      /* srt_chan, srt_chan_sampling, srt_chan_finish */
+#include "srt/batch.h"
+#include "srt/common.h"
+
+typedef enum srt_sched_policy {
+    SRT_SCHED_FCFS = 0,
+    SRT_SCHED_LPM  = 1,   /* longest cached prefix first; fcfs above 128 waiting */
+} srt_sched_policy;
+
+typedef struct srt_sched_config {
+    int32_t max_running_requests;   /* > 0 */
+    int32_t max_queued_requests;    /* waiting requests held; more are refused */
+    int32_t context_length;         /* prompt + output tokens of one request */
+    int64_t max_total_tokens;       /* KV pool budget in tokens (page multiple) */
+    int32_t page_size;              /* KV page size in tokens, >= 1 */
+    int32_t chunked_prefill_size;   /* prefill tokens per step; <= 0: max_prefill_tokens, unchunked */
+    int32_t max_prefill_tokens;     /* <= 0: 16384 */
+    int32_t policy;                 /* srt_sched_policy */
+    int32_t radix_cache;            /* 1 = on, 0 = off (KV freed at finish) */
+    int32_t vocab_size;
+    int32_t n_eos;
+    int32_t eos_ids[8];
+} srt_sched_config;
+
+/* One sequence handed to the sampler. */
+typedef struct srt_sched_sample_seq {
+    const srt_chan_sampling *params;
+    const int32_t           *tokens;     /* prompt then output, n_prompt + n_output ids */
+    int32_t                  n_prompt;
+    int32_t                  n_output;
+    uint64_t                *rng;        /* the request's generator state */
+} srt_sched_sample_seq;
+
+/* What runs the model. forward writes logits[rows][vocab_size] for the batch's logit rows
+ * (the last token of every sequence that samples this step). sample picks one id per
+ * row (it may modify logits in place) and may fill logprobs (NULL when none wanted). */
+typedef struct srt_sched_runner {
+    void *self;
+    int (*forward)(void *self, const srt_forward_batch *b, float *logits, srt_err *err);
+    int (*sample)(void *self, int32_t n, float *logits, int32_t vocab,
+                  const srt_sched_sample_seq *seqs, int32_t *out_ids, float *out_logprobs,
+                  srt_err *err);
+} srt_sched_runner;
+
+/* Bounds of the latency histograms, in seconds (Prometheus "le"), +Inf implied. */
+#define SRT_SCHED_HIST_BUCKETS 16
+extern const double srt_sched_hist_bounds[SRT_SCHED_HIST_BUCKETS];
+
+typedef struct srt_sched_hist {
+    uint64_t count[SRT_SCHED_HIST_BUCKETS + 1];   /* per bucket, not cumulative; last = +Inf */
+    uint64_t n;
+    double   sum;
+} srt_sched_hist;
+
+/* Plain data (no pointers): the scheduler process may copy it into shared memory. */
+typedef struct srt_sched_metrics {
+    int64_t        num_running;
+    int64_t        num_queued;
+    int64_t        kv_used_tokens;         /* held by requests and the radix cache */
+    int64_t        kv_total_tokens;
+    int64_t        kv_cached_tokens;       /* in the radix cache */
+    uint64_t       prompt_tokens_total;
+    uint64_t       cached_prompt_tokens_total;   /* hit rate = cached / prompt */
+    uint64_t       generation_tokens_total;
+    uint64_t       requests_finished;
+    uint64_t       requests_aborted;
+    uint64_t       requests_rejected;
+    uint64_t       retractions;
+    uint64_t       steps;
+    uint64_t       forward_tokens_total;
+    srt_sched_hist ttft;
+    srt_sched_hist itl;
+    srt_sched_hist e2e;
+} srt_sched_metrics;
+
+typedef struct srt_sched srt_sched;
+
+int  srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runner,
+                      srt_sched **out, srt_err *err);
+void srt_sched_free(srt_sched *s);
+
+typedef struct srt_sched_submit_args {
+    uint64_t                 id;         /* caller's handle, unique among live requests */
+    uint64_t                 group;      /* n > 1 siblings share a non-zero group: prompt KV shared */
+    const int32_t           *prompt;
+    int32_t                  n_prompt;
+    const srt_chan_sampling *sampling;   /* copied; NULL = greedy, 16 tokens */
+} srt_sched_submit_args;
+
+typedef enum srt_sched_submit_status {
+    SRT_SCHED_SUBMIT_OK      = 0,
+    SRT_SCHED_SUBMIT_FULL    = 1,   /* queue at max_queued_requests: 503 */
+    SRT_SCHED_SUBMIT_INVALID = 2,   /* empty / too long prompt, bad id, bad token: 400 */
+} srt_sched_submit_status;
+
+srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_args *a, srt_err *err);
+
+/* Marks a request aborted; it leaves (KV released, ABORT event) at the next step.
+ * Returns 1 if the id was live, 0 otherwise. */
+int srt_sched_abort(srt_sched *s, uint64_t id);
+
+/* What a step produced for one request: a token, a finish, or both. */
+typedef struct srt_sched_event {
+    uint64_t        id;
+    int32_t         token;          /* -1: none (abort, error) */
+    float           logprob;
+    srt_chan_finish finish;         /* SRT_CHAN_FINISH_NONE while running */
+    int32_t         stop_id;        /* matched eos / stop id, or -1 */
+    int32_t         n_prompt;
+    int32_t         n_output;       /* after this event */
+    int32_t         cached_tokens;  /* prompt tokens served from the prefix cache */
+} srt_sched_event;
+
+/* One scheduling step and forward. Returns the number of events (see srt_sched_events), or
+ * SRT_ERROR when the model failed (the batch's requests are then finished with ERROR
+ * events; the scheduler stays usable). */
+int srt_sched_step(srt_sched *s, srt_err *err);
+const srt_sched_event *srt_sched_events(const srt_sched *s, int *n);
+
+int  srt_sched_has_work(const srt_sched *s);       /* anything running, waiting or aborting */
+int  srt_sched_num_running(const srt_sched *s);
+int  srt_sched_num_waiting(const srt_sched *s);
+void srt_sched_get_metrics(const srt_sched *s, srt_sched_metrics *m);
+/* Drops every unlocked radix cache entry (the "flush cache" endpoint). Returns tokens freed. */
+int64_t srt_sched_flush_cache(srt_sched *s);
+/* Consistency check of pool, cache and requests (tests): SRT_ERROR with a message. */
+int  srt_sched_check(const srt_sched *s, srt_err *err);
+/* KV tokens free (pool) and held by the radix cache: at rest free + cached == total. */
+int64_t srt_sched_kv_free_tokens(const srt_sched *s);
+
+/* The scheduler process: loads the model named in the channel's config, publishes
+ * LOADING then READY (or FAILED), serves requests until srt_chan_sched_stopping(), and
+ * returns SRT_OK. The caller has done srt_chan_sched_open(). */
+int srt_sched_run(srt_chan *c, srt_err *err);
+
+#endif

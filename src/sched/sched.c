@@ -1,0 +1,853 @@
+/* Scheduler core: request pool, waiting queue, running set, one step at a time. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/kv_alloc.h"
+#include "cache/radix_cache.h"
+#include "srt/sched.h"
+#include "srt_hooks.h"
+
+#define LPM_MAX_WAITING      128
+#define DEFAULT_PREFILL      16384
+#define NEW_TOKEN_RATIO_INIT 0.7
+#define NEW_TOKEN_RATIO_MIN  0.1
+#define NEW_TOKEN_RATIO_STEP 0.001
+
+const double srt_sched_hist_bounds[SRT_SCHED_HIST_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0,
+};
+
+enum { REQ_FREE = 0, REQ_WAITING, REQ_RUNNING };
+
+typedef struct sreq {
+    uint64_t          id, group;
+    int               state;
+    int               aborted;
+    int32_t          *tokens;        /* prompt then output; capacity context_length */
+    int32_t           n_prompt, n_output;
+    int32_t           max_new;
+    int32_t           kv_len;        /* tokens whose KV is computed (== slots held in row) */
+    int32_t           row;           /* req_to_token row, -1 when waiting */
+    srt_cache_req     cr;
+    int32_t           cached_tokens;
+    int               admitted_once;
+    srt_chan_sampling sp;
+    uint64_t          rng;
+    uint64_t          admit_order, arrival_order;
+    double            t_arrival, t_first, t_last;
+    /* this step */
+    int32_t           ext;           /* new tokens in the batch */
+    int32_t           samples;       /* 1 if its last batch token gets logits */
+    int32_t           peek;          /* lpm key */
+} sreq;
+
+struct srt_sched {
+    srt_sched_config  cfg;
+    srt_sched_runner  runner;
+    srt_kv_alloc      kv;
+    srt_req_to_token  r2t;
+    srt_radix_cache   cache;
+    int32_t           prefill_budget;
+
+    int32_t           pool_n;
+    sreq             *pool;
+    int32_t          *pool_free;
+    int32_t           n_pool_free;
+    int32_t          *tok_storage;
+
+    int32_t          *waiting;       /* pool indices in queue order */
+    int32_t           n_waiting;
+    int32_t          *running;       /* pool indices in admission order */
+    int32_t           n_running;
+
+    /* batch scratch, sized at create */
+    int32_t           max_batch_tokens, max_seqs;
+    int32_t          *b_tokens, *b_pos, *b_slots, *b_seq_start, *b_seq_len, *b_logit_rows;
+    const int32_t   **b_seq_slots;
+    uint64_t         *b_req_ids;
+    int32_t          *b_seq_req;
+    int32_t           b_n_seqs;
+    float            *logits;
+    int32_t          *sampled;
+    float            *logprobs;
+    srt_sched_sample_seq *sseqs;
+
+    srt_sched_event  *events;
+    int               n_events, cap_events;
+
+    double            new_token_ratio;
+    uint64_t          admit_counter, arrival_counter;
+    srt_sched_metrics m;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void hist_add(srt_sched_hist *h, double v)
+{
+    int b = 0;
+    while (b < SRT_SCHED_HIST_BUCKETS && v > srt_sched_hist_bounds[b])
+        b++;
+    h->count[b]++;
+    h->n++;
+    h->sum += v;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---------------- create / free ---------------- */
+
+int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg);
+
+int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg)
+{
+    int32_t budget = cfg->chunked_prefill_size > 0 ? cfg->chunked_prefill_size
+                   : cfg->max_prefill_tokens > 0 ? cfg->max_prefill_tokens : DEFAULT_PREFILL;
+    return budget + cfg->max_running_requests;
+}
+
+int srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runner,
+                     srt_sched **out, srt_err *err)
+{
+    srt_sched *s;
+
+    *out = NULL;
+    if (cfg->max_running_requests < 1 || cfg->max_running_requests > 65536)
+        return srt_err_set(err, "max_running_requests %d out of range [1, 65536]", cfg->max_running_requests);
+    if (cfg->max_queued_requests < 0 || cfg->max_queued_requests > 1 << 20)
+        return srt_err_set(err, "max_queued_requests %d out of range", cfg->max_queued_requests);
+    if (cfg->context_length < 2)
+        return srt_err_set(err, "context_length %d too small", cfg->context_length);
+    if (cfg->vocab_size < 1)
+        return srt_err_set(err, "vocab_size %d invalid", cfg->vocab_size);
+    if (cfg->n_eos < 0 || cfg->n_eos > 8)
+        return srt_err_set(err, "n_eos %d out of range [0, 8]", cfg->n_eos);
+    if (!runner || !runner->forward || !runner->sample)
+        return srt_err_set(err, "scheduler needs a runner with forward and sample");
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return srt_err_set(err, "out of memory");
+    s->cfg = *cfg;
+    s->runner = *runner;
+    if (s->cfg.policy != SRT_SCHED_LPM)
+        s->cfg.policy = SRT_SCHED_FCFS;
+    s->prefill_budget = srt_sched_max_batch_tokens(cfg) - cfg->max_running_requests;
+    s->new_token_ratio = NEW_TOKEN_RATIO_INIT;
+
+    if (srt_kv_alloc_init(&s->kv, cfg->max_total_tokens, cfg->page_size < 1 ? 1 : cfg->page_size, err) != SRT_OK)
+        goto fail;
+    if (srt_req_to_token_init(&s->r2t, cfg->max_running_requests, cfg->context_length, err) != SRT_OK)
+        goto fail;
+    if (srt_radix_init(&s->cache, &s->kv, !cfg->radix_cache, err) != SRT_OK)
+        goto fail;
+
+    s->pool_n = cfg->max_running_requests + cfg->max_queued_requests;
+    s->max_batch_tokens = srt_sched_max_batch_tokens(cfg);
+    s->max_seqs = cfg->max_running_requests;
+    s->cap_events = s->pool_n + 1;
+    s->pool = calloc((size_t)s->pool_n, sizeof(sreq));
+    s->pool_free = malloc(sizeof(int32_t) * (size_t)s->pool_n);
+    s->tok_storage = malloc(sizeof(int32_t) * (size_t)s->pool_n * (size_t)cfg->context_length);
+    s->waiting = malloc(sizeof(int32_t) * (size_t)s->pool_n);
+    s->running = malloc(sizeof(int32_t) * (size_t)s->max_seqs);
+    s->b_tokens = malloc(sizeof(int32_t) * (size_t)s->max_batch_tokens);
+    s->b_pos = malloc(sizeof(int32_t) * (size_t)s->max_batch_tokens);
+    s->b_slots = malloc(sizeof(int32_t) * (size_t)s->max_batch_tokens);
+    s->b_req_ids = malloc(sizeof(uint64_t) * (size_t)s->max_batch_tokens);
+    s->b_seq_start = malloc(sizeof(int32_t) * (size_t)(s->max_seqs + 1));
+    s->b_seq_len = malloc(sizeof(int32_t) * (size_t)s->max_seqs);
+    s->b_logit_rows = malloc(sizeof(int32_t) * (size_t)s->max_seqs);
+    s->b_seq_slots = malloc(sizeof(int32_t *) * (size_t)s->max_seqs);
+    s->b_seq_req = malloc(sizeof(int32_t) * (size_t)s->max_seqs);
+    s->logits = malloc(sizeof(float) * (size_t)s->max_seqs * (size_t)cfg->vocab_size);
+    s->sampled = malloc(sizeof(int32_t) * (size_t)s->max_seqs);
+    s->logprobs = malloc(sizeof(float) * (size_t)s->max_seqs);
+    s->sseqs = malloc(sizeof(srt_sched_sample_seq) * (size_t)s->max_seqs);
+    s->events = malloc(sizeof(srt_sched_event) * (size_t)s->cap_events);
+    if (!s->pool || !s->pool_free || !s->tok_storage || !s->waiting || !s->running ||
+        !s->b_tokens || !s->b_pos || !s->b_slots || !s->b_req_ids || !s->b_seq_start ||
+        !s->b_seq_len || !s->b_logit_rows || !s->b_seq_slots || !s->b_seq_req || !s->logits ||
+        !s->sampled || !s->logprobs || !s->sseqs || !s->events) {
+        srt_err_set(err, "out of memory for a scheduler of %d requests", s->pool_n);
+        goto fail;
+    }
+    for (int32_t i = 0; i < s->pool_n; i++) {
+        s->pool[i].tokens = s->tok_storage + (int64_t)i * cfg->context_length;
+        s->pool[i].row = -1;
+        s->pool_free[i] = s->pool_n - 1 - i;
+    }
+    s->n_pool_free = s->pool_n;
+    s->m.kv_total_tokens = srt_kv_total_tokens(&s->kv);
+    *out = s;
+    return SRT_OK;
+fail:
+    srt_sched_free(s);
+    return SRT_ERROR;
+}
+
+void srt_sched_free(srt_sched *s)
+{
+    if (!s)
+        return;
+    srt_radix_destroy(&s->cache);
+    srt_req_to_token_destroy(&s->r2t);
+    srt_kv_alloc_destroy(&s->kv);
+    free(s->pool); free(s->pool_free); free(s->tok_storage); free(s->waiting); free(s->running);
+    free(s->b_tokens); free(s->b_pos); free(s->b_slots); free(s->b_req_ids); free(s->b_seq_start);
+    free(s->b_seq_len); free(s->b_logit_rows); free(s->b_seq_slots); free(s->b_seq_req);
+    free(s->logits); free(s->sampled); free(s->logprobs); free(s->sseqs); free(s->events);
+    free(s);
+}
+
+/* ---------------- submit / abort ---------------- */
+
+static sreq *find_live(srt_sched *s, uint64_t id)
+{
+    for (int32_t i = 0; i < s->pool_n; i++)
+        if (s->pool[i].state != REQ_FREE && s->pool[i].id == id)
+            return &s->pool[i];
+    return NULL;
+}
+
+srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_args *a, srt_err *err)
+{
+    int32_t ctx = s->cfg.context_length;
+
+    if (!a->prompt || a->n_prompt < 1) {
+        srt_err_set(err, "empty prompt");
+        return SRT_SCHED_SUBMIT_INVALID;
+    }
+    if (a->n_prompt >= ctx) {
+        srt_err_set(err, "prompt of %d tokens leaves no room in the context of %d", a->n_prompt, ctx);
+        return SRT_SCHED_SUBMIT_INVALID;
+    }
+    if ((int64_t)a->n_prompt + 1 > srt_kv_total_tokens(&s->kv)) {
+        srt_err_set(err, "prompt of %d tokens exceeds the KV budget of %lld tokens", a->n_prompt,
+                    (long long)srt_kv_total_tokens(&s->kv));
+        return SRT_SCHED_SUBMIT_INVALID;
+    }
+    for (int32_t i = 0; i < a->n_prompt; i++)
+        if (a->prompt[i] < 0 || a->prompt[i] >= s->cfg.vocab_size) {
+            srt_err_set(err, "prompt token %d at position %d is outside the vocabulary of %d",
+                        a->prompt[i], i, s->cfg.vocab_size);
+            return SRT_SCHED_SUBMIT_INVALID;
+        }
+    if (find_live(s, a->id)) {
+        srt_err_set(err, "request id %llu is already live", (unsigned long long)a->id);
+        return SRT_SCHED_SUBMIT_INVALID;
+    }
+    if (s->n_waiting >= s->cfg.max_queued_requests || s->n_pool_free == 0) {
+        s->m.requests_rejected++;
+        srt_err_set(err, "the queue is full (%d waiting)", s->n_waiting);
+        return SRT_SCHED_SUBMIT_FULL;
+    }
+    sreq *r = &s->pool[s->pool_free[--s->n_pool_free]];
+    int32_t *tokens = r->tokens;
+    memset(r, 0, sizeof *r);
+    r->tokens = tokens;
+    r->id = a->id;
+    r->group = a->group;
+    r->state = REQ_WAITING;
+    r->row = -1;
+    r->cr.last_node = SRT_RADIX_NONE;
+    memcpy(r->tokens, a->prompt, sizeof(int32_t) * (size_t)a->n_prompt);
+    r->n_prompt = a->n_prompt;
+    if (a->sampling) {
+        r->sp = *a->sampling;
+    } else {
+        r->sp.top_p = 1.0f;
+        r->sp.repetition_penalty = 1.0f;
+        r->sp.max_new_tokens = 16;
+    }
+    /* The sampling block may come from shared memory: clamp what indexes arrays. */
+    if (r->sp.n_stop_ids < 0) r->sp.n_stop_ids = 0;
+    if (r->sp.n_stop_ids > SRT_CHAN_MAX_STOP_IDS) r->sp.n_stop_ids = SRT_CHAN_MAX_STOP_IDS;
+    if (r->sp.n_logit_bias < 0) r->sp.n_logit_bias = 0;
+    if (r->sp.n_logit_bias > SRT_CHAN_MAX_LOGIT_BIAS) r->sp.n_logit_bias = SRT_CHAN_MAX_LOGIT_BIAS;
+    if (r->sp.top_logprobs < 0) r->sp.top_logprobs = 0;
+    if (r->sp.top_logprobs > SRT_CHAN_MAX_TOP_LOGPROBS) r->sp.top_logprobs = SRT_CHAN_MAX_TOP_LOGPROBS;
+    r->max_new = r->sp.max_new_tokens < 0 ? 0 : r->sp.max_new_tokens;
+    if (r->max_new > ctx - a->n_prompt)
+        r->max_new = ctx - a->n_prompt;
+    uint64_t seed = r->sp.has_seed ? r->sp.seed : a->id ^ (++s->arrival_counter << 32);
+    r->rng = splitmix64(&seed);
+    r->arrival_order = ++s->arrival_counter;
+    r->t_arrival = now_s();
+    s->waiting[s->n_waiting++] = (int32_t)(r - s->pool);
+    return SRT_SCHED_SUBMIT_OK;
+}
+
+int srt_sched_abort(srt_sched *s, uint64_t id)
+{
+    sreq *r = find_live(s, id);
+    if (!r)
+        return 0;
+    r->aborted = 1;
+    return 1;
+}
+
+/* ---------------- helpers ---------------- */
+
+static inline int32_t n_known(const sreq *r) { return r->n_prompt + r->n_output; }
+static inline int decoding(const sreq *r) { return r->kv_len == n_known(r) - 1; }
+
+static srt_sched_event *emit(srt_sched *s, sreq *r, int32_t token, float lp, srt_chan_finish fin,
+                             int32_t stop_id)
+{
+    if (s->n_events >= s->cap_events)
+        return NULL;   /* cannot happen: at most one event per live request */
+    srt_sched_event *e = &s->events[s->n_events++];
+    e->id = r->id;
+    e->token = token;
+    e->logprob = lp;
+    e->finish = fin;
+    e->stop_id = stop_id;
+    e->n_prompt = r->n_prompt;
+    e->n_output = r->n_output;
+    e->cached_tokens = r->cached_tokens;
+    return e;
+}
+
+static void release_pool(srt_sched *s, sreq *r)
+{
+    r->state = REQ_FREE;
+    s->pool_free[s->n_pool_free++] = (int32_t)(r - s->pool);
+}
+
+static void remove_running(srt_sched *s, sreq *r)
+{
+    int32_t idx = (int32_t)(r - s->pool);
+    for (int32_t i = 0; i < s->n_running; i++)
+        if (s->running[i] == idx) {
+            memmove(&s->running[i], &s->running[i + 1], sizeof(int32_t) * (size_t)(s->n_running - i - 1));
+            s->n_running--;
+            return;
+        }
+}
+
+static void remove_waiting_at(srt_sched *s, int32_t i)
+{
+    memmove(&s->waiting[i], &s->waiting[i + 1], sizeof(int32_t) * (size_t)(s->n_waiting - i - 1));
+    s->n_waiting--;
+}
+
+/* Gives the request's KV back: computed tokens go to the radix cache (reusable), or, when
+ * the KV may be garbage (failed forward), are freed without caching. */
+static void drop_kv(srt_sched *s, sreq *r, int cache_it)
+{
+    if (r->row < 0)
+        return;
+    if (cache_it) {
+        if (srt_radix_cache_finished(&s->cache, r->tokens, r->kv_len, &r->cr) != SRT_OK)
+            srt_log(SRT_LOG_ERROR, "sched: releasing the KV of request %llu failed",
+                    (unsigned long long)r->id);
+    } else {
+        int32_t from = s->cache.disabled ? 0 : r->cr.prefix_len;
+        if (r->kv_len > from)
+            srt_kv_free_slots(&s->kv, r->cr.row + from, r->kv_len - from);
+        if (r->cr.last_node != SRT_RADIX_NONE)
+            srt_radix_dec_lock(&s->cache, r->cr.last_node);
+        r->cr.last_node = SRT_RADIX_NONE;
+        r->cr.prefix_len = 0;
+    }
+    srt_req_to_token_free(&s->r2t, r->row);
+    r->row = -1;
+    r->kv_len = 0;
+}
+
+static void finish_running(srt_sched *s, sreq *r, srt_chan_finish fin, int32_t stop_id,
+                           int32_t token, float lp, int cache_it)
+{
+    drop_kv(s, r, cache_it);
+    remove_running(s, r);
+    emit(s, r, token, lp, fin, stop_id);
+    if (fin == SRT_CHAN_FINISH_ABORT)
+        s->m.requests_aborted++;
+    else
+        s->m.requests_finished++;
+    hist_add(&s->m.e2e, now_s() - r->t_arrival);
+    release_pool(s, r);
+}
+
+/* Back to the queue: KV released into the cache (so the work is found again if it
+ * survives eviction), and everything computed is re-prefilled at re-admission. */
+static void retract(srt_sched *s, sreq *r)
+{
+    drop_kv(s, r, 1);
+    remove_running(s, r);
+    r->state = REQ_WAITING;
+    memmove(&s->waiting[1], &s->waiting[0], sizeof(int32_t) * (size_t)s->n_waiting);
+    s->waiting[0] = (int32_t)(r - s->pool);
+    s->n_waiting++;
+    s->m.retractions++;
+    s->new_token_ratio = fmin(1.0, s->new_token_ratio + 0.3);
+    srt_log(SRT_LOG_DEBUG, "sched: retracted request %llu (%d tokens known)",
+            (unsigned long long)r->id, n_known(r));
+}
+
+static sreq *newest_running(srt_sched *s, const sreq *except)
+{
+    sreq *best = NULL;
+    for (int32_t i = 0; i < s->n_running; i++) {
+        sreq *r = &s->pool[s->running[i]];
+        if (r != except && (!best || r->admit_order > best->admit_order))
+            best = r;
+    }
+    return best;
+}
+
+/* Makes need_pages free, evicting unlocked cache entries if needed. */
+static int ensure_pages(srt_sched *s, int64_t need_pages)
+{
+    if (s->kv.n_free >= need_pages)
+        return 1;
+    srt_radix_evict(&s->cache, (need_pages - s->kv.n_free) * s->kv.page_size);
+    return s->kv.n_free >= need_pages;
+}
+
+/* Most new tokens a sequence at kv_len can take from free pages (after eviction). */
+static int32_t fit_tokens(srt_sched *s, int32_t kv_len, int32_t want)
+{
+    int32_t ps = s->kv.page_size;
+    int32_t in_page = (ps - kv_len % ps) % ps;
+    if (want <= in_page)
+        return want;
+    if (!ensure_pages(s, srt_kv_pages_needed(&s->kv, kv_len, want))) {
+        /* ensure_pages evicted all it could */
+        int64_t room = in_page + (int64_t)s->kv.n_free * ps;
+        if (room < want)
+            want = (int32_t)room;
+    }
+    return want;
+}
+
+static int64_t reserved_decode_tokens(srt_sched *s)
+{
+    double sum = 0;
+    for (int32_t i = 0; i < s->n_running; i++) {
+        sreq *r = &s->pool[s->running[i]];
+        sum += (double)(r->max_new - r->n_output) * s->new_token_ratio;
+    }
+    return (int64_t)sum;
+}
+
+/* ---------------- one step ---------------- */
+
+static void apply_aborts(srt_sched *s)
+{
+    for (int32_t i = s->n_running - 1; i >= 0; i--) {
+        sreq *r = &s->pool[s->running[i]];
+        if (r->aborted)
+            finish_running(s, r, SRT_CHAN_FINISH_ABORT, -1, -1, 0, 1);
+    }
+    for (int32_t i = s->n_waiting - 1; i >= 0; i--) {
+        sreq *r = &s->pool[s->waiting[i]];
+        if (!r->aborted && r->max_new > r->n_output)
+            continue;
+        remove_waiting_at(s, i);
+        emit(s, r, -1, 0, r->aborted ? SRT_CHAN_FINISH_ABORT : SRT_CHAN_FINISH_LENGTH, -1);
+        if (r->aborted)
+            s->m.requests_aborted++;
+        else
+            s->m.requests_finished++;
+        hist_add(&s->m.e2e, now_s() - r->t_arrival);
+        release_pool(s, r);
+    }
+}
+
+/* Room for one more token of every decoding request: evict, then retract the newest. */
+static void reserve_decodes(srt_sched *s)
+{
+    for (;;) {
+        int64_t need = 0;
+        for (int32_t i = 0; i < s->n_running; i++) {
+            sreq *r = &s->pool[s->running[i]];
+            if (decoding(r))
+                need += srt_kv_pages_needed(&s->kv, r->kv_len, 1);
+        }
+        if (ensure_pages(s, need))
+            break;
+        if (s->n_running <= 1) {
+            /* One request alone fills the pool: it cannot grow, ever. */
+            sreq *r = s->n_running ? &s->pool[s->running[0]] : NULL;
+            if (r) {
+                srt_log(SRT_LOG_WARN, "sched: request %llu outgrew the KV budget of %lld tokens",
+                        (unsigned long long)r->id, (long long)srt_kv_total_tokens(&s->kv));
+                finish_running(s, r, SRT_CHAN_FINISH_LENGTH, -1, -1, 0, 1);
+            }
+            break;
+        }
+        retract(s, newest_running(s, NULL));
+    }
+    for (int32_t i = 0; i < s->n_running; i++) {
+        sreq *r = &s->pool[s->running[i]];
+        if (!decoding(r))
+            continue;
+        /* ensure_pages above guarantees this succeeds */
+        if (srt_kv_alloc_extend(&s->kv, r->cr.row, r->kv_len, 1) != SRT_OK)
+            continue;
+        r->ext = 1;
+        r->samples = 1;
+        s->b_seq_req[s->b_n_seqs++] = s->running[i];
+    }
+}
+
+static int32_t continue_prefills(srt_sched *s, int32_t budget)
+{
+    for (int32_t i = 0; i < s->n_running && budget > 0; i++) {
+        sreq *r = &s->pool[s->running[i]];
+        if (r->ext || decoding(r))
+            continue;
+        int32_t take = n_known(r) - r->kv_len;
+        if (take > budget)
+            take = budget;
+        take = fit_tokens(s, r->kv_len, take);
+        if (take <= 0 || srt_kv_alloc_extend(&s->kv, r->cr.row, r->kv_len, take) != SRT_OK)
+            continue;
+        r->ext = take;
+        r->samples = r->kv_len + take == n_known(r);
+        budget -= take;
+        s->b_seq_req[s->b_n_seqs++] = s->running[i];
+    }
+    return budget;
+}
+
+/* A sibling of r (same n > 1 group) still computing the shared prompt: r waits for it. */
+static sreq *group_sibling(srt_sched *s, const sreq *r, int want_prefilling)
+{
+    if (!r->group)
+        return NULL;
+    for (int32_t i = 0; i < s->n_running; i++) {
+        sreq *g = &s->pool[s->running[i]];
+        if (g->group != r->group || g->n_prompt != r->n_prompt)
+            continue;
+        int prompt_done = g->kv_len >= g->n_prompt - 1;
+        if (want_prefilling ? !prompt_done : prompt_done)
+            return g;
+    }
+    return NULL;
+}
+
+static void order_waiting(srt_sched *s)
+{
+    if (s->cfg.policy != SRT_SCHED_LPM || s->n_waiting > LPM_MAX_WAITING || s->cache.disabled)
+        return;
+    for (int32_t i = 0; i < s->n_waiting; i++) {
+        sreq *r = &s->pool[s->waiting[i]];
+        r->peek = srt_radix_peek_prefix(&s->cache, r->tokens, n_known(r) - 1);
+    }
+    /* stable insertion sort: longest cached prefix first, queue order among equals */
+    for (int32_t i = 1; i < s->n_waiting; i++) {
+        int32_t x = s->waiting[i], j = i - 1;
+        while (j >= 0 && s->pool[s->waiting[j]].peek < s->pool[x].peek) {
+            s->waiting[j + 1] = s->waiting[j];
+            j--;
+        }
+        s->waiting[j + 1] = x;
+    }
+}
+
+static void admit(srt_sched *s, int32_t budget)
+{
+    order_waiting(s);
+    for (int32_t wi = 0; wi < s->n_waiting && budget > 0; ) {
+        sreq *r = &s->pool[s->waiting[wi]];
+        if (s->n_running >= s->cfg.max_running_requests || s->r2t.n_free == 0)
+            break;
+        if (group_sibling(s, r, 1)) {   /* share the prompt once a sibling has it */
+            wi++;
+            continue;
+        }
+        int32_t known = n_known(r);
+        if (s->n_running > 0) {
+            int32_t cached = srt_radix_peek_prefix(&s->cache, r->tokens, known - 1);
+            int64_t avail = srt_kv_free_tokens(&s->kv) + srt_radix_evictable_size(&s->cache)
+                          - reserved_decode_tokens(s);
+            int64_t need = (known - cached) + (int64_t)((r->max_new - r->n_output) * s->new_token_ratio);
+            if (need > avail)
+                break;
+        }
+        r->row = srt_req_to_token_alloc(&s->r2t);
+        r->cr.row = srt_req_to_token_row(&s->r2t, r->row);
+        int32_t matched;
+        sreq *g = s->cache.disabled ? group_sibling(s, r, 0) : NULL;
+        if (g) {
+            /* radix off: share the sibling's whole prompt pages by reference */
+            int32_t ps = s->kv.page_size;
+            matched = (r->n_prompt - 1) / ps * ps;
+            if (matched > g->kv_len / ps * ps)
+                matched = g->kv_len / ps * ps;
+            memcpy(r->cr.row, g->cr.row, sizeof(int32_t) * (size_t)matched);
+            if (matched > 0 && srt_kv_ref_slots(&s->kv, r->cr.row, matched) != SRT_OK)
+                matched = 0;
+            r->cr.prefix_len = 0;
+            r->cr.last_node = SRT_RADIX_NONE;
+        } else {
+            matched = srt_radix_match_req(&s->cache, r->tokens, known, &r->cr);
+        }
+        r->kv_len = matched;
+        int32_t take = known - matched;
+        if (take > budget)
+            take = budget;
+        take = fit_tokens(s, r->kv_len, take);
+        if (take <= 0 || srt_kv_alloc_extend(&s->kv, r->cr.row, r->kv_len, take) != SRT_OK) {
+            drop_kv(s, r, 0);
+            break;
+        }
+        remove_waiting_at(s, wi);
+        r->state = REQ_RUNNING;
+        r->admit_order = ++s->admit_counter;
+        r->ext = take;
+        r->samples = r->kv_len + take == known;
+        s->running[s->n_running++] = (int32_t)(r - s->pool);
+        s->b_seq_req[s->b_n_seqs++] = (int32_t)(r - s->pool);
+        budget -= take;
+        if (!r->admitted_once) {
+            r->admitted_once = 1;
+            r->cached_tokens = matched;
+            s->m.prompt_tokens_total += (uint64_t)r->n_prompt;
+            s->m.cached_prompt_tokens_total += (uint64_t)matched;
+        }
+    }
+}
+
+static int check_stop(const srt_sched *s, const sreq *r, int32_t tok, int32_t *stop_id)
+{
+    *stop_id = -1;
+    if (r->n_output >= r->sp.min_new_tokens) {
+        for (int32_t i = 0; i < r->sp.n_stop_ids; i++)
+            if (r->sp.stop_ids[i] == tok) {
+                *stop_id = tok;
+                return SRT_CHAN_FINISH_STOP;
+            }
+        if (!r->sp.ignore_eos)
+            for (int32_t i = 0; i < s->cfg.n_eos; i++)
+                if (s->cfg.eos_ids[i] == tok) {
+                    *stop_id = tok;
+                    return SRT_CHAN_FINISH_STOP;
+                }
+    }
+    if (r->n_output >= r->max_new || n_known(r) >= s->cfg.context_length)
+        return SRT_CHAN_FINISH_LENGTH;
+    return SRT_CHAN_FINISH_NONE;
+}
+
+int srt_sched_step(srt_sched *s, srt_err *err)
+{
+    int32_t n_tok = 0, n_rows = 0, n_decode = 0;
+
+    s->n_events = 0;
+    s->b_n_seqs = 0;
+    apply_aborts(s);
+    for (int attempt = 0; ; attempt++) {
+        reserve_decodes(s);
+        int32_t budget = continue_prefills(s, s->prefill_budget);
+        admit(s, budget);
+        if (s->b_n_seqs > 0 || s->n_running == 0 || attempt > s->cfg.max_running_requests)
+            break;
+        /* Everything running is mid-prefill and nothing fits: make room by retracting the
+         * newest, or, alone, it can never finish. */
+        if (s->n_running == 1) {
+            sreq *r = &s->pool[s->running[0]];
+            srt_log(SRT_LOG_WARN, "sched: request %llu does not fit the KV budget",
+                    (unsigned long long)r->id);
+            finish_running(s, r, SRT_CHAN_FINISH_LENGTH, -1, -1, 0, 1);
+        } else {
+            retract(s, newest_running(s, NULL));
+        }
+    }
+    if (s->b_n_seqs == 0) {
+        s->m.num_running = s->n_running;
+        s->m.num_queued = s->n_waiting;
+        return s->n_events;
+    }
+
+    /* Build the batch: each sequence's new tokens, in scheduling order. */
+    s->b_seq_start[0] = 0;
+    for (int32_t i = 0; i < s->b_n_seqs; i++) {
+        sreq *r = &s->pool[s->b_seq_req[i]];
+        for (int32_t j = 0; j < r->ext; j++) {
+            int32_t p = r->kv_len + j;
+            s->b_tokens[n_tok] = r->tokens[p];
+            s->b_pos[n_tok] = p;
+            s->b_slots[n_tok] = r->cr.row[p];
+            s->b_req_ids[n_tok] = r->id;
+            n_tok++;
+        }
+        s->b_seq_start[i + 1] = n_tok;
+        s->b_seq_len[i] = r->kv_len + r->ext;
+        s->b_seq_slots[i] = r->cr.row;
+        if (r->samples) {
+            s->sseqs[n_rows] = (srt_sched_sample_seq){ &r->sp, r->tokens, r->n_prompt, r->n_output, &r->rng };
+            s->b_logit_rows[n_rows++] = n_tok - 1;
+        }
+        n_decode += r->ext == 1 && r->samples && r->kv_len == n_known(r) - 1;
+    }
+    srt_forward_batch b = {
+        .n_tokens = n_tok, .token_ids = s->b_tokens, .positions = s->b_pos, .out_slots = s->b_slots,
+        .n_seqs = s->b_n_seqs, .seq_start = s->b_seq_start, .seq_len = s->b_seq_len,
+        .seq_slots = s->b_seq_slots, .request_ids = s->b_req_ids,
+        .forward_mode = n_decode == s->b_n_seqs ? SRT_FORWARD_DECODE
+                      : n_decode == 0 ? SRT_FORWARD_PREFILL : SRT_FORWARD_MIXED,
+        .n_logit_rows = n_rows, .logit_rows = s->b_logit_rows,
+    };
+    int rc = s->runner.forward(s->runner.self, &b, s->logits, err);
+    if (rc == SRT_OK && n_rows > 0) {
+        for (int32_t i = 0; i < n_rows; i++)
+            s->logprobs[i] = 0;
+        rc = s->runner.sample(s->runner.self, n_rows, s->logits, s->cfg.vocab_size, s->sseqs,
+                              s->sampled, s->logprobs, err);
+    }
+    s->m.steps++;
+    s->m.forward_tokens_total += (uint64_t)n_tok;
+    if (s->new_token_ratio > NEW_TOKEN_RATIO_MIN)
+        s->new_token_ratio = fmax(NEW_TOKEN_RATIO_MIN, s->new_token_ratio - NEW_TOKEN_RATIO_STEP);
+
+    double t = now_s();
+    int32_t row = 0;
+    for (int32_t i = 0; i < s->b_n_seqs; i++) {
+        sreq *r = &s->pool[s->b_seq_req[i]];
+        int was_prefill = !(r->ext == 1 && r->kv_len == n_known(r) - 1);
+        r->kv_len += r->ext;
+        r->ext = 0;
+        if (rc != SRT_OK) {
+            finish_running(s, r, SRT_CHAN_FINISH_ERROR, -1, -1, 0, 0);
+            continue;
+        }
+        if (!r->samples) {   /* a prefill chunk: keep what it computed findable */
+            srt_radix_cache_unfinished(&s->cache, r->tokens, r->kv_len, &r->cr);
+            continue;
+        }
+        int32_t tok = s->sampled[row];
+        float lp = s->logprobs[row++];
+        r->samples = 0;
+        if (tok < 0 || tok >= s->cfg.vocab_size) {
+            finish_running(s, r, SRT_CHAN_FINISH_ERROR, -1, -1, 0, 0);
+            continue;
+        }
+        r->tokens[r->n_prompt + r->n_output++] = tok;
+        s->m.generation_tokens_total++;
+        if (r->t_first == 0) {
+            r->t_first = t;
+            hist_add(&s->m.ttft, t - r->t_arrival);
+        } else {
+            hist_add(&s->m.itl, t - r->t_last);
+        }
+        r->t_last = t;
+        int32_t stop_id;
+        srt_chan_finish fin = check_stop(s, r, tok, &stop_id);
+        if (fin != SRT_CHAN_FINISH_NONE) {
+            finish_running(s, r, fin, stop_id, tok, lp, 1);
+            continue;
+        }
+        emit(s, r, tok, lp, SRT_CHAN_FINISH_NONE, -1);
+        if (was_prefill)
+            srt_radix_cache_unfinished(&s->cache, r->tokens, r->kv_len, &r->cr);
+    }
+    s->m.num_running = s->n_running;
+    s->m.num_queued = s->n_waiting;
+    if (rc != SRT_OK) {
+        srt_log(SRT_LOG_ERROR, "sched: forward failed: %s", err ? err->msg : "?");
+        return SRT_ERROR;
+    }
+    return s->n_events;
+}
+
+const srt_sched_event *srt_sched_events(const srt_sched *s, int *n)
+{
+    *n = s->n_events;
+    return s->events;
+}
+
+int srt_sched_has_work(const srt_sched *s) { return s->n_running > 0 || s->n_waiting > 0; }
+int srt_sched_num_running(const srt_sched *s) { return s->n_running; }
+int srt_sched_num_waiting(const srt_sched *s) { return s->n_waiting; }
+
+void srt_sched_get_metrics(const srt_sched *s, srt_sched_metrics *m)
+{
+    *m = s->m;
+    m->num_running = s->n_running;
+    m->num_queued = s->n_waiting;
+    m->kv_total_tokens = srt_kv_total_tokens(&s->kv);
+    m->kv_used_tokens = m->kv_total_tokens - srt_kv_free_tokens(&s->kv);
+    m->kv_cached_tokens = srt_radix_evictable_size(&s->cache) + srt_radix_protected_size(&s->cache);
+}
+
+int64_t srt_sched_flush_cache(srt_sched *s)
+{
+    return srt_radix_evict(&s->cache, INT64_MAX);
+}
+
+int64_t srt_sched_kv_free_tokens(const srt_sched *s)
+{
+    return srt_kv_free_tokens(&s->kv);
+}
+
+int srt_sched_check(const srt_sched *s, srt_err *err)
+{
+    int32_t ps = s->kv.page_size, np = s->kv.num_pages;
+    int rc = SRT_OK;
+
+    if (srt_radix_check(&s->cache, err) != SRT_OK)
+        return SRT_ERROR;
+    /* Page references: free pages 0; others = tree + every request range that holds them. */
+    uint32_t *refs = calloc((size_t)np, sizeof(uint32_t));
+    if (!refs)
+        return srt_err_set(err, "out of memory");
+    for (int32_t i = 1; i < s->cache.cap_nodes; i++) {
+        const srt_radix_node *n = &s->cache.nodes[i];
+        if (!n->in_use)
+            continue;
+        int32_t sl = n->first_slot;
+        for (int32_t k = 0; k < n->len; k++, sl = s->cache.next[sl])
+            if (k % ps == 0)
+                refs[sl / ps]++;
+    }
+    int32_t live = 0;
+    for (int32_t i = 0; i < s->pool_n; i++) {
+        const sreq *r = &s->pool[i];
+        if (r->state == REQ_FREE)
+            continue;
+        live++;
+        if (r->state == REQ_WAITING && (r->row >= 0 || r->kv_len))
+            { rc = srt_err_set(err, "waiting request %llu holds KV", (unsigned long long)r->id); break; }
+        if (r->state != REQ_RUNNING)
+            continue;
+        if (r->kv_len > n_known(r) || r->cr.prefix_len > r->kv_len)
+            { rc = srt_err_set(err, "request %llu: kv_len %d, prefix %d, known %d", (unsigned long long)r->id,
+                               r->kv_len, r->cr.prefix_len, n_known(r)); break; }
+        for (int32_t p = r->cr.prefix_len; p < r->kv_len; p++)
+            if (p % ps == 0)
+                refs[r->cr.row[p] / ps]++;
+    }
+    for (int32_t p = 0; p < np && rc == SRT_OK; p++)
+        if (refs[p] != s->kv.page_ref[p])
+            rc = srt_err_set(err, "page %d: %u holders, refcount %u", p, refs[p], s->kv.page_ref[p]);
+    int64_t free_pages = 0;
+    for (int32_t p = 0; p < np; p++)
+        free_pages += s->kv.page_ref[p] == 0;
+    if (rc == SRT_OK && free_pages != s->kv.n_free)
+        rc = srt_err_set(err, "%lld pages unreferenced, %d on the free list", (long long)free_pages, s->kv.n_free);
+    if (rc == SRT_OK && live + s->n_pool_free != s->pool_n)
+        rc = srt_err_set(err, "request pool: %d live + %d free != %d", live, s->n_pool_free, s->pool_n);
+    if (rc == SRT_OK && live != s->n_running + s->n_waiting)
+        rc = srt_err_set(err, "%d live requests, %d running + %d waiting", live, s->n_running, s->n_waiting);
+    if (rc == SRT_OK && s->r2t.n_free + s->n_running != s->r2t.rows)
+        rc = srt_err_set(err, "req_to_token rows: %d free + %d running != %d", s->r2t.n_free,
+                         s->n_running, s->r2t.rows);
+    free(refs);
+    return rc;
+}

@@ -1,0 +1,634 @@
+/* Scheduler with a fake deterministic runner.
+ *
+ * The fake model keeps a "KV" value per slot: a hash of (token, position, KV of the
+ * previous position), written when a token is forwarded. The next token of a sequence is
+ * a hash of the KV of its last position, which summarises the whole sequence through the
+ * slots the scheduler handed over. Wrong slots, a wrong prefix, a stale or freed slot, a
+ * wrong position: the output changes or the runner reports the fault. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "srt/sched.h"
+#include "tap.h"
+
+#define VOCAB 97
+#define EOS   3
+
+typedef struct fake {
+    int64_t   n_slots;
+    uint64_t *kv;          /* 0 = never written */
+    int       faults;
+    char      fault[256];
+    int       fail_next;   /* inject a forward error */
+    int       mixed_steps; /* batches with both decode tokens and prefill chunks */
+    int       max_tokens_seen;
+} fake;
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
+static void fault(fake *f, const char *m)
+{
+    if (!f->faults++)
+        snprintf(f->fault, sizeof f->fault, "%s", m);
+}
+
+static int fake_forward(void *self, const srt_forward_batch *b, float *logits, srt_err *err)
+{
+    fake *f = self;
+    int has_decode = 0, has_prefill = 0, row = 0;
+
+    if (f->fail_next) {
+        f->fail_next = 0;
+        return srt_err_set(err, "injected failure");
+    }
+    if (b->n_tokens > f->max_tokens_seen)
+        f->max_tokens_seen = b->n_tokens;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t n = b->seq_start[s + 1] - b->seq_start[s];
+        int32_t first = b->seq_len[s] - n;
+        if (n == 1) has_decode = 1; else has_prefill = 1;
+        for (int32_t j = 0; j < n; j++) {
+            int32_t i = b->seq_start[s] + j, p = first + j;
+            if (b->positions[i] != p)
+                fault(f, "position does not match the sequence layout");
+            if (b->seq_slots[s][p] != b->out_slots[i])
+                fault(f, "out slot differs from the sequence's slot");
+            if (b->out_slots[i] < 0 || b->out_slots[i] >= f->n_slots) {
+                fault(f, "slot out of range");
+                return srt_err_set(err, "bad slot");
+            }
+            uint64_t prev = p == 0 ? 1 : f->kv[b->seq_slots[s][p - 1]];
+            if (prev == 0)
+                fault(f, "attended a slot that was never written");
+            f->kv[b->out_slots[i]] = mix(mix(prev, (uint64_t)b->token_ids[i]), (uint64_t)p);
+        }
+    }
+    f->mixed_steps += has_decode && has_prefill;
+    for (int32_t s = 0; s < b->n_seqs && row < b->n_logit_rows; s++) {
+        if (b->logit_rows[row] != b->seq_start[s + 1] - 1)
+            continue;
+        uint64_t h = f->kv[b->seq_slots[s][b->seq_len[s] - 1]];
+        float *l = logits + (int64_t)row * VOCAB;
+        for (int v = 0; v < VOCAB; v++)
+            l[v] = (float)((h >> (v % 40)) & 7) * 0.01f;
+        l[h % VOCAB] = 10.0f;
+        row++;
+    }
+    if (row != b->n_logit_rows)
+        fault(f, "logit rows are not the last tokens of sequences in order");
+    return SRT_OK;
+}
+
+static int greedy_sample(void *self, int32_t n, float *logits, int32_t vocab,
+                         const srt_sched_sample_seq *seqs, int32_t *out, float *lp, srt_err *err)
+{
+    for (int32_t i = 0; i < n; i++) {
+        const float *l = logits + (int64_t)i * vocab;
+        int32_t best = 0;
+        for (int32_t v = 1; v < vocab; v++)
+            if (l[v] > l[best])
+                best = v;
+        out[i] = best;
+    }
+    return SRT_OK;
+}
+
+/* ---------------- harness ---------------- */
+
+#define MAXR   64
+#define MAXOUT 256
+
+typedef struct result {
+    int32_t         out[MAXOUT];
+    int             n_out;
+    srt_chan_finish fin;
+    int             n_finish;
+    int32_t         cached;
+    int32_t         stop_id;
+} result;
+
+typedef struct rig {
+    fake              f;
+    srt_sched        *s;
+    srt_sched_config  cfg;
+    result            res[MAXR];
+    int               check_failed;
+    char              why[1100];
+} rig;
+
+static srt_sched_config base_cfg(void)
+{
+    srt_sched_config c = {
+        .max_running_requests = 32, .max_queued_requests = 64, .context_length = 512,
+        .max_total_tokens = 8192, .page_size = 1, .chunked_prefill_size = 4096,
+        .policy = SRT_SCHED_FCFS, .radix_cache = 1, .vocab_size = VOCAB, .n_eos = 0,
+    };
+    return c;
+}
+
+static void rig_init(rig *g, const srt_sched_config *cfg)
+{
+    srt_err err;
+    memset(g, 0, sizeof *g);
+    g->cfg = *cfg;
+    g->f.n_slots = cfg->max_total_tokens;
+    g->f.kv = calloc((size_t)g->f.n_slots, sizeof(uint64_t));
+    srt_sched_runner r = { &g->f, fake_forward, greedy_sample };
+    if (srt_sched_create(cfg, &r, &g->s, &err) != SRT_OK)
+        tap_diag("create failed: %s", err.msg);
+}
+
+static void rig_free(rig *g)
+{
+    srt_sched_free(g->s);
+    free(g->f.kv);
+}
+
+static srt_chan_sampling greedy(int max_new)
+{
+    srt_chan_sampling sp = { .top_p = 1, .repetition_penalty = 1, .max_new_tokens = max_new };
+    return sp;
+}
+
+static int submit(rig *g, uint64_t id, const int32_t *prompt, int n, const srt_chan_sampling *sp, uint64_t group)
+{
+    srt_err err;
+    srt_sched_submit_args a = { .id = id, .group = group, .prompt = prompt, .n_prompt = n, .sampling = sp };
+    return srt_sched_submit(g->s, &a, &err);
+}
+
+static void collect(rig *g)
+{
+    int n;
+    const srt_sched_event *ev = srt_sched_events(g->s, &n);
+    for (int i = 0; i < n; i++) {
+        result *r = &g->res[ev[i].id];
+        if (ev[i].token >= 0 && r->n_out < MAXOUT)
+            r->out[r->n_out++] = ev[i].token;
+        if (ev[i].finish != SRT_CHAN_FINISH_NONE) {
+            r->fin = ev[i].finish;
+            r->n_finish++;
+            r->cached = ev[i].cached_tokens;
+            r->stop_id = ev[i].stop_id;
+        }
+    }
+}
+
+static int step(rig *g)
+{
+    srt_err err;
+    int rc = srt_sched_step(g->s, &err);
+    collect(g);
+    if (srt_sched_check(g->s, &err) != SRT_OK && !g->check_failed++)
+        snprintf(g->why, sizeof g->why, "%s", err.msg);
+    return rc;
+}
+
+static int run_all(rig *g, int max_steps)
+{
+    int steps = 0;
+    while (srt_sched_has_work(g->s) && steps < max_steps) {
+        step(g);
+        steps++;
+    }
+    return steps;
+}
+
+/* ---------------- workload ---------------- */
+
+static int32_t prompts[MAXR][400];
+static int     plen[MAXR], maxnew[MAXR];
+
+static void make_workload(int n, uint64_t seed)
+{
+    int32_t base[3][300];
+    uint64_t x = seed;
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < 300; i++)
+            base[b][i] = (int32_t)((x = mix(x, 7)) % (VOCAB - 4)) + 4;
+    for (int r = 0; r < n; r++) {
+        x = mix(x, (uint64_t)r);
+        int shared = r % 3 == 0 ? 0 : (int)(x % 200);
+        int own = 1 + (int)((x >> 20) % 60);
+        plen[r] = 0;
+        for (int i = 0; i < shared; i++)
+            prompts[r][plen[r]++] = base[r % 3][i];
+        for (int i = 0; i < own; i++)
+            prompts[r][plen[r]++] = (int32_t)((x = mix(x, (uint64_t)i)) % (VOCAB - 4)) + 4;
+        maxnew[r] = 1 + (int)((x >> 8) % 40);
+    }
+}
+
+/* Each request alone, in a fresh scheduler with a fresh model state. */
+static result solo[MAXR];
+static void run_solo(int n, const srt_sched_config *cfg)
+{
+    for (int r = 0; r < n; r++) {
+        rig *g = calloc(1, sizeof *g);
+        srt_sched_config c = *cfg;
+        c.max_total_tokens = 8192;
+        rig_init(g, &c);
+        srt_chan_sampling sp = greedy(maxnew[r]);
+        submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
+        run_all(g, 10000);
+        solo[r] = g->res[r];
+        rig_free(g);
+        free(g);
+    }
+}
+
+static int same_as_solo(rig *g, int n, int *first_bad)
+{
+    for (int r = 0; r < n; r++) {
+        if (g->res[r].n_out != solo[r].n_out || g->res[r].n_finish != 1 ||
+            memcmp(g->res[r].out, solo[r].out, sizeof(int32_t) * (size_t)solo[r].n_out) != 0) {
+            *first_bad = r;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void batch_invariance(int radix, int page, int chunk, int policy)
+{
+    srt_sched_config c = base_cfg();
+    c.radix_cache = radix;
+    c.page_size = page;
+    c.chunked_prefill_size = chunk;
+    c.policy = policy;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    int bad = -1, nsub = 0;
+    for (int r = 0; r < 32; r++) {
+        srt_chan_sampling sp = greedy(maxnew[r]);
+        nsub += submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0) == SRT_SCHED_SUBMIT_OK;
+    }
+    int steps = run_all(g, 20000);
+    srt_sched_metrics m;
+    srt_sched_get_metrics(g->s, &m);
+    ok(nsub == 32 && same_as_solo(g, 32, &bad) && !g->f.faults && !g->check_failed,
+       "32 concurrent == alone (radix %d, page %d, chunk %d, %s): %d steps, %d mixed, cached %llu/%llu prompt tokens%s%s%s",
+       radix, page, chunk, policy ? "lpm" : "fcfs", steps, g->f.mixed_steps,
+       (unsigned long long)m.cached_prompt_tokens_total, (unsigned long long)m.prompt_tokens_total,
+       g->f.faults ? g->f.fault : "", g->check_failed ? g->why : "", bad >= 0 ? " (a request differs)" : "");
+    if (bad >= 0)
+        tap_diag("request %d: got %d tokens, alone %d", bad, g->res[bad].n_out, solo[bad].n_out);
+    if (radix && chunk < 100)   /* with a small chunk, later requests find earlier chunks */
+        ok(m.cached_prompt_tokens_total > 0, "shared prefixes hit the cache");
+    else
+        is_int(m.cached_prompt_tokens_total, 0, "radix off: no cache hits");
+    if (chunk < 100)
+        ok(g->f.mixed_steps > 0 && g->f.max_tokens_seen <= chunk + c.max_running_requests,
+           "prefill chunks ride along decode steps, batches within budget (max %d tokens)", g->f.max_tokens_seen);
+    srt_sched_flush_cache(g->s);
+    is_int(srt_sched_kv_free_tokens(g->s), c.max_total_tokens / page * page, "all KV free after flush");
+    rig_free(g);
+    free(g);
+}
+
+static void test_chunked_equals_unchunked(void)
+{
+    /* One long prompt, chunked at 7 vs whole: same tokens. */
+    int32_t p[300];
+    for (int i = 0; i < 300; i++)
+        p[i] = 4 + (i * 31) % 90;
+    result out[2];
+    for (int k = 0; k < 2; k++) {
+        srt_sched_config c = base_cfg();
+        c.chunked_prefill_size = k ? 7 : 4096;
+        rig *g = calloc(1, sizeof *g);
+        rig_init(g, &c);
+        srt_chan_sampling sp = greedy(20);
+        submit(g, 1, p, 300, &sp, 0);
+        int steps = run_all(g, 1000);
+        out[k] = g->res[1];
+        if (k)
+            ok(steps >= 300 / 7 + 19, "chunked prefill took %d steps", steps);
+        ok(!g->f.faults && !g->check_failed, "no faults (%s%s)", g->f.fault, g->why);
+        rig_free(g);
+        free(g);
+    }
+    ok(out[0].n_out == 20 && out[1].n_out == 20 &&
+       !memcmp(out[0].out, out[1].out, sizeof(int32_t) * 20), "chunked == unchunked output");
+}
+
+static void test_kv_exhaustion(int radix, int page)
+{
+    srt_sched_config c = base_cfg();
+    c.radix_cache = radix;
+    c.page_size = page;
+    c.max_total_tokens = 640;   /* far below 32 x (prompt + output) */
+    c.chunked_prefill_size = 64;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    for (int r = 0; r < 32; r++) {
+        srt_chan_sampling sp = greedy(maxnew[r]);
+        submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
+    }
+    /* long outputs: the admission estimate (new_token_ratio) runs short and decodes must retract */
+    int steps = run_all(g, 50000);
+    srt_sched_metrics m;
+    srt_sched_get_metrics(g->s, &m);
+    int bad = -1;
+    ok(same_as_solo(g, 32, &bad) && !g->f.faults && !g->check_failed && !srt_sched_has_work(g->s),
+       "KV of 640 tokens (radix %d, page %d): all 32 complete == alone in %d steps, %llu retractions%s%s",
+       radix, page, steps, (unsigned long long)m.retractions, g->f.fault, g->why);
+    ok(m.retractions > 0, "KV exhaustion retracted requests");
+    srt_sched_flush_cache(g->s);
+    is_int(srt_sched_kv_free_tokens(g->s), 640 / page * page, "free count back at baseline");
+    rig_free(g);
+    free(g);
+}
+
+static void test_abort(void)
+{
+    srt_sched_config c = base_cfg();
+    c.max_running_requests = 4;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    for (int r = 0; r < 10; r++) {
+        srt_chan_sampling sp = greedy(30);
+        submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
+    }
+    step(g);
+    step(g);
+    ok(srt_sched_abort(g->s, 1) && srt_sched_abort(g->s, 8), "abort a running and a waiting request");
+    is_int(srt_sched_abort(g->s, 99), 0, "abort of an unknown id is a no-op");
+    int n_before = g->res[1].n_out;
+    step(g);
+    ok(g->res[1].fin == SRT_CHAN_FINISH_ABORT && g->res[8].fin == SRT_CHAN_FINISH_ABORT,
+       "aborts take effect at the next step");
+    is_int(g->res[1].n_out, n_before, "no token after the abort");
+    run_all(g, 5000);
+    int others_ok = 1;
+    for (int r = 0; r < 10; r++)
+        if (r != 1 && r != 8)
+            others_ok &= g->res[r].fin == SRT_CHAN_FINISH_LENGTH && g->res[r].n_out == 30 && g->res[r].n_finish == 1;
+    ok(others_ok && !g->check_failed, "the rest complete%s", g->why);
+    srt_sched_metrics m;
+    srt_sched_get_metrics(g->s, &m);
+    is_int(m.requests_aborted, 2, "2 aborted in metrics");
+    srt_sched_flush_cache(g->s);
+    is_int(srt_sched_kv_free_tokens(g->s), c.max_total_tokens, "abort released everything");
+
+    /* abort everything mid-flight */
+    for (int r = 10; r < 30; r++) {
+        srt_chan_sampling sp = greedy(30);
+        submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
+    }
+    step(g);
+    step(g);
+    for (int r = 10; r < 30; r++)
+        srt_sched_abort(g->s, (uint64_t)r);
+    step(g);
+    ok(!srt_sched_has_work(g->s), "abort of all leaves nothing behind");
+    srt_sched_flush_cache(g->s);
+    is_int(srt_sched_kv_free_tokens(g->s), c.max_total_tokens, "KV back at baseline");
+    rig_free(g);
+    free(g);
+}
+
+static void test_queue_overflow(void)
+{
+    srt_sched_config c = base_cfg();
+    c.max_running_requests = 2;
+    c.max_queued_requests = 3;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    int st[8];
+    for (int r = 0; r < 8; r++) {
+        srt_chan_sampling sp = greedy(5);
+        st[r] = submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
+    }
+    ok(st[0] == 0 && st[1] == 0 && st[2] == 0 && st[3] == SRT_SCHED_SUBMIT_FULL && st[7] == SRT_SCHED_SUBMIT_FULL,
+       "queue of 3: the 4th and later are refused");
+    step(g);   /* two admitted, one still waiting: room for two more */
+    srt_chan_sampling sp = greedy(5);
+    ok(submit(g, 3, prompts[3], plen[3], &sp, 0) == SRT_SCHED_SUBMIT_OK, "room again once admitted");
+    run_all(g, 1000);
+    int done = 1;
+    for (int r = 0; r < 4; r++)
+        done &= g->res[r].n_out == 5 && g->res[r].fin == SRT_CHAN_FINISH_LENGTH;
+    ok(done, "admitted requests complete");
+    srt_sched_metrics m;
+    srt_sched_get_metrics(g->s, &m);
+    is_int(m.requests_rejected, 5, "5 rejections counted");
+    int32_t bad_tok = VOCAB;
+    ok(submit(g, 50, &bad_tok, 1, &sp, 0) == SRT_SCHED_SUBMIT_INVALID, "token outside vocab refused");
+    ok(submit(g, 51, prompts[0], 0, &sp, 0) == SRT_SCHED_SUBMIT_INVALID, "empty prompt refused");
+    int32_t longp[600] = {0};
+    ok(submit(g, 52, longp, 600, &sp, 0) == SRT_SCHED_SUBMIT_INVALID, "prompt beyond the context refused");
+    rig_free(g);
+    free(g);
+}
+
+static void test_stops(void)
+{
+    srt_sched_config c = base_cfg();
+    c.n_eos = 1;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    /* find what the model says after prompt 0 alone, then stop on its 3rd token */
+    srt_chan_sampling sp = greedy(10);
+    sp.ignore_eos = 1;
+    submit(g, 0, prompts[0], plen[0], &sp, 0);
+    run_all(g, 100);
+    int32_t third = g->res[0].out[2];
+    srt_chan_sampling st = greedy(10);
+    st.n_stop_ids = 1;
+    st.stop_ids[0] = third;
+    submit(g, 1, prompts[0], plen[0], &st, 0);
+    run_all(g, 100);
+    ok(g->res[1].fin == SRT_CHAN_FINISH_STOP && g->res[1].stop_id == third &&
+       g->res[1].n_out >= 1 && g->res[1].out[g->res[1].n_out - 1] == third &&
+       g->res[1].n_out <= 3, "stop id ends the request (stop_id %d after %d tokens)", g->res[1].stop_id, g->res[1].n_out);
+    int first_at = 0;
+    while (g->res[0].out[first_at] != third)
+        first_at++;
+    srt_chan_sampling mt = st;
+    mt.min_new_tokens = first_at + 2;
+    submit(g, 2, prompts[0], plen[0], &mt, 0);
+    run_all(g, 100);
+    ok(g->res[2].n_out > first_at + 1 || g->res[2].fin == SRT_CHAN_FINISH_LENGTH,
+       "min_new_tokens suppresses an early stop id");
+    /* EOS: make the model's token the eos id of a fresh scheduler */
+    rig_free(g);
+    c.eos_ids[0] = third;
+    rig_init(g, &c);
+    srt_chan_sampling e = greedy(10);
+    submit(g, 3, prompts[0], plen[0], &e, 0);
+    srt_chan_sampling ie = greedy(10);
+    ie.ignore_eos = 1;
+    submit(g, 4, prompts[0], plen[0], &ie, 0);
+    run_all(g, 100);
+    ok(g->res[3].fin == SRT_CHAN_FINISH_STOP && g->res[3].stop_id == third, "EOS stops");
+    ok(g->res[4].fin == SRT_CHAN_FINISH_LENGTH && g->res[4].n_out == 10, "ignore_eos runs to max_tokens");
+    srt_chan_sampling z = greedy(0);
+    submit(g, 5, prompts[0], plen[0], &z, 0);
+    run_all(g, 10);
+    ok(g->res[5].fin == SRT_CHAN_FINISH_LENGTH && g->res[5].n_out == 0, "max_tokens 0 finishes without tokens");
+    /* context limit: prompt of 500 in a 512 context, asks 100 -> 12 */
+    int32_t p500[500];
+    for (int i = 0; i < 500; i++) p500[i] = 4 + i % 80;
+    srt_chan_sampling big = greedy(100);
+    big.ignore_eos = 1;
+    submit(g, 6, p500, 500, &big, 0);
+    run_all(g, 1000);
+    ok(g->res[6].fin == SRT_CHAN_FINISH_LENGTH && g->res[6].n_out == 12, "context length caps output (%d)", g->res[6].n_out);
+    rig_free(g);
+    free(g);
+}
+
+static void test_n_group(int radix, int page)
+{
+    srt_sched_config c = base_cfg();
+    c.radix_cache = radix;
+    c.page_size = page;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    for (int k = 0; k < 4; k++) {
+        srt_chan_sampling sp = greedy(12);
+        submit(g, (uint64_t)k, prompts[1], plen[1], &sp, 77);
+    }
+    run_all(g, 1000);
+    int same = 1, shared = 1;
+    for (int k = 0; k < 4; k++) {
+        same &= g->res[k].n_out == 12 && !memcmp(g->res[k].out, g->res[0].out, sizeof(int32_t) * 12);
+        if (k > 0)
+            shared &= g->res[k].cached >= (plen[1] - 1) / page * page;
+    }
+    ok(same && !g->f.faults && !g->check_failed, "n=4 greedy siblings agree (radix %d, page %d)%s%s", radix, page, g->f.fault, g->why);
+    ok(shared && g->res[0].cached == 0, "siblings reuse the prompt KV (cached %d of %d)", g->res[1].cached, plen[1]);
+    srt_sched_flush_cache(g->s);
+    is_int(srt_sched_kv_free_tokens(g->s), c.max_total_tokens / page * page, "shared pages all returned");
+    rig_free(g);
+    free(g);
+}
+
+static void test_forward_error(void)
+{
+    srt_sched_config c = base_cfg();
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    for (int r = 0; r < 4; r++) {
+        srt_chan_sampling sp = greedy(8);
+        submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
+    }
+    step(g);
+    g->f.fail_next = 1;
+    ok(step(g) == SRT_ERROR, "forward failure reported");
+    int errs = 0;
+    for (int r = 0; r < 4; r++)
+        errs += g->res[r].fin == SRT_CHAN_FINISH_ERROR;
+    is_int(errs, 4, "the batch's requests finish with ERROR");
+    ok(!g->check_failed, "state consistent after the failure%s", g->why);
+    srt_sched_flush_cache(g->s);
+    is_int(srt_sched_kv_free_tokens(g->s), c.max_total_tokens, "their KV is freed, not cached");
+    srt_chan_sampling sp = greedy(8);
+    submit(g, 10, prompts[0], plen[0], &sp, 0);
+    run_all(g, 100);
+    ok(g->res[10].n_out == 8, "scheduler usable afterwards");
+    rig_free(g);
+    free(g);
+}
+
+static void test_lpm(void)
+{
+    srt_sched_config c = base_cfg();
+    c.max_running_requests = 1;
+    c.policy = SRT_SCHED_LPM;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    int32_t a[40], b[40];
+    for (int i = 0; i < 40; i++) { a[i] = 4 + i; b[i] = 50 + i % 40; }
+    srt_chan_sampling sp = greedy(2);
+    submit(g, 0, a, 40, &sp, 0);
+    run_all(g, 100);                   /* a is now cached */
+    submit(g, 1, b, 40, &sp, 0);       /* unrelated, first in line */
+    a[39] = 90;
+    submit(g, 2, a, 40, &sp, 0);       /* shares 39 tokens with a */
+    step(g);
+    ok(g->res[2].n_out == 1 && g->res[1].n_out == 0, "lpm runs the cached-prefix request first");
+    run_all(g, 100);
+    is_int(g->res[2].cached, 39, "it was served 39 tokens from the cache");
+    rig_free(g);
+    free(g);
+
+    c.policy = SRT_SCHED_FCFS;
+    g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    submit(g, 0, a, 40, &sp, 0);
+    run_all(g, 100);
+    submit(g, 1, b, 40, &sp, 0);
+    submit(g, 2, a, 40, &sp, 0);
+    step(g);
+    ok(g->res[1].n_out == 1 && g->res[2].n_out == 0, "fcfs keeps arrival order");
+    rig_free(g);
+    free(g);
+}
+
+static void test_metrics(void)
+{
+    srt_sched_config c = base_cfg();
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    for (int r = 0; r < 5; r++) {
+        srt_chan_sampling sp = greedy(6);
+        submit(g, (uint64_t)r, prompts[1], plen[1], &sp, 0);
+    }
+    srt_sched_metrics m;
+    srt_sched_get_metrics(g->s, &m);
+    is_int(m.num_queued, 5, "5 queued");
+    step(g);
+    srt_sched_get_metrics(g->s, &m);
+    ok(m.num_running == 5 && m.num_queued == 0 && m.kv_used_tokens > 0, "5 running, KV in use");
+    run_all(g, 100);
+    srt_sched_get_metrics(g->s, &m);
+    is_int(m.generation_tokens_total, 30, "generation tokens");
+    is_int(m.prompt_tokens_total, 5 * plen[1], "prompt tokens");
+    is_int(m.ttft.n, 5, "5 TTFT samples");
+    is_int(m.itl.n, 25, "25 ITL samples");
+    is_int(m.e2e.n, 5, "5 e2e samples");
+    uint64_t sum = 0;
+    for (int b = 0; b <= SRT_SCHED_HIST_BUCKETS; b++)
+        sum += m.ttft.count[b];
+    is_int(sum, 5, "histogram buckets add up");
+    is_int(m.kv_cached_tokens, m.kv_used_tokens, "at rest, used KV is the cache");
+    rig_free(g);
+    free(g);
+}
+
+int main(void)
+{
+    srt_sched_config c = base_cfg();
+    make_workload(32, 12345);
+    run_solo(32, &c);
+    batch_invariance(1, 1, 4096, SRT_SCHED_FCFS);
+    batch_invariance(0, 1, 4096, SRT_SCHED_FCFS);
+    batch_invariance(1, 1, 16, SRT_SCHED_FCFS);
+    batch_invariance(1, 4, 16, SRT_SCHED_LPM);
+    batch_invariance(0, 4, 16, SRT_SCHED_LPM);
+    test_chunked_equals_unchunked();
+    for (int r = 0; r < 32; r++)
+        maxnew[r] = 60 + (r * 7) % 60;
+    run_solo(32, &c);
+    test_kv_exhaustion(1, 1);
+    test_kv_exhaustion(0, 1);
+    test_kv_exhaustion(1, 4);
+    test_abort();
+    test_queue_overflow();
+    test_stops();
+    test_n_group(1, 1);
+    test_n_group(0, 1);
+    test_n_group(1, 4);
+    test_n_group(0, 4);
+    test_forward_error();
+    test_lpm();
+    test_metrics();
+    return tap_done();
+}
