@@ -1,6 +1,7 @@
 /* Matmul front end: picks the SIMD path once, quantizes activations into the caller's
  * scratch, and splits the output over the thread pool (rows for decode, row x token
  * tiles for prefill). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,9 +97,9 @@ size_t srt_cpu_matmul_scratch_bytes(const srt_weight *w, int64_t n_tok)
 
 /* ---- the parallel job ---- */
 
+#define PREFILL_MIN_TOK 4         /* from here on, tiles of rows x tokens */
 #define PREFILL_TOK_BLOCK 32
-#define PREFILL_ROW_BLOCK 16
-#define ROW_GRAIN 16              /* 16 f32 outputs = one cache line per thread boundary */
+#define ROW_GRAIN 4               /* the micro-kernels' row count */
 #define PARALLEL_MIN_MACS (128 * 1024)
 
 typedef struct {
@@ -111,6 +112,9 @@ typedef struct {
     int8_t *aq;
     q8_scale *ads;
     int64_t qstride, nb;
+    /* prefill work items: token block (outer) x row chunk (inner), claimed dynamically */
+    int64_t row_chunk, n_row_chunks, n_items;
+    _Atomic int64_t next_item;
 } matmul_job;
 
 static void quantize_task(void *arg, int ith, int nth)
@@ -128,12 +132,16 @@ static void run_tile(const matmul_job *j, int64_t r0, int nr, int64_t t0, int nt
     float *y = j->y + t0 * w->rows + r0;
     if (j->aq) {
         tile_q8_fn fn = j->ops->tile_q8[w->dtype];
+        if (!fn && j->ops == &srt_cpu_ops_avx512)   /* AVX-512 CPUs run the AVX2 kernels too */
+            fn = srt_cpu_ops_avx2.tile_q8[w->dtype];
         if (!fn)
             fn = srt_cpu_ops_portable.tile_q8[w->dtype];
         fn(wr, w->row_stride, nr, j->aq + t0 * j->qstride, j->ads + t0 * j->nb, j->qstride,
            j->nb, nt, y, w->rows);
     } else {
         tile_f32_fn fn = j->ops->tile_f32[w->dtype];
+        if (!fn && j->ops == &srt_cpu_ops_avx512)
+            fn = srt_cpu_ops_avx2.tile_f32[w->dtype];
         if (!fn)
             fn = srt_cpu_ops_portable.tile_f32[w->dtype];
         fn(wr, w->row_stride, nr, j->x + t0 * w->cols, w->cols, w->cols, nt, y, w->rows);
@@ -146,26 +154,49 @@ static void run_tile(const matmul_job *j, int64_t r0, int nr, int64_t t0, int nt
 
 static void matmul_task(void *arg, int ith, int nth)
 {
-    const matmul_job *j = arg;
+    matmul_job *j = arg;
     int64_t rows = j->w->rows;
-    int64_t grains = (rows + ROW_GRAIN - 1) / ROW_GRAIN;
-    int64_t r_begin = grains * ith / nth * ROW_GRAIN, r_end = grains * (ith + 1) / nth * ROW_GRAIN;
-    if (r_end > rows)
-        r_end = rows;
-    if (r_begin >= r_end)
-        return;
-    if (j->n_tok == 1) {
-        run_tile(j, r_begin, (int)(r_end - r_begin), 0, 1);
+    if (j->n_tok < PREFILL_MIN_TOK) {
+        /* Decode: an even split of rows; every thread streams its own slice of W. */
+        int64_t grains = (rows + ROW_GRAIN - 1) / ROW_GRAIN;
+        int64_t r0 = grains * ith / nth * ROW_GRAIN, r1 = grains * (ith + 1) / nth * ROW_GRAIN;
+        if (r1 > rows)
+            r1 = rows;
+        if (r0 < r1)
+            run_tile(j, r0, (int)(r1 - r0), 0, (int)j->n_tok);
         return;
     }
-    /* Prefill: a block of tokens stays in L1/L2 while this thread's rows stream past it. */
-    for (int64_t t0 = 0; t0 < j->n_tok; t0 += PREFILL_TOK_BLOCK) {
-        int nt = (int)(j->n_tok - t0 < PREFILL_TOK_BLOCK ? j->n_tok - t0 : PREFILL_TOK_BLOCK);
-        for (int64_t r0 = r_begin; r0 < r_end; r0 += PREFILL_ROW_BLOCK) {
-            int nr = (int)(r_end - r0 < PREFILL_ROW_BLOCK ? r_end - r0 : PREFILL_ROW_BLOCK);
-            run_tile(j, r0, nr, t0, nt);
-        }
+    /* Prefill: items are claimed in order, so threads working at the same time share a
+     * token block (its activations stay in cache) and take different rows. */
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&j->next_item, 1, memory_order_relaxed);
+        if (i >= j->n_items)
+            return;
+        int64_t t0 = i / j->n_row_chunks * PREFILL_TOK_BLOCK;
+        int64_t r0 = i % j->n_row_chunks * j->row_chunk;
+        int64_t nt = j->n_tok - t0 < PREFILL_TOK_BLOCK ? j->n_tok - t0 : PREFILL_TOK_BLOCK;
+        int64_t nr = rows - r0 < j->row_chunk ? rows - r0 : j->row_chunk;
+        run_tile(j, r0, (int)nr, t0, (int)nt);
     }
+}
+
+/* Row chunks small enough for every thread to get about four items, but no smaller than
+ * 16 rows (a tile should reuse its activations) nor larger than 64. */
+static void plan_prefill(matmul_job *j, int nth)
+{
+    int64_t rows = j->w->rows;
+    int64_t n_tblk = (j->n_tok + PREFILL_TOK_BLOCK - 1) / PREFILL_TOK_BLOCK;
+    int64_t want_chunks = (4 * (int64_t)nth + n_tblk - 1) / n_tblk;
+    int64_t chunk = (rows + want_chunks - 1) / want_chunks;
+    chunk = (chunk + ROW_GRAIN - 1) / ROW_GRAIN * ROW_GRAIN;
+    if (chunk < 16)
+        chunk = 16;
+    if (chunk > 64)
+        chunk = 64;
+    j->row_chunk = chunk;
+    j->n_row_chunks = (rows + chunk - 1) / chunk;
+    j->n_items = j->n_row_chunks * n_tblk;
+    atomic_store_explicit(&j->next_item, 0, memory_order_relaxed);
 }
 
 void srt_cpu_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias,
@@ -187,6 +218,7 @@ void srt_cpu_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias,
         else
             quantize_task(&j, 0, 1);
     }
+    plan_prefill(&j, parallel ? srt_threadpool_size(tp) : 1);
     if (parallel)
         srt_threadpool_run(tp, matmul_task, &j);
     else
