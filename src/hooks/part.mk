@@ -21,3 +21,15 @@ $(BUILD)/t/hooklib/libnoabi.so: t/unit/test_hooks_noabi.c
 
 CFLAGS_t_unit_test_hooks := -DHOOK_TEST_LIBDIR='"$(HOOK_TEST_LIBDIR)"'
 $(BUILD)/t/test_hooks: | $(HOOK_TEST_LIBS)
+
+# Example hook libraries (documented in src/hooks/README.md): build/lib/libsrt_hook_*.so
+HOOK_EXAMPLES := $(BUILD)/lib/libsrt_hook_actlog.so $(BUILD)/lib/libsrt_hook_steer.so \
+                 $(BUILD)/lib/libsrt_hook_capture.so
+EXTRA_ALL += $(HOOK_EXAMPLES)
+$(BUILD)/lib/libsrt_hook_%.so: src/hooks/examples/%.c src/include/srt_hooks.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $< -lm
+
+UNIT_TESTS += $(BUILD)/t/test_hooks_examples
+CFLAGS_t_unit_test_hooks_examples := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
+$(BUILD)/t/test_hooks_examples: | $(HOOK_EXAMPLES)

@@ -19,7 +19,7 @@ static char  log_lines[LOG_MAX][1100];
 static int   log_levels[LOG_MAX];
 static int   log_n;
 
-static void log_sink(srt_log_level level, const char *msg, void *user)
+static __attribute__((unused)) void log_sink(srt_log_level level, const char *msg, void *user)
 {
     (void)user;
     if (log_n < LOG_MAX) {
@@ -28,10 +28,10 @@ static void log_sink(srt_log_level level, const char *msg, void *user)
     }
 }
 
-static void log_clear(void) { log_n = 0; }
+static __attribute__((unused)) void log_clear(void) { log_n = 0; }
 
 /* Number of captured lines equal to msg at this level. */
-static int log_count(int level, const char *msg)
+static __attribute__((unused)) int log_count(int level, const char *msg)
 {
     int c = 0;
     for (int i = 0; i < log_n; i++)
@@ -40,7 +40,7 @@ static int log_count(int level, const char *msg)
     return c;
 }
 
-static int log_count_level(int level)
+static __attribute__((unused)) int log_count_level(int level)
 {
     int c = 0;
     for (int i = 0; i < log_n; i++)
@@ -48,7 +48,7 @@ static int log_count_level(int level)
     return c;
 }
 
-static void log_dump(void)
+static __attribute__((unused)) void log_dump(void)
 {
     for (int i = 0; i < log_n; i++)
         printf("#   log[%d] %s\n", log_levels[i], log_lines[i]);
@@ -57,7 +57,7 @@ static void log_dump(void)
 /* ---- temp dir and files ---- */
 static char tmpdir[256];
 
-static void make_tmpdir(void)
+static __attribute__((unused)) void make_tmpdir(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/srt_hooks_test.XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -66,7 +66,7 @@ static void make_tmpdir(void)
     }
 }
 
-static const char *tmp_path(const char *name)
+static __attribute__((unused)) const char *tmp_path(const char *name)
 {
     static char buf[4][512];
     static int k;
@@ -75,7 +75,7 @@ static const char *tmp_path(const char *name)
     return buf[k];
 }
 
-static const char *write_tmp(const char *name, const char *text)
+static __attribute__((unused)) const char *write_tmp(const char *name, const char *text)
 {
     const char *p = tmp_path(name);
     FILE *f = fopen(p, "w");
@@ -88,7 +88,7 @@ static const char *write_tmp(const char *name, const char *text)
     return p;
 }
 
-static void rm_rf_tmpdir(void)
+static __attribute__((unused)) void rm_rf_tmpdir(void)
 {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
@@ -97,7 +97,7 @@ static void rm_rf_tmpdir(void)
 }
 
 /* ---- views ---- */
-static srt_tensor_view f32_view(float *data, int64_t rows, int64_t cols)
+static __attribute__((unused)) srt_tensor_view f32_view(float *data, int64_t rows, int64_t cols)
 {
     srt_tensor_view v;
     memset(&v, 0, sizeof v);
