@@ -32,9 +32,15 @@ static inline int srt_module_forward(srt_module *m, const srt_batch_ctx *batch,
                                      srt_module_fn fn, void *self,
                                      srt_module_args *args, srt_tensor_view *output)
 {
+#ifdef SRT_NO_HOOKS
+    /* Benchmark baseline only: a build without hook support (BENCHMARKS.md). */
+    (void)m;
+    return fn(self, batch, args, output);
+#else
     if (__builtin_expect(m->hooks == NULL, 1))
         return fn(self, batch, args, output);
     return srt_hooks_dispatch(m, batch, fn, self, args, output);
+#endif
 }
 
 #endif
