@@ -133,6 +133,85 @@ DEFINE_TILE(tile_q4_0, FMT_Q4_0)
 DEFINE_TILE(tile_q4_1, FMT_Q4_1)
 DEFINE_TILE(tile_q8_0, FMT_Q8_0)
 
+/* ---- K-quants: one row x one token per call; scales are applied in integer form
+ * (vpmaddwd by the 6/8-bit sub-block scale), super-block scales once per 256 ---- */
+
+INLINE float dot_q4_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q4_k *w = (const blk_q4_k *)row;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    float macc = 0.0f;
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++, aq += QK_K, ads += 8) {
+        __m256 sacc = _mm256_setzero_ps();
+        float mins = 0.0f;
+        for (int c = 0; c < 4; c++) {
+            int sc0, mn0, sc1, mn1;
+            q4k_scale_min(w->scales, 2 * c, &sc0, &mn0);
+            q4k_scale_min(w->scales, 2 * c + 1, &sc1, &mn1);
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i x0 = _mm256_load_si256((const __m256i *)(aq + 64 * c));
+            __m256i x1 = _mm256_load_si256((const __m256i *)(aq + 64 * c + 32));
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16((short)sc0));
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16((short)sc1));
+            sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(ads[2 * c].d), sacc);
+            sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(ads[2 * c + 1].d), sacc);
+            mins += (float)mn0 * ads[2 * c].s + (float)mn1 * ads[2 * c + 1].s;
+        }
+        acc = _mm256_fmadd_ps(sacc, _mm256_set1_ps(half_at((const uint8_t *)&w->d)), acc);
+        macc += half_at((const uint8_t *)&w->dmin) * mins;
+    }
+    return hsum8(acc) - macc;
+}
+
+INLINE float dot_q6_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q6_k *w = (const blk_q6_k *)row;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    const __m256i k32 = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+        __m256 sacc = _mm256_setzero_ps();
+        for (int h = 0; h < 2; h++) {
+            __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h));
+            __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+            __m256i lows[4] = {
+                _mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+            };
+            for (int g = 0; g < 4; g++, aq += QK, ads++) {
+                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2);
+                __m256i q = _mm256_or_si256(lows[g], _mm256_slli_epi16(hb, 4));   /* 0..63 */
+                __m256i x = _mm256_load_si256((const __m256i *)aq);
+                /* (q - 32) * x as q*x - 32*x; each pair stays within int16 */
+                __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, x), _mm256_maddubs_epi16(k32, x));
+                const int8_t *sc = w->scales + 8 * h + 2 * g;
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+                sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, scv)),
+                                       _mm256_set1_ps(ads->d), sacc);
+            }
+        }
+        acc = _mm256_fmadd_ps(sacc, _mm256_set1_ps(half_at((const uint8_t *)&w->d)), acc);
+    }
+    return hsum8(acc);
+}
+
+#define DEFINE_TILE_K(name, dotfn)                                                             \
+    TGT static void name(const uint8_t *w, size_t stride, int nr, const int8_t *aq,           \
+                         const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,  \
+                         int64_t ldy)                                                          \
+    {                                                                                          \
+        for (int t = 0; t < nt; t++)                                                           \
+            for (int r = 0; r < nr; r++)                                                       \
+                y[t * ldy + r] = dotfn(w + r * stride, aq + t * qstride, ads + t * nb, nb);    \
+    }
+
+DEFINE_TILE_K(tile_q4_k, dot_q4_k)
+DEFINE_TILE_K(tile_q6_k, dot_q6_k)
+
 /* ---- float weights: 8-wide FMA, 4 rows share each activation load ---- */
 
 INLINE __m256 load8(srt_dtype t, const uint8_t *row, int64_t c)
@@ -264,6 +343,8 @@ const cpu_simd_ops srt_cpu_ops_avx2 = {
         [SRT_Q8_0] = tile_q8_0,
         [SRT_Q4_0] = tile_q4_0,
         [SRT_Q4_1] = tile_q4_1,
+        [SRT_Q4_K] = tile_q4_k,
+        [SRT_Q6_K] = tile_q6_k,
     },
     .tile_f32 = {
         [SRT_F32]  = tile_f32,
