@@ -6,6 +6,7 @@
 
 #include "cache/kv_alloc.h"
 #include "cache/radix_cache.h"
+#include "srt/sampling.h"
 #include "srt/sched.h"
 #include "srt_hooks.h"
 
@@ -35,6 +36,8 @@ typedef struct sreq {
     int32_t           cached_tokens;
     int               admitted_once;
     srt_chan_sampling sp;
+    srt_sampler       smp;           /* built-in sampler state (prompt + output history) */
+    int               has_smp;
     uint64_t          rng;
     uint64_t          admit_order, arrival_order;
     double            t_arrival, t_first, t_last;
@@ -74,10 +77,14 @@ struct srt_sched {
     int32_t          *sampled;
     float            *logprobs;
     srt_sched_sample_seq *sseqs;
+    int32_t          *row_req;       /* pool index of each logit row */
+    srt_sample_result *results;
+    srt_sampler_ws   *ws;
 
     srt_sched_event  *events;
     int               n_events, cap_events;
 
+    const srt_sample_result *cur_result;   /* top logprobs for the event being emitted */
     double            new_token_ratio;
     uint64_t          admit_counter, arrival_counter;
     srt_sched_metrics m;
@@ -135,8 +142,8 @@ int srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runner
         return srt_err_set(err, "vocab_size %d invalid", cfg->vocab_size);
     if (cfg->n_eos < 0 || cfg->n_eos > 8)
         return srt_err_set(err, "n_eos %d out of range [0, 8]", cfg->n_eos);
-    if (!runner || !runner->forward || !runner->sample)
-        return srt_err_set(err, "scheduler needs a runner with forward and sample");
+    if (!runner || !runner->forward)
+        return srt_err_set(err, "scheduler needs a runner with a forward function");
     s = calloc(1, sizeof *s);
     if (!s)
         return srt_err_set(err, "out of memory");
@@ -176,11 +183,14 @@ int srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runner
     s->sampled = malloc(sizeof(int32_t) * (size_t)s->max_seqs);
     s->logprobs = malloc(sizeof(float) * (size_t)s->max_seqs);
     s->sseqs = malloc(sizeof(srt_sched_sample_seq) * (size_t)s->max_seqs);
+    s->row_req = malloc(sizeof(int32_t) * (size_t)s->max_seqs);
+    s->results = malloc(sizeof(srt_sample_result) * (size_t)s->max_seqs);
+    s->ws = srt_sampler_ws_create(cfg->vocab_size);
     s->events = malloc(sizeof(srt_sched_event) * (size_t)s->cap_events);
     if (!s->pool || !s->pool_free || !s->tok_storage || !s->waiting || !s->running ||
         !s->b_tokens || !s->b_pos || !s->b_slots || !s->b_req_ids || !s->b_seq_start ||
         !s->b_seq_len || !s->b_logit_rows || !s->b_seq_slots || !s->b_seq_req || !s->logits ||
-        !s->sampled || !s->logprobs || !s->sseqs || !s->events) {
+        !s->sampled || !s->logprobs || !s->sseqs || !s->events || !s->row_req || !s->results || !s->ws) {
         srt_err_set(err, "out of memory for a scheduler of %d requests", s->pool_n);
         goto fail;
     }
@@ -205,10 +215,17 @@ void srt_sched_free(srt_sched *s)
     srt_radix_destroy(&s->cache);
     srt_req_to_token_destroy(&s->r2t);
     srt_kv_alloc_destroy(&s->kv);
-    free(s->pool); free(s->pool_free); free(s->tok_storage); free(s->waiting); free(s->running);
+    free(s->pool_free); free(s->tok_storage); free(s->waiting); free(s->running);
     free(s->b_tokens); free(s->b_pos); free(s->b_slots); free(s->b_req_ids); free(s->b_seq_start);
     free(s->b_seq_len); free(s->b_logit_rows); free(s->b_seq_slots); free(s->b_seq_req);
     free(s->logits); free(s->sampled); free(s->logprobs); free(s->sseqs); free(s->events);
+    free(s->row_req); free(s->results);
+    srt_sampler_ws_free(s->ws);
+    if (s->pool)
+        for (int32_t i = 0; i < s->pool_n; i++)
+            if (s->pool[i].has_smp)
+                srt_sampler_free(&s->pool[i].smp);
+    free(s->pool);
     free(s);
 }
 
@@ -254,9 +271,48 @@ srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_ar
         srt_err_set(err, "the queue is full (%d waiting)", s->n_waiting);
         return SRT_SCHED_SUBMIT_FULL;
     }
-    sreq *r = &s->pool[s->pool_free[--s->n_pool_free]];
+    srt_sampling_params sp;
+    srt_sampling_params_default(&sp);
+    if (a->sampling) {
+        const srt_chan_sampling *c = a->sampling;
+        sp.temperature = c->temperature;
+        sp.top_p = c->top_p;
+        sp.top_k = c->top_k;
+        sp.min_p = c->min_p;
+        sp.repetition_penalty = c->repetition_penalty;
+        sp.frequency_penalty = c->frequency_penalty;
+        sp.presence_penalty = c->presence_penalty;
+        sp.max_tokens = c->max_new_tokens;
+        sp.min_tokens = c->min_new_tokens;
+        sp.ignore_eos = c->ignore_eos;
+        sp.n_stop_ids = c->n_stop_ids < 0 ? 0 : c->n_stop_ids > SRT_CHAN_MAX_STOP_IDS ? SRT_CHAN_MAX_STOP_IDS : c->n_stop_ids;
+        memcpy(sp.stop_ids, c->stop_ids, sizeof(int32_t) * (size_t)sp.n_stop_ids);
+        sp.n_logit_bias = c->n_logit_bias < 0 ? 0 : c->n_logit_bias > SRT_CHAN_MAX_LOGIT_BIAS ? SRT_CHAN_MAX_LOGIT_BIAS : c->n_logit_bias;
+        memcpy(sp.logit_bias_ids, c->logit_bias_id, sizeof(int32_t) * (size_t)sp.n_logit_bias);
+        memcpy(sp.logit_bias, c->logit_bias, sizeof(float) * (size_t)sp.n_logit_bias);
+        sp.logprobs = c->logprobs;
+        sp.top_logprobs = c->top_logprobs;
+        sp.seed = c->has_seed ? c->seed : a->id * 0x9e3779b97f4a7c15ull + s->arrival_counter;
+    } else {
+        sp.temperature = 0;
+    }
+    if (sp.max_tokens > ctx - a->n_prompt)
+        sp.max_tokens = ctx - a->n_prompt;
+    int zero_tokens = sp.max_tokens <= 0;
+    if (zero_tokens)
+        sp.max_tokens = 1;   /* the sampler wants one; the request finishes before sampling */
+    if (sp.min_tokens > sp.max_tokens)
+        sp.min_tokens = sp.max_tokens;
+
+    sreq *r = &s->pool[s->pool_free[s->n_pool_free - 1]];
     int32_t *tokens = r->tokens;
     memset(r, 0, sizeof *r);
+    r->tokens = tokens;
+    if (srt_sampler_init(&r->smp, &sp, s->cfg.vocab_size, s->cfg.eos_ids, s->cfg.n_eos,
+                         a->prompt, a->n_prompt, err) != SRT_OK)
+        return SRT_SCHED_SUBMIT_INVALID;
+    r->has_smp = 1;
+    s->n_pool_free--;
     r->tokens = tokens;
     r->id = a->id;
     r->group = a->group;
@@ -279,9 +335,8 @@ srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_ar
     if (r->sp.n_logit_bias > SRT_CHAN_MAX_LOGIT_BIAS) r->sp.n_logit_bias = SRT_CHAN_MAX_LOGIT_BIAS;
     if (r->sp.top_logprobs < 0) r->sp.top_logprobs = 0;
     if (r->sp.top_logprobs > SRT_CHAN_MAX_TOP_LOGPROBS) r->sp.top_logprobs = SRT_CHAN_MAX_TOP_LOGPROBS;
-    r->max_new = r->sp.max_new_tokens < 0 ? 0 : r->sp.max_new_tokens;
-    if (r->max_new > ctx - a->n_prompt)
-        r->max_new = ctx - a->n_prompt;
+    r->max_new = zero_tokens ? 0 : sp.max_tokens;
+    r->sp.min_new_tokens = sp.min_tokens;
     uint64_t seed = r->sp.has_seed ? r->sp.seed : a->id ^ (++s->arrival_counter << 32);
     r->rng = splitmix64(&seed);
     r->arrival_order = ++s->arrival_counter;
@@ -318,11 +373,20 @@ static srt_sched_event *emit(srt_sched *s, sreq *r, int32_t token, float lp, srt
     e->n_prompt = r->n_prompt;
     e->n_output = r->n_output;
     e->cached_tokens = r->cached_tokens;
+    e->n_top = 0;
+    if (token >= 0 && s->cur_result && s->cur_result->n_top > 0) {
+        e->n_top = s->cur_result->n_top;
+        memcpy(e->top_ids, s->cur_result->top_ids, sizeof(int32_t) * (size_t)e->n_top);
+        memcpy(e->top_logprobs, s->cur_result->top_logprobs, sizeof(float) * (size_t)e->n_top);
+    }
     return e;
 }
 
 static void release_pool(srt_sched *s, sreq *r)
 {
+    if (r->has_smp)
+        srt_sampler_free(&r->smp);
+    r->has_smp = 0;
     r->state = REQ_FREE;
     s->pool_free[s->n_pool_free++] = (int32_t)(r - s->pool);
 }
@@ -651,6 +715,7 @@ int srt_sched_step(srt_sched *s, srt_err *err)
 
     s->n_events = 0;
     s->b_n_seqs = 0;
+    s->cur_result = NULL;
     apply_aborts(s);
     for (int attempt = 0; ; attempt++) {
         reserve_decodes(s);
@@ -691,6 +756,7 @@ int srt_sched_step(srt_sched *s, srt_err *err)
         s->b_seq_len[i] = r->kv_len + r->ext;
         s->b_seq_slots[i] = r->cr.row;
         if (r->samples) {
+            s->row_req[n_rows] = s->b_seq_req[i];
             s->sseqs[n_rows] = (srt_sched_sample_seq){ &r->sp, r->tokens, r->n_prompt, r->n_output, &r->rng };
             s->b_logit_rows[n_rows++] = n_tok - 1;
         }
@@ -708,8 +774,23 @@ int srt_sched_step(srt_sched *s, srt_err *err)
     if (rc == SRT_OK && n_rows > 0) {
         for (int32_t i = 0; i < n_rows; i++)
             s->logprobs[i] = 0;
-        rc = s->runner.sample(s->runner.self, n_rows, s->logits, s->cfg.vocab_size, s->sseqs,
-                              s->sampled, s->logprobs, err);
+        if (s->runner.sample) {
+            rc = s->runner.sample(s->runner.self, n_rows, s->logits, s->cfg.vocab_size, s->sseqs,
+                                  s->sampled, s->logprobs, err);
+            for (int32_t i = 0; i < n_rows; i++)
+                s->results[i].n_top = 0;
+        } else {
+            for (int32_t i = 0; i < n_rows && rc == SRT_OK; i++) {
+                sreq *r = &s->pool[s->row_req[i]];
+                srt_sample_result *res = &s->results[i];
+                if (srt_sampler_sample(&r->smp, s->ws, s->logits + (int64_t)i * s->cfg.vocab_size, res) != SRT_OK) {
+                    s->sampled[i] = -1;   /* finishes this request with ERROR below */
+                    continue;
+                }
+                s->sampled[i] = res->token;
+                s->logprobs[i] = res->logprob;
+            }
+        }
     }
     s->m.steps++;
     s->m.forward_tokens_total += (uint64_t)n_tok;
@@ -732,7 +813,8 @@ int srt_sched_step(srt_sched *s, srt_err *err)
             continue;
         }
         int32_t tok = s->sampled[row];
-        float lp = s->logprobs[row++];
+        float lp = s->logprobs[row];
+        s->cur_result = &s->results[row++];
         r->samples = 0;
         if (tok < 0 || tok >= s->cfg.vocab_size) {
             finish_running(s, r, SRT_CHAN_FINISH_ERROR, -1, -1, 0, 0);

@@ -100,6 +100,9 @@ static int greedy_sample(void *self, int32_t n, float *logits, int32_t vocab,
 
 /* ---------------- harness ---------------- */
 
+static int use_builtin_sampler;   /* NULL sample: each request's srt_sampler draws */
+static float temperature;          /* for the built-in sampler runs */
+
 #define MAXR   64
 #define MAXOUT 256
 
@@ -138,7 +141,7 @@ static void rig_init(rig *g, const srt_sched_config *cfg)
     g->cfg = *cfg;
     g->f.n_slots = cfg->max_total_tokens;
     g->f.kv = calloc((size_t)g->f.n_slots, sizeof(uint64_t));
-    srt_sched_runner r = { &g->f, fake_forward, greedy_sample };
+    srt_sched_runner r = { &g->f, fake_forward, use_builtin_sampler ? NULL : greedy_sample };
     if (srt_sched_create(cfg, &r, &g->s, &err) != SRT_OK)
         tap_diag("create failed: %s", err.msg);
 }
@@ -151,7 +154,8 @@ static void rig_free(rig *g)
 
 static srt_chan_sampling greedy(int max_new)
 {
-    srt_chan_sampling sp = { .top_p = 1, .repetition_penalty = 1, .max_new_tokens = max_new };
+    srt_chan_sampling sp = { .top_p = 1, .repetition_penalty = 1, .max_new_tokens = max_new,
+                             .temperature = temperature, .has_seed = 1, .seed = 1000 + (uint64_t)max_new };
     return sp;
 }
 
@@ -613,6 +617,21 @@ int main(void)
     batch_invariance(1, 1, 16, SRT_SCHED_FCFS);
     batch_invariance(1, 4, 16, SRT_SCHED_LPM);
     batch_invariance(0, 4, 16, SRT_SCHED_LPM);
+    /* Seeded sampling through the built-in per-request sampler: still batch-invariant. */
+    static result greedy_solo[MAXR];
+    memcpy(greedy_solo, solo, sizeof solo);
+    use_builtin_sampler = 1;
+    temperature = 1.5f;
+    run_solo(32, &c);
+    int differs = 0;
+    for (int r = 0; r < 32; r++)
+        differs += solo[r].n_out != greedy_solo[r].n_out ||
+                   memcmp(solo[r].out, greedy_solo[r].out, sizeof(int32_t) * (size_t)solo[r].n_out) != 0;
+    ok(differs > 0, "built-in sampler at temperature 1.5 departs from greedy (%d of 32)", differs);
+    batch_invariance(1, 4, 16, SRT_SCHED_FCFS);
+    use_builtin_sampler = 0;
+    temperature = 0;
+    memcpy(solo, greedy_solo, sizeof solo);
     test_chunked_equals_unchunked();
     for (int r = 0; r < 32; r++)
         maxnew[r] = 60 + (r * 7) % 60;

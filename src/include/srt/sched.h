@@ -60,7 +60,9 @@ typedef struct srt_sched_sample_seq {
 
 /* What runs the model. forward writes logits[rows][vocab_size] for the batch's logit rows
  * (the last token of every sequence that samples this step). sample picks one id per
- * row (it may modify logits in place) and may fill logprobs (NULL when none wanted). */
+ * row (it may modify logits in place) and fills logprobs. sample may be NULL: then each
+ * request's own srt_sampler (src/include/srt/sampling.h: penalties, bias, min_tokens
+ * masking, temperature/top-k/top-p/min-p, seeded draws, logprobs) picks. */
 typedef struct srt_sched_runner {
     void *self;
     int (*forward)(void *self, const srt_forward_batch *b, float *logits, srt_err *err);
@@ -136,6 +138,9 @@ typedef struct srt_sched_event {
     int32_t         n_prompt;
     int32_t         n_output;       /* after this event */
     int32_t         cached_tokens;  /* prompt tokens served from the prefix cache */
+    int32_t         n_top;          /* top logprobs of this token's position */
+    int32_t         top_ids[SRT_CHAN_MAX_TOP_LOGPROBS];
+    float           top_logprobs[SRT_CHAN_MAX_TOP_LOGPROBS];
 } srt_sched_event;
 
 /* One scheduling step and forward. Returns the number of events (see srt_sched_events), or
