@@ -31,9 +31,15 @@ static void rmsnorm_rows(const rmsnorm_job *j, int64_t t0, int64_t t1)
     for (int64_t t = t0; t < t1; t++) {
         const float *x = j->x + t * dim;
         float *o = j->out + t * dim;
-        float ss = 0.0f;
-        for (int64_t i = 0; i < dim; i++)
-            ss += x[i] * x[i];
+        /* eight partial sums: a vectorizable reduction, and less rounding error */
+        float part[8] = { 0 };
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8)
+            for (int k = 0; k < 8; k++)
+                part[k] += x[i + k] * x[i + k];
+        for (; i < dim; i++)
+            part[0] += x[i] * x[i];
+        float ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
         float scale = 1.0f / sqrtf(ss / (float)dim + j->eps);
         if (j->w->dtype == SRT_F32) {
             const float *w = j->w->data;
