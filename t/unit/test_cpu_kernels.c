@@ -381,6 +381,85 @@ static void test_matmul_tolerance_is_meaningful(void)
     ok(rows_rel_err(y, yref, 1, rows) > 1e-2, "4-bit activations would fail the 1e-2 bound");
 }
 
+/* Fused weights sharing x: mixed formats, odd row counts, decode and prefill splits. */
+static void test_matmul_multi(srt_threadpool *tp)
+{
+    const srt_dtype dts[3] = { SRT_Q4_1, SRT_Q8_0, SRT_F16 };
+    const int64_t rows[3] = { 37, 600, 5 }, cols = 256;   /* big enough to be split over the pool */
+    uint8_t *wd[3];
+    srt_weight ws[3];
+    const srt_weight *wp[3];
+    float *bias[3];
+    for (int m = 0; m < 3; m++) {
+        size_t rb = srt_dtype_row_bytes(dts[m], cols);
+        wd[m] = malloc(rows[m] * rb);
+        for (int64_t r = 0; r < rows[m]; r++)
+            fill_random_weight(dts[m], wd[m] + r * rb, cols);
+        ws[m] = (srt_weight){ dts[m], rows[m], cols, wd[m], rb };
+        wp[m] = &ws[m];
+        bias[m] = malloc(rows[m] * sizeof(float));
+        for (int64_t r = 0; r < rows[m]; r++)
+            bias[m][r] = frand(-1, 1);
+    }
+    const float *bp[3] = { bias[0], NULL, bias[2] };
+    for (int p = 0; p < 3; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        for (int64_t n_tok = 1; n_tok <= 40; n_tok += 39) {
+            float *x = malloc(n_tok * cols * sizeof(float));
+            for (int64_t i = 0; i < n_tok * cols; i++)
+                x[i] = frand(-2, 2);
+            float *y[3], *yr[3];
+            for (int m = 0; m < 3; m++) {
+                y[m] = malloc(n_tok * rows[m] * sizeof(float));
+                yr[m] = malloc(n_tok * rows[m] * sizeof(float));
+                for (int64_t i = 0; i < n_tok * rows[m]; i++)
+                    y[m][i] = NAN;
+            }
+            void *scratch = malloc(srt_cpu_matmul_multi_scratch_bytes(3, wp, n_tok));
+            int rc = srt_cpu_matmul_multi(tp, 3, wp, bp, x, n_tok, y, scratch);
+            int good = rc == SRT_OK;
+            for (int m = 0; m < 3; m++) {
+                int64_t ny = n_tok * rows[m];
+                double *mag = malloc(ny * sizeof(double)), *qerr = malloc(ny * sizeof(double));
+                srt_cpu_matmul_ref(&ws[m], bp[m], x, n_tok, yr[m]);
+                error_bounds(&ws[m], x, n_tok, mag, qerr);
+                double e = bound_ratio(y[m], yr[m], mag, qerr, ny, dts[m] == SRT_F16 ? 0.0 : 1.0, 1e-5);
+                if (!(e <= 1.0)) {
+                    tap_diag("matrix %d: error / bound %.2f", m, e);
+                    good = 0;
+                }
+                free(mag); free(qerr);
+            }
+            ok(good, "matmul_multi %s q4_1+q8_0+f16 n_tok=%lld matches the reference",
+               paths[p], (long long)n_tok);
+            for (int m = 0; m < 3; m++) {
+                free(y[m]);
+                free(yr[m]);
+            }
+            free(scratch);
+            free(x);
+        }
+    }
+    srt_weight other = ws[1];
+    other.cols = 64;
+    const srt_weight *bad[2] = { &ws[0], &other };
+    float *dummy[SRT_CPU_MATMUL_MAX_MULTI + 1] = { 0 };
+    const srt_weight *many[SRT_CPU_MATMUL_MAX_MULTI + 1];
+    for (int i = 0; i <= SRT_CPU_MATMUL_MAX_MULTI; i++)
+        many[i] = &ws[0];
+    ok(srt_cpu_matmul_multi(tp, 2, bad, NULL, NULL, 1, dummy, NULL) == SRT_ERROR,
+       "matmul_multi refuses weights of different widths");
+    ok(srt_cpu_matmul_multi(tp, 0, bad, NULL, NULL, 1, dummy, NULL) == SRT_ERROR,
+       "matmul_multi refuses n = 0");
+    ok(srt_cpu_matmul_multi(tp, SRT_CPU_MATMUL_MAX_MULTI + 1, many, NULL, NULL, 1, dummy, NULL) == SRT_ERROR,
+       "matmul_multi refuses n > max");
+    for (int m = 0; m < 3; m++) {
+        free(wd[m]);
+        free(bias[m]);
+    }
+}
+
 /* ---------------------------------------------------------------- thread pool */
 typedef struct { int hits[64]; int nth_seen; } pool_probe;
 
@@ -498,6 +577,7 @@ int main(void)
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         test_matmul_dtype(all[i], tp);
     test_matmul_tolerance_is_meaningful();
+    test_matmul_multi(tp);
     ok(srt_cpu_force_simd("nonsense") == SRT_ERROR, "unknown SIMD path is refused");
     ok(srt_cpu_force_simd("portable") == SRT_OK && !strcmp(srt_cpu_simd_name(), "portable"),
        "portable path can be forced");

@@ -35,6 +35,16 @@ int         srt_cpu_force_simd(const char *name);
 size_t srt_cpu_matmul_scratch_bytes(const srt_weight *w, int64_t n_tok);
 void   srt_cpu_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias,
                       const float *x, int64_t n_tok, float *y, void *scratch);
+/* Several weights applied to the same x in one pass over the pool (Q/K/V, gate/up): the
+ * activations are quantized once and one split covers all rows, so a decode step pays
+ * one barrier instead of n. All w[i] must have the same cols; 1 <= n <= MAX_MULTI.
+ * bias may be NULL (no biases) or hold NULL entries. scratch must hold
+ * srt_cpu_matmul_multi_scratch_bytes(n, w, n_tok). Returns SRT_ERROR on bad arguments. */
+#define SRT_CPU_MATMUL_MAX_MULTI 8
+size_t srt_cpu_matmul_multi_scratch_bytes(int n, const srt_weight *const *w, int64_t n_tok);
+int    srt_cpu_matmul_multi(srt_threadpool *tp, int n, const srt_weight *const *w,
+                            const float *const *bias, const float *x, int64_t n_tok,
+                            float *const *y, void *scratch);
 /* Scalar reference: dequantizes W and multiplies in f64-accumulated f32. Slow, for tests. */
 void   srt_cpu_matmul_ref(const srt_weight *w, const float *bias, const float *x,
                           int64_t n_tok, float *y);

@@ -101,36 +101,41 @@ size_t srt_cpu_matmul_scratch_bytes(const srt_weight *w, int64_t n_tok)
 #define PREFILL_TOK_BLOCK 32
 #define ROW_GRAIN 4               /* the micro-kernels' row count */
 #define PARALLEL_MIN_MACS (128 * 1024)
+#define MAX_MULTI SRT_CPU_MATMUL_MAX_MULTI
 
+/* One or more weights sharing the input x: their rows are one index space
+ * (matrix 0's rows, then matrix 1's, ...) split over the threads. */
 typedef struct {
     const cpu_simd_ops *ops;
-    const srt_weight *w;
-    const float *bias;
+    int n;
+    const srt_weight *w[MAX_MULTI];
+    const float *bias[MAX_MULTI];
+    float *y[MAX_MULTI];
+    int64_t grain_begin[MAX_MULTI + 1];   /* decode: cumulative 4-row grains */
+    int64_t chunk_begin[MAX_MULTI + 1];   /* prefill: cumulative row chunks */
     const float *x;
-    int64_t n_tok;
-    float *y;
-    int8_t *aq;
+    int64_t cols, n_tok;
+    int8_t *aq;                           /* NULL when no weight is quantized */
     q8_scale *ads;
     int64_t qstride, nb;
     /* prefill work items: token block (outer) x row chunk (inner), claimed dynamically */
-    int64_t row_chunk, n_row_chunks, n_items;
+    int64_t row_chunk, n_items;
     _Atomic int64_t next_item;
 } matmul_job;
 
 static void quantize_task(void *arg, int ith, int nth)
 {
     const matmul_job *j = arg;
-    int64_t cols = j->w->cols;
     for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++)
-        j->ops->quantize_q8(j->x + t * cols, cols, j->aq + t * j->qstride, j->ads + t * j->nb);
+        j->ops->quantize_q8(j->x + t * j->cols, j->cols, j->aq + t * j->qstride, j->ads + t * j->nb);
 }
 
-static void run_tile(const matmul_job *j, int64_t r0, int nr, int64_t t0, int nt)
+static void run_tile(const matmul_job *j, int m, int64_t r0, int nr, int64_t t0, int nt)
 {
-    const srt_weight *w = j->w;
+    const srt_weight *w = j->w[m];
     const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_stride;
-    float *y = j->y + t0 * w->rows + r0;
-    if (j->aq) {
+    float *y = j->y[m] + t0 * w->rows + r0;
+    if (is_quantized(w->dtype)) {
         tile_q8_fn fn = j->ops->tile_q8[w->dtype];
         if (!fn && j->ops == &srt_cpu_ops_avx512)   /* AVX-512 CPUs run the AVX2 kernels too */
             fn = srt_cpu_ops_avx2.tile_q8[w->dtype];
@@ -146,45 +151,62 @@ static void run_tile(const matmul_job *j, int64_t r0, int nr, int64_t t0, int nt
             fn = srt_cpu_ops_portable.tile_f32[w->dtype];
         fn(wr, w->row_stride, nr, j->x + t0 * w->cols, w->cols, w->cols, nt, y, w->rows);
     }
-    if (j->bias)
+    const float *bias = j->bias[m];
+    if (bias)
         for (int t = 0; t < nt; t++)
             for (int r = 0; r < nr; r++)
-                y[t * w->rows + r] += j->bias[r0 + r];
+                y[t * w->rows + r] += bias[r0 + r];
 }
 
 static void matmul_task(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
-    int64_t rows = j->w->rows;
     if (j->n_tok < PREFILL_MIN_TOK) {
-        /* Decode: an even split of rows; every thread streams its own slice of W. */
-        int64_t grains = (rows + ROW_GRAIN - 1) / ROW_GRAIN;
-        int64_t r0 = grains * ith / nth * ROW_GRAIN, r1 = grains * (ith + 1) / nth * ROW_GRAIN;
-        if (r1 > rows)
-            r1 = rows;
-        if (r0 < r1)
-            run_tile(j, r0, (int)(r1 - r0), 0, (int)j->n_tok);
+        /* Decode: an even split of the rows; every thread streams its own slice of W. */
+        int64_t total = j->grain_begin[j->n];
+        int64_t g0 = total * ith / nth, g1 = total * (ith + 1) / nth;
+        for (int m = 0; m < j->n && g0 < g1; m++) {
+            int64_t lo = g0 > j->grain_begin[m] ? g0 : j->grain_begin[m];
+            int64_t hi = g1 < j->grain_begin[m + 1] ? g1 : j->grain_begin[m + 1];
+            if (lo >= hi)
+                continue;
+            int64_t r0 = (lo - j->grain_begin[m]) * ROW_GRAIN;
+            int64_t r1 = (hi - j->grain_begin[m]) * ROW_GRAIN;
+            if (r1 > j->w[m]->rows)
+                r1 = j->w[m]->rows;
+            run_tile(j, m, r0, (int)(r1 - r0), 0, (int)j->n_tok);
+        }
         return;
     }
     /* Prefill: items are claimed in order, so threads working at the same time share a
      * token block (its activations stay in cache) and take different rows. */
+    int64_t n_chunks = j->chunk_begin[j->n];
     for (;;) {
         int64_t i = atomic_fetch_add_explicit(&j->next_item, 1, memory_order_relaxed);
         if (i >= j->n_items)
             return;
-        int64_t t0 = i / j->n_row_chunks * PREFILL_TOK_BLOCK;
-        int64_t r0 = i % j->n_row_chunks * j->row_chunk;
+        int64_t t0 = i / n_chunks * PREFILL_TOK_BLOCK, c = i % n_chunks;
+        int m = 0;
+        while (c >= j->chunk_begin[m + 1])
+            m++;
+        int64_t r0 = (c - j->chunk_begin[m]) * j->row_chunk, rows = j->w[m]->rows;
         int64_t nt = j->n_tok - t0 < PREFILL_TOK_BLOCK ? j->n_tok - t0 : PREFILL_TOK_BLOCK;
         int64_t nr = rows - r0 < j->row_chunk ? rows - r0 : j->row_chunk;
-        run_tile(j, r0, (int)nr, t0, (int)nt);
+        run_tile(j, m, r0, (int)nr, t0, (int)nt);
     }
 }
 
-/* Row chunks small enough for every thread to get about four items, but no smaller than
- * 16 rows (a tile should reuse its activations) nor larger than 64. */
-static void plan_prefill(matmul_job *j, int nth)
+/* Decode grains, and prefill row chunks small enough for every thread to get about four
+ * items but no smaller than 16 rows (a tile should reuse its activations) nor larger
+ * than 64. */
+static void plan(matmul_job *j, int nth)
 {
-    int64_t rows = j->w->rows;
+    int64_t rows = 0;
+    j->grain_begin[0] = 0;
+    for (int m = 0; m < j->n; m++) {
+        rows += j->w[m]->rows;
+        j->grain_begin[m + 1] = j->grain_begin[m] + (j->w[m]->rows + ROW_GRAIN - 1) / ROW_GRAIN;
+    }
     int64_t n_tblk = (j->n_tok + PREFILL_TOK_BLOCK - 1) / PREFILL_TOK_BLOCK;
     int64_t want_chunks = (4 * (int64_t)nth + n_tblk - 1) / n_tblk;
     int64_t chunk = (rows + want_chunks - 1) / want_chunks;
@@ -194,23 +216,52 @@ static void plan_prefill(matmul_job *j, int nth)
     if (chunk > 64)
         chunk = 64;
     j->row_chunk = chunk;
-    j->n_row_chunks = (rows + chunk - 1) / chunk;
-    j->n_items = j->n_row_chunks * n_tblk;
+    j->chunk_begin[0] = 0;
+    for (int m = 0; m < j->n; m++)
+        j->chunk_begin[m + 1] = j->chunk_begin[m] + (j->w[m]->rows + chunk - 1) / chunk;
+    j->n_items = j->chunk_begin[j->n] * n_tblk;
     atomic_store_explicit(&j->next_item, 0, memory_order_relaxed);
 }
 
-void srt_cpu_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias,
-                    const float *x, int64_t n_tok, float *y, void *scratch)
+size_t srt_cpu_matmul_multi_scratch_bytes(int n, const srt_weight *const *w, int64_t n_tok)
 {
-    if (n_tok <= 0 || w->rows <= 0)
-        return;
-    matmul_job j = { .ops = srt_cpu_ops(), .w = w, .bias = bias, .x = x, .n_tok = n_tok, .y = y };
-    int parallel = tp && srt_threadpool_size(tp) > 1 &&
-                   (double)w->rows * (double)w->cols * (double)n_tok >= PARALLEL_MIN_MACS;
-    if (is_quantized(w->dtype)) {
+    size_t need = 0;
+    for (int i = 0; i < n; i++) {
+        size_t s = srt_cpu_matmul_scratch_bytes(w[i], n_tok);
+        if (s > need)
+            need = s;
+    }
+    return need;
+}
+
+int srt_cpu_matmul_multi(srt_threadpool *tp, int n, const srt_weight *const *w,
+                         const float *const *bias, const float *x, int64_t n_tok,
+                         float *const *y, void *scratch)
+{
+    if (n < 1 || n > MAX_MULTI || n_tok < 0)
+        return SRT_ERROR;
+    matmul_job j = { .ops = srt_cpu_ops(), .n = n, .x = x, .cols = w[0]->cols, .n_tok = n_tok };
+    int any_quant = 0;
+    double macs = 0;
+    for (int m = 0; m < n; m++) {
+        if (w[m]->cols != j.cols || w[m]->rows < 0 || w[m]->dtype == SRT_I32 ||
+            (int)w[m]->dtype < 0 || w[m]->dtype >= SRT_DTYPE_COUNT)
+            return SRT_ERROR;
+        if (is_quantized(w[m]->dtype) && w[m]->cols % srt_dtype_block_elems(w[m]->dtype) != 0)
+            return SRT_ERROR;
+        j.w[m] = w[m];
+        j.bias[m] = bias ? bias[m] : NULL;
+        j.y[m] = y[m];
+        any_quant |= is_quantized(w[m]->dtype);
+        macs += (double)w[m]->rows * (double)w[m]->cols * (double)n_tok;
+    }
+    if (n_tok == 0 || macs == 0)
+        return SRT_OK;
+    int parallel = tp && srt_threadpool_size(tp) > 1 && macs >= PARALLEL_MIN_MACS;
+    if (any_quant) {
         uintptr_t base = ((uintptr_t)scratch + 63) & ~(uintptr_t)63;
-        j.qstride = q_stride(w->cols);
-        j.nb = w->cols / QK;
+        j.qstride = q_stride(j.cols);
+        j.nb = j.cols / QK;
         j.aq = (int8_t *)base;
         j.ads = (q8_scale *)(base + (size_t)n_tok * j.qstride);
         if (parallel && n_tok >= 8)
@@ -218,11 +269,18 @@ void srt_cpu_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias,
         else
             quantize_task(&j, 0, 1);
     }
-    plan_prefill(&j, parallel ? srt_threadpool_size(tp) : 1);
+    plan(&j, parallel ? srt_threadpool_size(tp) : 1);
     if (parallel)
         srt_threadpool_run(tp, matmul_task, &j);
     else
         matmul_task(&j, 0, 1);
+    return SRT_OK;
+}
+
+void srt_cpu_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias,
+                    const float *x, int64_t n_tok, float *y, void *scratch)
+{
+    (void)srt_cpu_matmul_multi(tp, 1, &w, &bias, x, n_tok, &y, scratch);
 }
 
 /* ---- reference ---- */
