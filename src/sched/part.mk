@@ -1,2 +1,3 @@
-ENGINE_SRCS += src/sched/sched.c
+ENGINE_SRCS += src/sched/sched.c src/sched/serve.c
 UNIT_TESTS  += $(BUILD)/t/test_sched
+UNIT_TESTS  += $(BUILD)/t/test_sched_model

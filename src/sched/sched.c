@@ -85,7 +85,7 @@ struct srt_sched {
     int               n_events, cap_events;
 
     const srt_sample_result *cur_result;   /* top logprobs for the event being emitted */
-    double            new_token_ratio;
+    double            new_token_ratio, ratio_init, ratio_min;
     uint64_t          admit_counter, arrival_counter;
     srt_sched_metrics m;
 };
@@ -116,8 +116,6 @@ static uint64_t splitmix64(uint64_t *x)
 }
 
 /* ---------------- create / free ---------------- */
-
-int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg);
 
 int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg)
 {
@@ -152,7 +150,11 @@ int srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runner
     if (s->cfg.policy != SRT_SCHED_LPM)
         s->cfg.policy = SRT_SCHED_FCFS;
     s->prefill_budget = srt_sched_max_batch_tokens(cfg) - cfg->max_running_requests;
-    s->new_token_ratio = NEW_TOKEN_RATIO_INIT;
+    if (s->cfg.schedule_conservativeness <= 0)
+        s->cfg.schedule_conservativeness = 1.0f;
+    s->ratio_init = fmin(1.0, NEW_TOKEN_RATIO_INIT * s->cfg.schedule_conservativeness);
+    s->ratio_min = fmin(s->ratio_init, NEW_TOKEN_RATIO_MIN * s->cfg.schedule_conservativeness);
+    s->new_token_ratio = s->ratio_init;
 
     if (srt_kv_alloc_init(&s->kv, cfg->max_total_tokens, cfg->page_size < 1 ? 1 : cfg->page_size, err) != SRT_OK)
         goto fail;
@@ -457,7 +459,7 @@ static void retract(srt_sched *s, sreq *r)
     s->waiting[0] = (int32_t)(r - s->pool);
     s->n_waiting++;
     s->m.retractions++;
-    s->new_token_ratio = fmin(1.0, s->new_token_ratio + 0.3);
+    s->new_token_ratio = fmin(1.0, s->new_token_ratio + 0.3 * s->cfg.schedule_conservativeness);
     srt_log(SRT_LOG_DEBUG, "sched: retracted request %llu (%d tokens known)",
             (unsigned long long)r->id, n_known(r));
 }
@@ -794,8 +796,8 @@ int srt_sched_step(srt_sched *s, srt_err *err)
     }
     s->m.steps++;
     s->m.forward_tokens_total += (uint64_t)n_tok;
-    if (s->new_token_ratio > NEW_TOKEN_RATIO_MIN)
-        s->new_token_ratio = fmax(NEW_TOKEN_RATIO_MIN, s->new_token_ratio - NEW_TOKEN_RATIO_STEP);
+    if (s->new_token_ratio > s->ratio_min)
+        s->new_token_ratio = fmax(s->ratio_min, s->new_token_ratio - NEW_TOKEN_RATIO_STEP);
 
     double t = now_s();
     int32_t row = 0;

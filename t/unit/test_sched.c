@@ -327,6 +327,7 @@ static void test_kv_exhaustion(int radix, int page)
     c.radix_cache = radix;
     c.page_size = page;
     c.max_total_tokens = 640;   /* far below 32 x (prompt + output) */
+    c.schedule_conservativeness = 0.05f;
     c.chunked_prefill_size = 64;
     rig *g = calloc(1, sizeof *g);
     rig_init(g, &c);

@@ -44,6 +44,9 @@ typedef struct srt_sched_config {
     int32_t max_prefill_tokens;     /* <= 0: 16384 */
     int32_t policy;                 /* srt_sched_policy */
     int32_t radix_cache;            /* 1 = on, 0 = off (KV freed at finish) */
+    float   schedule_conservativeness;   /* scales the decode-room estimate of admission
+                                          * (SGLang's --schedule-conservativeness); <= 0: 1.
+                                          * Small = admit more, retract more. */
     int32_t vocab_size;
     int32_t n_eos;
     int32_t eos_ids[8];
@@ -159,6 +162,27 @@ int64_t srt_sched_flush_cache(srt_sched *s);
 int  srt_sched_check(const srt_sched *s, srt_err *err);
 /* KV tokens free (pool) and held by the radix cache: at rest free + cached == total. */
 int64_t srt_sched_kv_free_tokens(const srt_sched *s);
+
+/* Most tokens one step forwards: the prefill budget plus one decode token per running
+ * request. Size the model runner's max_batch_tokens with it (max_seqs = max_running). */
+int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg);
+
+/* ---- the real model as a runner (src/sched/serve.c) ---- */
+struct srt_model;
+struct srt_model_config;
+typedef struct srt_sched_model_runner srt_sched_model_runner;
+
+/* A runner over the loaded model with its own KV pool of cfg->max_total_tokens f32 slots. */
+int  srt_sched_model_runner_create(struct srt_model *m, const srt_sched_config *cfg, int n_threads,
+                                   srt_sched_model_runner **out, srt_err *err);
+srt_sched_runner srt_sched_model_runner_iface(srt_sched_model_runner *mr);   /* sample: built-in */
+void srt_sched_model_runner_free(srt_sched_model_runner *mr);
+
+/* Scheduler settings from the directives (channel config) and the model: context length,
+ * limits, KV budget (srt_max_total_tokens, else srt_mem_fraction_static of device_bytes
+ * after the weights, capped at max_running x context), EOS ids. */
+int srt_sched_config_from_chan(const srt_chan_config *cc, const struct srt_model_config *mc,
+                               uint64_t device_bytes, srt_sched_config *out, srt_err *err);
 
 /* The scheduler process: loads the model named in the channel's config, publishes
  * LOADING then READY (or FAILED), serves requests until srt_chan_sched_stopping(), and

@@ -1,0 +1,297 @@
+/* The scheduler process: the real model behind the scheduler's runner interface, and the
+ * main loop between the shared-memory channel and srt_sched_step().
+ *
+ * The loop never sleeps on a timer: when there is nothing to run it blocks in
+ * srt_chan_sched_wait() until a worker rings (new request, abort) or a stop is requested. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/kv_alloc.h"
+#include "hooks/registry.h"
+#include "srt/model.h"
+#include "srt/sched.h"
+
+/* ---------------- the model as a runner ---------------- */
+
+struct srt_sched_model_runner {
+    srt_runner  *runner;
+    srt_kv_pool *kv;
+};
+
+static int model_forward(void *self, const srt_forward_batch *b, float *logits, srt_err *err)
+{
+    srt_sched_model_runner *mr = self;
+    return srt_runner_forward(mr->runner, mr->kv, b, logits, err);
+}
+
+int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
+                                  srt_sched_model_runner **out, srt_err *err)
+{
+    srt_sched_model_runner *mr = calloc(1, sizeof *mr);
+    *out = NULL;
+    if (!mr)
+        return srt_err_set(err, "out of memory");
+    srt_runner_opts o = {
+        .max_batch_tokens = srt_sched_max_batch_tokens(cfg),
+        .max_seqs = cfg->max_running_requests,
+        .n_threads = n_threads,
+        .tp_rank = 0, .tp_size = 1,
+    };
+    if (srt_runner_create(m, &o, &mr->runner, err) != SRT_OK ||
+        srt_kv_pool_create(srt_model_config_of(m), (int32_t)cfg->max_total_tokens, SRT_F32, &mr->kv, err) != SRT_OK) {
+        srt_sched_model_runner_free(mr);
+        return SRT_ERROR;
+    }
+    *out = mr;
+    return SRT_OK;
+}
+
+srt_sched_runner srt_sched_model_runner_iface(srt_sched_model_runner *mr)
+{
+    srt_sched_runner r = { mr, model_forward, NULL };
+    return r;
+}
+
+void srt_sched_model_runner_free(srt_sched_model_runner *mr)
+{
+    if (!mr)
+        return;
+    if (mr->kv)
+        srt_kv_pool_free(mr->kv);
+    if (mr->runner)
+        srt_runner_free(mr->runner);
+    free(mr);
+}
+
+/* ---------------- configuration ---------------- */
+
+static uint64_t file_bytes(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+}
+
+int srt_sched_config_from_chan(const srt_chan_config *cc, const srt_model_config *mc,
+                               uint64_t device_bytes, srt_sched_config *out, srt_err *err)
+{
+    srt_sched_config c;
+    memset(&c, 0, sizeof c);
+
+    c.context_length = mc->max_position_embeddings > 0 ? mc->max_position_embeddings : 4096;
+    if (cc->context_length > 0 && cc->context_length < c.context_length)
+        c.context_length = cc->context_length;
+    if (cc->slot_tokens > 0 && cc->slot_tokens < c.context_length)
+        c.context_length = cc->slot_tokens;
+    c.max_running_requests = cc->max_running_requests > 0 ? cc->max_running_requests : 64;
+    if (cc->slots > 0 && c.max_running_requests > cc->slots)
+        c.max_running_requests = cc->slots;
+    c.max_queued_requests = cc->slots > 0 ? cc->slots : (cc->max_queued_requests > 0 ? cc->max_queued_requests : 256);
+    c.page_size = cc->page_size > 0 ? cc->page_size : 1;
+    c.chunked_prefill_size = cc->chunked_prefill_size;
+    c.max_prefill_tokens = 16384;
+    c.policy = cc->schedule_policy == SRT_CHAN_POLICY_LPM ? SRT_SCHED_LPM : SRT_SCHED_FCFS;
+    c.radix_cache = cc->radix_cache != 0;
+    c.vocab_size = mc->vocab_size;
+    c.n_eos = mc->n_eos > 8 ? 8 : mc->n_eos;
+    memcpy(c.eos_ids, mc->eos_token_ids, sizeof(int32_t) * (size_t)c.n_eos);
+
+    if (cc->max_total_tokens > 0) {
+        c.max_total_tokens = srt_kv_budget_tokens(cc->max_total_tokens, 0, 0, 0, 0, c.page_size);
+    } else {
+        /* CPU: a fraction of RAM after the weights, capped at what the running requests
+         * could ever fill; the cap keeps a small model from taking the machine. */
+        double frac = cc->mem_fraction_static > 0 ? cc->mem_fraction_static : 0.2;
+        uint64_t per_tok = srt_kv_bytes_per_slot(mc, SRT_F32);
+        c.max_total_tokens = srt_kv_budget_tokens(0, frac, device_bytes, file_bytes(cc->model_path),
+                                                  per_tok, c.page_size);
+        int64_t cap = (int64_t)c.max_running_requests * c.context_length;
+        if (c.max_total_tokens > cap)
+            c.max_total_tokens = cap / c.page_size * c.page_size;
+    }
+    if (c.max_total_tokens < c.context_length / 4 && c.max_total_tokens < 1024)
+        return srt_err_set(err, "KV budget of %lld tokens is too small (srt_max_total_tokens / srt_mem_fraction_static)",
+                           (long long)c.max_total_tokens);
+    if (c.max_total_tokens > INT32_MAX / 2)
+        c.max_total_tokens = INT32_MAX / 2 / c.page_size * c.page_size;
+    *out = c;
+    return SRT_OK;
+}
+
+/* ---------------- the loop ---------------- */
+
+typedef struct live_req {
+    uint64_t id;    /* (gen << 32) | slot */
+    int      used;
+} live_req;
+
+static uint64_t req_id(uint32_t slot, uint32_t gen) { return ((uint64_t)gen << 32) | slot; }
+
+static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live)
+{
+    int n;
+    const srt_sched_event *ev = srt_sched_events(s, &n);
+    for (int i = 0; i < n; i++) {
+        const srt_sched_event *e = &ev[i];
+        uint32_t slot = (uint32_t)e->id, gen = (uint32_t)(e->id >> 32);
+        if (e->token >= 0 &&
+            srt_chan_sched_push_tokens(c, slot, gen, &e->token, &e->logprob, 1,
+                                       e->n_top ? e->top_ids : NULL, e->n_top ? e->top_logprobs : NULL,
+                                       (uint32_t)e->n_top) != SRT_OK &&
+            e->finish == SRT_CHAN_FINISH_NONE) {
+            srt_sched_abort(s, e->id);   /* stale handle or output area full */
+        }
+        if (e->finish != SRT_CHAN_FINISH_NONE) {
+            srt_chan_sched_finish(c, slot, gen, e->finish, e->stop_id, (uint32_t)e->cached_tokens,
+                                  e->finish == SRT_CHAN_FINISH_ERROR ? "the model failed on this batch" : NULL);
+            for (int k = 0; k < n_live; k++)
+                if (live[k].used && live[k].id == e->id) {
+                    live[k].used = 0;
+                    break;
+                }
+        }
+    }
+}
+
+static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_err *err)
+{
+    int n_live = cfg->max_running_requests + cfg->max_queued_requests;
+    live_req *live = calloc((size_t)n_live, sizeof *live);
+    int stepped_since_wait = 0;
+
+    if (!live)
+        return srt_err_set(err, "out of memory");
+    for (;;) {
+        int stop = srt_chan_sched_stopping(c);
+        if (stop == 2) {
+            for (int k = 0; k < n_live; k++)
+                if (live[k].used)
+                    srt_sched_abort(s, live[k].id);
+            while (srt_sched_has_work(s)) {
+                srt_sched_step(s, err);
+                publish_events(c, s, live, n_live);
+            }
+            srt_chan_sched_flush(c);
+            break;
+        }
+        /* New requests, while the scheduler has room to hold them. */
+        srt_chan_req rq;
+        while (stop == 0 && srt_sched_num_waiting(s) < cfg->max_queued_requests &&
+               srt_chan_sched_pop_request(c, &rq) == 1) {
+            srt_err e2;
+            srt_chan_sampling sp = *rq.sampling;   /* one read of shared memory */
+            if (sp.max_new_tokens > (int32_t)rq.max_output)
+                sp.max_new_tokens = (int32_t)rq.max_output;
+            srt_sched_submit_args a = { .id = req_id(rq.slot, rq.gen), .group = rq.group,
+                                        .prompt = rq.prompt, .n_prompt = (int32_t)rq.n_prompt,
+                                        .sampling = &sp };
+            srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
+            if (st != SRT_SCHED_SUBMIT_OK) {
+                srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_CHAN_FINISH_ERROR, -1, 0, e2.msg);
+                continue;
+            }
+            for (int k = 0; k < n_live; k++)
+                if (!live[k].used) {
+                    live[k].used = 1;
+                    live[k].id = a.id;
+                    break;
+                }
+        }
+        /* Client gone: the abort takes effect in this step. */
+        for (int k = 0; k < n_live; k++)
+            if (live[k].used && srt_chan_sched_is_aborted(c, (uint32_t)live[k].id, (uint32_t)(live[k].id >> 32)))
+                srt_sched_abort(s, live[k].id);
+
+        if (srt_sched_has_work(s)) {
+            if (srt_sched_step(s, err) < 0)
+                srt_log(SRT_LOG_ERROR, "scheduler step: %s", err->msg);
+            publish_events(c, s, live, n_live);
+            srt_chan_sched_flush(c);
+            /* Busy: drain doorbells and reclaim dead workers' slots now and then, without blocking. */
+            if (++stepped_since_wait >= 16) {
+                srt_chan_sched_wait(c, 0);
+                stepped_since_wait = 0;
+            }
+            continue;
+        }
+        if (stop == 1)
+            break;
+        stepped_since_wait = 0;
+        if (srt_chan_sched_wait(c, -1) < 0) {
+            srt_err_set(err, "waiting on the scheduler doorbell failed");
+            free(live);
+            return SRT_ERROR;
+        }
+    }
+    free(live);
+    return SRT_OK;
+}
+
+int srt_sched_run(srt_chan *c, srt_err *err)
+{
+    const srt_chan_config *cc = srt_chan_get_config(c);
+    srt_model *m = NULL;
+    srt_sched_model_runner *mr = NULL;
+    srt_sched *s = NULL;
+    srt_hook_registry *hooks = NULL;
+    srt_sched_config cfg;
+    int rc = SRT_ERROR;
+
+    srt_chan_sched_set_state(c, SRT_CHAN_SCHED_LOADING, "loading the model", NULL);
+    if (cc->device == SRT_CHAN_DEVICE_CUDA) {
+        srt_err_set(err, "srt_device cuda: this build's scheduler runs on the CPU");
+        goto fail;
+    }
+    if (srt_model_load(cc->model_path, &m, err) != SRT_OK)
+        goto fail;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+    uint64_t ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : (8ull << 30);
+    if (srt_sched_config_from_chan(cc, srt_model_config_of(m), ram, &cfg, err) != SRT_OK)
+        goto fail;
+    if (cc->hooks_path[0]) {
+        int n_mod;
+        srt_module *mods = srt_model_modules(m, &n_mod);
+        hooks = srt_hook_registry_create(mods, n_mod, err);
+        if (!hooks || srt_hook_registry_load_file(hooks, cc->hooks_path, err) != SRT_OK)
+            goto fail;
+    }
+    if (srt_sched_model_runner_create(m, &cfg, cc->threads, &mr, err) != SRT_OK)
+        goto fail;
+    srt_sched_runner runner = srt_sched_model_runner_iface(mr);
+    if (srt_sched_create(&cfg, &runner, &s, err) != SRT_OK)
+        goto fail;
+
+    const srt_model_config *mc = srt_model_config_of(m);
+    srt_chan_model_info info;
+    memset(&info, 0, sizeof info);
+    info.vocab_size = mc->vocab_size;
+    info.context_length = cfg.context_length;
+    info.max_running_requests = cfg.max_running_requests;
+    info.max_total_tokens = cfg.max_total_tokens;
+    info.n_eos = cfg.n_eos;
+    memcpy(info.eos_ids, cfg.eos_ids, sizeof info.eos_ids);
+    snprintf(info.arch, sizeof info.arch, "%s", mc->architecture);
+    snprintf(info.device, sizeof info.device, "cpu");
+    srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, NULL, &info);
+    srt_log(SRT_LOG_INFO, "scheduler ready: %s, context %d, %d running, KV %lld tokens (page %d), chunk %d, radix %s, %s",
+            cc->model_path, cfg.context_length, cfg.max_running_requests, (long long)cfg.max_total_tokens,
+            cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
+            cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs");
+    rc = serve(c, s, &cfg, err);
+    srt_sched_free(s);
+    srt_sched_model_runner_free(mr);
+    srt_hook_registry_free(hooks);
+    srt_model_free(m);
+    return rc;
+fail:
+    srt_chan_sched_set_state(c, SRT_CHAN_SCHED_FAILED, err->msg, NULL);
+    srt_sched_free(s);
+    srt_sched_model_runner_free(mr);
+    if (hooks)
+        srt_hook_registry_free(hooks);
+    if (m)
+        srt_model_free(m);
+    return SRT_ERROR;
+}
