@@ -7,12 +7,15 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_kernels.h"
 
 #define KEY_BLOCK 64
 
 typedef struct attn_job {
     const srt_attn_args *a;
+    srt_dot_f32_fn       dot;
+    srt_axpy_f32_fn      axpy;
 } attn_job;
 
 static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
@@ -28,21 +31,6 @@ static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
     return lo;
 }
 
-static inline float dot_f32(const float *a, const float *b, int32_t n)
-{
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int32_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += a[i] * b[i];
-        s1 += a[i + 1] * b[i + 1];
-        s2 += a[i + 2] * b[i + 2];
-        s3 += a[i + 3] * b[i + 3];
-    }
-    for (; i < n; i++)
-        s0 += a[i] * b[i];
-    return (s0 + s1) + (s2 + s3);
-}
-
 static void row_to_f32(const void *cache, srt_dtype dt, size_t off, int32_t n, float *out)
 {
     if (dt == SRT_F32) {
@@ -54,8 +42,9 @@ static void row_to_f32(const void *cache, srt_dtype dt, size_t off, int32_t n, f
         out[i] = srt_f16_to_f32(h[i]);
 }
 
-static void attend_one(const srt_attn_args *a, int32_t t, int32_t h)
+static void attend_one(const attn_job *job, int32_t t, int32_t h)
 {
+    const srt_attn_args *a = job->a;
     const srt_forward_batch *b = a->batch;
     int32_t hd = a->head_dim, s = seq_of_token(b, t), n_keys = b->positions[t] + 1;
     int32_t kvh = h / (a->n_heads / a->n_kv_heads);
@@ -80,7 +69,7 @@ static void attend_one(const srt_attn_args *a, int32_t t, int32_t h)
                 row_to_f32(a->k_cache, a->kv_dtype, off, hd, kbuf);
                 k = kbuf;
             }
-            score[j] = dot_f32(q, k, hd) * a->scale;
+            score[j] = job->dot(q, k, hd) * a->scale;
             if (score[j] > bmx)
                 bmx = score[j];
         }
@@ -102,8 +91,7 @@ static void attend_one(const srt_attn_args *a, int32_t t, int32_t h)
                 row_to_f32(a->v_cache, a->kv_dtype, off, hd, kbuf);
                 v = kbuf;
             }
-            for (int32_t d = 0; d < hd; d++)
-                acc[d] += p * v[d];
+            job->axpy(acc, p, v, hd);
         }
     }
     float inv = 1.0f / sum;
@@ -113,16 +101,17 @@ static void attend_one(const srt_attn_args *a, int32_t t, int32_t h)
 
 static void attn_worker(void *arg, int ith, int nth)
 {
-    const srt_attn_args *a = ((attn_job *)arg)->a;
+    const attn_job *job = arg;
+    const srt_attn_args *a = job->a;
     int64_t n = (int64_t)a->batch->n_tokens * a->n_heads;
     int64_t lo = n * ith / nth, hi = n * (ith + 1) / nth;
     for (int64_t i = lo; i < hi; i++)
-        attend_one(a, (int32_t)(i / a->n_heads), (int32_t)(i % a->n_heads));
+        attend_one(job, (int32_t)(i / a->n_heads), (int32_t)(i % a->n_heads));
 }
 
 void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a)
 {
-    attn_job job = { a };
+    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32() };
     if (tp && (int64_t)a->batch->n_tokens * a->n_heads > 1)
         srt_threadpool_run(tp, attn_worker, &job);
     else

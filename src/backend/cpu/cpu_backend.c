@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/backend.h"
 
@@ -14,7 +15,11 @@ typedef struct cpu_backend {
     void           *scratch;
     size_t          scratch_bytes;
     int             reference;    /* SRT_CPU_MATMUL=reference: f32 activations, scalar (slow; for checks) */
+    int             precise;      /* f32 activations against dequantized weight rows */
+    srt_dot_f32_fn  dot;
 } cpu_backend;
+
+#define PRECISE_TILE 16   /* weight rows dequantized at once, reused across all tokens */
 
 static cpu_backend *cpu(srt_backend *be) { return (cpu_backend *)be->impl; }
 
@@ -30,6 +35,9 @@ static int cpu_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_to
 {
     cpu_backend *c = cpu(be);
     size_t need = srt_cpu_matmul_scratch_bytes(w, n_tok);
+    size_t precise = (size_t)srt_threadpool_size(c->tp) * PRECISE_TILE * (size_t)w->cols * sizeof(float);
+    if (c->precise && precise > need)
+        need = precise;
     if (need <= c->scratch_bytes)
         return SRT_OK;
     need = (need + 63) / 64 * 64;
@@ -42,12 +50,51 @@ static int cpu_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_to
     return SRT_OK;
 }
 
+typedef struct precise_job {
+    const srt_weight *w;
+    const float      *bias, *x;
+    int64_t           n_tok;
+    float            *y;
+    float            *scratch;
+    srt_dot_f32_fn    dot;
+} precise_job;
+
+static void precise_worker(void *arg, int ith, int nth)
+{
+    precise_job *j = arg;
+    const srt_weight *w = j->w;
+    int64_t R = w->rows, C = w->cols, n_tiles = (R + PRECISE_TILE - 1) / PRECISE_TILE;
+    float *buf = j->scratch + (size_t)ith * PRECISE_TILE * (size_t)C;
+    const float *rows[PRECISE_TILE];
+    for (int64_t tile = ith; tile < n_tiles; tile += nth) {
+        int64_t r0 = tile * PRECISE_TILE, nr = R - r0 < PRECISE_TILE ? R - r0 : PRECISE_TILE;
+        for (int64_t i = 0; i < nr; i++) {
+            if (w->dtype == SRT_F32)
+                rows[i] = (const float *)((const char *)w->data + (size_t)(r0 + i) * w->row_stride);
+            else {
+                srt_cpu_dequant_row(w, r0 + i, buf + i * C);
+                rows[i] = buf + i * C;
+            }
+        }
+        for (int64_t t = 0; t < j->n_tok; t++) {
+            const float *xt = j->x + t * C;
+            float *yt = j->y + t * R + r0;
+            for (int64_t i = 0; i < nr; i++)
+                yt[i] = j->dot(xt, rows[i], C) + (j->bias ? j->bias[r0 + i] : 0.0f);
+        }
+    }
+}
+
 static void cpu_matmul(srt_backend *be, const srt_weight *w, const float *bias, const float *x, int64_t n_tok,
                        float *y)
 {
     cpu_backend *c = cpu(be);
     if (c->reference)
         srt_cpu_matmul_ref(w, bias, x, n_tok, y);
+    else if (c->precise) {
+        precise_job j = { w, bias, x, n_tok, y, c->scratch, c->dot };
+        srt_threadpool_run(c->tp, precise_worker, &j);
+    }
     else
         srt_cpu_matmul(c->tp, w, bias, x, n_tok, y, c->scratch);
 }
@@ -192,7 +239,7 @@ static const srt_backend_ops cpu_ops = {
     .n_threads = cpu_n_threads,
 };
 
-srt_backend *srt_cpu_backend_create(int n_threads, srt_err *err)
+srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *err)
 {
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) {
@@ -207,6 +254,8 @@ srt_backend *srt_cpu_backend_create(int n_threads, srt_err *err)
     }
     const char *mm = getenv("SRT_CPU_MATMUL");
     c->reference = mm && strcmp(mm, "reference") == 0;
+    c->precise = precise_matmul || (mm && strcmp(mm, "precise") == 0);
+    c->dot = srt_cpu_dot_f32();
     c->base.ops = &cpu_ops;
     c->base.impl = c;
     return &c->base;

@@ -1,0 +1,2 @@
+# Offline command-line tools.
+TOOLS += $(BUILD)/bin/srt-generate

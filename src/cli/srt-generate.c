@@ -1,0 +1,220 @@
+/* srt-generate: offline generation with the engine, one sequence.
+ *
+ *   srt-generate --model PATH --prompt-ids 1,2,3 [--max-tokens N] [--temperature T]
+ *                [--top-p P] [--top-k K] [--min-p P] [--seed S] [--threads N] [--ignore-eos]
+ *
+ * Streams generated token ids to stdout as they come; prefill and decode speed go to stderr. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "srt/model.h"
+#include "srt/sampling.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: srt-generate --model PATH --prompt-ids ID,ID,... [options]\n"
+            "  --max-tokens N     tokens to generate (default 32)\n"
+            "  --temperature T    0 = greedy (default 0)\n"
+            "  --top-p P --top-k K --min-p P --seed S\n"
+            "  --repetition-penalty R --frequency-penalty F --presence-penalty P\n"
+            "  --ignore-eos       keep going past EOS\n"
+            "  --threads N        compute threads (default: all cores)\n"
+            "  --batch N          prefill chunk size (default 512)\n"
+            "  --kv-f16           keep the KV cache in f16\n");
+}
+
+static int parse_ids(const char *s, int32_t **out, int32_t *n)
+{
+    int32_t cap = 16, k = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    while (ids && *s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < 0 || v > INT32_MAX) {
+            free(ids);
+            return -1;
+        }
+        if (k == cap) {
+            cap *= 2;
+            int32_t *n2 = realloc(ids, (size_t)cap * sizeof *ids);
+            if (!n2) {
+                free(ids);
+                return -1;
+            }
+            ids = n2;
+        }
+        ids[k++] = (int32_t)v;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s) {
+            free(ids);
+            return -1;
+        }
+    }
+    if (!ids || k == 0) {
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    *n = k;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *ids_arg = NULL;
+    int threads = 0, batch = 512, kv_f16 = 0;
+    srt_sampling_params sp;
+    srt_err err = { { 0 } };
+
+    srt_sampling_params_default(&sp);
+    sp.temperature = 0;
+    sp.max_tokens = 32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define ARG(name) (strcmp(a, name) == 0 && v && ++i)
+        if (ARG("--model")) model_path = v;
+        else if (ARG("--prompt-ids")) ids_arg = v;
+        else if (ARG("--max-tokens")) sp.max_tokens = atoi(v);
+        else if (ARG("--temperature")) sp.temperature = strtof(v, NULL);
+        else if (ARG("--top-p")) sp.top_p = strtof(v, NULL);
+        else if (ARG("--top-k")) sp.top_k = atoi(v);
+        else if (ARG("--min-p")) sp.min_p = strtof(v, NULL);
+        else if (ARG("--seed")) sp.seed = strtoull(v, NULL, 10);
+        else if (ARG("--repetition-penalty")) sp.repetition_penalty = strtof(v, NULL);
+        else if (ARG("--frequency-penalty")) sp.frequency_penalty = strtof(v, NULL);
+        else if (ARG("--presence-penalty")) sp.presence_penalty = strtof(v, NULL);
+        else if (ARG("--threads")) threads = atoi(v);
+        else if (ARG("--batch")) batch = atoi(v);
+        else if (strcmp(a, "--ignore-eos") == 0) sp.ignore_eos = 1;
+        else if (strcmp(a, "--kv-f16") == 0) kv_f16 = 1;
+        else {
+            usage();
+            return 2;
+        }
+#undef ARG
+    }
+    int32_t *prompt = NULL, n_prompt = 0;
+    if (!model_path || !ids_arg) {
+        usage();
+        return 2;
+    }
+    if (parse_ids(ids_arg, &prompt, &n_prompt) != 0) {
+        fprintf(stderr, "srt-generate: --prompt-ids must be a comma-separated list of token ids\n");
+        return 2;
+    }
+    if (batch <= 0)
+        batch = 512;
+
+    srt_model *m = NULL;
+    srt_runner *r = NULL;
+    srt_kv_pool *kv = NULL;
+    srt_sampler_ws *ws = NULL;
+    srt_sampler st = { 0 };
+    float *logits = NULL;
+    int32_t *slots = NULL;
+    int rc = 1;
+
+    double t0 = now_s();
+    if (srt_model_load(model_path, &m, &err) != SRT_OK)
+        goto fail;
+    const srt_model_config *c = srt_model_config_of(m);
+    double t_load = now_s() - t0;
+    int32_t n_ctx = n_prompt + sp.max_tokens;
+    srt_runner_opts ro = { .max_batch_tokens = batch, .max_seqs = 1, .n_threads = threads };
+    if (srt_runner_create(m, &ro, &r, &err) != SRT_OK ||
+        srt_kv_pool_create(c, n_ctx, kv_f16 ? SRT_F16 : SRT_F32, &kv, &err) != SRT_OK ||
+        srt_sampler_init(&st, &sp, c->vocab_size, c->eos_token_ids, c->n_eos, prompt, n_prompt, &err) != SRT_OK)
+        goto fail;
+    ws = srt_sampler_ws_create(c->vocab_size);
+    logits = malloc((size_t)c->vocab_size * sizeof(float));
+    slots = malloc((size_t)n_ctx * sizeof(int32_t));
+    if (!ws || !logits || !slots) {
+        srt_err_set(&err, "out of memory");
+        goto fail;
+    }
+    for (int32_t i = 0; i < n_ctx; i++)
+        slots[i] = i;
+    fprintf(stderr, "srt-generate: %s (%s, %d layers, vocab %d) loaded in %.2fs, %d threads\n", model_path,
+            c->architecture, c->n_layers, c->vocab_size, t_load, srt_runner_n_threads(r));
+
+    /* prefill in chunks; the last chunk's logits start the generation */
+    int32_t *pos = malloc((size_t)n_ctx * sizeof(int32_t));
+    if (!pos) {
+        srt_err_set(&err, "out of memory");
+        goto fail;
+    }
+    for (int32_t i = 0; i < n_ctx; i++)
+        pos[i] = i;
+    const int32_t *seq_slots[1] = { slots };
+    double tp0 = now_s();
+    for (int32_t s0 = 0; s0 < n_prompt; s0 += batch) {
+        int32_t n = n_prompt - s0 < batch ? n_prompt - s0 : batch;
+        int32_t start[2] = { 0, n }, len = s0 + n;
+        srt_forward_batch b = {
+            .n_tokens = n, .token_ids = prompt + s0, .positions = pos + s0, .out_slots = slots + s0,
+            .n_seqs = 1, .seq_start = start, .seq_len = &len, .seq_slots = seq_slots,
+            .forward_mode = SRT_FORWARD_PREFILL,
+        };
+        if (srt_runner_forward(r, kv, &b, logits, &err) != SRT_OK) {
+            free(pos);
+            goto fail;
+        }
+    }
+    double t_prefill = now_s() - tp0;
+    double td0 = now_s();
+    int32_t n_gen = 0, cur_pos = n_prompt;
+    for (;;) {
+        srt_sample_result res;
+        if (srt_sampler_sample(&st, ws, logits, &res) != SRT_OK)
+            break;
+        n_gen++;
+        printf("%d%s", res.token, res.finish ? "\n" : " ");
+        fflush(stdout);
+        if (res.finish)
+            break;
+        int32_t start[2] = { 0, 1 }, len = cur_pos + 1, tokv = res.token;
+        srt_forward_batch b = {
+            .n_tokens = 1, .token_ids = &tokv, .positions = pos + cur_pos, .out_slots = slots + cur_pos,
+            .n_seqs = 1, .seq_start = start, .seq_len = &len, .seq_slots = seq_slots,
+            .forward_mode = SRT_FORWARD_DECODE,
+        };
+        if (srt_runner_forward(r, kv, &b, logits, &err) != SRT_OK) {
+            free(pos);
+            goto fail;
+        }
+        cur_pos++;
+    }
+    double t_decode = now_s() - td0;
+    free(pos);
+    fprintf(stderr, "prefill: %d tokens in %.3fs = %.1f tok/s\n", n_prompt, t_prefill, n_prompt / t_prefill);
+    fprintf(stderr, "decode: %d tokens in %.3fs = %.1f tok/s\n", n_gen - 1 > 0 ? n_gen - 1 : 0, t_decode,
+            n_gen > 1 ? (n_gen - 1) / t_decode : 0.0);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "srt-generate: %s\n", err.msg);
+done:
+    srt_sampler_free(&st);
+    srt_sampler_ws_free(ws);
+    free(logits);
+    free(slots);
+    free(prompt);
+    srt_kv_pool_free(kv);
+    srt_runner_free(r);
+    srt_model_free(m);
+    return rc;
+}

@@ -1,0 +1,75 @@
+/* The compute interface the model runner drives. The CPU backend (src/backend/cpu) is one
+ * implementation; the CUDA backend implements the same table over device pointers.
+ *
+ * All activation pointers are in the backend's memory (host for CPU, device for CUDA):
+ * f32, row-major, contiguous. Weights are srt_weight as stored. No op allocates. */
+#ifndef SRT_BACKEND_H
+#define SRT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "srt/batch.h"
+#include "srt/common.h"
+#include "srt/tensor.h"
+
+typedef struct srt_backend srt_backend;
+
+/* Attention over the KV cache for every token of a batch (causal within a sequence,
+ * attending a cached prefix through batch->seq_slots). */
+typedef struct srt_attn_args {
+    const srt_forward_batch *batch;
+    const float *q;          /* [n_tokens][n_heads][head_dim], RoPE applied */
+    float       *out;        /* [n_tokens][n_heads][head_dim] */
+    const void  *k_cache;    /* [n_slots][n_kv_heads][head_dim] */
+    const void  *v_cache;
+    srt_dtype    kv_dtype;   /* SRT_F32 or SRT_F16 */
+    int32_t      n_heads;
+    int32_t      n_kv_heads;
+    int32_t      head_dim;
+    float        scale;      /* usually 1/sqrt(head_dim) */
+} srt_attn_args;
+
+typedef struct srt_backend_ops {
+    const char *name;
+    void (*destroy)(srt_backend *be);
+    /* Tell the backend the largest matmul it will be asked for, so it can size scratch. */
+    int  (*reserve_matmul)(srt_backend *be, const srt_weight *w, int64_t n_tok, srt_err *err);
+    /* y[t][r] = x[t] . W[r] + bias[r]; bias f32 or NULL */
+    void (*matmul)(srt_backend *be, const srt_weight *w, const float *bias,
+                   const float *x, int64_t n_tok, float *y);
+    /* out[t] = table[ids[t]] as f32 */
+    void (*embed)(srt_backend *be, const srt_weight *table, const int32_t *ids, int64_t n_tok,
+                  float *out);
+    /* rows of width dim: out = x / rms(x) * w */
+    void (*rmsnorm)(srt_backend *be, const float *x, const srt_weight *w, float eps,
+                    int64_t n_rows, int64_t dim, float *out);
+    void (*silu)(srt_backend *be, const float *x, int64_t n, float *out);
+    void (*mul)(srt_backend *be, float *y, const float *x, int64_t n);            /* y *= x */
+    void (*silu_mul)(srt_backend *be, const float *gate, const float *up, int64_t n, float *out);
+    void (*add)(srt_backend *be, float *y, const float *x, int64_t n);            /* y += x */
+    void (*add3)(srt_backend *be, float *out, const float *a, const float *b, int64_t n); /* out = a + b */
+    /* NeoX (rotate_half) RoPE in place on x[n_tok][n_heads][head_dim], with
+     * cos_sin[t] = { cos[0..head_dim), sin[0..head_dim) } per token */
+    void (*rope)(srt_backend *be, float *x, int64_t n_tok, int32_t n_heads, int32_t head_dim,
+                 const float *cos_sin);
+    /* K/V rows [n_tok][row_elems] into the cache at batch->out_slots */
+    void (*kv_store)(srt_backend *be, const srt_forward_batch *b, const float *k, const float *v,
+                     void *k_cache, void *v_cache, srt_dtype kv_dtype, int32_t row_elems);
+    void (*attention)(srt_backend *be, const srt_attn_args *a);
+    int  (*n_threads)(const srt_backend *be);
+} srt_backend_ops;
+
+struct srt_backend {
+    const srt_backend_ops *ops;
+    void                  *impl;
+};
+
+/* precise_matmul: multiply f32 activations with dequantized weight rows (as HF does with
+ * a dequantized checkpoint) instead of quantizing activations to 8 bits for integer dot
+ * products. Slower on quantized weights; bit-for-bit the same choice for f32/f16/bf16 rows.
+ * SRT_CPU_MATMUL=precise (or =reference, the scalar test kernel) forces it. */
+srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *err);
+static inline void srt_backend_free(srt_backend *be) { if (be) be->ops->destroy(be); }
+
+#endif

@@ -1,0 +1,105 @@
+/* A loaded model (HF checkpoint directory or GGUF file) and its runner.
+ *
+ *   srt_model  *m;  srt_model_load("/models/x" or "x.gguf", &m, &err);
+ *   srt_runner *r;  srt_runner_create(m, &(srt_runner_opts){ .max_batch_tokens = 2048,
+ *                                      .max_seqs = 64, .n_threads = 8 }, &r, &err);
+ *   srt_kv_pool *kv; srt_kv_pool_create(srt_model_config_of(m), n_slots, SRT_F32, &kv, &err);
+ *   srt_runner_forward(r, kv, &batch, logits, &err);   // logits: [rows][vocab]
+ *
+ * Weights stay as stored in the file (mmapped, quantized or not). The runner owns every
+ * activation buffer, sized at creation, so a forward step allocates nothing. A model may
+ * have several runners; a runner is used by one thread at a time. */
+#ifndef SRT_MODEL_H
+#define SRT_MODEL_H
+
+#include <stdint.h>
+
+#include "srt/batch.h"
+#include "srt/common.h"
+#include "srt/kv.h"
+#include "srt/module.h"
+#include "srt/tensor.h"
+
+typedef enum srt_arch {
+    SRT_ARCH_LLAMA = 0,   /* LlamaForCausalLM */
+    SRT_ARCH_QWEN2,       /* Qwen2ForCausalLM: q/k/v bias */
+    SRT_ARCH_QWEN3,       /* Qwen3ForCausalLM: per-head q_norm / k_norm */
+} srt_arch;
+
+typedef enum srt_rope_type {
+    SRT_ROPE_DEFAULT = 0,
+    SRT_ROPE_LINEAR,
+    SRT_ROPE_LLAMA3,
+} srt_rope_type;
+
+#define SRT_MAX_EOS 8
+
+typedef struct srt_model_config {
+    srt_arch arch;
+    char     architecture[64];    /* "LlamaForCausalLM" */
+    int32_t  vocab_size;
+    int32_t  hidden_size;
+    int32_t  intermediate_size;
+    int32_t  n_layers;
+    int32_t  n_heads;
+    int32_t  n_kv_heads;
+    int32_t  head_dim;
+    int32_t  max_position_embeddings;
+    float    rms_norm_eps;
+    float    rope_theta;
+    srt_rope_type rope_type;
+    float    rope_factor;               /* linear, llama3 */
+    float    rope_low_freq_factor;      /* llama3 */
+    float    rope_high_freq_factor;     /* llama3 */
+    int32_t  rope_original_max_pos;     /* llama3 */
+    int32_t  tie_word_embeddings;
+    int32_t  bos_token_id;              /* -1 when unknown */
+    int32_t  pad_token_id;              /* -1 when unknown */
+    int32_t  n_eos;
+    int32_t  eos_token_ids[SRT_MAX_EOS];
+    int32_t  is_gguf;
+} srt_model_config;
+
+typedef struct srt_model srt_model;
+
+/* path: a directory with config.json + safetensors, or a .gguf file. */
+int  srt_model_load(const char *path, srt_model **out, srt_err *err);
+void srt_model_free(srt_model *m);
+
+const srt_model_config *srt_model_config_of(const srt_model *m);
+const char             *srt_model_path(const srt_model *m);
+
+/* The module tree in HF named_modules() order, without the unnamed root
+ * ("model", "model.embed_tokens", "model.layers", "model.layers.0", ...,"lm_head").
+ * The hook engine sets modules[i].hooks; the array lives as long as the model. */
+srt_module *srt_model_modules(srt_model *m, int *n);
+int         srt_model_find_module(const srt_model *m, const char *name);   /* index or -1 */
+
+/* A weight by its HF name ("model.layers.0.mlp.up_proj.weight"), as stored. NULL if absent. */
+const srt_weight *srt_model_weight(const srt_model *m, const char *hf_name);
+
+/* ---- runner: activations and compute for forward steps ---- */
+typedef struct srt_runner srt_runner;
+
+typedef struct srt_runner_opts {
+    int32_t max_batch_tokens;   /* most tokens in one forward step (chunked prefill size) */
+    int32_t max_seqs;           /* most sequences / logit rows in one step */
+    int32_t n_threads;          /* <= 0: all online cores */
+    int32_t tp_rank, tp_size;   /* reported to hooks; 0/1 for a single device */
+    int32_t precise_matmul;     /* f32 activations x dequantized weights (HF-exact path) instead
+                                   of 8-bit quantized activations (fast path, llama.cpp-like) */
+} srt_runner_opts;
+
+int  srt_runner_create(srt_model *m, const srt_runner_opts *opts, srt_runner **out, srt_err *err);
+void srt_runner_free(srt_runner *r);
+
+/* Runs one step: writes K/V of every token of the batch into kv, and logits for the
+ * logit rows (see srt_forward_batch) into logits[rows][vocab_size] (f32).
+ * The batch is validated (sizes, slots, positions, token ids) before anything runs. */
+int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b,
+                       float *logits, srt_err *err);
+
+/* The threads the runner computes with (shared by its backend). */
+int srt_runner_n_threads(const srt_runner *r);
+
+#endif

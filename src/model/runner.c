@@ -1,0 +1,475 @@
+/* The forward pass: each HF module is a function called through srt_module_forward(),
+ * so hooks see exactly what HF modules see. Activations live in buffers the runner
+ * allocates once; a forward step allocates nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "srt/backend.h"
+
+struct srt_runner {
+    srt_model   *m;
+    srt_backend *be;
+    int32_t      max_tok, max_seqs;
+    int32_t      tp_rank, tp_size;
+    /* activations, [max_tok][width] */
+    float *resid[2], *xn, *final, *proj;
+    float *q, *k, *v, *q_raw, *k_raw, *attn;
+    float *gate, *up, *act;
+    float *cos_sin;            /* [max_tok][2][head_dim] */
+    float *rows;               /* [max_seqs][hidden]: hidden states of logit rows */
+    uint64_t *zero_ids;
+    /* the step in flight */
+    srt_batch_ctx            ctx;
+    const srt_forward_batch *b;
+    srt_kv_pool             *kv;
+    srt_err                 *err;
+};
+
+/* `self` of every module function */
+typedef struct call {
+    srt_runner *r;
+    const void *obj;
+    int32_t     layer;
+} call;
+
+static srt_tensor_view view(void *data, int ndim, int64_t d0, int64_t d1, int64_t d2, int32_t dtype)
+{
+    srt_tensor_view v;
+    memset(&v, 0, sizeof v);
+    v.dtype = dtype;
+    v.device = SRT_HOOK_DEVICE_CPU;
+    v.ndim = ndim;
+    v.shape[0] = d0;
+    v.shape[1] = d1;
+    v.shape[2] = d2;
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        v.strides[i] = s;
+        s *= v.shape[i];
+    }
+    v.data = data;
+    return v;
+}
+
+static srt_tensor_view fview(float *data, int64_t rows, int64_t cols)
+{
+    return view(data, 2, rows, cols, 0, SRT_HOOK_DTYPE_F32);
+}
+
+static int64_t view_rows(const srt_tensor_view *v)
+{
+    int64_t n = 1;
+    for (int i = 0; i < v->ndim - 1; i++)
+        n *= v->shape[i];
+    return n;
+}
+
+static int forward_module(srt_runner *r, int32_t idx, srt_module_fn fn, void *self, srt_module_args *args,
+                          srt_tensor_view *out)
+{
+    srt_module *mod = &r->m->modules[idx];
+    if (srt_module_forward(mod, &r->ctx, fn, self, args, out) != SRT_OK) {
+        if (r->err && !r->err->msg[0])
+            srt_err_set(r->err, "forward of module '%s' failed", mod->info.name);
+        return SRT_ERROR;
+    }
+    return SRT_OK;
+}
+
+static void args1(srt_module_args *a, srt_tensor_view in)
+{
+    memset(a, 0, sizeof *a);
+    a->n_inputs = 1;
+    a->inputs[0] = in;
+}
+
+/* ---- leaf modules ---- */
+
+static int linear_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    const srt_linear *l = c->obj;
+    c->r->be->ops->matmul(c->r->be, &l->w, l->bias, a->inputs[0].data, view_rows(&a->inputs[0]), out->data);
+    return SRT_OK;
+}
+
+static int norm_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    const srt_norm *n = c->obj;
+    const srt_tensor_view *in = &a->inputs[0];
+    c->r->be->ops->rmsnorm(c->r->be, in->data, &n->w, c->r->m->cfg.rms_norm_eps, view_rows(in),
+                           in->shape[in->ndim - 1], out->data);
+    return SRT_OK;
+}
+
+static int embed_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    c->r->be->ops->embed(c->r->be, &c->r->m->embed, a->inputs[0].data, a->inputs[0].shape[0], out->data);
+    return SRT_OK;
+}
+
+static int act_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    c->r->be->ops->silu(c->r->be, a->inputs[0].data, view_rows(&a->inputs[0]) * a->inputs[0].shape[1], out->data);
+    return SRT_OK;
+}
+
+/* (cos, sin) for each token's position: output [n_tok][2][head_dim] (HF returns the pair). */
+static int rotary_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    const srt_model *m = c->r->m;
+    const int32_t *pos = a->kwargs[0].data;
+    int64_t n = a->kwargs[0].shape[0];
+    int32_t hd = m->cfg.head_dim, half = hd / 2;
+    float *cs = out->data;
+    for (int64_t t = 0; t < n; t++) {
+        float *co = cs + t * 2 * hd, *si = co + hd;
+        for (int32_t i = 0; i < half; i++) {
+            float f = (float)pos[t] * m->inv_freq[i];
+            co[i] = co[i + half] = cosf(f);
+            si[i] = si[i + half] = sinf(f);
+        }
+    }
+    return SRT_OK;
+}
+
+/* ---- composite modules ---- */
+
+static int mlp_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    srt_runner *r = c->r;
+    const srt_layer *L = &r->m->layers[c->layer];
+    int64_t T = view_rows(&a->inputs[0]), F = r->m->cfg.intermediate_size;
+    srt_module_args la;
+    srt_tensor_view g = fview(r->gate, T, F), u = fview(r->up, T, F), h = fview(r->act, T, F);
+    call cg = { r, &L->gate, c->layer }, cu = { r, &L->up, c->layer }, cd = { r, &L->down, c->layer };
+
+    args1(&la, a->inputs[0]);
+    if (forward_module(r, L->gate.module, linear_fn, &cg, &la, &g))
+        return SRT_ERROR;
+    args1(&la, a->inputs[0]);
+    if (forward_module(r, L->up.module, linear_fn, &cu, &la, &u))
+        return SRT_ERROR;
+    if (r->m->modules[L->m_act].hooks == NULL) {
+        r->be->ops->silu_mul(r->be, r->gate, r->up, T * F, r->act);   /* fused on the fast path */
+    } else {
+        call ca = { r, NULL, c->layer };
+        args1(&la, g);
+        if (forward_module(r, L->m_act, act_fn, &ca, &la, &h))
+            return SRT_ERROR;
+        r->be->ops->mul(r->be, r->act, r->up, T * F);
+    }
+    args1(&la, h);
+    return forward_module(r, L->down.module, linear_fn, &cd, &la, out);
+}
+
+static int attn_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    srt_runner *r = c->r;
+    const srt_model_config *cfg = &r->m->cfg;
+    const srt_layer *L = &r->m->layers[c->layer];
+    int64_t T = view_rows(&a->inputs[0]);
+    int32_t nh = cfg->n_heads, nkv = cfg->n_kv_heads, hd = cfg->head_dim;
+    int qwen3 = cfg->arch == SRT_ARCH_QWEN3;
+    srt_module_args la;
+    float *qd = qwen3 ? r->q_raw : r->q, *kd = qwen3 ? r->k_raw : r->k;
+    srt_tensor_view qv = fview(qd, T, (int64_t)nh * hd), kv = fview(kd, T, (int64_t)nkv * hd);
+    srt_tensor_view vv = fview(r->v, T, (int64_t)nkv * hd), av = fview(r->attn, T, (int64_t)nh * hd);
+    call cq = { r, &L->q, c->layer }, ck = { r, &L->k, c->layer }, cv = { r, &L->v, c->layer };
+    call co = { r, &L->o, c->layer };
+
+    args1(&la, a->inputs[0]);
+    if (forward_module(r, L->q.module, linear_fn, &cq, &la, &qv))
+        return SRT_ERROR;
+    args1(&la, a->inputs[0]);
+    if (forward_module(r, L->k.module, linear_fn, &ck, &la, &kv))
+        return SRT_ERROR;
+    args1(&la, a->inputs[0]);
+    if (forward_module(r, L->v.module, linear_fn, &cv, &la, &vv))
+        return SRT_ERROR;
+    if (qwen3) {
+        /* per-head RMSNorm on [T, heads, head_dim] */
+        call cqn = { r, &L->q_norm, c->layer }, ckn = { r, &L->k_norm, c->layer };
+        srt_tensor_view qi = view(r->q_raw, 3, T, nh, hd, SRT_HOOK_DTYPE_F32);
+        srt_tensor_view qo = view(r->q, 3, T, nh, hd, SRT_HOOK_DTYPE_F32);
+        srt_tensor_view ki = view(r->k_raw, 3, T, nkv, hd, SRT_HOOK_DTYPE_F32);
+        srt_tensor_view ko = view(r->k, 3, T, nkv, hd, SRT_HOOK_DTYPE_F32);
+        args1(&la, qi);
+        if (forward_module(r, L->q_norm.module, norm_fn, &cqn, &la, &qo))
+            return SRT_ERROR;
+        args1(&la, ki);
+        if (forward_module(r, L->k_norm.module, norm_fn, &ckn, &la, &ko))
+            return SRT_ERROR;
+    }
+    const float *cs = a->kwargs[0].data;
+    r->be->ops->rope(r->be, r->q, T, nh, hd, cs);
+    r->be->ops->rope(r->be, r->k, T, nkv, hd, cs);
+    srt_dtype kvt = srt_kv_pool_dtype(r->kv);
+    void *kc = srt_kv_pool_k(r->kv, c->layer), *vc = srt_kv_pool_v(r->kv, c->layer);
+    r->be->ops->kv_store(r->be, r->b, r->k, r->v, kc, vc, kvt, nkv * hd);
+    srt_attn_args aa = {
+        .batch = r->b, .q = r->q, .out = r->attn, .k_cache = kc, .v_cache = vc, .kv_dtype = kvt,
+        .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+    };
+    r->be->ops->attention(r->be, &aa);
+    args1(&la, av);
+    return forward_module(r, L->o.module, linear_fn, &co, &la, out);
+}
+
+static void set_pe_kwarg(srt_module_args *a, srt_runner *r, int64_t T)
+{
+    a->n_kwargs = 1;
+    a->kwarg_names[0] = "position_embeddings";
+    a->kwargs[0] = view(r->cos_sin, 3, T, 2, r->m->cfg.head_dim, SRT_HOOK_DTYPE_F32);
+}
+
+static int layer_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    srt_runner *r = c->r;
+    const srt_layer *L = &r->m->layers[c->layer];
+    int64_t T = view_rows(&a->inputs[0]), H = r->m->cfg.hidden_size;
+    float *x = a->inputs[0].data, *y = out->data;
+    srt_module_args la;
+    srt_tensor_view xn = fview(r->xn, T, H), pr = fview(r->proj, T, H), yv = fview(y, T, H);
+    call ci = { r, &L->input_norm, c->layer }, cp = { r, &L->post_attn_norm, c->layer };
+    call ca = { r, NULL, c->layer }, cm = { r, NULL, c->layer };
+
+    args1(&la, a->inputs[0]);
+    if (forward_module(r, L->input_norm.module, norm_fn, &ci, &la, &xn))
+        return SRT_ERROR;
+    args1(&la, xn);
+    set_pe_kwarg(&la, r, T);
+    if (forward_module(r, L->m_attn, attn_fn, &ca, &la, &pr))
+        return SRT_ERROR;
+    r->be->ops->add3(r->be, y, x, r->proj, T * H);
+    args1(&la, yv);
+    if (forward_module(r, L->post_attn_norm.module, norm_fn, &cp, &la, &xn))
+        return SRT_ERROR;
+    args1(&la, xn);
+    if (forward_module(r, L->m_mlp, mlp_fn, &cm, &la, &pr))
+        return SRT_ERROR;
+    r->be->ops->add(r->be, y, r->proj, T * H);
+    return SRT_OK;
+}
+
+/* LlamaModel / Qwen2Model / Qwen3Model: input_ids -> final normed hidden states */
+static int model_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
+{
+    call *c = self;
+    srt_runner *r = c->r;
+    srt_model *m = r->m;
+    int64_t T = a->inputs[0].shape[0], H = m->cfg.hidden_size;
+    srt_module_args la;
+    srt_tensor_view x0 = fview(r->resid[0], T, H);
+    srt_tensor_view cs = view(r->cos_sin, 3, T, 2, m->cfg.head_dim, SRT_HOOK_DTYPE_F32);
+    call ce = { r, NULL, -1 }, cr = { r, NULL, -1 }, cn = { r, &m->final_norm, -1 };
+
+    args1(&la, a->inputs[0]);
+    if (forward_module(r, m->m_embed, embed_fn, &ce, &la, &x0))
+        return SRT_ERROR;
+    args1(&la, x0);
+    la.n_kwargs = 1;
+    la.kwarg_names[0] = "position_ids";
+    la.kwargs[0] = a->kwargs[0];
+    if (forward_module(r, m->m_rotary, rotary_fn, &cr, &la, &cs))
+        return SRT_ERROR;
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        call cl = { r, NULL, l };
+        srt_tensor_view in = fview(r->resid[l & 1], T, H), o = fview(r->resid[(l + 1) & 1], T, H);
+        args1(&la, in);
+        set_pe_kwarg(&la, r, T);
+        if (forward_module(r, m->layers[l].m_layer, layer_fn, &cl, &la, &o))
+            return SRT_ERROR;
+    }
+    args1(&la, fview(r->resid[m->cfg.n_layers & 1], T, H));
+    return forward_module(r, m->final_norm.module, norm_fn, &cn, &la, out);
+}
+
+/* ---- runner ---- */
+
+static float *falloc(size_t n)
+{
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+void srt_runner_free(srt_runner *r)
+{
+    if (!r)
+        return;
+    float *bufs[] = { r->resid[0], r->resid[1], r->xn, r->final, r->proj, r->q, r->k, r->v, r->q_raw,
+                      r->k_raw, r->attn, r->gate, r->up, r->act, r->cos_sin, r->rows };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(r->zero_ids);
+    srt_backend_free(r->be);
+    free(r);
+}
+
+int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, srt_err *err)
+{
+    const srt_model_config *c = &m->cfg;
+    *out = NULL;
+    if (o->max_batch_tokens <= 0 || o->max_batch_tokens > (1 << 20) || o->max_seqs <= 0 || o->max_seqs > (1 << 16))
+        return srt_err_set(err, "runner: max_batch_tokens (%d) and max_seqs (%d) must be positive and sane",
+                           o->max_batch_tokens, o->max_seqs);
+    srt_runner *r = calloc(1, sizeof *r);
+    if (!r)
+        return srt_err_set(err, "runner: out of memory");
+    r->m = m;
+    r->max_tok = o->max_batch_tokens;
+    r->max_seqs = o->max_seqs;
+    r->tp_rank = o->tp_rank;
+    r->tp_size = o->tp_size > 0 ? o->tp_size : 1;
+    r->be = srt_cpu_backend_create(o->n_threads, o->precise_matmul, err);
+    if (!r->be) {
+        free(r);
+        return SRT_ERROR;
+    }
+    size_t T = (size_t)r->max_tok, H = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+    size_t R = (size_t)r->max_seqs;
+    r->resid[0] = falloc(T * H);
+    r->resid[1] = falloc(T * H);
+    r->xn = falloc(T * H);
+    r->final = falloc(T * H);
+    r->proj = falloc(T * H);
+    r->q = falloc(T * QD);
+    r->k = falloc(T * KD);
+    r->v = falloc(T * KD);
+    r->q_raw = c->arch == SRT_ARCH_QWEN3 ? falloc(T * QD) : NULL;
+    r->k_raw = c->arch == SRT_ARCH_QWEN3 ? falloc(T * KD) : NULL;
+    r->attn = falloc(T * QD);
+    r->gate = falloc(T * F);
+    r->up = falloc(T * F);
+    r->act = falloc(T * F);
+    r->cos_sin = falloc(T * 2 * (size_t)c->head_dim);
+    r->rows = falloc(R * H);
+    r->zero_ids = calloc(T, sizeof *r->zero_ids);
+    if (!r->resid[0] || !r->resid[1] || !r->xn || !r->final || !r->proj || !r->q || !r->k || !r->v ||
+        (c->arch == SRT_ARCH_QWEN3 && (!r->q_raw || !r->k_raw)) || !r->attn || !r->gate || !r->up ||
+        !r->act || !r->cos_sin || !r->rows || !r->zero_ids) {
+        srt_runner_free(r);
+        return srt_err_set(err, "runner: out of memory for %d batch tokens", o->max_batch_tokens);
+    }
+    /* size matmul scratch for the largest call of each weight */
+    const srt_backend_ops *ops = r->be->ops;
+    int rc = ops->reserve_matmul(r->be, &m->lm_head.w, r->max_seqs, err);
+    for (int32_t l = 0; l < c->n_layers && rc == SRT_OK; l++) {
+        const srt_layer *L = &m->layers[l];
+        const srt_linear *ls[] = { &L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down };
+        for (size_t i = 0; i < 7 && rc == SRT_OK; i++)
+            rc = ops->reserve_matmul(r->be, &ls[i]->w, r->max_tok, err);
+    }
+    if (rc != SRT_OK) {
+        srt_runner_free(r);
+        return SRT_ERROR;
+    }
+    *out = r;
+    return SRT_OK;
+}
+
+int srt_runner_n_threads(const srt_runner *r) { return r->be->ops->n_threads(r->be); }
+
+static int validate(const srt_runner *r, const srt_kv_pool *kv, const srt_forward_batch *b, srt_err *err)
+{
+    const srt_model_config *c = &r->m->cfg;
+    if (!b || !kv)
+        return srt_err_set(err, "forward: batch and kv pool are required");
+    if (b->n_tokens <= 0 || b->n_tokens > r->max_tok)
+        return srt_err_set(err, "forward: n_tokens %d outside [1, %d]", b->n_tokens, r->max_tok);
+    if (b->n_seqs <= 0 || b->n_seqs > b->n_tokens)
+        return srt_err_set(err, "forward: n_seqs %d outside [1, n_tokens=%d]", b->n_seqs, b->n_tokens);
+    if (!b->token_ids || !b->positions || !b->out_slots || !b->seq_start || !b->seq_len || !b->seq_slots)
+        return srt_err_set(err, "forward: token_ids, positions, out_slots, seq_start, seq_len and seq_slots are required");
+    if (srt_kv_pool_n_layers(kv) != c->n_layers || srt_kv_pool_row_elems(kv) != c->n_kv_heads * c->head_dim)
+        return srt_err_set(err, "forward: kv pool was made for another model shape");
+    int32_t n_rows = b->logit_rows ? b->n_logit_rows : b->n_seqs;
+    if (n_rows < 0 || n_rows > r->max_seqs)
+        return srt_err_set(err, "forward: %d logit rows, runner holds at most %d", n_rows, r->max_seqs);
+    int32_t n_slots = srt_kv_pool_n_slots(kv);
+    if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
+        return srt_err_set(err, "forward: seq_start must run from 0 to n_tokens");
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t t0 = b->seq_start[s], t1 = b->seq_start[s + 1], len = b->seq_len[s];
+        if (t1 <= t0 || t1 > b->n_tokens)
+            return srt_err_set(err, "forward: sequence %d has an empty or bad token range [%d, %d)", s, t0, t1);
+        if (len <= 0 || !b->seq_slots[s])
+            return srt_err_set(err, "forward: sequence %d has no context (seq_len %d)", s, len);
+        for (int32_t j = 0; j < len; j++)
+            if (b->seq_slots[s][j] < 0 || b->seq_slots[s][j] >= n_slots)
+                return srt_err_set(err, "forward: sequence %d position %d uses slot %d outside [0, %d)", s, j,
+                                   b->seq_slots[s][j], n_slots);
+        for (int32_t t = t0; t < t1; t++) {
+            if (b->token_ids[t] < 0 || b->token_ids[t] >= c->vocab_size)
+                return srt_err_set(err, "forward: token %d has id %d outside the vocabulary [0, %d)", t,
+                                   b->token_ids[t], c->vocab_size);
+            if (b->positions[t] < 0 || b->positions[t] >= len)
+                return srt_err_set(err, "forward: token %d position %d outside sequence %d's length %d", t,
+                                   b->positions[t], s, len);
+            if (b->out_slots[t] != b->seq_slots[s][b->positions[t]])
+                return srt_err_set(err, "forward: token %d writes slot %d but its sequence maps position %d to slot %d",
+                                   t, b->out_slots[t], b->positions[t], b->seq_slots[s][b->positions[t]]);
+        }
+    }
+    for (int32_t i = 0; b->logit_rows && i < n_rows; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return srt_err_set(err, "forward: logit row %d is token %d outside the batch", i, b->logit_rows[i]);
+    return SRT_OK;
+}
+
+int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b, float *logits, srt_err *err)
+{
+    srt_model *m = r->m;
+    int64_t T, H = m->cfg.hidden_size;
+    if (err)
+        err->msg[0] = 0;
+    if (validate(r, kv, b, err) != SRT_OK)
+        return SRT_ERROR;
+    T = b->n_tokens;
+    r->b = b;
+    r->kv = kv;
+    r->err = err;
+    r->ctx = (srt_batch_ctx){
+        .forward_mode = b->forward_mode, .n_tokens = b->n_tokens,
+        .request_ids = b->request_ids ? b->request_ids : r->zero_ids, .positions = b->positions,
+        .n_seqs = b->n_seqs, .tp_rank = r->tp_rank, .tp_size = r->tp_size,
+    };
+    srt_module_args a;
+    srt_tensor_view fin = fview(r->final, T, H);
+    call cm = { r, NULL, -1 };
+    args1(&a, view((void *)b->token_ids, 1, T, 0, 0, SRT_HOOK_DTYPE_I32));
+    a.n_kwargs = 1;
+    a.kwarg_names[0] = "position_ids";
+    a.kwargs[0] = view((void *)b->positions, 1, T, 0, 0, SRT_HOOK_DTYPE_I32);
+    int rc = forward_module(r, m->m_model, model_fn, &cm, &a, &fin);
+    if (rc == SRT_OK) {
+        int32_t n_rows = b->logit_rows ? b->n_logit_rows : b->n_seqs;
+        for (int32_t i = 0; i < n_rows; i++) {
+            int32_t t = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
+            memcpy(r->rows + (size_t)i * H, r->final + (size_t)t * H, (size_t)H * sizeof(float));
+        }
+        if (n_rows > 0) {
+            call cl = { r, &m->lm_head, -1 };
+            srt_tensor_view lo = fview(logits, n_rows, m->cfg.vocab_size);
+            args1(&a, fview(r->rows, n_rows, H));
+            rc = forward_module(r, m->lm_head.module, linear_fn, &cl, &a, &lo);
+        }
+    }
+    r->b = NULL;
+    r->kv = NULL;
+    r->err = NULL;
+    return rc;
+}

@@ -1,0 +1,3 @@
+# Sampling: logits processing, per-request sampler state, seeded RNG, logprobs.
+ENGINE_SRCS += src/sample/sampling.c
+UNIT_TESTS  += $(BUILD)/t/test_sampling
