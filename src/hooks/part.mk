@@ -33,3 +33,8 @@ $(BUILD)/lib/libsrt_hook_%.so: src/hooks/examples/%.c src/include/srt_hooks.h
 UNIT_TESTS += $(BUILD)/t/test_hooks_examples
 CFLAGS_t_unit_test_hooks_examples := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
 $(BUILD)/t/test_hooks_examples: | $(HOOK_EXAMPLES)
+
+# Hooks on the real model (needs .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf).
+UNIT_TESTS += $(BUILD)/t/test_hooks_model
+CFLAGS_t_unit_test_hooks_model := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
+$(BUILD)/t/test_hooks_model: | $(HOOK_EXAMPLES)
