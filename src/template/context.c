@@ -1,0 +1,325 @@
+/* The render context: a JSON object parsed with yajl's callback parser straight into arena values
+ * (no intermediate tree), plus loading template sources from tokenizer_config.json or a file. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yajl/yajl_parse.h>
+#include <yajl/yajl_tree.h>
+
+#include "srt/chat_template.h"
+#include "template/tpl.h"
+
+#define MAX_JSON_DEPTH 256
+
+typedef struct jctx {
+    render *r;
+    val     stack[MAX_JSON_DEPTH];
+    val     keys[MAX_JSON_DEPTH];
+    int     depth;
+    val     root;
+    bool    have_root;
+    bool    oom, too_deep;
+} jctx;
+
+static int add_value(jctx *j, val v)
+{
+    if (j->depth == 0) {
+        j->root = v;
+        j->have_root = true;
+        return 1;
+    }
+    val *top = &j->stack[j->depth - 1];
+    int rc = top->t == V_LIST ? list_push(&j->r->a, top->u.l, v) : dict_set(&j->r->a, top->u.d, j->keys[j->depth - 1], v);
+    if (rc) {
+        j->oom = true;
+        return 0;
+    }
+    return 1;
+}
+
+static int cb_null(void *ctx)
+{
+    return add_value(ctx, v_none());
+}
+
+static int cb_bool(void *ctx, int b)
+{
+    return add_value(ctx, v_bool(b));
+}
+
+static int cb_number(void *ctx, const char *s, size_t n)
+{
+    jctx *j = ctx;
+    char buf[64];
+    if (n >= sizeof(buf)) {
+        return add_value(j, v_float(strtod(arena_memdup(&j->r->a, s, n) ?: "0", NULL)));
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    if (!memchr(s, '.', n) && !memchr(s, 'e', n) && !memchr(s, 'E', n)) {
+        errno = 0;
+        long long v = strtoll(buf, NULL, 10);
+        if (errno == 0)
+            return add_value(j, v_int(v));
+    }
+    return add_value(j, v_float(strtod(buf, NULL)));
+}
+
+static int cb_string(void *ctx, const unsigned char *s, size_t n)
+{
+    jctx *j = ctx;
+    char *p = arena_memdup(&j->r->a, (const char *)s, n);
+    if (!p) {
+        j->oom = true;
+        return 0;
+    }
+    return add_value(j, v_str(p, n));
+}
+
+static int open_container(jctx *j, val v)
+{
+    if (j->depth >= MAX_JSON_DEPTH) {
+        j->too_deep = true;
+        return 0;
+    }
+    if (!add_value(j, v))
+        return 0;
+    j->stack[j->depth++] = v;
+    return 1;
+}
+
+static int cb_start_map(void *ctx)
+{
+    jctx *j = ctx;
+    vdict *d = dict_new(&j->r->a, 0);
+    if (!d) {
+        j->oom = true;
+        return 0;
+    }
+    return open_container(j, (val){.t = V_DICT, .u.d = d});
+}
+
+static int cb_map_key(void *ctx, const unsigned char *s, size_t n)
+{
+    jctx *j = ctx;
+    char *p = arena_memdup(&j->r->a, (const char *)s, n);
+    if (!p) {
+        j->oom = true;
+        return 0;
+    }
+    j->keys[j->depth - 1] = v_str(p, n);
+    return 1;
+}
+
+static int cb_end(void *ctx)
+{
+    jctx *j = ctx;
+    j->depth--;
+    return 1;
+}
+
+static int cb_start_array(void *ctx)
+{
+    jctx *j = ctx;
+    vlist *l = list_new(&j->r->a, 0);
+    if (!l) {
+        j->oom = true;
+        return 0;
+    }
+    return open_container(j, (val){.t = V_LIST, .u.l = l});
+}
+
+static const yajl_callbacks CALLBACKS = {
+    cb_null, cb_bool, NULL, NULL, cb_number, cb_string, cb_start_map, cb_map_key, cb_end, cb_start_array, cb_end,
+};
+
+int tpl_parse_context(render *r, const char *json, size_t len, vdict **out)
+{
+    if (!json) {
+        *out = dict_new(&r->a, 0);
+        return *out ? 0 : rerr(r, "out of memory");
+    }
+    jctx *j = arena_alloc(&r->a, sizeof(*j));
+    if (!j)
+        return rerr(r, "out of memory");
+    memset(j, 0, sizeof(*j));
+    j->r = r;
+    yajl_handle h = yajl_alloc(&CALLBACKS, NULL, j);
+    if (!h)
+        return rerr(r, "out of memory");
+    yajl_status st = yajl_parse(h, (const unsigned char *)json, len);
+    if (st == yajl_status_ok)
+        st = yajl_complete_parse(h);
+    int rc = 0;
+    if (j->oom)
+        rc = rerr(r, "chat template context: out of memory");
+    else if (j->too_deep)
+        rc = rerr(r, "chat template context: JSON nested deeper than %d", MAX_JSON_DEPTH);
+    else if (st != yajl_status_ok) {
+        unsigned char *msg = yajl_get_error(h, 0, (const unsigned char *)json, len);
+        rc = rerr(r, "chat template context: invalid JSON: %s", msg ? (const char *)msg : "parse error");
+        if (msg)
+            yajl_free_error(h, msg);
+    } else if (!j->have_root || j->root.t != V_DICT)
+        rc = rerr(r, "chat template context: must be a JSON object");
+    yajl_free(h);
+    if (rc == 0)
+        *out = j->root.u.d;
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------------- template sources */
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+static yajl_val parse_tree(const char *json, size_t len, srt_err *err)
+{
+    char *z = dup_n(json, len); /* yajl_tree wants a NUL-terminated buffer */
+    if (!z) {
+        srt_err_set(err, "out of memory");
+        return NULL;
+    }
+    char ebuf[256];
+    ebuf[0] = '\0';
+    yajl_val root = yajl_tree_parse(z, ebuf, sizeof(ebuf));
+    free(z);
+    if (!root)
+        srt_err_set(err, "tokenizer_config.json: invalid JSON: %s", ebuf[0] ? ebuf : "parse error");
+    return root;
+}
+
+static yajl_val obj_get(yajl_val obj, const char *key)
+{
+    if (!YAJL_IS_OBJECT(obj))
+        return NULL;
+    for (size_t i = 0; i < obj->u.object.len; i++)
+        if (strcmp(obj->u.object.keys[i], key) == 0)
+            return obj->u.object.values[i];
+    return NULL;
+}
+
+int srt_chat_template_from_tokenizer_config(const char *json, size_t len, const char *name, char **out,
+                                            size_t *out_len, srt_err *err)
+{
+    *out = NULL;
+    yajl_val root = parse_tree(json, len, err);
+    if (!root)
+        return SRT_ERROR;
+    const char *want = name ? name : "default";
+    yajl_val ct = obj_get(root, "chat_template");
+    const char *src = NULL;
+    if (YAJL_IS_STRING(ct)) {
+        if (name && strcmp(name, "default") != 0) {
+            srt_err_set(err, "tokenizer_config.json: chat_template is a single template, no template named '%s'",
+                        name);
+            yajl_tree_free(root);
+            return SRT_ERROR;
+        }
+        src = ct->u.string;
+    } else if (YAJL_IS_ARRAY(ct)) {
+        for (size_t i = 0; i < ct->u.array.len && !src; i++) {
+            yajl_val item = ct->u.array.values[i];
+            yajl_val n = obj_get(item, "name"), t = obj_get(item, "template");
+            if (YAJL_IS_STRING(n) && YAJL_IS_STRING(t) && strcmp(n->u.string, want) == 0)
+                src = t->u.string;
+        }
+        if (!src) {
+            srt_err_set(err, "tokenizer_config.json: no chat template named '%s'", want);
+            yajl_tree_free(root);
+            return SRT_ERROR;
+        }
+    } else {
+        srt_err_set(err, "tokenizer_config.json has no chat_template");
+        yajl_tree_free(root);
+        return SRT_ERROR;
+    }
+    /* yajl strings are NUL-terminated; a template with an embedded NUL is cut there, which no real one has */
+    size_t n = strlen(src);
+    *out = dup_n(src, n);
+    yajl_tree_free(root);
+    if (!*out) {
+        srt_err_set(err, "out of memory");
+        return SRT_ERROR;
+    }
+    if (out_len)
+        *out_len = n;
+    return SRT_OK;
+}
+
+int srt_tokenizer_config_token(const char *json, size_t len, const char *key, char **out, srt_err *err)
+{
+    *out = NULL;
+    yajl_val root = parse_tree(json, len, err);
+    if (!root)
+        return SRT_ERROR;
+    yajl_val v = obj_get(root, key);
+    if (YAJL_IS_OBJECT(v))
+        v = obj_get(v, "content");
+    if (!YAJL_IS_STRING(v)) {
+        srt_err_set(err, "tokenizer_config.json: no string '%s'", key);
+        yajl_tree_free(root);
+        return SRT_ERROR;
+    }
+    *out = dup_n(v->u.string, strlen(v->u.string));
+    yajl_tree_free(root);
+    if (!*out) {
+        srt_err_set(err, "out of memory");
+        return SRT_ERROR;
+    }
+    return SRT_OK;
+}
+
+int srt_chat_template_read_file(const char *path, char **out, size_t *out_len, srt_err *err)
+{
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        srt_err_set(err, "chat template file %s: %s", path, strerror(errno));
+        return SRT_ERROR;
+    }
+    size_t cap = 8192, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t k = fread(buf + n, 1, cap - n - 1, fp);
+        n += k;
+        if (k == 0)
+            break;
+        if (n + 1 == cap) {
+            if (cap > (64u << 20)) {
+                free(buf);
+                fclose(fp);
+                srt_err_set(err, "chat template file %s: larger than 64 MiB", path);
+                return SRT_ERROR;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    bool bad = ferror(fp);
+    fclose(fp);
+    if (!buf || bad) {
+        srt_err_set(err, "chat template file %s: %s", path, buf ? "read error" : "out of memory");
+        free(buf);
+        return SRT_ERROR;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (out_len)
+        *out_len = n;
+    return SRT_OK;
+}
