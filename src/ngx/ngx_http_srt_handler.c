@@ -1,0 +1,892 @@
+/*
+ * Endpoints and the life of a request in a worker.
+ *
+ * A generation request reads its body, is validated and tokenized
+ * (ngx_http_srt_request.c), takes channel slots, and then waits without blocking: the
+ * scheduler rings this worker's doorbell, registered in the event loop, and
+ * ngx_http_srt_pump() (ngx_http_srt_response.c) turns new tokens into JSON or SSE.
+ * A one-second non-cancelable timer per request covers a lost wake-up and keeps a
+ * gracefully exiting worker alive until the request is answered. A client that goes
+ * away releases its slots, which aborts the request in the scheduler.
+ */
+
+#include "ngx_http_srt_module.h"
+
+
+static void ngx_http_srt_body_handler(ngx_http_request_t *r);
+static void ngx_http_srt_doorbell_handler(ngx_event_t *ev);
+static void ngx_http_srt_timer_handler(ngx_event_t *ev);
+static void ngx_http_srt_reading_handler(ngx_http_request_t *r);
+static void ngx_http_srt_cleanup(void *data);
+static ngx_int_t ngx_http_srt_info(ngx_http_request_t *r,
+    ngx_http_srt_model_t *m, ngx_http_srt_endpoint_e ep);
+static ngx_int_t ngx_http_srt_unavailable(ngx_http_request_t *r,
+    ngx_http_srt_model_t *m);
+
+
+static ngx_http_srt_endpoint_e
+ngx_http_srt_endpoint(ngx_http_request_t *r)
+{
+    size_t      len;
+    u_char     *end;
+    ngx_uint_t  i;
+
+    static struct {
+        ngx_str_t                suffix;
+        ngx_http_srt_endpoint_e  ep;
+    } eps[] = {
+        { ngx_string("/chat/completions"), NGX_HTTP_SRT_EP_CHAT },
+        { ngx_string("/completions"), NGX_HTTP_SRT_EP_COMPLETIONS },
+        { ngx_string("/models"), NGX_HTTP_SRT_EP_MODELS },
+        { ngx_string("/health"), NGX_HTTP_SRT_EP_HEALTH },
+        { ngx_string("/health_generate"), NGX_HTTP_SRT_EP_HEALTH },
+        { ngx_string("/get_model_info"), NGX_HTTP_SRT_EP_MODEL_INFO },
+    };
+
+    len = r->uri.len;
+    end = r->uri.data + len;
+
+    while (len > 1 && end[-1] == '/') {
+        end--;
+        len--;
+    }
+
+    for (i = 0; i < sizeof(eps) / sizeof(eps[0]); i++) {
+        if (len >= eps[i].suffix.len
+            && ngx_strncmp(end - eps[i].suffix.len, eps[i].suffix.data,
+                           eps[i].suffix.len) == 0)
+        {
+            return eps[i].ep;
+        }
+    }
+
+    return NGX_HTTP_SRT_EP_UNKNOWN;
+}
+
+
+ngx_int_t
+ngx_http_srt_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                 rc;
+    ngx_http_srt_ctx_t       *ctx;
+    ngx_http_srt_loc_conf_t  *slcf;
+    ngx_http_srt_endpoint_e   ep;
+    ngx_table_elt_t          *allow;
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+
+    if (slcf->model == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ep = ngx_http_srt_endpoint(r);
+
+    if (ep == NGX_HTTP_SRT_EP_UNKNOWN) {
+        (void) ngx_http_discard_request_body(r);
+        return ngx_http_srt_send_error(r, NGX_HTTP_NOT_FOUND, NULL,
+                                       "not_found", "Unknown endpoint \"%V\"",
+                                       &r->uri);
+    }
+
+    if (ep == NGX_HTTP_SRT_EP_CHAT || ep == NGX_HTTP_SRT_EP_COMPLETIONS) {
+        if (r->method != NGX_HTTP_POST) {
+            allow = ngx_list_push(&r->headers_out.headers);
+            if (allow == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+            allow->hash = 1;
+            ngx_str_set(&allow->key, "Allow");
+            ngx_str_set(&allow->value, "POST");
+
+            (void) ngx_http_discard_request_body(r);
+            return ngx_http_srt_send_error(r, NGX_HTTP_NOT_ALLOWED, NULL,
+                                           "method_not_allowed",
+                                           "Method %V is not allowed here; "
+                                           "use POST", &r->method_name);
+        }
+
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_srt_ctx_t));
+        if (ctx == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ctx->request = r;
+        ctx->model = slcf->model;
+        ctx->p.endpoint = ep;
+        ngx_http_set_ctx(r, ctx, ngx_http_srt_module);
+
+        r->request_body_in_single_buf = 1;
+
+        rc = ngx_http_read_client_request_body(r, ngx_http_srt_body_handler);
+
+        if (rc == NGX_HTTP_REQUEST_ENTITY_TOO_LARGE) {
+            return ngx_http_srt_send_error(r, rc, NULL, "request_too_large",
+                                           "Request body is too large");
+        }
+
+        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+            return rc;
+        }
+
+        return NGX_DONE;
+    }
+
+    if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) {
+        allow = ngx_list_push(&r->headers_out.headers);
+        if (allow == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        allow->hash = 1;
+        ngx_str_set(&allow->key, "Allow");
+        ngx_str_set(&allow->value, "GET, HEAD");
+
+        (void) ngx_http_discard_request_body(r);
+        return ngx_http_srt_send_error(r, NGX_HTTP_NOT_ALLOWED, NULL,
+                                       "method_not_allowed",
+                                       "Method %V is not allowed here; "
+                                       "use GET", &r->method_name);
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return ngx_http_srt_info(r, slcf->model, ep);
+}
+
+
+/* Body bytes, wherever nginx put them (memory or a temp file), NUL-terminated. */
+
+static u_char *
+ngx_http_srt_body(ngx_http_request_t *r, size_t *len)
+{
+    u_char       *buf, *p;
+    size_t        size;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        *len = 0;
+        return (u_char *) "";
+    }
+
+    size = 0;
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+        size += b->in_file ? (size_t) (b->file_last - b->file_pos)
+                           : (size_t) (b->last - b->pos);
+    }
+
+    buf = ngx_pnalloc(r->pool, size + 1);
+    if (buf == NULL) {
+        return NULL;
+    }
+
+    p = buf;
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, b->file_last - b->file_pos,
+                              b->file_pos);
+            if (n != b->file_last - b->file_pos) {
+                return NULL;
+            }
+            p += n;
+
+        } else {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        }
+    }
+
+    *p = '\0';
+    *len = p - buf;
+
+    return buf;
+}
+
+
+static void
+ngx_http_srt_body_handler(ngx_http_request_t *r)
+{
+    char                      errbuf[512];
+    u_char                   *body;
+    size_t                    len;
+    uint64_t                  group;
+    ngx_int_t                 rc;
+    ngx_uint_t                i, status;
+    const char               *param;
+    ngx_http_srt_ctx_t       *ctx;
+    ngx_http_srt_model_t     *m;
+    ngx_http_cleanup_t       *cln;
+    srt_chan_submit_status    st;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_srt_module);
+    m = ctx->model;
+
+    body = ngx_http_srt_body(r, &len);
+    if (body == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    status = NGX_HTTP_BAD_REQUEST;
+    param = NULL;
+    errbuf[0] = '\0';
+
+    rc = ngx_http_srt_parse_request(r, m, body, len, &ctx->p, &status, &param,
+                                    errbuf, sizeof(errbuf));
+
+    if (rc == NGX_DECLINED) {
+        /* unavailable: 503 with the scheduler's state */
+        ngx_http_finalize_request(r, ngx_http_srt_unavailable(r, m));
+        return;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r,
+            ngx_http_srt_send_error(r, status, param,
+                                    status == NGX_HTTP_NOT_FOUND
+                                    ? "model_not_found" : NULL,
+                                    "%s", errbuf));
+        return;
+    }
+
+    /* n > 1: one slot per choice; the scheduler shares the prompt's KV via the group */
+    group = ctx->p.n > 1 ? srt_chan_new_group(m->chan) : 0;
+
+    cln = ngx_http_cleanup_add(r, 0);
+    if (cln == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+    cln->handler = ngx_http_srt_cleanup;
+    cln->data = ctx;
+
+    for (i = 0; i < ctx->p.n; i++) {
+        ngx_http_srt_choice_t  *ch = &ctx->choices[i];
+
+        if (ctx->p.sp.has_seed) {
+            ctx->p.sp.seed += i;   /* siblings must not repeat each other */
+        }
+
+        st = srt_chan_submit(m->chan, ctx->p.prompt, (uint32_t) ctx->p.n_prompt,
+                             &ctx->p.sp, group, &ch->slot, &ch->gen);
+
+        if (st != SRT_CHAN_SUBMIT_OK) {
+            /* give back what this request already took */
+            ngx_http_srt_cleanup(ctx);
+
+            if (st == SRT_CHAN_SUBMIT_TOO_LONG) {
+                ngx_http_finalize_request(r,
+                    ngx_http_srt_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                            "messages", NULL,
+                                            "The prompt has %uz tokens, more "
+                                            "than this server's context",
+                                            ctx->p.n_prompt));
+                return;
+            }
+
+            if (st == SRT_CHAN_SUBMIT_FULL) {
+                ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                              "srt: model \"%V\" is overloaded: no free "
+                              "request slot", &m->name);
+                ngx_http_finalize_request(r, ngx_http_srt_send_error(r,
+                    NGX_HTTP_SERVICE_UNAVAILABLE, NULL, "overloaded",
+                    "The server is overloaded: too many requests in "
+                    "flight; retry later"));
+                return;
+            }
+
+            ngx_http_finalize_request(r, ngx_http_srt_unavailable(r, m));
+            return;
+        }
+
+        ch->live = 1;
+        srt_detok_init(&ch->detok, m->tok, SRT_DETOK_SKIP_SPECIAL);
+        ctx->n_choices = i + 1;
+    }
+
+    ctx->created = ngx_time();
+
+    ngx_queue_insert_tail(&m->waiting, &ctx->queue);
+    ctx->queued = 1;
+
+    ctx->timer.handler = ngx_http_srt_timer_handler;
+    ctx->timer.data = ctx;
+    ctx->timer.log = r->connection->log;
+    ctx->timer.cancelable = 0;
+    ngx_add_timer(&ctx->timer, 1000);
+
+    r->read_event_handler = ngx_http_srt_reading_handler;
+
+    rc = ngx_http_srt_pump(ctx);
+
+    if (rc == NGX_HTTP_SRT_WAIT) {
+        return;
+    }
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+/* Give back every slot: releasing one the scheduler still runs aborts it there. */
+
+static void
+ngx_http_srt_cleanup(void *data)
+{
+    ngx_http_srt_ctx_t *ctx = data;
+
+    ngx_uint_t  i;
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        if (ctx->choices[i].live) {
+            srt_chan_release(ctx->model->chan, ctx->choices[i].slot,
+                             ctx->choices[i].gen);
+            ctx->choices[i].live = 0;
+        }
+
+    }
+
+    if (ctx->queued) {
+        ngx_queue_remove(&ctx->queue);
+        ctx->queued = 0;
+    }
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+}
+
+
+static void
+ngx_http_srt_run(ngx_http_srt_ctx_t *ctx)
+{
+    ngx_int_t            rc;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+
+    rc = ngx_http_srt_pump(ctx);
+
+    if (rc != NGX_HTTP_SRT_WAIT) {
+        ngx_http_finalize_request(r, rc);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_srt_doorbell_handler(ngx_event_t *ev)
+{
+    ngx_queue_t           *q, *next;
+    ngx_connection_t      *c;
+    ngx_http_srt_ctx_t    *ctx;
+    ngx_http_srt_model_t  *m;
+
+    c = ev->data;
+    m = c->data;
+
+    srt_chan_worker_drain(m->chan);
+
+    for (q = ngx_queue_head(&m->waiting);
+         q != ngx_queue_sentinel(&m->waiting);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        ctx = ngx_queue_data(q, ngx_http_srt_ctx_t, queue);
+
+        /* finishing may remove ctx from the queue: next was taken first */
+        ngx_http_srt_run(ctx);
+    }
+}
+
+
+static void
+ngx_http_srt_timer_handler(ngx_event_t *ev)
+{
+    ngx_http_srt_ctx_t  *ctx = ev->data;
+
+    ngx_add_timer(&ctx->timer, 1000);
+
+    ngx_http_srt_run(ctx);
+}
+
+
+/* The client closed the connection (or sent something): a close aborts the request. */
+
+static void
+ngx_http_srt_reading_handler(ngx_http_request_t *r)
+{
+    int                  n;
+    char                 buf[1];
+    ngx_err_t            err;
+    ngx_event_t         *rev;
+    ngx_connection_t    *c;
+    ngx_http_srt_ctx_t  *ctx;
+
+    c = r->connection;
+    rev = c->read;
+
+    if (c->error) {
+        goto closed;
+    }
+
+#if (NGX_HAVE_EPOLLRDHUP)
+    if ((ngx_event_flags & NGX_USE_EPOLL_EVENT) && ngx_use_epoll_rdhup) {
+        if (!rev->pending_eof) {
+            return;
+        }
+
+        rev->eof = 1;
+        c->error = 1;
+        goto closed;
+    }
+#endif
+
+    n = recv(c->fd, buf, 1, MSG_PEEK);
+
+    if (n == 0) {
+        rev->eof = 1;
+        c->error = 1;
+        goto closed;
+
+    } else if (n == -1) {
+        err = ngx_socket_errno;
+        if (err != NGX_EAGAIN) {
+            rev->eof = 1;
+            c->error = 1;
+            goto closed;
+        }
+    }
+
+    /* pipelined bytes or nothing: keep waiting; level-triggered loops stop polling */
+    if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && rev->active) {
+        if (ngx_del_event(rev, NGX_READ_EVENT, 0) != NGX_OK) {
+            goto closed;
+        }
+    }
+
+    return;
+
+closed:
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_srt_module);
+
+    ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                  "srt: client closed the connection, aborting the request");
+
+    if (ctx) {
+        ctx->aborted = 1;
+        ngx_http_srt_cleanup(ctx);
+    }
+
+    ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+}
+
+
+static ngx_int_t
+ngx_http_srt_add_retry_after(ngx_http_request_t *r)
+{
+    ngx_table_elt_t          *h;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Retry-After");
+
+    h->value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+    if (h->value.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->value.len = ngx_sprintf(h->value.data, "%M",
+                               (slcf->retry_after + 999) / 1000)
+                   - h->value.data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_unavailable(ngx_http_request_t *r, ngx_http_srt_model_t *m)
+{
+    int   st;
+    char  msg[256];
+
+    if (m->chan == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "srt: model \"%V\" has no channel in this process",
+                      &m->name);
+        return ngx_http_srt_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
+                                       "model_unavailable",
+                                       "Model \"%V\" is not available",
+                                       &m->name);
+    }
+
+    if (ngx_process == NGX_PROCESS_SINGLE) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "srt: model \"%V\" cannot be served with "
+                      "\"master_process off\": no scheduler process",
+                      &m->name);
+        return ngx_http_srt_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
+                                       "model_unavailable",
+                                       "Model \"%V\" is not available: nginx "
+                                       "runs with \"master_process off\", so "
+                                       "there is no scheduler process",
+                                       &m->name);
+    }
+
+    if (m->load_error.len) {
+        return ngx_http_srt_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
+                                       "model_unavailable",
+                                       "Model \"%V\" is not available: %V",
+                                       &m->name, &m->load_error);
+    }
+
+    st = srt_chan_sched_state_get(m->chan, msg, sizeof(msg));
+
+    return ngx_http_srt_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
+                                   "model_unavailable",
+                                   "Model \"%V\" is %s%s%s",
+                                   &m->name,
+                                   st == SRT_CHAN_SCHED_LOADING
+                                   ? "loading" : "not available",
+                                   msg[0] ? ": " : "", msg);
+}
+
+
+ngx_int_t
+ngx_http_srt_send_error(ngx_http_request_t *r, ngx_uint_t status,
+    const char *param, const char *code, const char *fmt, ...)
+{
+    u_char    msg[1024], *last;
+    va_list   args;
+    yajl_gen  g;
+    ngx_str_t s;
+
+    va_start(args, fmt);
+    last = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
+    va_end(args);
+
+    s.data = msg;
+    s.len = last - msg;
+
+    if (status == NGX_HTTP_SERVICE_UNAVAILABLE) {
+        if (ngx_http_srt_add_retry_after(r) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "error");
+    yajl_gen_map_open(g);
+
+    ngx_http_srt_gen_str(g, "message");
+    ngx_http_srt_gen_ngx_str(g, &s);
+
+    ngx_http_srt_gen_str(g, "type");
+    ngx_http_srt_gen_str(g, status >= 500 ? "server_error"
+                            : "invalid_request_error");
+
+    ngx_http_srt_gen_str(g, "param");
+    if (param) {
+        ngx_http_srt_gen_str(g, param);
+    } else {
+        yajl_gen_null(g);
+    }
+
+    ngx_http_srt_gen_str(g, "code");
+    if (code) {
+        ngx_http_srt_gen_str(g, code);
+    } else {
+        yajl_gen_integer(g, status);
+    }
+
+    yajl_gen_map_close(g);
+    yajl_gen_map_close(g);
+
+    return ngx_http_srt_send_json(r, status, g);
+}
+
+
+static ngx_int_t
+ngx_http_srt_info(ngx_http_request_t *r, ngx_http_srt_model_t *m,
+    ngx_http_srt_endpoint_e ep)
+{
+    int                  st;
+    char                 msg[256];
+    yajl_gen             g;
+    srt_chan_stats       stats;
+    srt_chan_model_info  info;
+    ngx_int_t            have_info;
+
+    if (m->chan == NULL) {
+        return ngx_http_srt_unavailable(r, m);
+    }
+
+    st = srt_chan_sched_state_get(m->chan, msg, sizeof(msg));
+    have_info = (srt_chan_model_info_get(m->chan, &info) == SRT_OK);
+
+    if (ep == NGX_HTTP_SRT_EP_HEALTH) {
+        if (st != SRT_CHAN_SCHED_READY || ngx_process == NGX_PROCESS_SINGLE
+            || m->load_error.len)
+        {
+            return ngx_http_srt_unavailable(r, m);
+        }
+
+        srt_chan_stats_get(m->chan, &stats);
+
+        g = yajl_gen_alloc(NULL);
+        if (g == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "status");
+        ngx_http_srt_gen_str(g, "ok");
+        ngx_http_srt_gen_str(g, "model");
+        ngx_http_srt_gen_ngx_str(g, &m->name);
+        ngx_http_srt_gen_str(g, "running");
+        ngx_http_srt_gen_int(g, stats.running);
+        ngx_http_srt_gen_str(g, "queued");
+        ngx_http_srt_gen_int(g, stats.queued);
+        ngx_http_srt_gen_str(g, "slots_free");
+        ngx_http_srt_gen_int(g, stats.slots_total - stats.slots_used);
+        yajl_gen_map_close(g);
+
+        return ngx_http_srt_send_json(r, NGX_HTTP_OK, g);
+    }
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ep == NGX_HTTP_SRT_EP_MODELS) {
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "object");
+        ngx_http_srt_gen_str(g, "list");
+        ngx_http_srt_gen_str(g, "data");
+        yajl_gen_array_open(g);
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "id");
+        ngx_http_srt_gen_ngx_str(g, &m->name);
+        ngx_http_srt_gen_str(g, "object");
+        ngx_http_srt_gen_str(g, "model");
+        ngx_http_srt_gen_str(g, "created");
+        ngx_http_srt_gen_int(g, (long long) ngx_time());
+        ngx_http_srt_gen_str(g, "owned_by");
+        ngx_http_srt_gen_str(g, "ngx_srt");
+        ngx_http_srt_gen_str(g, "root");
+        ngx_http_srt_gen_ngx_str(g, &m->path);
+        if (have_info) {
+            ngx_http_srt_gen_str(g, "max_model_len");
+            ngx_http_srt_gen_int(g, info.context_length);
+        }
+        yajl_gen_map_close(g);
+        yajl_gen_array_close(g);
+        yajl_gen_map_close(g);
+
+        return ngx_http_srt_send_json(r, NGX_HTTP_OK, g);
+    }
+
+    /* /get_model_info */
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "model_path");
+    ngx_http_srt_gen_ngx_str(g, &m->path);
+    ngx_http_srt_gen_str(g, "tokenizer_path");
+    ngx_http_srt_gen_ngx_str(g, &m->path);
+    ngx_http_srt_gen_str(g, "served_model_name");
+    ngx_http_srt_gen_ngx_str(g, &m->name);
+    ngx_http_srt_gen_str(g, "is_generation");
+    yajl_gen_bool(g, 1);
+    ngx_http_srt_gen_str(g, "status");
+    ngx_http_srt_gen_str(g, st == SRT_CHAN_SCHED_READY ? "ready"
+                            : st == SRT_CHAN_SCHED_LOADING ? "loading"
+                            : st == SRT_CHAN_SCHED_HANDOVER ? "restarting"
+                            : st == SRT_CHAN_SCHED_FAILED ? "failed"
+                            : "down");
+    if (have_info) {
+        ngx_http_srt_gen_str(g, "architecture");
+        ngx_http_srt_gen_str(g, info.arch);
+        ngx_http_srt_gen_str(g, "device");
+        ngx_http_srt_gen_str(g, info.device);
+        ngx_http_srt_gen_str(g, "context_length");
+        ngx_http_srt_gen_int(g, info.context_length);
+        ngx_http_srt_gen_str(g, "vocab_size");
+        ngx_http_srt_gen_int(g, info.vocab_size);
+        ngx_http_srt_gen_str(g, "max_total_tokens");
+        ngx_http_srt_gen_int(g, info.max_total_tokens);
+        ngx_http_srt_gen_str(g, "max_running_requests");
+        ngx_http_srt_gen_int(g, info.max_running_requests);
+    }
+    yajl_gen_map_close(g);
+
+    return ngx_http_srt_send_json(r, NGX_HTTP_OK, g);
+}
+
+
+ngx_int_t
+ngx_http_srt_worker_init(ngx_cycle_t *cycle, ngx_http_srt_model_t *m)
+{
+    int                fd;
+    char              *src, *path, *dir_tok, *dir_cfg, *cfg_json;
+    size_t             len, cfg_len;
+    srt_err            err;
+    ngx_fd_t           cfd;
+    ngx_file_info_t    fi;
+    ngx_connection_t  *c;
+    ngx_str_t          e;
+
+    ngx_queue_init(&m->waiting);
+
+    path = m->cfg.model_path;
+    src = NULL;
+    err.msg[0] = '\0';
+
+    /* tokenizer and chat template: the front half runs in the worker */
+
+    if (ngx_file_info(path, &fi) != NGX_FILE_ERROR && ngx_is_dir(&fi)) {
+        dir_tok = (char *) ngx_pnalloc(cycle->pool, ngx_strlen(path) + 32);
+        dir_cfg = (char *) ngx_pnalloc(cycle->pool, ngx_strlen(path) + 32);
+        if (dir_tok == NULL || dir_cfg == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_sprintf((u_char *) dir_tok, "%s/tokenizer.json%Z", path);
+        ngx_sprintf((u_char *) dir_cfg, "%s/tokenizer_config.json%Z", path);
+
+        if (srt_tokenizer_load_json(dir_tok,
+                                    access(dir_cfg, R_OK) == 0 ? dir_cfg
+                                                               : NULL,
+                                    &m->tok, &err)
+            != SRT_OK)
+        {
+            goto failed;
+        }
+
+        cfd = ngx_open_file(dir_cfg, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+        if (cfd != NGX_INVALID_FILE) {
+            cfg_json = NULL;
+            cfg_len = 0;
+            if (ngx_fd_info(cfd, &fi) != NGX_FILE_ERROR) {
+                cfg_len = ngx_file_size(&fi);
+                cfg_json = malloc(cfg_len + 1);
+                if (cfg_json
+                    && read(cfd, cfg_json, cfg_len) == (ssize_t) cfg_len)
+                {
+                    cfg_json[cfg_len] = '\0';
+                    (void) srt_tokenizer_config_token(cfg_json, cfg_len,
+                                                      "bos_token",
+                                                      &m->bos_token, &err);
+                    (void) srt_tokenizer_config_token(cfg_json, cfg_len,
+                                                      "eos_token",
+                                                      &m->eos_token, &err);
+                }
+            }
+            free(cfg_json);
+            ngx_close_file(cfd);
+        }
+
+    } else if (srt_tokenizer_from_gguf(path, &m->tok, &err) != SRT_OK) {
+        goto failed;
+    }
+
+    if (m->bos_token == NULL && srt_tokenizer_bos_token(m->tok)) {
+        m->bos_token = strdup(srt_tokenizer_bos_token(m->tok));
+    }
+
+    if (m->eos_token == NULL && srt_tokenizer_eos_token(m->tok)) {
+        m->eos_token = strdup(srt_tokenizer_eos_token(m->tok));
+    }
+
+    if (m->cfg.chat_template[0]) {
+        if (srt_chat_template_read_file(m->cfg.chat_template, &src, &len, &err)
+            != SRT_OK)
+        {
+            goto failed;
+        }
+
+    } else if (srt_tokenizer_chat_template(m->tok)) {
+        len = ngx_strlen(srt_tokenizer_chat_template(m->tok));
+        src = malloc(len + 1);
+        if (src == NULL) {
+            return NGX_ERROR;
+        }
+        ngx_memcpy(src, srt_tokenizer_chat_template(m->tok), len + 1);
+    }
+
+    if (src) {
+        if (srt_chat_template_compile(src, len, &m->tmpl, &err) != SRT_OK) {
+            free(src);
+            goto failed;
+        }
+        free(src);
+    }
+
+    goto doorbell;
+
+failed:
+
+    ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                  "srt_model \"%V\": %s", &m->name, err.msg);
+
+    e.len = ngx_strlen(err.msg);
+    e.data = ngx_pnalloc(cycle->pool, e.len);
+    if (e.data == NULL) {
+        return NGX_ERROR;
+    }
+    ngx_memcpy(e.data, err.msg, e.len);
+    m->load_error = e;
+
+doorbell:
+
+    if (ngx_process != NGX_PROCESS_WORKER) {
+        return NGX_OK;
+    }
+
+    fd = srt_chan_worker_open(m->chan, &err);
+    if (fd < 0) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                      "srt_model \"%V\": %s", &m->name, err.msg);
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(fd, cycle->log);
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    c->data = m;
+    c->pool = cycle->pool;
+    c->read->handler = ngx_http_srt_doorbell_handler;
+    c->read->log = cycle->log;
+    c->write->log = cycle->log;
+    c->read->channel = 1;
+    c->write->channel = 1;
+
+    if (ngx_add_event(c->read, NGX_READ_EVENT, 0) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    m->bell = c;
+
+    return NGX_OK;
+}

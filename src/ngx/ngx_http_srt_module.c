@@ -1,0 +1,932 @@
+/*
+ * ngx_http_srt_module: directives, configuration and shared zones.
+ *
+ * Each srt_model gets a shared zone holding its channel (src/ipc) and one scheduler
+ * process, started by the helper process that nginx spawns for our ngx_path_t manager.
+ * Nothing here loads a model or touches a device: that happens only in the scheduler.
+ */
+
+#include "ngx_http_srt_module.h"
+
+
+typedef struct {
+    ngx_int_t   min;
+    ngx_int_t   max;
+    const char *what;        /* "an integer between 1 and 1024" */
+    ngx_str_t   word;        /* optional keyword accepted as `word_value` */
+    ngx_int_t   word_value;
+} ngx_http_srt_num_bounds_t;
+
+
+static void *ngx_http_srt_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_srt_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static ngx_int_t ngx_http_srt_postconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_srt_init_process(ngx_cycle_t *cycle);
+static void ngx_http_srt_exit_process(ngx_cycle_t *cycle);
+
+static char *ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_srt_set_file(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_srt_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_srt_set_fraction(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_srt_set_chat_template(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_srt_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+
+
+static ngx_conf_enum_t  ngx_http_srt_devices[] = {
+    { ngx_string("auto"), SRT_CHAN_DEVICE_AUTO },
+    { ngx_string("cpu"), SRT_CHAN_DEVICE_CPU },
+    { ngx_string("cuda"), SRT_CHAN_DEVICE_CUDA },
+    { ngx_null_string, 0 }
+};
+
+static ngx_conf_enum_t  ngx_http_srt_policies[] = {
+    { ngx_string("fcfs"), SRT_CHAN_POLICY_FCFS },
+    { ngx_string("lpm"), SRT_CHAN_POLICY_LPM },
+    { ngx_null_string, 0 }
+};
+
+static ngx_http_srt_num_bounds_t  ngx_http_srt_threads_bounds = {
+    1, 1024, "an integer between 1 and 1024 or \"auto\"",
+    ngx_string("auto"), 0
+};
+
+static ngx_http_srt_num_bounds_t  ngx_http_srt_context_bounds = {
+    16, 1048576, "an integer between 16 and 1048576", ngx_null_string, 0
+};
+
+static ngx_http_srt_num_bounds_t  ngx_http_srt_running_bounds = {
+    1, 4096, "an integer between 1 and 4096", ngx_null_string, 0
+};
+
+static ngx_http_srt_num_bounds_t  ngx_http_srt_queued_bounds = {
+    0, 65536, "an integer between 0 and 65536", ngx_null_string, 0
+};
+
+static ngx_http_srt_num_bounds_t  ngx_http_srt_total_tokens_bounds = {
+    16, NGX_MAX_INT32_VALUE, "an integer of at least 16", ngx_null_string, 0
+};
+
+static ngx_http_srt_num_bounds_t  ngx_http_srt_chunked_bounds = {
+    1, 1048576, "an integer between 1 and 1048576 or -1 (off)",
+    ngx_string("-1"), -1
+};
+
+static ngx_http_srt_num_bounds_t  ngx_http_srt_tp_bounds = {
+    1, 64, "an integer between 1 and 64", ngx_null_string, 0
+};
+
+static ngx_http_srt_num_bounds_t  ngx_http_srt_page_bounds = {
+    1, 4096, "an integer between 1 and 4096", ngx_null_string, 0
+};
+
+
+static ngx_command_t  ngx_http_srt_commands[] = {
+
+    { ngx_string("srt_model"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_srt_model,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("srt_forward_hooks"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_file,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, hooks),
+      NULL },
+
+    { ngx_string("srt_chat_template"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_chat_template,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, chat_template),
+      NULL },
+
+    { ngx_string("srt_device"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, device),
+      &ngx_http_srt_devices },
+
+    { ngx_string("srt_schedule_policy"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, schedule_policy),
+      &ngx_http_srt_policies },
+
+    { ngx_string("srt_threads"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_num,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, threads),
+      &ngx_http_srt_threads_bounds },
+
+    { ngx_string("srt_context_length"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_num,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, context_length),
+      &ngx_http_srt_context_bounds },
+
+    { ngx_string("srt_max_running_requests"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_num,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, max_running),
+      &ngx_http_srt_running_bounds },
+
+    { ngx_string("srt_max_queued_requests"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_num,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, max_queued),
+      &ngx_http_srt_queued_bounds },
+
+    { ngx_string("srt_max_total_tokens"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_num,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, max_total_tokens),
+      &ngx_http_srt_total_tokens_bounds },
+
+    { ngx_string("srt_mem_fraction_static"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_fraction,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("srt_chunked_prefill_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_num,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, chunked_prefill),
+      &ngx_http_srt_chunked_bounds },
+
+    { ngx_string("srt_tp_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_num,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, tp_size),
+      &ngx_http_srt_tp_bounds },
+
+    { ngx_string("srt_page_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_num,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, page_size),
+      &ngx_http_srt_page_bounds },
+
+    { ngx_string("srt_radix_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, radix_cache),
+      NULL },
+
+    { ngx_string("srt_retry_after"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, retry_after),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_srt_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    ngx_http_srt_postconfiguration,        /* postconfiguration */
+
+    ngx_http_srt_create_main_conf,         /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_srt_create_loc_conf,          /* create location configuration */
+    ngx_http_srt_merge_loc_conf            /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_srt_module = {
+    NGX_MODULE_V1,
+    &ngx_http_srt_module_ctx,              /* module context */
+    ngx_http_srt_commands,                 /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_srt_init_process,             /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_srt_exit_process,             /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static void *
+ngx_http_srt_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_srt_main_conf_t  *smcf;
+
+    smcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_srt_main_conf_t));
+    if (smcf == NULL) {
+        return NULL;
+    }
+
+    if (ngx_array_init(&smcf->models, cf->pool, 2,
+                       sizeof(ngx_http_srt_model_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return smcf;
+}
+
+
+static void *
+ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    slcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_srt_loc_conf_t));
+    if (slcf == NULL) {
+        return NULL;
+    }
+
+    slcf->device = NGX_CONF_UNSET;
+    slcf->threads = NGX_CONF_UNSET;
+    slcf->context_length = NGX_CONF_UNSET;
+    slcf->max_running = NGX_CONF_UNSET;
+    slcf->max_queued = NGX_CONF_UNSET;
+    slcf->max_total_tokens = NGX_CONF_UNSET;
+    slcf->chunked_prefill = NGX_CONF_UNSET;
+    slcf->schedule_policy = NGX_CONF_UNSET;
+    slcf->tp_size = NGX_CONF_UNSET;
+    slcf->page_size = NGX_CONF_UNSET;
+    slcf->radix_cache = NGX_CONF_UNSET;
+    slcf->retry_after = NGX_CONF_UNSET_MSEC;
+
+    return slcf;
+}
+
+
+static ngx_int_t
+ngx_http_srt_copy_cstr(char *dst, size_t cap, ngx_str_t *src)
+{
+    if (src->len >= cap) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(dst, src->data, src->len);
+    dst[src->len] = '\0';
+
+    return NGX_OK;
+}
+
+
+static char *
+ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_srt_loc_conf_t *prev = parent;
+    ngx_http_srt_loc_conf_t *conf = child;
+
+    ngx_str_t                  zname;
+    ngx_uint_t                 i;
+    ngx_http_srt_model_t      *m, **mp;
+    ngx_http_srt_main_conf_t  *smcf;
+
+    ngx_conf_merge_str_value(conf->hooks, prev->hooks, "");
+    ngx_conf_merge_str_value(conf->chat_template, prev->chat_template, "");
+    ngx_conf_merge_value(conf->device, prev->device, SRT_CHAN_DEVICE_AUTO);
+    ngx_conf_merge_value(conf->threads, prev->threads, 0);
+    ngx_conf_merge_value(conf->context_length, prev->context_length, 0);
+    ngx_conf_merge_value(conf->max_running, prev->max_running, 0);
+    ngx_conf_merge_value(conf->max_queued, prev->max_queued,
+                         NGX_HTTP_SRT_DEFAULT_QUEUED);
+    ngx_conf_merge_value(conf->max_total_tokens, prev->max_total_tokens, 0);
+    ngx_conf_merge_value(conf->chunked_prefill, prev->chunked_prefill, 0);
+    ngx_conf_merge_value(conf->schedule_policy, prev->schedule_policy,
+                         SRT_CHAN_POLICY_FCFS);
+    ngx_conf_merge_value(conf->tp_size, prev->tp_size, 1);
+    ngx_conf_merge_value(conf->page_size, prev->page_size, 1);
+    ngx_conf_merge_value(conf->radix_cache, prev->radix_cache, 1);
+    ngx_conf_merge_msec_value(conf->retry_after, prev->retry_after, 1000);
+
+    if (!conf->mem_fraction_set) {
+        conf->mem_fraction = prev->mem_fraction;
+        conf->mem_fraction_set = prev->mem_fraction_set;
+    }
+
+    if (conf->model_path.len == 0) {
+        return NGX_CONF_OK;
+    }
+
+    /* this location declares srt_model: build its model from the merged values */
+
+    smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_srt_module);
+
+    mp = smcf->models.elts;
+    for (i = 0; i < smcf->models.nelts; i++) {
+        if (mp[i]->name.len == conf->model_name.len
+            && ngx_strncmp(mp[i]->name.data, conf->model_name.data,
+                           conf->model_name.len) == 0)
+        {
+            if (mp[i]->path.len != conf->model_path.len
+                || ngx_strncmp(mp[i]->path.data, conf->model_path.data,
+                               conf->model_path.len) != 0)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "srt_model name \"%V\" is already used "
+                                   "for \"%V\" in %V:%ui",
+                                   &conf->model_name, &mp[i]->path,
+                                   &mp[i]->conf_file, mp[i]->line);
+                return NGX_CONF_ERROR;
+            }
+
+            /* the same model served at several locations: one scheduler */
+            conf->model = mp[i];
+            return NGX_CONF_OK;
+        }
+    }
+
+    m = ngx_pcalloc(cf->pool, sizeof(ngx_http_srt_model_t));
+    if (m == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    m->path = conf->model_path;
+    m->name = conf->model_name;
+    m->conf_file = cf->conf_file->file.name;
+    m->line = cf->conf_file->line;
+    m->pid = NGX_INVALID_PID;
+
+    if (ngx_http_srt_copy_cstr(m->cfg.model_path, sizeof(m->cfg.model_path),
+                               &m->path) != NGX_OK
+        || ngx_http_srt_copy_cstr(m->cfg.served_name,
+                                  sizeof(m->cfg.served_name), &m->name)
+           != NGX_OK
+        || ngx_http_srt_copy_cstr(m->cfg.hooks_path,
+                                  sizeof(m->cfg.hooks_path), &conf->hooks)
+           != NGX_OK
+        || ngx_http_srt_copy_cstr(m->cfg.chat_template,
+                                  sizeof(m->cfg.chat_template),
+                                  &conf->chat_template)
+           != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "srt_model \"%V\": a path or name is too long",
+                           &m->path);
+        return NGX_CONF_ERROR;
+    }
+
+    m->cfg.device = (int32_t) conf->device;
+    m->cfg.threads = (int32_t) conf->threads;
+    m->cfg.context_length = (int32_t) conf->context_length;
+    m->cfg.max_running_requests = (int32_t) conf->max_running;
+    m->cfg.max_queued_requests = (int32_t) conf->max_queued;
+    m->cfg.max_total_tokens = conf->max_total_tokens;
+    m->cfg.mem_fraction_static = conf->mem_fraction_set ? conf->mem_fraction
+                                                        : 0.0f;
+    m->cfg.chunked_prefill_size = (int32_t) conf->chunked_prefill;
+    m->cfg.schedule_policy = (int32_t) conf->schedule_policy;
+    m->cfg.tp_size = (int32_t) conf->tp_size;
+    m->cfg.radix_cache = (int32_t) conf->radix_cache;
+    m->cfg.page_size = (int32_t) conf->page_size;
+
+    /* slots: what may run plus what may wait; each holds a whole context */
+    m->cfg.slots = (int32_t) ((conf->max_running ? conf->max_running
+                                                 : NGX_HTTP_SRT_DEFAULT_RUNNING)
+                              + (conf->max_queued ? conf->max_queued : 16));
+    m->cfg.slot_tokens = (int32_t) (conf->context_length
+                                    ? conf->context_length
+                                    : NGX_HTTP_SRT_DEFAULT_SLOT_TOKENS);
+
+    m->chan_size = srt_chan_size(&m->cfg);
+    if (m->chan_size == 0) {
+        return NGX_CONF_ERROR;
+    }
+
+    zname.len = sizeof("srt_model_") - 1 + m->name.len;
+    zname.data = ngx_pnalloc(cf->pool, zname.len);
+    if (zname.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    ngx_sprintf(zname.data, "srt_model_%V", &m->name);
+
+    /* room for the slab allocator's own pages beside the channel */
+    m->zone = ngx_shared_memory_add(cf, &zname,
+                                    m->chan_size + 64 * ngx_pagesize,
+                                    &ngx_http_srt_module);
+    if (m->zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (m->zone->data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "shared zone \"%V\" is already used", &zname);
+        return NGX_CONF_ERROR;
+    }
+
+    m->zone->init = ngx_http_srt_init_zone;
+    m->zone->data = m;
+
+    mp = ngx_array_push(&smcf->models);
+    if (mp == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    *mp = m;
+
+    conf->model = m;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_srt_model_t *om = data;
+
+    srt_err                   err;
+    srt_chan                 *chan;
+    ngx_slab_pool_t          *shpool;
+    ngx_http_srt_model_t     *m;
+    const srt_chan_config    *old;
+
+    m = shm_zone->data;
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (om) {
+        /* reload: keep the channel, and requests in flight, if its geometry holds */
+        chan = srt_chan_attach(om->chan_mem, om->chan_size, &err);
+        if (chan != NULL) {
+            old = srt_chan_get_config(chan);
+
+            if (old->slots == m->cfg.slots
+                && old->slot_tokens == m->cfg.slot_tokens)
+            {
+                /* the next scheduler reads the new settings */
+                ngx_memcpy((void *) old, &m->cfg, sizeof(srt_chan_config));
+                srt_chan_detach(chan);
+                m->chan_mem = om->chan_mem;
+                return NGX_OK;
+            }
+
+            srt_chan_detach(chan);
+        }
+    }
+
+    if (shm_zone->shm.exists) {
+        m->chan_mem = shpool->data;
+        return NGX_OK;
+    }
+
+    m->chan_mem = ngx_slab_alloc(shpool, m->chan_size);
+    if (m->chan_mem == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "srt_model \"%V\": cannot allocate %uz bytes of "
+                      "shared memory", &m->name, m->chan_size);
+        return NGX_ERROR;
+    }
+
+    if (srt_chan_format(m->chan_mem, m->chan_size, &m->cfg, &err) != SRT_OK) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "srt_model \"%V\": %s", &m->name, err.msg);
+        return NGX_ERROR;
+    }
+
+    shpool->data = m->chan_mem;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_postconfiguration(ngx_conf_t *cf)
+{
+    ngx_http_srt_main_conf_t  *smcf;
+
+    smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_srt_module);
+
+    if (smcf->models.nelts == 0) {
+        return NGX_OK;
+    }
+
+    return ngx_http_srt_process_init_path(cf, smcf);
+}
+
+
+static char *
+ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_srt_loc_conf_t *slcf = conf;
+
+    u_char                    *p, *last;
+    ngx_str_t                 *value;
+    ngx_file_info_t            fi;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (slcf->model_path.len) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"srt_model\" needs a model path, not \"\"");
+        return NGX_CONF_ERROR;
+    }
+
+    slcf->model_path = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &slcf->model_path, 0) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_file_info(slcf->model_path.data, &fi) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "srt_model \"%V\": cannot read the model",
+                           &slcf->model_path);
+        return NGX_CONF_ERROR;
+    }
+
+    if (!ngx_is_file(&fi) && !ngx_is_dir(&fi)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "srt_model \"%V\": not a file or a directory",
+                           &slcf->model_path);
+        return NGX_CONF_ERROR;
+    }
+
+    if (cf->args->nelts == 3) {
+        if (value[2].len <= 5
+            || ngx_strncmp(value[2].data, "name=", 5) != 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "srt_model: invalid parameter \"%V\", "
+                               "expected \"name=...\"", &value[2]);
+            return NGX_CONF_ERROR;
+        }
+
+        slcf->model_name.data = value[2].data + 5;
+        slcf->model_name.len = value[2].len - 5;
+
+        for (p = slcf->model_name.data;
+             p < slcf->model_name.data + slcf->model_name.len;
+             p++)
+        {
+            if (*p <= ' ' || *p == '"' || *p == '\\' || *p >= 0x7f) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "srt_model: invalid model name \"%V\"",
+                                   &slcf->model_name);
+                return NGX_CONF_ERROR;
+            }
+        }
+
+        if (slcf->model_name.len >= SRT_CHAN_NAME_MAX - 16) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "srt_model: model name \"%V\" is too long",
+                               &slcf->model_name);
+            return NGX_CONF_ERROR;
+        }
+
+    } else {
+        /* default name: the file or directory name without its extension */
+        last = slcf->model_path.data + slcf->model_path.len;
+        while (last > slcf->model_path.data && last[-1] == '/') {
+            last--;
+        }
+
+        p = last;
+        while (p > slcf->model_path.data && p[-1] != '/') {
+            p--;
+        }
+
+        slcf->model_name.data = p;
+        slcf->model_name.len = last - p;
+
+        if (slcf->model_name.len > 5
+            && ngx_strncasecmp(last - 5, (u_char *) ".gguf", 5) == 0)
+        {
+            slcf->model_name.len -= 5;
+        }
+
+        if (slcf->model_name.len >= SRT_CHAN_NAME_MAX - 16) {
+            slcf->model_name.len = SRT_CHAN_NAME_MAX - 17;
+        }
+    }
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_srt_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_int_t                  n, *np;
+    ngx_str_t                 *value;
+    ngx_http_srt_num_bounds_t *b = cmd->post;
+
+    np = (ngx_int_t *) (p + cmd->offset);
+
+    if (*np != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (b->word.len && value[1].len == b->word.len
+        && ngx_strncmp(value[1].data, b->word.data, b->word.len) == 0)
+    {
+        *np = b->word_value;
+        return NGX_CONF_OK;
+    }
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n == NGX_ERROR || n < b->min || n > b->max) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must be %s, not \"%V\"",
+                           &cmd->name, b->what, &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    *np = n;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_srt_set_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    u_char           buf[256], *last;
+    ngx_int_t       *np;
+    ngx_str_t       *value;
+    ngx_uint_t       i;
+    ngx_conf_enum_t *e = cmd->post;
+
+    np = (ngx_int_t *) (p + cmd->offset);
+
+    if (*np != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (i = 0; e[i].name.len; i++) {
+        if (e[i].name.len == value[1].len
+            && ngx_strcmp(e[i].name.data, value[1].data) == 0)
+        {
+            *np = e[i].value;
+            return NGX_CONF_OK;
+        }
+    }
+
+    last = buf;
+    for (i = 0; e[i].name.len; i++) {
+        last = ngx_slprintf(last, buf + sizeof(buf), "%s\"%V\"",
+                            i ? (e[i + 1].name.len ? ", " : " or ") : "",
+                            &e[i].name);
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"%V\" must be %*s, not \"%V\"",
+                       &cmd->name, last - buf, buf, &value[1]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_srt_set_fraction(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_srt_loc_conf_t *slcf = conf;
+
+    char        buf[64], *end;
+    double      v;
+    ngx_str_t  *value;
+
+    if (slcf->mem_fraction_set) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0 || value[1].len >= sizeof(buf)) {
+        goto invalid;
+    }
+
+    ngx_memcpy(buf, value[1].data, value[1].len);
+    buf[value[1].len] = '\0';
+
+    v = strtod(buf, &end);
+
+    if (*end != '\0' || !(v > 0.0 && v < 1.0)) {
+        goto invalid;
+    }
+
+    slcf->mem_fraction = (float) v;
+    slcf->mem_fraction_set = 1;
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"%V\" must be a number between 0 and 1 "
+                       "(exclusive), not \"%V\"", &cmd->name, &value[1]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_srt_set_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t        *field, *value;
+    ngx_file_info_t   fi;
+
+    field = (ngx_str_t *) (p + cmd->offset);
+
+    if (field->data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    *field = value[1];
+
+    if (field->len == 0
+        || ngx_conf_full_name(cf->cycle, field, 1) != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" needs a file, not \"%V\"",
+                           &cmd->name, &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_file_info(field->data, &fi) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "\"%V\": cannot read \"%V\"", &cmd->name, field);
+        return NGX_CONF_ERROR;
+    }
+
+    if (!ngx_is_file(&fi)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\": \"%V\" is not a file", &cmd->name, field);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_srt_set_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    char  *p = conf;
+
+    char               *rv, *src;
+    size_t              len;
+    srt_err             err;
+    ngx_str_t          *field;
+    srt_chat_template  *t;
+
+    rv = ngx_http_srt_set_file(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    field = (ngx_str_t *) (p + cmd->offset);
+
+    /* compile it now, so that nginx -t reports a template the engine cannot run */
+
+    if (srt_chat_template_read_file((char *) field->data, &src, &len, &err)
+        != SRT_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\" \"%V\": %s",
+                           &cmd->name, field, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    if (srt_chat_template_compile(src, len, &t, &err) != SRT_OK) {
+        free(src);
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\" \"%V\": %s",
+                           &cmd->name, field, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    srt_chat_template_free(t);
+    free(src);
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_init_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                 i;
+    ngx_http_srt_model_t     **mp;
+    ngx_http_srt_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_srt_module);
+    if (smcf == NULL || smcf->models.nelts == 0) {
+        return NGX_OK;
+    }
+
+    mp = smcf->models.elts;
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        srt_err  err;
+
+        if (mp[i]->chan_mem == NULL) {
+            continue;
+        }
+
+        mp[i]->chan = srt_chan_attach(mp[i]->chan_mem, mp[i]->chan_size, &err);
+        if (mp[i]->chan == NULL) {
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                          "srt_model \"%V\": %s", &mp[i]->name, err.msg);
+            continue;
+        }
+
+        if (ngx_process == NGX_PROCESS_WORKER
+            || ngx_process == NGX_PROCESS_SINGLE)
+        {
+            if (ngx_http_srt_worker_init(cycle, mp[i]) != NGX_OK) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    if (ngx_process == NGX_PROCESS_SINGLE) {
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "srt: \"master_process off\" runs no scheduler process; "
+                      "model requests get 503 (enable master_process)");
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_srt_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                 i;
+    ngx_http_srt_model_t     **mp;
+    ngx_http_srt_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_srt_module);
+    if (smcf == NULL) {
+        return;
+    }
+
+    mp = smcf->models.elts;
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        if (mp[i]->tmpl) {
+            srt_chat_template_free(mp[i]->tmpl);
+            mp[i]->tmpl = NULL;
+        }
+
+        if (mp[i]->tok) {
+            srt_tokenizer_free(mp[i]->tok);
+            mp[i]->tok = NULL;
+        }
+
+        free(mp[i]->bos_token);
+        free(mp[i]->eos_token);
+        mp[i]->bos_token = NULL;
+        mp[i]->eos_token = NULL;
+
+        /* the channel handle stays: its doorbell fd belongs to the event loop */
+    }
+}

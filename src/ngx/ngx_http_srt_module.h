@@ -1,0 +1,214 @@
+/*
+ * ngx_http_srt_module: shared declarations of the nginx side.
+ *
+ *   ngx_http_srt_module.c    directives, configuration, shared zones, init_process
+ *   ngx_http_srt_process.c   the scheduler processes: spawn, supervise, backoff, hand-over
+ *   ngx_http_srt_handler.c   endpoints, request life cycle, doorbell, client disconnect
+ *   ngx_http_srt_request.c   body -> validated request -> prompt token ids
+ *   ngx_http_srt_response.c  token ids -> detokenized text, stop strings -> JSON or SSE
+ */
+
+#ifndef _NGX_HTTP_SRT_MODULE_H_INCLUDED_
+#define _NGX_HTTP_SRT_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <yajl/yajl_tree.h>
+#include <yajl/yajl_gen.h>
+
+#include "ipc/channel.h"
+#include "srt/tokenizer.h"
+#include "srt/chat_template.h"
+
+
+#define NGX_HTTP_SRT_MAX_N          16
+#define NGX_HTTP_SRT_MAX_STOP       16
+#define NGX_HTTP_SRT_DEFAULT_SLOT_TOKENS  8192
+#define NGX_HTTP_SRT_DEFAULT_RUNNING      64
+#define NGX_HTTP_SRT_DEFAULT_QUEUED       256
+
+
+typedef struct ngx_http_srt_model_s  ngx_http_srt_model_t;
+
+
+struct ngx_http_srt_model_s {
+    ngx_str_t                  path;        /* srt_model PATH (absolute) */
+    ngx_str_t                  name;        /* served model name */
+    ngx_str_t                  conf_file;
+    ngx_uint_t                 line;
+
+    srt_chan_config            cfg;
+    ngx_shm_zone_t            *zone;
+    size_t                     chan_size;
+
+    /* per process */
+    void                      *chan_mem;
+    srt_chan                  *chan;
+
+    /* worker */
+    srt_tokenizer             *tok;
+    srt_chat_template         *tmpl;
+    char                      *bos_token;
+    char                      *eos_token;
+    ngx_str_t                  load_error;  /* why the tokenizer/template failed */
+    ngx_queue_t                waiting;     /* ngx_http_srt_ctx_t with slots */
+    ngx_connection_t          *bell;
+
+    /* supervisor (helper process) */
+    ngx_pid_t                  pid;
+    ngx_connection_t          *lifeline;
+    ngx_event_t                respawn;
+    ngx_msec_t                 backoff;
+    time_t                     started;
+    ngx_uint_t                 crashes;
+};
+
+
+typedef struct {
+    ngx_array_t                models;      /* ngx_http_srt_model_t * */
+    ngx_path_t                *path;        /* the helper-process trick */
+    ngx_flag_t                 supervised;  /* helper started */
+} ngx_http_srt_main_conf_t;
+
+
+typedef struct {
+    ngx_http_srt_model_t      *model;
+
+    ngx_str_t                  model_path;  /* set where srt_model appears */
+    ngx_str_t                  model_name;
+    ngx_str_t                  hooks;
+    ngx_str_t                  chat_template;
+    ngx_int_t                  device;
+    ngx_int_t                  threads;
+    ngx_int_t                  context_length;
+    ngx_int_t                  max_running;
+    ngx_int_t                  max_queued;
+    ngx_int_t                  max_total_tokens;
+    ngx_int_t                  chunked_prefill;
+    ngx_int_t                  schedule_policy;
+    ngx_int_t                  tp_size;
+    ngx_int_t                  page_size;
+    ngx_flag_t                 radix_cache;
+    float                      mem_fraction;
+    ngx_uint_t                 mem_fraction_set;
+    ngx_msec_t                 retry_after;
+} ngx_http_srt_loc_conf_t;
+
+
+typedef enum {
+    NGX_HTTP_SRT_EP_CHAT = 0,
+    NGX_HTTP_SRT_EP_COMPLETIONS,
+    NGX_HTTP_SRT_EP_MODELS,
+    NGX_HTTP_SRT_EP_HEALTH,
+    NGX_HTTP_SRT_EP_MODEL_INFO,
+    NGX_HTTP_SRT_EP_UNKNOWN
+} ngx_http_srt_endpoint_e;
+
+
+/* A validated request, built from the body. */
+typedef struct {
+    ngx_http_srt_endpoint_e    endpoint;
+    srt_chan_sampling          sp;
+    ngx_uint_t                 n;
+    ngx_flag_t                 stream;
+    ngx_flag_t                 include_usage;
+    ngx_flag_t                 logprobs;
+    ngx_flag_t                 max_tokens_set;
+    ngx_uint_t                 n_stop;
+    ngx_str_t                  stop[NGX_HTTP_SRT_MAX_STOP];
+    size_t                     max_stop_len;
+    ngx_str_t                  model;
+    int32_t                   *prompt;
+    size_t                     n_prompt;
+} ngx_http_srt_params_t;
+
+
+/* One choice (n > 1 gives several), i.e. one channel slot. */
+typedef struct {
+    uint32_t                   slot;
+    uint32_t                   gen;
+    ngx_flag_t                 live;        /* slot held */
+    ngx_flag_t                 done;
+    uint32_t                   consumed;    /* tokens taken from the slot */
+    uint32_t                   n_tokens;    /* completion tokens counted */
+    uint32_t                   cached;
+    const char                *finish;      /* "stop", "length", NULL */
+    srt_detok                  detok;
+    u_char                    *text;        /* decoded, not yet emitted */
+    size_t                     text_len;
+    size_t                     text_cap;
+    size_t                     emitted;     /* bytes of text already sent (streaming) */
+    ngx_array_t               *lp;          /* ngx_http_srt_logprob_t */
+    ngx_uint_t                 lp_emitted;
+    ngx_flag_t                 role_sent;
+    ngx_flag_t                 error;
+    const char                *errmsg;
+} ngx_http_srt_choice_t;
+
+
+typedef struct {
+    int32_t                    id;
+    float                      logprob;
+    size_t                     offset;      /* in the choice's text */
+    uint32_t                   n_top;
+    int32_t                    top_ids[SRT_CHAN_MAX_TOP_LOGPROBS];
+    float                      top_lps[SRT_CHAN_MAX_TOP_LOGPROBS];
+} ngx_http_srt_logprob_t;
+
+
+typedef struct {
+    ngx_http_request_t        *request;
+    ngx_http_srt_model_t      *model;
+    ngx_http_srt_params_t      p;
+    ngx_queue_t                queue;
+    ngx_flag_t                 queued;
+    ngx_event_t                timer;
+    ngx_uint_t                 n_choices;
+    ngx_http_srt_choice_t      choices[NGX_HTTP_SRT_MAX_N];
+    ngx_flag_t                 header_sent;
+    ngx_flag_t                 finished;
+    ngx_flag_t                 aborted;
+    ngx_uint_t                 prompt_tokens;
+    u_char                     id[40];      /* "chatcmpl-..." */
+    time_t                     created;
+    ngx_uint_t                 context_length;
+} ngx_http_srt_ctx_t;
+
+
+extern ngx_module_t  ngx_http_srt_module;
+
+
+/* ngx_http_srt_process.c */
+ngx_int_t ngx_http_srt_supervisor_start(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_srt_process_init_path(ngx_conf_t *cf,
+    ngx_http_srt_main_conf_t *smcf);
+
+/* ngx_http_srt_handler.c */
+ngx_int_t ngx_http_srt_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_srt_worker_init(ngx_cycle_t *cycle,
+    ngx_http_srt_model_t *m);
+ngx_int_t ngx_http_srt_send_error(ngx_http_request_t *r, ngx_uint_t status,
+    const char *param, const char *code, const char *fmt, ...);
+
+/* ngx_http_srt_request.c */
+ngx_int_t ngx_http_srt_parse_request(ngx_http_request_t *r,
+    ngx_http_srt_model_t *m, u_char *body, size_t len,
+    ngx_http_srt_params_t *p, ngx_uint_t *status, const char **param,
+    char *errbuf, size_t errlen);
+
+/* ngx_http_srt_response.c */
+#define NGX_HTTP_SRT_WAIT  NGX_BUSY   /* pump: still generating */
+
+ngx_int_t ngx_http_srt_pump(ngx_http_srt_ctx_t *ctx);
+ngx_int_t ngx_http_srt_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    yajl_gen g);
+void ngx_http_srt_gen_str(yajl_gen g, const char *s);
+void ngx_http_srt_gen_ngx_str(yajl_gen g, ngx_str_t *s);
+void ngx_http_srt_gen_num(yajl_gen g, double v);
+void ngx_http_srt_gen_int(yajl_gen g, long long v);
+
+
+#endif /* _NGX_HTTP_SRT_MODULE_H_INCLUDED_ */

@@ -1,0 +1,408 @@
+/*
+ * The scheduler processes.
+ *
+ * Stock nginx spawns a "cache manager" helper process, supervised and respawned by the
+ * master, for every ngx_path_t that has a manager callback. We register one such path;
+ * in the helper, our manager callback becomes a supervisor: it forks one scheduler
+ * process per srt_model, notices its death through a lifeline pipe registered in the
+ * helper's event loop, fails the requests it was running, and respawns it with an
+ * exponential backoff. The scheduler process is the only one that ever loads a model or
+ * touches a device (the master, the helper and the workers never do).
+ *
+ * Exactly one scheduler owns a model at a time: srt_chan_sched_open() binds the model's
+ * scheduler doorbell, which only one process can hold; a successor started on reload
+ * waits (on a pidfd, not a poll loop) until its predecessor has drained and exited.
+ */
+
+#include "ngx_http_srt_module.h"
+
+#include <sys/prctl.h>
+
+
+#define NGX_HTTP_SRT_BACKOFF_MIN   250
+#define NGX_HTTP_SRT_BACKOFF_MAX   30000
+#define NGX_HTTP_SRT_STABLE_SECS   30
+
+
+int srt_sched_run(srt_chan *c, srt_err *err);
+
+
+static ngx_msec_t ngx_http_srt_manager(void *data);
+static void ngx_http_srt_spawn(ngx_http_srt_model_t *m);
+static void ngx_http_srt_lifeline_handler(ngx_event_t *ev);
+static void ngx_http_srt_respawn_handler(ngx_event_t *ev);
+static void ngx_http_srt_supervisor_exit(void);
+static void ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline);
+
+
+static ngx_http_srt_main_conf_t  *ngx_http_srt_supervised;
+static srt_chan                  *ngx_http_srt_sched_chan;
+
+
+ngx_int_t
+ngx_http_srt_process_init_path(ngx_conf_t *cf, ngx_http_srt_main_conf_t *smcf)
+{
+    ngx_path_t  *path;
+
+    path = ngx_pcalloc(cf->pool, sizeof(ngx_path_t));
+    if (path == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* nginx creates this directory; the helper process itself needs none */
+    ngx_str_set(&path->name, "srt_temp");
+
+    if (ngx_conf_full_name(cf->cycle, &path->name, 0) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    path->manager = ngx_http_srt_manager;
+    path->data = smcf;
+    path->conf_file = cf->conf_file->file.name.data;
+    path->line = cf->conf_file->line;
+
+    smcf->path = path;
+
+    if (ngx_add_path(cf, &smcf->path) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Runs in the helper ("cache manager") process only. */
+
+static ngx_msec_t
+ngx_http_srt_manager(void *data)
+{
+    ngx_http_srt_main_conf_t *smcf = data;
+
+    ngx_uint_t              i;
+    ngx_http_srt_model_t  **mp;
+
+    if (smcf->supervised) {
+        return 3600 * 1000;
+    }
+
+    smcf->supervised = 1;
+    ngx_http_srt_supervised = smcf;
+
+    /* the helper exits through exit(): take the schedulers down with it */
+    atexit(ngx_http_srt_supervisor_exit);
+
+    mp = smcf->models.elts;
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        mp[i]->backoff = NGX_HTTP_SRT_BACKOFF_MIN;
+        mp[i]->respawn.handler = ngx_http_srt_respawn_handler;
+        mp[i]->respawn.data = mp[i];
+        mp[i]->respawn.log = ngx_cycle->log;
+        mp[i]->respawn.cancelable = 1;
+
+        if (mp[i]->chan == NULL) {
+            continue;
+        }
+
+        ngx_http_srt_spawn(mp[i]);
+    }
+
+    return 3600 * 1000;
+}
+
+
+static void
+ngx_http_srt_supervisor_exit(void)
+{
+    int                     sig;
+    ngx_uint_t              i;
+    ngx_http_srt_model_t  **mp;
+
+    if (ngx_http_srt_supervised == NULL) {
+        return;
+    }
+
+    /* quit (reload, graceful stop): let running requests finish; else stop now */
+    sig = ngx_terminate ? SIGTERM : SIGQUIT;
+
+    mp = ngx_http_srt_supervised->models.elts;
+
+    for (i = 0; i < ngx_http_srt_supervised->models.nelts; i++) {
+        if (mp[i]->pid != NGX_INVALID_PID) {
+            kill(mp[i]->pid, sig);
+        }
+    }
+}
+
+
+static void
+ngx_http_srt_spawn(ngx_http_srt_model_t *m)
+{
+    int                fds[2];
+    ngx_pid_t          pid;
+    ngx_connection_t  *c;
+
+    if (pipe2(fds, O_CLOEXEC) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_errno,
+                      "srt_model \"%V\": pipe() failed", &m->name);
+        ngx_add_timer(&m->respawn, m->backoff);
+        return;
+    }
+
+    pid = fork();
+
+    switch (pid) {
+
+    case -1:
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_errno,
+                      "srt_model \"%V\": fork() failed", &m->name);
+        close(fds[0]);
+        close(fds[1]);
+        ngx_add_timer(&m->respawn, m->backoff);
+        return;
+
+    case 0:
+        close(fds[0]);
+        ngx_http_srt_scheduler_main(m, fds[1]);
+        _exit(2);   /* not reached */
+
+    default:
+        break;
+    }
+
+    close(fds[1]);
+
+    m->pid = pid;
+    m->started = ngx_time();
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "srt: scheduler process %P started for model \"%V\"",
+                  pid, &m->name);
+
+    if (ngx_nonblocking(fds[0]) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_errno,
+                      ngx_nonblocking_n " failed");
+    }
+
+    c = ngx_get_connection(fds[0], ngx_cycle->log);
+    if (c == NULL) {
+        close(fds[0]);
+        return;
+    }
+
+    c->data = m;
+    c->read->handler = ngx_http_srt_lifeline_handler;
+    c->read->log = ngx_cycle->log;
+    c->write->log = ngx_cycle->log;
+
+    if (ngx_add_event(c->read, NGX_READ_EVENT, 0) != NGX_OK) {
+        ngx_close_connection(c);
+        return;
+    }
+
+    m->lifeline = c;
+}
+
+
+/* The lifeline pipe reads EOF when the scheduler process is gone, however it died. */
+
+static void
+ngx_http_srt_lifeline_handler(ngx_event_t *ev)
+{
+    u_char                 buf[16];
+    ssize_t                n;
+    ngx_pid_t              pid;
+    ngx_connection_t      *c;
+    ngx_http_srt_model_t  *m;
+    char                   why[128];
+    int                    state;
+
+    c = ev->data;
+    m = c->data;
+
+    n = read(c->fd, buf, sizeof(buf));
+    if (n > 0 || (n == -1 && ngx_errno == NGX_EAGAIN)) {
+        return;
+    }
+
+    pid = m->pid;
+    m->pid = NGX_INVALID_PID;
+    m->lifeline = NULL;
+    ngx_close_connection(c);
+
+    state = srt_chan_sched_state_get(m->chan, NULL, 0);
+
+    if (ngx_time() - m->started >= NGX_HTTP_SRT_STABLE_SECS) {
+        m->backoff = NGX_HTTP_SRT_BACKOFF_MIN;
+    }
+
+    ngx_snprintf((u_char *) why, sizeof(why) - 1,
+                 "scheduler process %P exited%Z", pid);
+
+    if (state == SRT_CHAN_SCHED_FAILED) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "srt: scheduler process %P for model \"%V\" could not "
+                      "load it; retrying in %M ms", pid, &m->name, m->backoff);
+
+    } else {
+        m->crashes++;
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "srt: scheduler process %P for model \"%V\" exited "
+                      "unexpectedly; respawning in %M ms",
+                      pid, &m->name, m->backoff);
+    }
+
+    /* fail what it was running, and publish DOWN unless a successor took over */
+    srt_chan_sched_crashed(m->chan, pid, why);
+
+    ngx_add_timer(&m->respawn, m->backoff);
+
+    m->backoff *= 2;
+    if (m->backoff > NGX_HTTP_SRT_BACKOFF_MAX) {
+        m->backoff = NGX_HTTP_SRT_BACKOFF_MAX;
+    }
+}
+
+
+static void
+ngx_http_srt_respawn_handler(ngx_event_t *ev)
+{
+    ngx_http_srt_model_t  *m = ev->data;
+
+    if (ngx_terminate || ngx_quit || ngx_exiting) {
+        return;
+    }
+
+    ngx_http_srt_spawn(m);
+}
+
+
+/* ---- the scheduler process ---- */
+
+static void
+ngx_http_srt_sched_signal(int signo)
+{
+    if (ngx_http_srt_sched_chan) {
+        srt_chan_sched_request_stop(ngx_http_srt_sched_chan,
+                                    signo == SIGQUIT ? 1 : 2);
+    }
+}
+
+
+static void
+ngx_http_srt_log_sink(srt_log_level level, const char *msg, void *user)
+{
+    ngx_uint_t  l;
+
+    switch (level) {
+    case SRT_LOG_ERROR:
+        l = NGX_LOG_ERR;
+        break;
+    case SRT_LOG_WARN:
+        l = NGX_LOG_WARN;
+        break;
+    case SRT_LOG_INFO:
+        l = NGX_LOG_NOTICE;
+        break;
+    default:
+        l = NGX_LOG_DEBUG;
+        break;
+    }
+
+    ngx_log_error(l, ngx_cycle->log, 0, "srt: %s", msg);
+}
+
+
+static void
+ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline)
+{
+    int                 rc;
+    char                title[256];
+    srt_err             err;
+    sigset_t            set;
+    ngx_uint_t          i;
+    struct sigaction    sa;
+    static const int    ignored[] = { SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH,
+                                      SIGPIPE, SIGALRM, SIGIO };
+
+    /* die with the helper, and know it if it is already gone */
+    (void) prctl(PR_SET_PDEATHSIG, SIGQUIT);
+
+    if (getppid() == 1) {
+        _exit(0);
+    }
+
+    ngx_memzero(&sa, sizeof(struct sigaction));
+    sa.sa_handler = ngx_http_srt_sched_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGQUIT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    sa.sa_handler = SIG_IGN;
+    for (i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++) {
+        sigaction(ignored[i], &sa, NULL);
+    }
+
+    sa.sa_handler = SIG_DFL;
+    sigaction(SIGCHLD, &sa, NULL);
+
+    sigemptyset(&set);
+    sigprocmask(SIG_SETMASK, &set, NULL);
+
+    ngx_snprintf((u_char *) title, sizeof(title) - 1,
+                 "srt scheduler %V%Z", &m->name);
+    ngx_setproctitle(title);
+
+    srt_log_set_sink(ngx_http_srt_log_sink, NULL, SRT_LOG_INFO);
+
+    ngx_http_srt_sched_chan = m->chan;
+
+    /* lifeline stays open (it is inherited as fds[1]); the helper reads EOF when we die */
+    (void) lifeline;
+
+    if (srt_chan_sched_open(m->chan, &err) != SRT_OK) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "srt: scheduler for model \"%V\": %s", &m->name, err.msg);
+        _exit(1);
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "srt: scheduler process %P owns model \"%V\" (%V)",
+                  ngx_getpid(), &m->name, &m->path);
+
+    srt_chan_sched_set_state(m->chan, SRT_CHAN_SCHED_LOADING,
+                             "model loading", NULL);
+
+    rc = srt_sched_run(m->chan, &err);
+
+    if (rc != SRT_OK) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "srt: scheduler for model \"%V\" failed: %s",
+                      &m->name, err.msg);
+
+        if (srt_chan_sched_state_get(m->chan, NULL, 0)
+            != SRT_CHAN_SCHED_FAILED)
+        {
+            srt_chan_sched_set_state(m->chan, SRT_CHAN_SCHED_FAILED, err.msg,
+                                     NULL);
+        }
+
+        _exit(1);
+    }
+
+    srt_chan_sched_close(m->chan);
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "srt: scheduler process %P for model \"%V\" exited",
+                  ngx_getpid(), &m->name);
+
+    _exit(0);
+}
+
+
+ngx_int_t
+ngx_http_srt_supervisor_start(ngx_cycle_t *cycle)
+{
+    return NGX_OK;
+}

@@ -1,0 +1,1094 @@
+/*
+ * Request bodies: JSON (yajl) -> validated parameters -> prompt token ids.
+ *
+ * Every field OpenAI's chat and completions APIs define is checked for type and range;
+ * errors name the field (OpenAI's "param"). Fields we do not know are ignored, as
+ * OpenAI-compatible servers do. Chat messages go through the model's chat template
+ * (src/template) and the tokenizer (src/tok), both loaded once per worker.
+ */
+
+#include "ngx_http_srt_module.h"
+
+#include <math.h>
+
+
+typedef struct {
+    ngx_http_request_t    *r;
+    ngx_http_srt_model_t  *m;
+    ngx_http_srt_params_t *p;
+    ngx_uint_t            *status;
+    const char           **param;
+    char                  *errbuf;
+    size_t                 errlen;
+} ngx_http_srt_parse_t;
+
+
+static ngx_int_t
+ngx_http_srt_fail(ngx_http_srt_parse_t *ps, ngx_uint_t status,
+    const char *param, const char *fmt, ...)
+{
+    u_char   *last;
+    va_list   args;
+
+    va_start(args, fmt);
+    last = ngx_vslprintf((u_char *) ps->errbuf,
+                         (u_char *) ps->errbuf + ps->errlen - 1, fmt, args);
+    va_end(args);
+
+    *last = '\0';
+    *ps->status = status;
+    *ps->param = param;
+
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_srt_get_number(ngx_http_srt_parse_t *ps, yajl_val v,
+    const char *name, double min, double max, ngx_flag_t min_open,
+    double *out)
+{
+    double  d;
+
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (!YAJL_IS_NUMBER(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                 "'%s' must be a number", name);
+    }
+
+    d = YAJL_IS_DOUBLE(v) ? YAJL_GET_DOUBLE(v) : (double) YAJL_GET_INTEGER(v);
+
+    if (isnan(d) || d < min || d > max || (min_open && d <= min)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                 "'%s' must be %s %.4g and %.4g, got %.6g",
+                                 name, min_open ? "greater than" : "between",
+                                 min, max, d);
+    }
+
+    *out = d;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_get_int(ngx_http_srt_parse_t *ps, yajl_val v, const char *name,
+    long long min, long long max, long long *out)
+{
+    long long  n;
+
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (!YAJL_IS_INTEGER(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                 "'%s' must be an integer", name);
+    }
+
+    n = YAJL_GET_INTEGER(v);
+
+    if (n < min || n > max) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                 "'%s' must be between %L and %L, got %L",
+                                 name, min, max, n);
+    }
+
+    *out = n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_get_bool(ngx_http_srt_parse_t *ps, yajl_val v, const char *name,
+    ngx_flag_t *out)
+{
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (!YAJL_IS_TRUE(v) && !YAJL_IS_FALSE(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                 "'%s' must be a boolean", name);
+    }
+
+    *out = YAJL_IS_TRUE(v);
+
+    return NGX_OK;
+}
+
+
+#define ngx_http_srt_check(rc)                                               \
+    if ((rc) == NGX_ERROR) {                                                 \
+        goto failed;                                                         \
+    }
+
+
+/* Re-serialize a parsed value (messages pass to the template as they came). */
+
+static void
+ngx_http_srt_gen_val(yajl_gen g, yajl_val v)
+{
+    size_t  i;
+
+    switch (v->type) {
+
+    case yajl_t_string:
+        ngx_http_srt_gen_str(g, v->u.string);
+        break;
+
+    case yajl_t_number:
+        yajl_gen_number(g, v->u.number.r, ngx_strlen(v->u.number.r));
+        break;
+
+    case yajl_t_object:
+        yajl_gen_map_open(g);
+        for (i = 0; i < v->u.object.len; i++) {
+            ngx_http_srt_gen_str(g, v->u.object.keys[i]);
+            ngx_http_srt_gen_val(g, v->u.object.values[i]);
+        }
+        yajl_gen_map_close(g);
+        break;
+
+    case yajl_t_array:
+        yajl_gen_array_open(g);
+        for (i = 0; i < v->u.array.len; i++) {
+            ngx_http_srt_gen_val(g, v->u.array.values[i]);
+        }
+        yajl_gen_array_close(g);
+        break;
+
+    case yajl_t_true:
+        yajl_gen_bool(g, 1);
+        break;
+
+    case yajl_t_false:
+        yajl_gen_bool(g, 0);
+        break;
+
+    default:
+        yajl_gen_null(g);
+        break;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_srt_messages(ngx_http_srt_parse_t *ps, yajl_val msgs, yajl_gen g)
+{
+    size_t       i, j, k;
+    yajl_val     msg, role, content, part, type, text;
+    const char  *key;
+    ngx_uint_t   has_role;
+    u_char      *buf, *p;
+    size_t       total;
+
+    static const char *roles[] = { "system", "user", "assistant", "tool",
+                                   "developer", "function", NULL };
+
+    if (msgs == NULL || YAJL_IS_NULL(msgs)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "messages",
+                                 "'messages' is required");
+    }
+
+    if (!YAJL_IS_ARRAY(msgs) || msgs->u.array.len == 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "messages",
+                                 "'messages' must be a non-empty array");
+    }
+
+    yajl_gen_array_open(g);
+
+    for (i = 0; i < msgs->u.array.len; i++) {
+        msg = msgs->u.array.values[i];
+
+        if (!YAJL_IS_OBJECT(msg)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "messages",
+                                     "'messages[%uz]' must be an object", i);
+        }
+
+        role = NULL;
+        content = NULL;
+
+        for (j = 0; j < msg->u.object.len; j++) {
+            key = msg->u.object.keys[j];
+            if (ngx_strcmp(key, "role") == 0) {
+                role = msg->u.object.values[j];
+            } else if (ngx_strcmp(key, "content") == 0) {
+                content = msg->u.object.values[j];
+            }
+        }
+
+        if (!YAJL_IS_STRING(role)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "messages",
+                                     "'messages[%uz].role' must be a string",
+                                     i);
+        }
+
+        has_role = 0;
+        for (k = 0; roles[k]; k++) {
+            if (ngx_strcmp(role->u.string, roles[k]) == 0) {
+                has_role = 1;
+            }
+        }
+
+        if (!has_role) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "messages",
+                                     "'messages[%uz].role' must be one of "
+                                     "system, user, assistant, tool, "
+                                     "developer; got \"%s\"",
+                                     i, role->u.string);
+        }
+
+        if (content != NULL && !YAJL_IS_NULL(content)
+            && !YAJL_IS_STRING(content) && !YAJL_IS_ARRAY(content))
+        {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "messages",
+                                     "'messages[%uz].content' must be a "
+                                     "string, an array of text parts or "
+                                     "null", i);
+        }
+
+        yajl_gen_map_open(g);
+
+        for (j = 0; j < msg->u.object.len; j++) {
+            key = msg->u.object.keys[j];
+            if (ngx_strcmp(key, "content") == 0) {
+                continue;
+            }
+            ngx_http_srt_gen_str(g, key);
+            ngx_http_srt_gen_val(g, msg->u.object.values[j]);
+        }
+
+        ngx_http_srt_gen_str(g, "content");
+
+        if (content == NULL || YAJL_IS_NULL(content)) {
+            yajl_gen_null(g);
+
+        } else if (YAJL_IS_STRING(content)) {
+            ngx_http_srt_gen_str(g, content->u.string);
+
+        } else {
+            /* text parts are joined, as servers for text-only models do */
+            total = 0;
+
+            for (k = 0; k < content->u.array.len; k++) {
+                part = content->u.array.values[k];
+                type = NULL;
+                text = NULL;
+
+                if (YAJL_IS_OBJECT(part)) {
+                    for (j = 0; j < part->u.object.len; j++) {
+                        if (ngx_strcmp(part->u.object.keys[j], "type") == 0) {
+                            type = part->u.object.values[j];
+                        } else if (ngx_strcmp(part->u.object.keys[j], "text")
+                                   == 0)
+                        {
+                            text = part->u.object.values[j];
+                        }
+                    }
+                }
+
+                if (!YAJL_IS_STRING(type)
+                    || ngx_strcmp(type->u.string, "text") != 0
+                    || !YAJL_IS_STRING(text))
+                {
+                    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                             "messages",
+                                             "'messages[%uz].content[%uz]' "
+                                             "must be {\"type\": \"text\", "
+                                             "\"text\": \"...\"}; this model "
+                                             "takes text only", i, k);
+                }
+
+                total += ngx_strlen(text->u.string);
+            }
+
+            buf = ngx_pnalloc(ps->r->pool, total + 1);
+            if (buf == NULL) {
+                return NGX_ERROR;
+            }
+
+            p = buf;
+            for (k = 0; k < content->u.array.len; k++) {
+                part = content->u.array.values[k];
+                for (j = 0; j < part->u.object.len; j++) {
+                    if (ngx_strcmp(part->u.object.keys[j], "text") == 0) {
+                        p = ngx_cpymem(p,
+                                     part->u.object.values[j]->u.string,
+                                     ngx_strlen(
+                                       part->u.object.values[j]->u.string));
+                    }
+                }
+            }
+            *p = '\0';
+
+            ngx_http_srt_gen_str(g, (char *) buf);
+        }
+
+        yajl_gen_map_close(g);
+    }
+
+    yajl_gen_array_close(g);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_stop(ngx_http_srt_parse_t *ps, yajl_val v)
+{
+    size_t                  i, n;
+    yajl_val                s;
+    ngx_http_srt_params_t  *p = ps->p;
+
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_OK;
+    }
+
+    if (YAJL_IS_STRING(v)) {
+        n = 1;
+
+    } else if (YAJL_IS_ARRAY(v)) {
+        n = v->u.array.len;
+
+    } else {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "stop",
+                                 "'stop' must be a string or an array of "
+                                 "strings");
+    }
+
+    if (n > NGX_HTTP_SRT_MAX_STOP) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "stop",
+                                 "'stop' may hold at most %d strings",
+                                 NGX_HTTP_SRT_MAX_STOP);
+    }
+
+    for (i = 0; i < n; i++) {
+        s = YAJL_IS_STRING(v) ? v : v->u.array.values[i];
+
+        if (!YAJL_IS_STRING(s)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "stop",
+                                     "'stop[%uz]' must be a string", i);
+        }
+
+        if (s->u.string[0] == '\0') {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "stop",
+                                     "'stop' strings must not be empty");
+        }
+
+        p->stop[p->n_stop].len = ngx_strlen(s->u.string);
+        p->stop[p->n_stop].data = ngx_pnalloc(ps->r->pool,
+                                              p->stop[p->n_stop].len);
+        if (p->stop[p->n_stop].data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(p->stop[p->n_stop].data, s->u.string,
+                   p->stop[p->n_stop].len);
+
+        if (p->stop[p->n_stop].len > p->max_stop_len) {
+            p->max_stop_len = p->stop[p->n_stop].len;
+        }
+
+        p->n_stop++;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_token_ids(ngx_http_srt_parse_t *ps, yajl_val v, const char *name,
+    size_t max, size_t vocab, int32_t *ids, size_t *n)
+{
+    size_t     i;
+    yajl_val   e;
+    long long  id;
+
+    if (!YAJL_IS_ARRAY(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                 "'%s' must be an array of token ids", name);
+    }
+
+    if (v->u.array.len > max) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                 "'%s' may hold at most %uz token ids",
+                                 name, max);
+    }
+
+    for (i = 0; i < v->u.array.len; i++) {
+        e = v->u.array.values[i];
+
+        if (!YAJL_IS_INTEGER(e)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                     "'%s[%uz]' must be an integer token id",
+                                     name, i);
+        }
+
+        id = YAJL_GET_INTEGER(e);
+
+        if (id < 0 || (size_t) id >= vocab) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                     "'%s[%uz]' = %L is not a token id of "
+                                     "this model (vocabulary size %uz)",
+                                     name, i, id, vocab);
+        }
+
+        ids[i] = (int32_t) id;
+    }
+
+    *n = v->u.array.len;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_encode(ngx_http_srt_parse_t *ps, const char *text, size_t len,
+    unsigned flags)
+{
+    srt_err   err;
+    int32_t  *ids;
+    size_t    n;
+
+    if (srt_tokenizer_encode_alloc(ps->m->tok, text, len, flags, &ids, &n,
+                                   &err)
+        != SRT_OK)
+    {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, NULL,
+                                 "Cannot tokenize the prompt: %s", err.msg);
+    }
+
+    ps->p->prompt = ngx_palloc(ps->r->pool, (n ? n : 1) * sizeof(int32_t));
+    if (ps->p->prompt == NULL) {
+        free(ids);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(ps->p->prompt, ids, n * sizeof(int32_t));
+    ps->p->n_prompt = n;
+    free(ids);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_render_chat(ngx_http_srt_parse_t *ps, yajl_val messages,
+    yajl_val tools)
+{
+    char                  *text;
+    size_t                 text_len, ctx_len;
+    srt_err                err;
+    yajl_gen               g;
+    ngx_int_t              rc;
+    const unsigned char   *ctx_json;
+    ngx_http_srt_model_t  *m = ps->m;
+
+    if (m->tmpl == NULL) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "messages",
+                                 "Model \"%V\" has no chat template; use "
+                                 "/v1/completions or set srt_chat_template",
+                                 &m->name);
+    }
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "messages");
+
+    rc = ngx_http_srt_messages(ps, messages, g);
+    if (rc != NGX_OK) {
+        yajl_gen_free(g);
+        return rc;
+    }
+
+    ngx_http_srt_gen_str(g, "add_generation_prompt");
+    yajl_gen_bool(g, 1);
+    ngx_http_srt_gen_str(g, "bos_token");
+    ngx_http_srt_gen_str(g, m->bos_token ? m->bos_token : "");
+    ngx_http_srt_gen_str(g, "eos_token");
+    ngx_http_srt_gen_str(g, m->eos_token ? m->eos_token : "");
+    ngx_http_srt_gen_str(g, "tools");
+    if (tools && !YAJL_IS_NULL(tools)) {
+        ngx_http_srt_gen_val(g, tools);
+    } else {
+        yajl_gen_null(g);
+    }
+    ngx_http_srt_gen_str(g, "documents");
+    yajl_gen_null(g);
+    yajl_gen_map_close(g);
+
+    yajl_gen_get_buf(g, &ctx_json, &ctx_len);
+
+    if (srt_chat_template_render(m->tmpl, (const char *) ctx_json, ctx_len,
+                                 &text, &text_len, &err)
+        != SRT_OK)
+    {
+        yajl_gen_free(g);
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "messages",
+                                 "The chat template rejected the messages: "
+                                 "%s", err.msg);
+    }
+
+    yajl_gen_free(g);
+
+    /* the template writes the special tokens itself: no BOS added again */
+    rc = ngx_http_srt_encode(ps, text, text_len, SRT_TOK_PARSE_SPECIAL);
+
+    srt_chat_template_free_output(text);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_prompt(ngx_http_srt_parse_t *ps, yajl_val v, size_t max,
+    size_t vocab)
+{
+    yajl_val  e;
+
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "prompt",
+                                 "'prompt' is required");
+    }
+
+    if (YAJL_IS_STRING(v)) {
+        return ngx_http_srt_encode(ps, v->u.string, ngx_strlen(v->u.string),
+                                   SRT_TOK_PARSE_SPECIAL|SRT_TOK_ADD_SPECIAL);
+    }
+
+    if (!YAJL_IS_ARRAY(v) || v->u.array.len == 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "prompt",
+                                 "'prompt' must be a string, an array of "
+                                 "token ids, or a one-element array of "
+                                 "either");
+    }
+
+    e = v->u.array.values[0];
+
+    if (YAJL_IS_STRING(e) || YAJL_IS_ARRAY(e)) {
+        if (v->u.array.len != 1) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "prompt",
+                                     "batched prompts are not supported: "
+                                     "send one prompt per request");
+        }
+
+        if (YAJL_IS_STRING(e)) {
+            return ngx_http_srt_encode(ps, e->u.string,
+                                       ngx_strlen(e->u.string),
+                                       SRT_TOK_PARSE_SPECIAL
+                                       |SRT_TOK_ADD_SPECIAL);
+        }
+
+        v = e;
+        if (v->u.array.len == 0) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "prompt",
+                                     "'prompt' must not be empty");
+        }
+    }
+
+    ps->p->prompt = ngx_palloc(ps->r->pool,
+                               v->u.array.len * sizeof(int32_t));
+    if (ps->p->prompt == NULL) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_srt_token_ids(ps, v, "prompt", max, vocab, ps->p->prompt,
+                                  &ps->p->n_prompt);
+}
+
+
+ngx_int_t
+ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
+    u_char *body, size_t len, ngx_http_srt_params_t *p, ngx_uint_t *status,
+    const char **param, char *errbuf, size_t errlen)
+{
+    char                  yerr[256], *nl;
+    size_t                i, n, vocab, ctx_len, max_new;
+    double                d;
+    yajl_val              root, v;
+    yajl_val              f_model, f_messages, f_prompt, f_max_tokens,
+                          f_max_completion, f_temperature, f_top_p, f_top_k,
+                          f_min_p, f_n, f_stop, f_stop_ids, f_seed, f_freq,
+                          f_pres, f_rep, f_bias, f_ignore_eos, f_min_tokens,
+                          f_logprobs, f_top_logprobs, f_user, f_stream,
+                          f_stream_options, f_tools, f_echo, f_best_of;
+    ngx_int_t             rc;
+    long long             ll;
+    ngx_flag_t            flag = 0;
+    const char           *key;
+    srt_chan_model_info   info;
+    ngx_http_srt_parse_t  ps;
+    int32_t               stop_ids[SRT_CHAN_MAX_STOP_IDS];
+    int                   state;
+
+    ps.r = r;
+    ps.m = m;
+    ps.p = p;
+    ps.status = status;
+    ps.param = param;
+    ps.errbuf = errbuf;
+    ps.errlen = errlen;
+
+    root = NULL;
+
+    if (len == 0) {
+        return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+                                 "The request body is empty; expected a JSON "
+                                 "object");
+    }
+
+    if (ngx_strlen(body) != len) {
+        return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+                                 "Invalid JSON: the body contains a NUL "
+                                 "byte");
+    }
+
+    yerr[0] = '\0';
+    root = yajl_tree_parse((const char *) body, yerr, sizeof(yerr));
+
+    if (root == NULL) {
+        nl = ngx_strchr(yerr, '\n');
+        if (nl) {
+            *nl = '\0';
+        }
+        return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+                                 "Invalid JSON in the request body: %s",
+                                 yerr[0] ? yerr : "parse error");
+    }
+
+    if (!YAJL_IS_OBJECT(root)) {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+                               "The request body must be a JSON object");
+        goto failed;
+    }
+
+    f_model = f_messages = f_prompt = f_max_tokens = f_max_completion = NULL;
+    f_temperature = f_top_p = f_top_k = f_min_p = f_n = f_stop = NULL;
+    f_stop_ids = f_seed = f_freq = f_pres = f_rep = f_bias = NULL;
+    f_ignore_eos = f_min_tokens = f_logprobs = f_top_logprobs = NULL;
+    f_user = f_stream = f_stream_options = f_tools = f_echo = NULL;
+    f_best_of = NULL;
+
+    for (i = 0; i < root->u.object.len; i++) {
+        key = root->u.object.keys[i];
+        v = root->u.object.values[i];
+
+#define field(name, var)  if (ngx_strcmp(key, name) == 0) { var = v; continue; }
+        field("model", f_model);
+        field("messages", f_messages);
+        field("prompt", f_prompt);
+        field("max_tokens", f_max_tokens);
+        field("max_completion_tokens", f_max_completion);
+        field("temperature", f_temperature);
+        field("top_p", f_top_p);
+        field("top_k", f_top_k);
+        field("min_p", f_min_p);
+        field("n", f_n);
+        field("stop", f_stop);
+        field("stop_token_ids", f_stop_ids);
+        field("seed", f_seed);
+        field("frequency_penalty", f_freq);
+        field("presence_penalty", f_pres);
+        field("repetition_penalty", f_rep);
+        field("logit_bias", f_bias);
+        field("ignore_eos", f_ignore_eos);
+        field("min_tokens", f_min_tokens);
+        field("logprobs", f_logprobs);
+        field("top_logprobs", f_top_logprobs);
+        field("user", f_user);
+        field("stream", f_stream);
+        field("stream_options", f_stream_options);
+        field("tools", f_tools);
+        field("echo", f_echo);
+        field("best_of", f_best_of);
+#undef field
+    }
+
+    /* model */
+
+    if (f_model && !YAJL_IS_NULL(f_model)) {
+        if (!YAJL_IS_STRING(f_model)) {
+            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "model",
+                                   "'model' must be a string");
+            goto failed;
+        }
+
+        n = ngx_strlen(f_model->u.string);
+
+        if (n != m->name.len
+            || ngx_strncmp(f_model->u.string, m->name.data, n) != 0)
+        {
+            rc = ngx_http_srt_fail(&ps, NGX_HTTP_NOT_FOUND, "model",
+                                   "The model `%s` does not exist; this "
+                                   "endpoint serves `%V`",
+                                   f_model->u.string, &m->name);
+            goto failed;
+        }
+    }
+
+    /* sampling */
+
+    p->sp.temperature = 1.0f;
+    p->sp.top_p = 1.0f;
+    p->sp.top_k = -1;
+    p->sp.repetition_penalty = 1.0f;
+    p->n = 1;
+
+    rc = ngx_http_srt_get_number(&ps, f_temperature, "temperature", 0, 2, 0,
+                                 &d);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.temperature = (float) d;
+    }
+
+    rc = ngx_http_srt_get_number(&ps, f_top_p, "top_p", 0, 1, 1, &d);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.top_p = (float) d;
+    }
+
+    rc = ngx_http_srt_get_int(&ps, f_top_k, "top_k", -1, 1 << 30, &ll);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.top_k = ll == 0 ? -1 : (int32_t) ll;
+    }
+
+    rc = ngx_http_srt_get_number(&ps, f_min_p, "min_p", 0, 1, 0, &d);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.min_p = (float) d;
+    }
+
+    rc = ngx_http_srt_get_number(&ps, f_freq, "frequency_penalty", -2, 2, 0,
+                                 &d);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.frequency_penalty = (float) d;
+    }
+
+    rc = ngx_http_srt_get_number(&ps, f_pres, "presence_penalty", -2, 2, 0,
+                                 &d);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.presence_penalty = (float) d;
+    }
+
+    rc = ngx_http_srt_get_number(&ps, f_rep, "repetition_penalty", 0, 2, 1,
+                                 &d);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.repetition_penalty = (float) d;
+    }
+
+    rc = ngx_http_srt_get_int(&ps, f_n, "n", 1, NGX_HTTP_SRT_MAX_N, &ll);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->n = (ngx_uint_t) ll;
+    }
+
+    rc = ngx_http_srt_get_int(&ps, f_best_of, "best_of", 1, 1, &ll);
+    ngx_http_srt_check(rc);
+
+    rc = ngx_http_srt_get_int(&ps, f_seed, "seed", LLONG_MIN, LLONG_MAX, &ll);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.has_seed = 1;
+        p->sp.seed = (uint64_t) ll;
+    }
+
+    rc = ngx_http_srt_get_bool(&ps, f_ignore_eos, "ignore_eos", &flag);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.ignore_eos = (int32_t) flag;
+    }
+
+    rc = ngx_http_srt_get_bool(&ps, f_stream, "stream", &flag);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->stream = flag;
+    }
+
+    rc = ngx_http_srt_get_bool(&ps, f_echo, "echo", &flag);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK && flag) {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "echo",
+                               "'echo' is not supported");
+        goto failed;
+    }
+
+    if (f_stream_options && !YAJL_IS_NULL(f_stream_options)) {
+        if (!YAJL_IS_OBJECT(f_stream_options)) {
+            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
+                                   "stream_options",
+                                   "'stream_options' must be an object");
+            goto failed;
+        }
+
+        for (i = 0; i < f_stream_options->u.object.len; i++) {
+            if (ngx_strcmp(f_stream_options->u.object.keys[i],
+                           "include_usage") == 0)
+            {
+                rc = ngx_http_srt_get_bool(&ps,
+                                       f_stream_options->u.object.values[i],
+                                       "stream_options.include_usage", &flag);
+                ngx_http_srt_check(rc);
+                if (rc == NGX_OK) {
+                    p->include_usage = flag;
+                }
+            }
+        }
+    }
+
+    if (f_user && !YAJL_IS_NULL(f_user) && !YAJL_IS_STRING(f_user)) {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "user",
+                               "'user' must be a string");
+        goto failed;
+    }
+
+    /* logprobs: a boolean for chat, a count for completions */
+
+    if (p->endpoint == NGX_HTTP_SRT_EP_CHAT) {
+        rc = ngx_http_srt_get_bool(&ps, f_logprobs, "logprobs", &flag);
+        ngx_http_srt_check(rc);
+        if (rc == NGX_OK) {
+            p->logprobs = flag;
+        }
+
+        rc = ngx_http_srt_get_int(&ps, f_top_logprobs, "top_logprobs", 0,
+                                  SRT_CHAN_MAX_TOP_LOGPROBS, &ll);
+        ngx_http_srt_check(rc);
+        if (rc == NGX_OK) {
+            if (!p->logprobs && ll > 0) {
+                rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
+                                       "top_logprobs",
+                                       "'top_logprobs' needs 'logprobs' set "
+                                       "to true");
+                goto failed;
+            }
+            p->sp.top_logprobs = (int32_t) ll;
+        }
+
+    } else {
+        rc = ngx_http_srt_get_int(&ps, f_logprobs, "logprobs", 0, 5, &ll);
+        ngx_http_srt_check(rc);
+        if (rc == NGX_OK) {
+            p->logprobs = 1;
+            p->sp.top_logprobs = (int32_t) ll;
+        }
+    }
+
+    p->sp.logprobs = (int32_t) p->logprobs;
+
+    rc = ngx_http_srt_stop(&ps, f_stop);
+    ngx_http_srt_check(rc);
+
+    if (m->load_error.len || m->tok == NULL) {
+        rc = NGX_DECLINED;
+        goto failed;
+    }
+
+    vocab = srt_tokenizer_vocab_size(m->tok);
+    if (srt_chan_model_info_get(m->chan, &info) == SRT_OK
+        && (size_t) info.vocab_size > vocab)
+    {
+        vocab = info.vocab_size;
+    }
+
+    if (f_stop_ids && !YAJL_IS_NULL(f_stop_ids)) {
+        rc = ngx_http_srt_token_ids(&ps, f_stop_ids, "stop_token_ids",
+                                    SRT_CHAN_MAX_STOP_IDS, vocab, stop_ids,
+                                    &n);
+        ngx_http_srt_check(rc);
+        ngx_memcpy(p->sp.stop_ids, stop_ids, n * sizeof(int32_t));
+        p->sp.n_stop_ids = (int32_t) n;
+    }
+
+    if (f_bias && !YAJL_IS_NULL(f_bias)) {
+        if (!YAJL_IS_OBJECT(f_bias)) {
+            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
+                                   "'logit_bias' must be an object mapping "
+                                   "token ids to numbers");
+            goto failed;
+        }
+
+        if (f_bias->u.object.len > SRT_CHAN_MAX_LOGIT_BIAS) {
+            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
+                                   "'logit_bias' may hold at most %d entries",
+                                   SRT_CHAN_MAX_LOGIT_BIAS);
+            goto failed;
+        }
+
+        for (i = 0; i < f_bias->u.object.len; i++) {
+            key = f_bias->u.object.keys[i];
+            ll = ngx_atoi((u_char *) key, ngx_strlen(key));
+
+            if (ll == NGX_ERROR || (size_t) ll >= vocab) {
+                rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
+                                       "logit_bias",
+                                       "'logit_bias' key \"%s\" is not a "
+                                       "token id of this model", key);
+                goto failed;
+            }
+
+            rc = ngx_http_srt_get_number(&ps, f_bias->u.object.values[i],
+                                         "logit_bias", -100, 100, 0, &d);
+            ngx_http_srt_check(rc);
+            if (rc != NGX_OK) {
+                rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
+                                       "logit_bias",
+                                       "'logit_bias' values must be numbers");
+                goto failed;
+            }
+
+            p->sp.logit_bias_id[i] = (int32_t) ll;
+            p->sp.logit_bias[i] = (float) d;
+        }
+
+        p->sp.n_logit_bias = (int32_t) f_bias->u.object.len;
+    }
+
+    /* types and ranges first: a bad request is a 400 even while the model loads */
+
+    rc = ngx_http_srt_get_int(&ps, f_max_tokens, "max_tokens", 1,
+                              NGX_MAX_INT32_VALUE, &ll);
+    ngx_http_srt_check(rc);
+    rc = ngx_http_srt_get_int(&ps, f_max_completion, "max_completion_tokens",
+                              1, NGX_MAX_INT32_VALUE, &ll);
+    ngx_http_srt_check(rc);
+    rc = ngx_http_srt_get_int(&ps, f_min_tokens, "min_tokens", 0,
+                              NGX_MAX_INT32_VALUE, &ll);
+    ngx_http_srt_check(rc);
+
+    if (p->endpoint == NGX_HTTP_SRT_EP_COMPLETIONS
+        && (f_prompt == NULL || YAJL_IS_NULL(f_prompt)))
+    {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "prompt",
+                               "'prompt' is required");
+        goto failed;
+    }
+
+    if (p->endpoint == NGX_HTTP_SRT_EP_CHAT
+        && (f_messages == NULL || !YAJL_IS_ARRAY(f_messages)
+            || f_messages->u.array.len == 0))
+    {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "messages",
+                               f_messages == NULL || YAJL_IS_NULL(f_messages)
+                               ? "'messages' is required"
+                               : "'messages' must be a non-empty array");
+        goto failed;
+    }
+
+    /* the scheduler must be there before we spend time on the prompt */
+
+    state = srt_chan_sched_state_get(m->chan, NULL, 0);
+    if (ngx_process == NGX_PROCESS_SINGLE
+        || (state != SRT_CHAN_SCHED_READY && state != SRT_CHAN_SCHED_HANDOVER))
+    {
+        rc = NGX_DECLINED;
+        goto failed;
+    }
+
+    ctx_len = (size_t) srt_chan_get_config(m->chan)->slot_tokens;
+    if (srt_chan_model_info_get(m->chan, &info) == SRT_OK
+        && info.context_length > 0 && (size_t) info.context_length < ctx_len)
+    {
+        ctx_len = info.context_length;
+    }
+
+    if (p->endpoint == NGX_HTTP_SRT_EP_CHAT) {
+        rc = ngx_http_srt_render_chat(&ps, f_messages, f_tools);
+    } else {
+        rc = ngx_http_srt_prompt(&ps, f_prompt, ctx_len, vocab);
+    }
+
+    if (rc != NGX_OK) {
+        goto failed;
+    }
+
+    if (p->n_prompt == 0) {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
+                               p->endpoint == NGX_HTTP_SRT_EP_CHAT
+                               ? "messages" : "prompt",
+                               "The prompt is empty");
+        goto failed;
+    }
+
+    if (p->n_prompt >= ctx_len) {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
+                               p->endpoint == NGX_HTTP_SRT_EP_CHAT
+                               ? "messages" : "prompt",
+                               "This model's maximum context length is %uz "
+                               "tokens. However, your prompt has %uz tokens. "
+                               "Please reduce the length of the %s.",
+                               ctx_len, p->n_prompt,
+                               p->endpoint == NGX_HTTP_SRT_EP_CHAT
+                               ? "messages" : "prompt");
+        goto failed;
+    }
+
+    max_new = ctx_len - p->n_prompt;
+
+    v = f_max_completion && !YAJL_IS_NULL(f_max_completion) ? f_max_completion
+                                                            : f_max_tokens;
+    rc = ngx_http_srt_get_int(&ps, v,
+                              v == f_max_completion ? "max_completion_tokens"
+                                                    : "max_tokens",
+                              1, NGX_MAX_INT32_VALUE, &ll);
+    ngx_http_srt_check(rc);
+
+    if (rc == NGX_OK) {
+        if ((size_t) ll > max_new) {
+            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
+                                   v == f_max_completion
+                                   ? "max_completion_tokens" : "max_tokens",
+                                   "This model's maximum context length is "
+                                   "%uz tokens. However, you requested %uz "
+                                   "tokens (%uz in the %s, %L in the "
+                                   "completion). Please reduce the length of "
+                                   "the %s or completion.",
+                                   ctx_len, p->n_prompt + (size_t) ll,
+                                   p->n_prompt,
+                                   p->endpoint == NGX_HTTP_SRT_EP_CHAT
+                                   ? "messages" : "prompt", ll,
+                                   p->endpoint == NGX_HTTP_SRT_EP_CHAT
+                                   ? "messages" : "prompt");
+            goto failed;
+        }
+
+        max_new = (size_t) ll;
+        p->max_tokens_set = 1;
+
+    } else if (p->endpoint == NGX_HTTP_SRT_EP_COMPLETIONS && max_new > 16) {
+        max_new = 16;   /* OpenAI's completions default */
+    }
+
+    p->sp.max_new_tokens = (int32_t) max_new;
+
+    rc = ngx_http_srt_get_int(&ps, f_min_tokens, "min_tokens", 0,
+                              (long long) max_new, &ll);
+    ngx_http_srt_check(rc);
+    if (rc == NGX_OK) {
+        p->sp.min_new_tokens = (int32_t) ll;
+    }
+
+    yajl_tree_free(root);
+
+    return NGX_OK;
+
+failed:
+
+    if (root) {
+        yajl_tree_free(root);
+    }
+
+    return rc == NGX_DECLINED ? NGX_DECLINED : NGX_ERROR;
+}

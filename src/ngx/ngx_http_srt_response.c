@@ -1,0 +1,1031 @@
+/*
+ * Responses: token ids from the channel -> detokenized text -> OpenAI JSON or SSE.
+ *
+ * Text is decoded incrementally (srt_detok, never half a UTF-8 character). Stop strings
+ * are matched on the decoded text and cut as OpenAI does: the completion ends before the
+ * stop string, which is not returned. While streaming, the last (longest stop - 1)
+ * bytes are held back so that a stop string split across tokens is never half-sent.
+ */
+
+#include "ngx_http_srt_module.h"
+
+
+static ngx_int_t ngx_http_srt_send_chunk(ngx_http_srt_ctx_t *ctx, yajl_gen g,
+    ngx_chain_t ***last);
+static void ngx_http_srt_write_handler(ngx_http_request_t *r);
+
+
+void
+ngx_http_srt_gen_str(yajl_gen g, const char *s)
+{
+    yajl_gen_string(g, (const unsigned char *) s, ngx_strlen(s));
+}
+
+
+void
+ngx_http_srt_gen_ngx_str(yajl_gen g, ngx_str_t *s)
+{
+    yajl_gen_string(g, s->data, s->len);
+}
+
+
+void
+ngx_http_srt_gen_num(yajl_gen g, double v)
+{
+    char  buf[64];
+    int   n;
+
+    if (v != v || v > 1e300 || v < -1e300) {
+        /* JSON has no NaN or infinity: a token the model rules out */
+        v = -9999.0;
+    }
+
+    n = snprintf(buf, sizeof(buf), "%.6g", v);
+    yajl_gen_number(g, buf, n);
+}
+
+
+void
+ngx_http_srt_gen_int(yajl_gen g, long long v)
+{
+    yajl_gen_integer(g, v);
+}
+
+
+/* Copy the generated JSON into the request pool and free the generator. */
+
+static ngx_buf_t *
+ngx_http_srt_gen_buf(ngx_http_request_t *r, yajl_gen g, const char *prefix,
+    const char *suffix)
+{
+    size_t                plen, slen, len;
+    ngx_buf_t            *b;
+    const unsigned char  *json;
+
+    yajl_gen_get_buf(g, &json, &len);
+
+    plen = ngx_strlen(prefix);
+    slen = ngx_strlen(suffix);
+
+    b = ngx_create_temp_buf(r->pool, plen + len + slen);
+    if (b == NULL) {
+        yajl_gen_free(g);
+        return NULL;
+    }
+
+    b->last = ngx_cpymem(b->last, prefix, plen);
+    b->last = ngx_cpymem(b->last, json, len);
+    b->last = ngx_cpymem(b->last, suffix, slen);
+
+    yajl_gen_free(g);
+
+    return b;
+}
+
+
+ngx_int_t
+ngx_http_srt_send_json(ngx_http_request_t *r, ngx_uint_t status, yajl_gen g)
+{
+    ngx_int_t    rc;
+    ngx_buf_t   *b;
+    ngx_chain_t  out;
+
+    b = ngx_http_srt_gen_buf(r, g, "", "\n");
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    /* an error page's keepalive rules would drop our body otherwise */
+    r->keepalive = r->keepalive && status < NGX_HTTP_BAD_REQUEST;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/* ---- decoding ---- */
+
+static ngx_int_t
+ngx_http_srt_append(ngx_http_request_t *r, ngx_http_srt_choice_t *ch,
+    const char *s, size_t n)
+{
+    u_char  *p;
+    size_t   cap;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    if (ch->text_len + n > ch->text_cap) {
+        cap = ngx_max(ch->text_cap * 2, ch->text_len + n + 256);
+        p = ngx_pnalloc(r->pool, cap);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ch->text_len) {
+            ngx_memcpy(p, ch->text, ch->text_len);
+        }
+
+        ch->text = p;
+        ch->text_cap = cap;
+    }
+
+    ngx_memcpy(ch->text + ch->text_len, s, n);
+    ch->text_len += n;
+
+    return NGX_OK;
+}
+
+
+/* Cut the text at the earliest stop string found in the new part; 1 if cut. */
+
+static ngx_int_t
+ngx_http_srt_match_stop(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
+    size_t from)
+{
+    u_char      *best, *hit;
+    ngx_uint_t   i;
+
+    if (ctx->p.n_stop == 0) {
+        return 0;
+    }
+
+    from = from > ctx->p.max_stop_len ? from - ctx->p.max_stop_len + 1 : 0;
+    if (from < ch->emitted) {
+        from = ch->emitted;
+    }
+
+    best = NULL;
+
+    for (i = 0; i < ctx->p.n_stop; i++) {
+        hit = NULL;
+
+        {
+            u_char  *s, *end;
+
+            end = ch->text + ch->text_len;
+            for (s = ch->text + from;
+                 s + ctx->p.stop[i].len <= end;
+                 s++)
+            {
+                if (*s == ctx->p.stop[i].data[0]
+                    && ngx_memcmp(s, ctx->p.stop[i].data, ctx->p.stop[i].len)
+                       == 0)
+                {
+                    hit = s;
+                    break;
+                }
+            }
+        }
+
+        if (hit && (best == NULL || hit < best)) {
+            best = hit;
+        }
+    }
+
+    if (best == NULL) {
+        return 0;
+    }
+
+    ch->text_len = best - ch->text;
+
+    return 1;
+}
+
+
+/* How much of the held text may be sent now: all of it at the end; otherwise all
+ * but a possible stop-string prefix, and never half a UTF-8 character. */
+
+static size_t
+ngx_http_srt_sendable(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
+{
+    size_t  end, hold;
+
+    if (ch->done) {
+        return ch->text_len;
+    }
+
+    hold = ctx->p.max_stop_len ? ctx->p.max_stop_len - 1 : 0;
+    end = ch->text_len > hold ? ch->text_len - hold : 0;
+
+    if (end < ch->emitted) {
+        return ch->emitted;
+    }
+
+    while (end > ch->emitted && end < ch->text_len
+           && (ch->text[end] & 0xc0) == 0x80)
+    {
+        end--;
+    }
+
+    return end;
+}
+
+
+static ngx_int_t
+ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
+{
+    char                    *buf;
+    size_t                   n, before, cap;
+    uint32_t                 k;
+    srt_err                  err;
+    srt_chan_output          o;
+    ngx_http_request_t      *r;
+    ngx_http_srt_model_t    *m;
+    ngx_http_srt_logprob_t  *lp;
+
+    r = ctx->request;
+    m = ctx->model;
+
+    if (srt_chan_read(m->chan, ch->slot, ch->gen, &o) != SRT_OK) {
+        ch->done = 1;
+        ch->live = 0;
+        ch->error = 1;
+        ch->errmsg = "the request slot was lost";
+        return NGX_OK;
+    }
+
+    cap = srt_detok_max_out(m->tok);
+    buf = ngx_palloc(r->pool, cap);
+    if (buf == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (k = ch->consumed; k < o.n_out; k++) {
+        before = ch->text_len;
+
+        if (srt_detok_push(&ch->detok, o.ids[k], buf, cap, &n, &err)
+            != SRT_OK)
+        {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "srt: detokenizer: %s", err.msg);
+            n = 0;
+        }
+
+        if (ngx_http_srt_append(r, ch, buf, n) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        ch->n_tokens++;
+
+        if (ctx->p.logprobs) {
+            if (ch->lp == NULL) {
+                ch->lp = ngx_array_create(r->pool, 16,
+                                          sizeof(ngx_http_srt_logprob_t));
+                if (ch->lp == NULL) {
+                    return NGX_ERROR;
+                }
+            }
+
+            lp = ngx_array_push(ch->lp);
+            if (lp == NULL) {
+                return NGX_ERROR;
+            }
+
+            lp->id = o.ids[k];
+            lp->logprob = o.logprobs[k];
+            lp->offset = before;
+            lp->n_top = 0;
+
+            if (ctx->p.sp.top_logprobs > 0) {
+                lp->n_top = srt_chan_read_top(m->chan, ch->slot, ch->gen, k,
+                                              lp->top_ids, lp->top_lps,
+                                              (uint32_t)
+                                              ctx->p.sp.top_logprobs);
+            }
+        }
+
+        if (ngx_http_srt_match_stop(ctx, ch, before)) {
+            ch->consumed = k + 1;
+            ch->finish = "stop";
+            ch->done = 1;
+            return NGX_OK;
+        }
+    }
+
+    ch->consumed = o.n_out;
+
+    if (o.finish == SRT_CHAN_FINISH_NONE) {
+        return NGX_OK;
+    }
+
+    before = ch->text_len;
+
+    if (srt_detok_flush(&ch->detok, buf, cap, &n, &err) == SRT_OK) {
+        if (ngx_http_srt_append(r, ch, buf, n) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    ch->done = 1;
+    ch->cached = o.cached_tokens;
+
+    if (ngx_http_srt_match_stop(ctx, ch, before)) {
+        ch->finish = "stop";
+        return NGX_OK;
+    }
+
+    switch (o.finish) {
+
+    case SRT_CHAN_FINISH_STOP:
+        ch->finish = "stop";
+        break;
+
+    case SRT_CHAN_FINISH_LENGTH:
+        ch->finish = "length";
+        break;
+
+    case SRT_CHAN_FINISH_ABORT:
+        ch->finish = "abort";
+        ch->error = 1;
+        ch->errmsg = "the request was aborted by the server";
+        break;
+
+    default:
+        ch->finish = "error";
+        ch->error = 1;
+        {
+            size_t  len = ngx_strlen(o.errmsg);
+            char   *e = ngx_pnalloc(r->pool, len + 1);
+
+            if (e) {
+                ngx_memcpy(e, o.errmsg, len + 1);
+            }
+            ch->errmsg = e ? e : "internal error";
+        }
+        break;
+    }
+
+    return NGX_OK;
+}
+
+
+/* ---- logprobs ---- */
+
+static void
+ngx_http_srt_gen_token(yajl_gen g, ngx_http_srt_model_t *m, int32_t id,
+    ngx_flag_t bytes)
+{
+    char     *text;
+    size_t    len, i;
+    srt_err   err;
+
+    if (srt_tokenizer_decode(m->tok, &id, 1, 0, &text, &len, &err) != SRT_OK) {
+        text = NULL;
+        len = 0;
+    }
+
+    yajl_gen_string(g, (const unsigned char *) (text ? text : ""), len);
+
+    if (bytes) {
+        ngx_http_srt_gen_str(g, "bytes");
+        yajl_gen_array_open(g);
+        for (i = 0; i < len; i++) {
+            yajl_gen_integer(g, (unsigned char) text[i]);
+        }
+        yajl_gen_array_close(g);
+    }
+
+    free(text);
+}
+
+
+static void
+ngx_http_srt_gen_logprobs(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
+    yajl_gen g, ngx_uint_t from, ngx_uint_t to)
+{
+    ngx_uint_t               i, j;
+    ngx_http_srt_logprob_t  *lp;
+
+    ngx_http_srt_gen_str(g, "logprobs");
+
+    if (!ctx->p.logprobs || ch->lp == NULL) {
+        yajl_gen_null(g);
+        return;
+    }
+
+    lp = ch->lp->elts;
+
+    if (ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT) {
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "content");
+        yajl_gen_array_open(g);
+
+        for (i = from; i < to; i++) {
+            yajl_gen_map_open(g);
+            ngx_http_srt_gen_str(g, "token");
+            ngx_http_srt_gen_token(g, ctx->model, lp[i].id, 1);
+            ngx_http_srt_gen_str(g, "logprob");
+            ngx_http_srt_gen_num(g, lp[i].logprob);
+            ngx_http_srt_gen_str(g, "top_logprobs");
+            yajl_gen_array_open(g);
+            for (j = 0; j < lp[i].n_top; j++) {
+                yajl_gen_map_open(g);
+                ngx_http_srt_gen_str(g, "token");
+                ngx_http_srt_gen_token(g, ctx->model, lp[i].top_ids[j], 1);
+                ngx_http_srt_gen_str(g, "logprob");
+                ngx_http_srt_gen_num(g, lp[i].top_lps[j]);
+                yajl_gen_map_close(g);
+            }
+            yajl_gen_array_close(g);
+            yajl_gen_map_close(g);
+        }
+
+        yajl_gen_array_close(g);
+        yajl_gen_map_close(g);
+        return;
+    }
+
+    /* completions: parallel arrays */
+    yajl_gen_map_open(g);
+
+    ngx_http_srt_gen_str(g, "tokens");
+    yajl_gen_array_open(g);
+    for (i = from; i < to; i++) {
+        ngx_http_srt_gen_token(g, ctx->model, lp[i].id, 0);
+    }
+    yajl_gen_array_close(g);
+
+    ngx_http_srt_gen_str(g, "token_logprobs");
+    yajl_gen_array_open(g);
+    for (i = from; i < to; i++) {
+        ngx_http_srt_gen_num(g, lp[i].logprob);
+    }
+    yajl_gen_array_close(g);
+
+    ngx_http_srt_gen_str(g, "top_logprobs");
+    yajl_gen_array_open(g);
+    for (i = from; i < to; i++) {
+        yajl_gen_map_open(g);
+        for (j = 0; j < lp[i].n_top; j++) {
+            ngx_http_srt_gen_token(g, ctx->model, lp[i].top_ids[j], 0);
+            ngx_http_srt_gen_num(g, lp[i].top_lps[j]);
+        }
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+
+    ngx_http_srt_gen_str(g, "text_offset");
+    yajl_gen_array_open(g);
+    for (i = from; i < to; i++) {
+        yajl_gen_integer(g, (long long) lp[i].offset);
+    }
+    yajl_gen_array_close(g);
+
+    yajl_gen_map_close(g);
+}
+
+
+/* ---- output ---- */
+
+static void
+ngx_http_srt_gen_head(ngx_http_srt_ctx_t *ctx, yajl_gen g, const char *object)
+{
+    ngx_http_srt_gen_str(g, "id");
+    ngx_http_srt_gen_str(g, (char *) ctx->id);
+    ngx_http_srt_gen_str(g, "object");
+    ngx_http_srt_gen_str(g, object);
+    ngx_http_srt_gen_str(g, "created");
+    yajl_gen_integer(g, (long long) ctx->created);
+    ngx_http_srt_gen_str(g, "model");
+    ngx_http_srt_gen_ngx_str(g, &ctx->model->name);
+}
+
+
+static void
+ngx_http_srt_gen_usage(ngx_http_srt_ctx_t *ctx, yajl_gen g)
+{
+    ngx_uint_t  i, completion, cached;
+
+    completion = 0;
+    cached = 0;
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        completion += ctx->choices[i].n_tokens;
+        if (ctx->choices[i].cached > cached) {
+            cached = ctx->choices[i].cached;
+        }
+    }
+
+    ngx_http_srt_gen_str(g, "usage");
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "prompt_tokens");
+    yajl_gen_integer(g, (long long) ctx->p.n_prompt);
+    ngx_http_srt_gen_str(g, "completion_tokens");
+    yajl_gen_integer(g, (long long) completion);
+    ngx_http_srt_gen_str(g, "total_tokens");
+    yajl_gen_integer(g, (long long) (ctx->p.n_prompt + completion));
+    ngx_http_srt_gen_str(g, "prompt_tokens_details");
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "cached_tokens");
+    yajl_gen_integer(g, (long long) cached);
+    yajl_gen_map_close(g);
+    yajl_gen_map_close(g);
+}
+
+
+static ngx_int_t
+ngx_http_srt_send_stream_header(ngx_http_srt_ctx_t *ctx)
+{
+    ngx_int_t            rc;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r = ctx->request;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    ngx_http_clear_content_length(r);
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+    h->hash = 1;
+    ngx_str_set(&h->key, "Cache-Control");
+    ngx_str_set(&h->value, "no-cache");
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+    h->hash = 1;
+    ngx_str_set(&h->key, "X-Accel-Buffering");
+    ngx_str_set(&h->value, "no");
+
+    rc = ngx_http_send_header(r);
+    ctx->header_sent = 1;
+
+    r->write_event_handler = ngx_http_srt_write_handler;
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_send_chunk(ngx_http_srt_ctx_t *ctx, yajl_gen g,
+    ngx_chain_t ***last)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    b = ngx_http_srt_gen_buf(ctx->request, g, "data: ", "\n\n");
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl = ngx_alloc_chain_link(ctx->request->pool);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf = b;
+    cl->next = NULL;
+    **last = cl;
+    *last = &cl->next;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
+    ngx_chain_t ***last)
+{
+    size_t                  end;
+    yajl_gen                g;
+    ngx_uint_t              lp_to;
+    ngx_flag_t              chat, send_text, send_finish;
+    ngx_http_srt_choice_t  *ch = &ctx->choices[i];
+
+    chat = (ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT);
+
+    if (chat && !ch->role_sent) {
+        ch->role_sent = 1;
+
+        g = yajl_gen_alloc(NULL);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_head(ctx, g, "chat.completion.chunk");
+        ngx_http_srt_gen_str(g, "choices");
+        yajl_gen_array_open(g);
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "index");
+        yajl_gen_integer(g, (long long) i);
+        ngx_http_srt_gen_str(g, "delta");
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "role");
+        ngx_http_srt_gen_str(g, "assistant");
+        ngx_http_srt_gen_str(g, "content");
+        ngx_http_srt_gen_str(g, "");
+        yajl_gen_map_close(g);
+        ngx_http_srt_gen_str(g, "logprobs");
+        yajl_gen_null(g);
+        ngx_http_srt_gen_str(g, "finish_reason");
+        yajl_gen_null(g);
+        yajl_gen_map_close(g);
+        yajl_gen_array_close(g);
+        yajl_gen_map_close(g);
+
+        if (ngx_http_srt_send_chunk(ctx, g, last) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    end = ngx_http_srt_sendable(ctx, ch);
+    lp_to = ch->lp ? ch->lp->nelts : 0;
+
+    send_text = (end > ch->emitted) || (lp_to > ch->lp_emitted);
+    send_finish = ch->done && !ch->error;
+
+    if (!send_text && !send_finish) {
+        return NGX_OK;
+    }
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_head(ctx, g, chat ? "chat.completion.chunk"
+                                       : "text_completion");
+    ngx_http_srt_gen_str(g, "choices");
+    yajl_gen_array_open(g);
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "index");
+    yajl_gen_integer(g, (long long) i);
+
+    if (chat) {
+        ngx_http_srt_gen_str(g, "delta");
+        yajl_gen_map_open(g);
+        if (end > ch->emitted) {
+            ngx_http_srt_gen_str(g, "content");
+            yajl_gen_string(g, ch->text + ch->emitted, end - ch->emitted);
+        }
+        yajl_gen_map_close(g);
+
+    } else {
+        ngx_http_srt_gen_str(g, "text");
+        yajl_gen_string(g, ch->text + ch->emitted, end - ch->emitted);
+    }
+
+    ngx_http_srt_gen_logprobs(ctx, ch, g, ch->lp_emitted, lp_to);
+
+    ngx_http_srt_gen_str(g, "finish_reason");
+    if (send_finish) {
+        ngx_http_srt_gen_str(g, ch->finish ? ch->finish : "stop");
+    } else {
+        yajl_gen_null(g);
+    }
+
+    yajl_gen_map_close(g);
+    yajl_gen_array_close(g);
+    yajl_gen_map_close(g);
+
+    ch->emitted = end;
+    ch->lp_emitted = lp_to;
+
+    return ngx_http_srt_send_chunk(ctx, g, last);
+}
+
+
+static ngx_int_t
+ngx_http_srt_stream_end(ngx_http_srt_ctx_t *ctx, ngx_chain_t ***last)
+{
+    yajl_gen                g;
+    ngx_buf_t              *b;
+    ngx_uint_t              i;
+    ngx_chain_t            *cl;
+    ngx_http_srt_choice_t  *ch;
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ch = &ctx->choices[i];
+
+        if (!ch->error) {
+            continue;
+        }
+
+        g = yajl_gen_alloc(NULL);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "error");
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "message");
+        ngx_http_srt_gen_str(g, ch->errmsg ? ch->errmsg : "internal error");
+        ngx_http_srt_gen_str(g, "type");
+        ngx_http_srt_gen_str(g, "server_error");
+        ngx_http_srt_gen_str(g, "param");
+        yajl_gen_null(g);
+        ngx_http_srt_gen_str(g, "code");
+        yajl_gen_integer(g, NGX_HTTP_SERVICE_UNAVAILABLE);
+        yajl_gen_map_close(g);
+        yajl_gen_map_close(g);
+
+        if (ngx_http_srt_send_chunk(ctx, g, last) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        break;
+    }
+
+    if (ctx->p.include_usage) {
+        g = yajl_gen_alloc(NULL);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_head(ctx, g,
+                              ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT
+                              ? "chat.completion.chunk" : "text_completion");
+        ngx_http_srt_gen_str(g, "choices");
+        yajl_gen_array_open(g);
+        yajl_gen_array_close(g);
+        ngx_http_srt_gen_usage(ctx, g);
+        yajl_gen_map_close(g);
+
+        if (ngx_http_srt_send_chunk(ctx, g, last) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    b = ngx_calloc_buf(ctx->request->pool);
+    cl = ngx_alloc_chain_link(ctx->request->pool);
+    if (b == NULL || cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = (u_char *) "data: [DONE]\n\n";
+    b->last = b->pos + sizeof("data: [DONE]\n\n") - 1;
+    b->memory = 1;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    cl->buf = b;
+    cl->next = NULL;
+    **last = cl;
+    *last = &cl->next;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
+{
+    yajl_gen                g;
+    ngx_uint_t              i;
+    ngx_flag_t              chat;
+    ngx_http_srt_choice_t  *ch;
+
+    chat = (ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT);
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ch = &ctx->choices[i];
+
+        if (ch->error) {
+            ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                          "srt: request failed: %s", ch->errmsg);
+            return ngx_http_srt_send_error(ctx->request,
+                                           NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
+                                           "generation_failed",
+                                           "Generation failed: %s",
+                                           ch->errmsg);
+        }
+    }
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_head(ctx, g, chat ? "chat.completion" : "text_completion");
+    ngx_http_srt_gen_str(g, "choices");
+    yajl_gen_array_open(g);
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ch = &ctx->choices[i];
+
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "index");
+        yajl_gen_integer(g, (long long) i);
+
+        if (chat) {
+            ngx_http_srt_gen_str(g, "message");
+            yajl_gen_map_open(g);
+            ngx_http_srt_gen_str(g, "role");
+            ngx_http_srt_gen_str(g, "assistant");
+            ngx_http_srt_gen_str(g, "content");
+            yajl_gen_string(g, ch->text ? ch->text : (u_char *) "",
+                            ch->text_len);
+            yajl_gen_map_close(g);
+
+        } else {
+            ngx_http_srt_gen_str(g, "text");
+            yajl_gen_string(g, ch->text ? ch->text : (u_char *) "",
+                            ch->text_len);
+        }
+
+        ngx_http_srt_gen_logprobs(ctx, ch, g, 0, ch->lp ? ch->lp->nelts : 0);
+
+        ngx_http_srt_gen_str(g, "finish_reason");
+        ngx_http_srt_gen_str(g, ch->finish ? ch->finish : "stop");
+        yajl_gen_map_close(g);
+    }
+
+    yajl_gen_array_close(g);
+    ngx_http_srt_gen_usage(ctx, g);
+    yajl_gen_map_close(g);
+
+    return ngx_http_srt_send_json(ctx->request, NGX_HTTP_OK, g);
+}
+
+
+static void
+ngx_http_srt_write_handler(ngx_http_request_t *r)
+{
+    ngx_event_t               *wev;
+    ngx_http_srt_ctx_t        *ctx;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    wev = r->connection->write;
+
+    if (wev->timedout) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, NGX_ETIMEDOUT,
+                      "srt: client timed out");
+        r->connection->timedout = 1;
+
+        ctx = ngx_http_get_module_ctx(r, ngx_http_srt_module);
+        if (ctx) {
+            ctx->aborted = 1;
+        }
+
+        ngx_http_finalize_request(r, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    if (ngx_http_output_filter(r, NULL) == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+        return;
+    }
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (r->connection->buffered) {
+        ngx_add_timer(wev, clcf->send_timeout);
+    } else if (wev->timer_set) {
+        ngx_del_timer(wev);
+    }
+
+    if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+    }
+}
+
+
+ngx_int_t
+ngx_http_srt_pump(ngx_http_srt_ctx_t *ctx)
+{
+    ngx_int_t               rc;
+    ngx_uint_t              i, all_done;
+    ngx_chain_t            *out, **last;
+    ngx_http_request_t     *r;
+    ngx_http_srt_choice_t  *ch;
+
+    r = ctx->request;
+
+    if (ctx->finished) {
+        return NGX_HTTP_SRT_WAIT;
+    }
+
+    if (ctx->id[0] == '\0') {
+        ngx_sprintf(ctx->id, "%s-%08xD%08xD%Z",
+                    ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT ? "chatcmpl"
+                                                            : "cmpl",
+                    (uint32_t) ngx_random(), (uint32_t) ngx_random());
+    }
+
+    all_done = 1;
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ch = &ctx->choices[i];
+
+        if (!ch->done) {
+            if (ngx_http_srt_take_tokens(ctx, ch) != NGX_OK) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            if (ch->done && ch->live) {
+                /* a stop string ends it early: release aborts the rest */
+                srt_chan_release(ctx->model->chan, ch->slot, ch->gen);
+                ch->live = 0;
+            }
+        }
+
+        if (!ch->done) {
+            all_done = 0;
+        }
+    }
+
+    if (!ctx->p.stream) {
+        if (!all_done) {
+            return NGX_HTTP_SRT_WAIT;
+        }
+
+        ctx->finished = 1;
+        return ngx_http_srt_json_response(ctx);
+    }
+
+    /* streaming */
+
+    if (!ctx->header_sent) {
+        for (i = 0; i < ctx->n_choices; i++) {
+            if (ctx->choices[i].error && ctx->choices[i].n_tokens == 0
+                && all_done)
+            {
+                /* nothing sent yet: a plain error response is clearer */
+                ctx->finished = 1;
+                return ngx_http_srt_json_response(ctx);
+            }
+        }
+
+        rc = ngx_http_srt_send_stream_header(ctx);
+        if (rc == NGX_ERROR || rc > NGX_OK) {
+            ctx->finished = 1;
+            return rc;
+        }
+    }
+
+    out = NULL;
+    last = &out;
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        if (ngx_http_srt_stream_choice(ctx, i, &last) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (all_done) {
+        ctx->finished = 1;
+
+        if (ngx_http_srt_stream_end(ctx, &last) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (out == NULL) {
+        return NGX_HTTP_SRT_WAIT;
+    }
+
+    if (!all_done) {
+        for (ngx_chain_t *cl = out; cl; cl = cl->next) {
+            if (cl->next == NULL) {
+                cl->buf->flush = 1;
+            }
+        }
+    }
+
+    rc = ngx_http_output_filter(r, out);
+
+    if (all_done) {
+        return rc;
+    }
+
+    if (rc == NGX_ERROR) {
+        ctx->aborted = 1;
+        ctx->finished = 1;
+        return NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+
+    if (r->connection->buffered) {
+        ngx_http_srt_write_handler(r);
+    }
+
+    return NGX_HTTP_SRT_WAIT;
+}

@@ -1,0 +1,27 @@
+# The nginx module, built out of tree against the system nginx (Debian: nginx-dev) with the
+# package's own configure flags, so the .so is binary-compatible with /usr/sbin/nginx.
+# Nothing is written into the nginx source directory: configure and make use --builddir.
+
+NGX_SRC_DIR ?= /usr/share/nginx/src
+NGX_BUILD   := $(BUILD)/nginx
+NGX_MODULE  := $(NGX_BUILD)/ngx_http_srt_module.so
+NGX_MODULE_SOURCES := config $(wildcard src/ngx/*.c src/ngx/*.h) src/ipc/channel.h
+
+ifneq ($(wildcard $(NGX_SRC_DIR)/configure),)
+EXTRA_ALL += $(NGX_MODULE)
+endif
+
+.PHONY: nginx-module
+nginx-module: $(NGX_MODULE)
+
+$(NGX_BUILD)/Makefile: config src/ngx/part.mk
+	@mkdir -p $(NGX_BUILD)
+	cd $(NGX_SRC_DIR) && bash -c '. ./conf_flags && ./configure "$${NGX_CONF_FLAGS[@]}" \
+	    --with-cc-opt="-g -O2 -fPIC" --with-ld-opt="-fPIC" \
+	    --add-dynamic-module=$(CURDIR) --builddir=$(CURDIR)/$(NGX_BUILD)' > $(CURDIR)/$(NGX_BUILD)/configure.log 2>&1 \
+	    || { tail -30 $(CURDIR)/$(NGX_BUILD)/configure.log; exit 1; }
+
+# nginx's Makefile does not know libsrt.a: relink whenever it or a module source changes.
+$(NGX_MODULE): $(NGX_BUILD)/Makefile $(NGX_MODULE_SOURCES) $(LIBSRT)
+	rm -f $@
+	$(MAKE) -f $(CURDIR)/$(NGX_BUILD)/Makefile -C $(NGX_SRC_DIR) modules
