@@ -119,11 +119,23 @@ def make_bytelevel_variants(out):
         smol = json.load(f)
     vocab, merges = truncated_bpe(smol, VOCAB_CUT)
     n = VOCAB_CUT
+
+    def fix_ids(lst):
+        # an added token whose content is already a vocab token shares its id (as in real files)
+        nxt = n
+        for a in lst:
+            if a["content"] in vocab:
+                a["id"] = vocab[a["content"]]
+            else:
+                a["id"] = nxt
+                nxt += 1
+        return lst
     bl_dec = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
 
     qwen_added = [added(n, "<|endoftext|>"), added(n + 1, "<|im_start|>"), added(n + 2, "<|im_end|>"),
                   added(n + 3, "<tool_call>", special=False), added(n + 4, "</tool_call>", special=False),
                   added(n + 5, "<|fim_prefix|>"), added(n + 6, "<think>", special=False)]
+    fix_ids(qwen_added)
     qwen = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": qwen_added,
             "normalizer": {"type": "NFC"},
             "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
@@ -142,6 +154,7 @@ def make_bytelevel_variants(out):
                 added(n + 2, "<|start_header_id|>"), added(n + 3, "<|end_header_id|>"),
                 added(n + 4, "<|eot_id|>")] + \
                [added(n + 5 + i, "<|reserved_special_token_%d|>" % i) for i in range(8)]
+    fix_ids(l3_added)
     llama3 = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": l3_added,
               "normalizer": None,
               "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
@@ -156,7 +169,7 @@ def make_bytelevel_variants(out):
                             {"Sequence": {"id": "A", "type_id": 0}},
                             {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
                             {"Sequence": {"id": "B", "type_id": 1}}],
-                   "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [n],
+                   "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [l3_added[0]["id"]],
                                                             "tokens": ["<|begin_of_text|>"]}}}]},
               "decoder": bl_dec,
               "model": bpe_model(vocab, merges, ignore_merges=True)}
@@ -167,7 +180,7 @@ def make_bytelevel_variants(out):
 
     # GPT-2 layout: regex inside ByteLevel, prefix space, merges in the "a b" string form.
     gpt2 = {"version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [added(n, "<|endoftext|>")],
+            "added_tokens": fix_ids([added(n, "<|endoftext|>")]),
             "normalizer": None,
             "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
                               "use_regex": True},

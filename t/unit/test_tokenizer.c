@@ -1,0 +1,403 @@
+/* Tokenizer golden test: every fixture tokenizer (t/fixtures/tokenizers/<name>/) must give HF tokenizers'
+ * ids on the whole corpus (with and without special-token parsing, with the post-processor), HF's decode,
+ * and a streaming detokenizer that equals the full decode and never splits a UTF-8 character.
+ * The SmolLM2 GGUF (scripts/fetch-model.sh) must give the same ids as its tokenizer.json. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srt/tokenizer.h"
+#include "tap.h"
+
+#define FIX "t/fixtures/tokenizers"
+
+typedef struct str {
+    char *p;
+    size_t n;
+} str;
+
+typedef struct ivec {
+    int32_t *v;
+    size_t n;
+} ivec;
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    rewind(f);
+    char *p = malloc((size_t)sz + 1);
+    if (p && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        p[sz] = 0;
+        *n = (size_t)sz;
+    }
+    return p;
+}
+
+static void put_utf8(str *s, uint32_t cp)
+{
+    char *o = s->p + s->n;
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        s->n += 1;
+    } else if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        s->n += 2;
+    } else if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        s->n += 3;
+    } else {
+        o[0] = (char)(0xF0 | (cp >> 18));
+        o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[3] = (char)(0x80 | (cp & 0x3F));
+        s->n += 4;
+    }
+}
+
+/* Decodes one JSON string literal at p (which points at the opening quote). */
+static int json_string(const char *p, const char *end, str *out)
+{
+    if (p >= end || *p != '"')
+        return -1;
+    p++;
+    out->p = malloc((size_t)(end - p) + 4);
+    out->n = 0;
+    while (p < end && *p != '"') {
+        if (*p != '\\') {
+            out->p[out->n++] = *p++;
+            continue;
+        }
+        p++;
+        char c = *p++;
+        switch (c) {
+        case 'n': out->p[out->n++] = '\n'; break;
+        case 't': out->p[out->n++] = '\t'; break;
+        case 'r': out->p[out->n++] = '\r'; break;
+        case 'b': out->p[out->n++] = '\b'; break;
+        case 'f': out->p[out->n++] = '\f'; break;
+        case 'u': {
+            uint32_t cp = (uint32_t)strtoul((char[]){p[0], p[1], p[2], p[3], 0}, NULL, 16);
+            p += 4;
+            if (cp >= 0xD800 && cp < 0xDC00 && p[0] == '\\' && p[1] == 'u') {
+                uint32_t lo = (uint32_t)strtoul((char[]){p[2], p[3], p[4], p[5], 0}, NULL, 16);
+                p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            put_utf8(out, cp);
+            break;
+        }
+        default: out->p[out->n++] = c; break;
+        }
+    }
+    out->p[out->n] = 0;
+    return 0;
+}
+
+static void parse_ids(const char *a, const char *b, ivec *v)
+{
+    v->v = malloc(sizeof(int32_t) * ((size_t)(b - a) / 2 + 2));
+    v->n = 0;
+    while (a < b) {
+        char *e;
+        long x = strtol(a, &e, 10);
+        if (e == a)
+            break;
+        v->v[v->n++] = (int32_t)x;
+        a = e;
+    }
+}
+
+static int ivec_eq(const int32_t *a, size_t na, const ivec *b)
+{
+    return na == b->n && (na == 0 || memcmp(a, b->v, na * sizeof(int32_t)) == 0);
+}
+
+static str *corpus;
+static size_t n_corpus;
+
+static void load_corpus(void)
+{
+    size_t n;
+    char *buf = slurp(FIX "/corpus.txt", &n);
+    if (!buf) {
+        ok(0, "read %s", FIX "/corpus.txt");
+        return;
+    }
+    corpus = calloc(4096, sizeof(str));
+    for (char *p = buf; p < buf + n && n_corpus < 4096;) {
+        char *e = memchr(p, '\n', (size_t)(buf + n - p));
+        if (!e)
+            e = buf + n;
+        json_string(p, e, &corpus[n_corpus++]);
+        p = e + 1;
+    }
+    free(buf);
+    ok(n_corpus >= 2000, "corpus has %zu strings (>= 2000)", n_corpus);
+}
+
+static int valid_utf8(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!l || i + l > n)
+            return 0;
+        for (size_t k = 1; k < l; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += l;
+    }
+    return 1;
+}
+
+static void show_diff(const char *what, size_t line, const int32_t *got, size_t ng, const ivec *want)
+{
+    char g[256] = "", w[256] = "";
+    for (size_t i = 0, o = 0; i < ng && o < 200; i++)
+        o += (size_t)snprintf(g + o, sizeof(g) - o, "%d ", got[i]);
+    for (size_t i = 0, o = 0; i < want->n && o < 200; i++)
+        o += (size_t)snprintf(w + o, sizeof(w) - o, "%d ", want->v[i]);
+    tap_diag("  %s line %zu (%.60s): got [%s] want [%s]", what, line + 1, corpus[line].p, g, w);
+}
+
+/* Checks one tokenizer against <name>/ids.txt. */
+static void check_tokenizer(const char *name, srt_tokenizer *tok, int lossless)
+{
+    char path[512];
+    snprintf(path, sizeof(path), FIX "/%s/ids.txt", name);
+    size_t n;
+    char *buf = slurp(path, &n);
+    if (!ok(buf != NULL, "%s: read %s", name, path))
+        return;
+    size_t line = 0, bad[4] = {0, 0, 0, 0}, bad_dec = 0, bad_stream = 0, bad_lossless = 0, shown = 0, n_lossless = 0;
+    size_t cap = srt_detok_max_out(tok);
+    char *chunk = malloc(cap);
+    srt_err err;
+    for (char *p = buf; p < buf + n && line < n_corpus; line++) {
+        char *e = memchr(p, '\n', (size_t)(buf + n - p));
+        if (!e)
+            e = buf + n;
+        char *f[4];
+        f[0] = p;
+        char *q = p;
+        for (int k = 1; k < 4; k++) {
+            q = memchr(q, '|', (size_t)(e - q));
+            f[k] = ++q;
+        }
+        ivec want[3];
+        parse_ids(f[0], f[1] - 1, &want[0]);
+        for (int k = 1; k < 3; k++) {
+            if (*f[k] == '=')
+                parse_ids(f[0], f[1] - 1, &want[k]);
+            else
+                parse_ids(f[k], f[k + 1] - 1, &want[k]);
+        }
+        str want_dec;
+        if (*f[3] == '=') {
+            want_dec.p = malloc(corpus[line].n + 1);
+            memcpy(want_dec.p, corpus[line].p, corpus[line].n + 1);
+            want_dec.n = corpus[line].n;
+        } else {
+            json_string(f[3], e, &want_dec);
+        }
+        const str *s = &corpus[line];
+        static const unsigned flags[3] = {SRT_TOK_PARSE_SPECIAL, 0, SRT_TOK_PARSE_SPECIAL | SRT_TOK_ADD_SPECIAL};
+        int32_t *ids[3] = {NULL, NULL, NULL};
+        size_t nid[3] = {0, 0, 0};
+        for (int k = 0; k < 3; k++) {
+            if (srt_tokenizer_encode_alloc(tok, s->p, s->n, flags[k], &ids[k], &nid[k], &err)) {
+                tap_diag("  %s line %zu: encode failed: %s", name, line + 1, err.msg);
+                bad[k]++;
+                continue;
+            }
+            if (!ivec_eq(ids[k], nid[k], &want[k])) {
+                bad[k]++;
+                if (shown++ < 5)
+                    show_diff(k == 0 ? "special" : k == 1 ? "plain" : "add_special", line, ids[k], nid[k], &want[k]);
+            }
+        }
+        /* decode and stream the reference ids (so decoding is tested even where encoding fails) */
+        char *dec = NULL;
+        size_t dlen = 0;
+        if (srt_tokenizer_decode(tok, want[0].v, want[0].n, 0, &dec, &dlen, &err)) {
+            bad_dec++;
+            tap_diag("  %s line %zu: decode failed: %s", name, line + 1, err.msg);
+        } else if (dlen != want_dec.n || memcmp(dec, want_dec.p, dlen)) {
+            if (bad_dec++ < 3)
+                tap_diag("  %s line %zu: decode got \"%.*s\" want \"%s\"", name, line + 1, (int)dlen, dec, want_dec.p);
+        }
+        if (*f[3] == '=') {
+            n_lossless++;
+            if (!dec || dlen != s->n || memcmp(dec, s->p, dlen))
+                bad_lossless++;
+        } else if (lossless) {
+            bad_lossless++; /* HF itself does not round-trip: the fixture says this tokenizer is lossy */
+        }
+        srt_detok d;
+        srt_detok_init(&d, tok, 0);
+        char *acc = malloc(dlen + cap * 2 + 16);
+        size_t alen = 0;
+        int stream_ok = 1;
+        for (size_t i = 0; i <= want[0].n && stream_ok; i++) {
+            size_t k = 0;
+            int rc = i < want[0].n ? srt_detok_push(&d, want[0].v[i], chunk, cap, &k, &err)
+                                   : srt_detok_flush(&d, chunk, cap, &k, &err);
+            if (rc || !valid_utf8(chunk, k) || alen + k > dlen + cap) {
+                stream_ok = 0;
+                break;
+            }
+            memcpy(acc + alen, chunk, k);
+            alen += k;
+        }
+        if (!stream_ok || !dec || alen != dlen || memcmp(acc, dec, dlen))
+            bad_stream++;
+        free(acc);
+        free(dec);
+        free(want_dec.p);
+        for (int k = 0; k < 3; k++) {
+            free(ids[k]);
+            free(want[k].v);
+        }
+        p = e + 1;
+    }
+    is_int(line, n_corpus, "%s: ids.txt has one line per corpus string", name);
+    is_int(bad[0], 0, "%s: ids with special tokens parsed match HF on %zu strings (%zu mismatches)", name, line, bad[0]);
+    is_int(bad[1], 0, "%s: ids with special tokens as text match HF (%zu mismatches)", name, bad[1]);
+    is_int(bad[2], 0, "%s: ids with the post-processor match HF (%zu mismatches)", name, bad[2]);
+    is_int(bad_dec, 0, "%s: decode matches HF decode (%zu mismatches)", name, bad_dec);
+    is_int(bad_stream, 0, "%s: streaming detokenizer equals full decode, chunks valid UTF-8 (%zu mismatches)", name,
+           bad_stream);
+    is_int(bad_lossless, 0, "%s: decode(encode(x)) == x on the %zu strings HF round-trips%s (%zu failures)", name,
+           n_lossless, lossless ? ", which must be all" : "", bad_lossless);
+    free(chunk);
+    free(buf);
+}
+
+static srt_tokenizer *load(const char *name)
+{
+    char tj[512], cfg[512];
+    snprintf(tj, sizeof(tj), FIX "/%s/tokenizer.json", name);
+    snprintf(cfg, sizeof(cfg), FIX "/%s/tokenizer_config.json", name);
+    srt_tokenizer *tok = NULL;
+    srt_err err = {{0}};
+    int rc = srt_tokenizer_load_json(tj, cfg, &tok, &err);
+    if (!ok(rc == SRT_OK, "%s: load tokenizer.json + tokenizer_config.json", name))
+        tap_diag("  %s", err.msg);
+    return tok;
+}
+
+static void check_specials(void)
+{
+    srt_tokenizer *t = load("smollm2");
+    if (!t)
+        return;
+    ok(srt_tokenizer_bos_token(t) && !strcmp(srt_tokenizer_bos_token(t), "<|im_start|>"), "smollm2: bos_token string");
+    ok(srt_tokenizer_eos_token(t) && !strcmp(srt_tokenizer_eos_token(t), "<|im_end|>"), "smollm2: eos_token string");
+    is_int(srt_tokenizer_bos_id(t), 1, "smollm2: bos id");
+    is_int(srt_tokenizer_eos_id(t), 2, "smollm2: eos id");
+    is_int(srt_tokenizer_pad_id(t), 2, "smollm2: pad id");
+    is_int(srt_tokenizer_adds_bos(t), 0, "smollm2: no BOS added");
+    ok(srt_tokenizer_chat_template(t) && strstr(srt_tokenizer_chat_template(t), "<|im_start|>"),
+       "smollm2: chat_template from tokenizer_config.json");
+    is_int(srt_tokenizer_vocab_size(t), 49152, "smollm2: vocab size");
+    is_int(srt_tokenizer_token_id(t, "<|im_end|>", 10), 2, "smollm2: token_id of <|im_end|>");
+    size_t l;
+    const char *s = srt_tokenizer_token_str(t, 2, &l);
+    ok(s && l == 10 && !memcmp(s, "<|im_end|>", 10), "smollm2: token_str(2)");
+    ok(srt_tokenizer_is_special(t, 2) && !srt_tokenizer_is_special(t, 100), "smollm2: is_special");
+    /* skip_special_tokens */
+    int32_t ids[64];
+    size_t n;
+    srt_err err;
+    const char *txt = "<|im_start|>user\nHi<|im_end|>";
+    srt_tokenizer_encode(t, txt, strlen(txt), SRT_TOK_PARSE_SPECIAL, ids, 64, &n, &err);
+    char *out;
+    size_t len;
+    srt_tokenizer_decode(t, ids, n, SRT_DETOK_SKIP_SPECIAL, &out, &len, &err);
+    ok(len == 7 && !memcmp(out, "user\nHi", 7), "smollm2: decode with skip_special_tokens drops the special tokens");
+    free(out);
+    is_int(srt_tokenizer_encode(t, txt, strlen(txt), SRT_TOK_PARSE_SPECIAL, ids, 2, &n, &err), SRT_ERROR,
+           "encode into a too-small buffer fails");
+    ok(n > 2 && strstr(err.msg, "needs"), "... and reports the size needed (%zu): %s", n, err.msg);
+    /* a partial UTF-8 character is held back: "é" is 2 bytes in one token or two */
+    srt_detok d;
+    srt_detok_init(&d, t, 0);
+    char buf[4096];
+    size_t k;
+    int32_t eur[16];
+    size_t ne;
+    srt_tokenizer_encode(t, "\xe2\x82\xac", 3, 0, eur, 16, &ne, &err); /* € */
+    int held = 1;
+    for (size_t i = 0; i + 1 < ne; i++) {
+        srt_detok_push(&d, eur[i], buf, sizeof(buf), &k, &err);
+        held &= k == 0;
+    }
+    srt_detok_push(&d, eur[ne - 1], buf, sizeof(buf), &k, &err);
+    ok(held && k == 3 && !memcmp(buf, "\xe2\x82\xac", 3), "detok holds a partial character (%zu tokens for €)", ne);
+    srt_detok_init(&d, t, 0);
+    srt_detok_push(&d, eur[0], buf, sizeof(buf), &k, &err);
+    srt_detok_flush(&d, buf, sizeof(buf), &k, &err);
+    ok(ne < 2 || (k == 3 && !memcmp(buf, "\xef\xbf\xbd", 3)), "flush turns a dangling partial character into U+FFFD");
+    is_int(srt_detok_push(&d, 999999, buf, sizeof(buf), &k, &err), SRT_ERROR, "detok rejects an unknown id");
+    is_int(srt_tokenizer_encode(t, "\xff\xfe", 2, 0, ids, 64, &n, &err), SRT_ERROR, "encode rejects invalid UTF-8");
+    srt_tokenizer_free(t);
+}
+
+static void check_gguf(void)
+{
+    const char *dir = getenv("SRT_MODEL_DIR") ? getenv("SRT_MODEL_DIR") : ".cache/models";
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        const char *req = getenv("SRT_REQUIRE_MODELS");
+        if (req && !strcmp(req, "1"))
+            ok(0, "model %s is present (SRT_REQUIRE_MODELS=1); run scripts/fetch-model.sh", path);
+        else
+            tap_diag("%s not present: GGUF tokenizer test not run (set SRT_REQUIRE_MODELS=1 to fail)", path);
+        return;
+    }
+    fclose(f);
+    srt_tokenizer *tok = NULL;
+    srt_err err = {{0}};
+    if (!ok(srt_tokenizer_from_gguf(path, &tok, &err) == SRT_OK, "load the SmolLM2 tokenizer from GGUF metadata"))
+        tap_diag("  %s", err.msg);
+    if (!tok)
+        return;
+    is_int(srt_tokenizer_bos_id(tok), 1, "gguf: bos id");
+    is_int(srt_tokenizer_eos_id(tok), 2, "gguf: eos id");
+    ok(srt_tokenizer_chat_template(tok) != NULL, "gguf: chat template");
+    check_tokenizer("smollm2", tok, 1);
+    srt_tokenizer_free(tok);
+}
+
+int main(void)
+{
+    load_corpus();
+    static const struct {
+        const char *name;
+        int lossless;
+    } fx[] = {{"smollm2", 1}, {"qwen2", 0}, {"llama3", 1}, {"gpt2", 0}, {"spm", 0}, {"mistral", 0}};
+    for (size_t i = 0; i < sizeof(fx) / sizeof(fx[0]); i++) {
+        srt_tokenizer *t = load(fx[i].name);
+        if (t)
+            check_tokenizer(fx[i].name, t, fx[i].lossless);
+        srt_tokenizer_free(t);
+    }
+    check_specials();
+    check_gguf();
+    return tap_done();
+}
