@@ -212,7 +212,7 @@ INLINE float dot_q6_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
 DEFINE_TILE_K(tile_q4_k, dot_q4_k)
 DEFINE_TILE_K(tile_q6_k, dot_q6_k)
 
-/* ---- float weights: 8-wide FMA, 4 rows share each activation load ---- */
+/* ---- float weights: 8-wide FMA over tiles of rows x tokens ---- */
 
 INLINE __m256 load8(srt_dtype t, const uint8_t *row, int64_t c)
 {
@@ -232,39 +232,63 @@ INLINE float elem(srt_dtype t, const uint8_t *row, int64_t c)
     return t == SRT_F16 ? srt_f16_to_f32(h) : srt_bf16_to_f32(h);
 }
 
-INLINE void kern_f(srt_dtype dt, int R, const uint8_t *w, size_t stride, const float *x,
-                   int64_t cols, float *y)
+INLINE void kern_f(srt_dtype dt, int R, int T, const uint8_t *w, size_t stride, const float *x,
+                   int64_t ldx, int64_t cols, float *y, int64_t ldy)
 {
-    __m256 acc[4];
+    __m256 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        acc[r] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
     int64_t c = 0;
     for (; c + 8 <= cols; c += 8) {
-        __m256 xv = _mm256_loadu_ps(x + c);
+        __m256 wv[4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            acc[r] = _mm256_fmadd_ps(load8(dt, w + r * stride, c), xv, acc[r]);
+            wv[r] = load8(dt, w + r * stride, c);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m256 xv = _mm256_loadu_ps(x + t * ldx + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        float v = hsum8(acc[r]);
-        for (int64_t k = c; k < cols; k++)
-            v += elem(dt, w + r * stride, k) * x[k];
-        y[r] = v;
-    }
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float v = hsum8(acc[r][t]);
+            for (int64_t k = c; k < cols; k++)
+                v += elem(dt, w + r * stride, k) * x[t * ldx + k];
+            y[t * ldy + r] = v;
+        }
 }
 
+/* 4 rows x 2 tokens share each converted weight vector and each activation load. */
 #define DEFINE_TILE_F(name, dt)                                                                \
     TGT static void name(const uint8_t *w, size_t stride, int nr, const float *x, int64_t ldx, \
                          int64_t cols, int nt, float *y, int64_t ldy)                          \
     {                                                                                          \
-        for (int t = 0; t < nt; t++) {                                                         \
+        int t = 0;                                                                             \
+        for (; t + 2 <= nt; t += 2) {                                                          \
             int r = 0;                                                                         \
             for (; r + 4 <= nr; r += 4)                                                        \
-                kern_f(dt, 4, w + r * stride, stride, x + t * ldx, cols, y + t * ldy + r);     \
+                kern_f(dt, 4, 2, w + r * stride, stride, x + t * ldx, ldx, cols,             \
+                       y + t * ldy + r, ldy);                                                  \
             for (; r < nr; r++)                                                                \
-                kern_f(dt, 1, w + r * stride, stride, x + t * ldx, cols, y + t * ldy + r);     \
+                kern_f(dt, 1, 2, w + r * stride, stride, x + t * ldx, ldx, cols,             \
+                       y + t * ldy + r, ldy);                                                  \
+        }                                                                                      \
+        for (; t < nt; t++) {                                                                  \
+            int r = 0;                                                                         \
+            for (; r + 4 <= nr; r += 4)                                                        \
+                kern_f(dt, 4, 1, w + r * stride, stride, x + t * ldx, ldx, cols,               \
+                       y + t * ldy + r, ldy);                                                  \
+            for (; r < nr; r++)                                                                \
+                kern_f(dt, 1, 1, w + r * stride, stride, x + t * ldx, ldx, cols,               \
+                       y + t * ldy + r, ldy);                                                  \
         }                                                                                      \
     }
 

@@ -188,7 +188,7 @@ DEFINE_TILE(tile_q4_0, FMT_Q4_0)
 DEFINE_TILE(tile_q4_1, FMT_Q4_1)
 DEFINE_TILE(tile_q8_0, FMT_Q8_0)
 
-/* ---- float weights: 16-wide FMA, 4 rows share each activation load ---- */
+/* ---- float weights: 16-wide FMA over tiles of rows x tokens ---- */
 
 INLINE __m512 load16(srt_dtype t, const uint8_t *row, int64_t c)
 {
@@ -208,39 +208,63 @@ INLINE float elem(srt_dtype t, const uint8_t *row, int64_t c)
     return t == SRT_F16 ? srt_f16_to_f32(h) : srt_bf16_to_f32(h);
 }
 
-INLINE void kern_f(srt_dtype dt, int R, const uint8_t *w, size_t stride, const float *x,
-                   int64_t cols, float *y)
+INLINE void kern_f(srt_dtype dt, int R, int T, const uint8_t *w, size_t stride, const float *x,
+                   int64_t ldx, int64_t cols, float *y, int64_t ldy)
 {
-    __m512 acc[4];
+    __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        acc[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 16 <= cols; c += 16) {
-        __m512 xv = _mm512_loadu_ps(x + c);
+        __m512 wv[4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            acc[r] = _mm512_fmadd_ps(load16(dt, w + r * stride, c), xv, acc[r]);
+            wv[r] = load16(dt, w + r * stride, c);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m512 xv = _mm512_loadu_ps(x + t * ldx + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        float v = _mm512_reduce_add_ps(acc[r]);
-        for (int64_t k = c; k < cols; k++)
-            v += elem(dt, w + r * stride, k) * x[k];
-        y[r] = v;
-    }
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float v = _mm512_reduce_add_ps(acc[r][t]);
+            for (int64_t k = c; k < cols; k++)
+                v += elem(dt, w + r * stride, k) * x[t * ldx + k];
+            y[t * ldy + r] = v;
+        }
 }
 
+/* 4 rows x 4 tokens share each converted weight vector and each activation load. */
 #define DEFINE_TILE_F(name, dt)                                                                \
     TGT static void name(const uint8_t *w, size_t stride, int nr, const float *x, int64_t ldx, \
                          int64_t cols, int nt, float *y, int64_t ldy)                          \
     {                                                                                          \
-        for (int t = 0; t < nt; t++) {                                                         \
+        int t = 0;                                                                             \
+        for (; t + 4 <= nt; t += 4) {                                                          \
             int r = 0;                                                                         \
             for (; r + 4 <= nr; r += 4)                                                        \
-                kern_f(dt, 4, w + r * stride, stride, x + t * ldx, cols, y + t * ldy + r);     \
+                kern_f(dt, 4, 4, w + r * stride, stride, x + t * ldx, ldx, cols,             \
+                       y + t * ldy + r, ldy);                                                  \
             for (; r < nr; r++)                                                                \
-                kern_f(dt, 1, w + r * stride, stride, x + t * ldx, cols, y + t * ldy + r);     \
+                kern_f(dt, 1, 4, w + r * stride, stride, x + t * ldx, ldx, cols,             \
+                       y + t * ldy + r, ldy);                                                  \
+        }                                                                                      \
+        for (; t < nt; t++) {                                                                  \
+            int r = 0;                                                                         \
+            for (; r + 4 <= nr; r += 4)                                                        \
+                kern_f(dt, 4, 1, w + r * stride, stride, x + t * ldx, ldx, cols,               \
+                       y + t * ldy + r, ldy);                                                  \
+            for (; r < nr; r++)                                                                \
+                kern_f(dt, 1, 1, w + r * stride, stride, x + t * ldx, ldx, cols,               \
+                       y + t * ldy + r, ldy);                                                  \
         }                                                                                      \
     }
 
