@@ -1,3 +1,4 @@
 ENGINE_SRCS += src/sched/sched.c src/sched/serve.c
 UNIT_TESTS  += $(BUILD)/t/test_sched
 UNIT_TESTS  += $(BUILD)/t/test_sched_model
+UNIT_TESTS  += $(BUILD)/t/test_sched_serve
