@@ -604,6 +604,19 @@ static void test_metrics(void)
         sum += m.ttft.count[b];
     is_int(sum, 5, "histogram buckets add up");
     is_int(m.kv_cached_tokens, m.kv_used_tokens, "at rest, used KV is the cache");
+    static char text[16384];
+    size_t len = srt_sched_metrics_prometheus(&m, "tiny \"q\"", text, sizeof text);
+    ok(len > 0 && len < sizeof text && strlen(text) == len, "prometheus text rendered (%zu bytes)", len);
+    ok(strstr(text, "srt:num_running_reqs{model_name=\"tiny \\\"q\\\"\"} 0\n") != NULL, "gauge with an escaped label");
+    char want[128];
+    snprintf(want, sizeof want, "srt:generation_tokens_total{model_name=\"tiny \\\"q\\\"\"} 30\n");
+    ok(strstr(text, want) != NULL, "counter value");
+    ok(strstr(text, "srt:time_to_first_token_seconds_bucket{model_name=\"tiny \\\"q\\\"\",le=\"+Inf\"} 5\n") &&
+       strstr(text, "srt:inter_token_latency_seconds_count{model_name=\"tiny \\\"q\\\"\"} 25\n") &&
+       strstr(text, "# TYPE srt:e2e_request_latency_seconds histogram\n"), "histograms: cumulative +Inf bucket and count");
+    char small[64];
+    size_t len2 = srt_sched_metrics_prometheus(&m, "tiny \"q\"", small, sizeof small);
+    ok(len2 == len && strlen(small) == sizeof small - 1, "truncated output reports the full length");
     rig_free(g);
     free(g);
 }

@@ -105,6 +105,12 @@ typedef struct srt_sched_metrics {
     srt_sched_hist e2e;
 } srt_sched_metrics;
 
+/* Prometheus text exposition (srt:num_running_reqs, srt:token_usage, srt:cache_hit_rate,
+ * srt:time_to_first_token_seconds histogram, ...) with a model_name label. Writes at most
+ * cap bytes (NUL-terminated when cap > 0) and returns the full length, like snprintf. */
+size_t srt_sched_metrics_prometheus(const srt_sched_metrics *m, const char *model_name,
+                                    char *buf, size_t cap);
+
 typedef struct srt_sched srt_sched;
 
 int  srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runner,
