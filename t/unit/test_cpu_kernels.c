@@ -470,6 +470,14 @@ static void probe_task(void *arg, int ith, int nth)
     p->nth_seen = nth;
 }
 
+typedef struct { srt_threadpool *tp; pool_probe inner[64]; } nest_probe;
+
+static void nested_task(void *arg, int ith, int nth)
+{
+    nest_probe *n = arg;
+    srt_threadpool_run(n->tp, probe_task, &n->inner[ith]);
+}
+
 static void test_threadpool(void)
 {
     for (int n = 1; n <= 4; n += 3) {
@@ -489,6 +497,19 @@ static void test_threadpool(void)
         is_int(p.nth_seen, n, "nth passed through");
         srt_threadpool_free(tp);
     }
+    srt_threadpool *np = srt_threadpool_create(3);
+    static nest_probe nest;
+    memset(&nest, 0, sizeof(nest));
+    nest.tp = np;
+    srt_threadpool_run(np, nested_task, &nest);
+    int nested_ok = 1;
+    for (int k = 0; k < 3; k++)
+        nested_ok &= nest.inner[k].hits[0] == 1 && nest.inner[k].nth_seen == 1;
+    ok(nested_ok, "a run inside a task of the same pool runs inline");
+    srt_threadpool_run(np, probe_task, &nest.inner[10]);
+    ok(nest.inner[10].nth_seen == 3, "the pool is usable after a nested run");
+    srt_threadpool_free(np);
+
     srt_threadpool *tp = srt_threadpool_create(0);
     ok(tp && srt_threadpool_size(tp) >= 1, "pool of all cores (%d)", srt_threadpool_size(tp));
     srt_threadpool_free(tp);

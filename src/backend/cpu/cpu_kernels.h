@@ -17,7 +17,9 @@ typedef struct srt_threadpool srt_threadpool;
 srt_threadpool *srt_threadpool_create(int n_threads);   /* n_threads <= 0: all online cores */
 void            srt_threadpool_free(srt_threadpool *tp);
 int             srt_threadpool_size(const srt_threadpool *tp);
-/* Runs fn(arg, ith, nth) for ith in [0, nth) across the pool and returns when all are done. */
+/* Runs fn(arg, ith, nth) for ith in [0, nth) across the pool and returns when all are done.
+ * One caller thread at a time. Called from inside a task of the same pool it runs
+ * fn(arg, 0, 1) inline (nested kernels are serial, never a deadlock). */
 void            srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int nth),
                                    void *arg);
 

@@ -77,6 +77,10 @@ static int spin_until_changed(_Atomic uint32_t *word, uint32_t seen, long spin_n
     }
 }
 
+/* The pool whose task this thread is running, so a task that itself calls
+ * srt_threadpool_run (a kernel inside a kernel) runs it inline instead of deadlocking. */
+static _Thread_local srt_threadpool *running_in;
+
 typedef struct { srt_threadpool *tp; int ith; } worker_arg;
 
 static void *worker_main(void *p)
@@ -84,6 +88,7 @@ static void *worker_main(void *p)
     srt_threadpool *tp = ((worker_arg *)p)->tp;
     int ith = ((worker_arg *)p)->ith;
     free(p);
+    running_in = tp;
     uint32_t seen = 0;
     for (;;) {
         if (!spin_until_changed(&tp->gen, seen, tp->spin_ns)) {
@@ -161,7 +166,7 @@ int srt_threadpool_size(const srt_threadpool *tp)
 
 void srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int nth), void *arg)
 {
-    if (!tp || tp->n_threads == 1) {
+    if (!tp || tp->n_threads == 1 || running_in == tp) {
         fn(arg, 0, 1);
         return;
     }
@@ -172,7 +177,9 @@ void srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int n
     if (atomic_load(&tp->sleepers) > 0)
         futex(&tp->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
 
+    running_in = tp;
     fn(arg, 0, tp->n_threads);
+    running_in = NULL;
 
     for (;;) {
         uint32_t left = atomic_load_explicit(&tp->pending, memory_order_acquire);
