@@ -20,7 +20,7 @@ static int inputs_unchanged_shape(const srt_module_args *before, const srt_modul
     return 1;
 }
 
-static int run_pre_hook(const struct srt_module_hooks *h, const srt_hook_slot *s,
+static __attribute__((noinline)) int run_pre_hook(const struct srt_module_hooks *h, const srt_hook_slot *s,
                         srt_hook_call *call, srt_module_args *a)
 {
     srt_module_args before = *a;
@@ -80,54 +80,30 @@ static int apply_replacement(const struct srt_module_hooks *h, const srt_hook_sl
     return SRT_ERROR;
 }
 
-int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn fn,
-                       void *self, srt_module_args *args, srt_tensor_view *output)
+static int run_post_hooks(const srt_module *m, const struct srt_module_hooks *h,
+                          srt_hook_call *call, srt_module_args *a, srt_tensor_view *output,
+                          int rc)
 {
-    const struct srt_module_hooks *h = m->hooks;
-    srt_module_args a;
-    srt_hook_call call;
-    int rc = SRT_OK;
-    int i;
-
-    if (h == NULL)
-        return fn(self, batch, args, output);
-
-    /* A private copy: input replacements made by pre-hooks apply to this call only. */
-    a = *args;
-    memset(&call, 0, sizeof call);
-    call.struct_size = sizeof call;
-    call.module = &m->info;
-    call.batch = batch;
-
-    call.is_pre = 1;
-    for (i = 0; i < h->n_pre; i++) {
-        if (run_pre_hook(h, &h->pre[i], &call, &a) != SRT_OK) {
-            rc = SRT_ERROR;
-            break;
-        }
-    }
-
-    if (rc == SRT_OK)
-        rc = fn(self, batch, &a, output) == SRT_OK ? SRT_OK : SRT_ERROR;
-
-    call.is_pre = 0;
-    for (i = 0; i < h->n_post; i++) {
+    call->is_pre = 0;
+    for (int i = 0; i < h->n_post; i++) {
         const srt_hook_slot *s = &h->post[i];
         srt_tensor_view repl;
-        int saved_kwargs = a.n_kwargs, hrc;
+        int32_t saved_kwargs = a->n_kwargs;
+        int hrc;
 
         if (rc != SRT_OK && !s->always_call)
             continue;
-        memset(&repl, 0, sizeof repl);
-        call.forward_status = rc;
-        call.spec_name = s->spec_name;
-        call.handle_id = s->id;
-        call.is_global = s->is_global;
-        call.host = s->host;
+        repl.data = NULL;
+        call->forward_status = rc;
+        call->spec_name = s->spec_name;
+        call->handle_id = s->id;
+        call->is_global = s->is_global;
+        call->host = s->host;
+        /* Hidden for the call only (the args may be the caller's). */
         if (!s->with_kwargs)
-            a.n_kwargs = 0;
-        hrc = s->hook->forward(s->hook, &call, &a, output, &repl);
-        a.n_kwargs = saved_kwargs;
+            a->n_kwargs = 0;
+        hrc = s->hook->forward(s->hook, call, a, output, &repl);
+        a->n_kwargs = saved_kwargs;
         if (hrc < 0) {
             srt_log(SRT_LOG_ERROR, "forward hook '%s' (id %lld) failed on %s",
                     s->spec_name, (long long)s->id, m->info.name);
@@ -138,4 +114,50 @@ int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn 
         }
     }
     return rc;
+}
+
+/* With pre-hooks: they work on a private copy of the args, so input replacements apply to
+ * this call only. Kept out of line: the copy is large and forward-hook-only modules skip it. */
+static __attribute__((noinline)) int dispatch_with_pre(srt_module *m,
+                                                       const struct srt_module_hooks *h,
+                                                       srt_hook_call *call, srt_module_fn fn,
+                                                       void *self, const srt_module_args *args,
+                                                       srt_tensor_view *output)
+{
+    srt_module_args a = *args;
+    int rc = SRT_OK;
+
+    for (int i = 0; i < h->n_pre; i++) {
+        if (run_pre_hook(h, &h->pre[i], call, &a) != SRT_OK) {
+            rc = SRT_ERROR;
+            break;
+        }
+    }
+    if (rc == SRT_OK)
+        rc = fn(self, call->batch, &a, output) == SRT_OK ? SRT_OK : SRT_ERROR;
+    return run_post_hooks(m, h, call, &a, output, rc);
+}
+
+int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn fn,
+                       void *self, srt_module_args *args, srt_tensor_view *output)
+{
+    const struct srt_module_hooks *h = m->hooks;
+    srt_hook_call call;
+    int rc;
+
+    if (h == NULL)
+        return fn(self, batch, args, output);
+    call.struct_size = sizeof call;
+    call.forward_status = SRT_OK;
+    call.module = &m->info;
+    call.batch = batch;
+    call.spec_name = "";
+    call.handle_id = 0;
+    call.is_global = 0;
+    call.is_pre = 1;
+    call.host = NULL;
+    if (h->n_pre > 0)
+        return dispatch_with_pre(m, h, &call, fn, self, args, output);
+    rc = fn(self, batch, args, output) == SRT_OK ? SRT_OK : SRT_ERROR;
+    return run_post_hooks(m, h, &call, args, output, rc);
 }

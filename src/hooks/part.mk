@@ -38,3 +38,24 @@ $(BUILD)/t/test_hooks_examples: | $(HOOK_EXAMPLES)
 UNIT_TESTS += $(BUILD)/t/test_hooks_model
 CFLAGS_t_unit_test_hooks_model := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
 $(BUILD)/t/test_hooks_model: | $(HOOK_EXAMPLES)
+
+# Benchmark: decode tokens/s with no hooks, a no-op hook on every module, or a spec file;
+# and the same program with the model's forward code compiled with -DSRT_NO_HOOKS (those
+# objects are linked ahead of libsrt.a, so they replace its members).
+HOOK_BENCH_NOHOOK_SRCS := $(shell grep -l srt_module_forward src/model/*.c 2>/dev/null)
+HOOK_BENCH_NOHOOK_OBJS := $(HOOK_BENCH_NOHOOK_SRCS:%.c=$(BUILD)/obj-nohooks/%.o)
+EXTRA_ALL += $(BUILD)/bin/srt-bench-hooks $(BUILD)/bin/srt-bench-hooks-nohooks
+
+$(BUILD)/bin/srt-bench-hooks: $(BUILD)/obj/src/hooks/bench_hooks.o $(LIBSRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBSRT) $(LDLIBS)
+$(BUILD)/obj-nohooks/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSRT_NO_HOOKS -c $< -o $@
+$(BUILD)/obj-nohooks/src/hooks/bench_hooks.o: src/hooks/bench_hooks.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSRT_NO_HOOKS -c $< -o $@
+$(BUILD)/bin/srt-bench-hooks-nohooks: $(BUILD)/obj-nohooks/src/hooks/bench_hooks.o $(HOOK_BENCH_NOHOOK_OBJS) $(LIBSRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIBSRT) $(LDLIBS)
+-include $(HOOK_BENCH_NOHOOK_OBJS:.o=.d) $(BUILD)/obj-nohooks/src/hooks/bench_hooks.d
