@@ -58,6 +58,7 @@ typedef struct chan_header {
     _Atomic uint64_t  completed;
     _Atomic uint64_t  aborted;
     _Atomic uint64_t  rejected_full;
+    _Atomic int32_t   workers[SRT_CHAN_MAX_WORKERS];  /* doorbells to ring on state changes */
 } chan_header;
 
 typedef struct chan_slot {
@@ -204,6 +205,8 @@ static void note_pending(srt_chan *c, pid_t pid)
     else
         c->pending_overflow = 1;
 }
+
+static int pid_gone(pid_t pid);
 
 /* ---- both sides ---- */
 
@@ -460,6 +463,12 @@ void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *
         h->info = *info;
     snprintf(h->sched_msg, sizeof(h->sched_msg), "%s", msg ? msg : "");
     atomic_store_explicit(&h->sched_state, (uint32_t)st, memory_order_release);
+    /* requests waiting for the model to become ready learn it now */
+    for (i = 0; i < SRT_CHAN_MAX_WORKERS; i++) {
+        int32_t pid = atomic_load(&h->workers[i]);
+        if (pid > 0)
+            bell_ring(h->chan_id, pid);
+    }
     if (st == SRT_CHAN_SCHED_FAILED || st == SRT_CHAN_SCHED_DOWN) {
         /* Nobody will serve what is queued: fail it now rather than let it hang. */
         for (i = 0; i < h->n_slots; i++)
@@ -717,11 +726,19 @@ void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why)
 
 int srt_chan_worker_open(srt_chan *c, srt_err *err)
 {
+    int i;
     if (c->worker_fd >= 0)
         return c->worker_fd;
     c->worker_fd = bell_bind(c->h->chan_id, getpid());
     if (c->worker_fd < 0)
         return srt_err_set(err, "channel: worker doorbell: %s", strerror(errno));
+    /* register for state-change rings: a free entry, or one of a dead process */
+    for (i = 0; i < SRT_CHAN_MAX_WORKERS; i++) {
+        int32_t old = atomic_load(&c->h->workers[i]);
+        if ((old == 0 || pid_gone(old))
+            && atomic_compare_exchange_strong(&c->h->workers[i], &old, getpid()))
+            break;
+    }
     return c->worker_fd;
 }
 

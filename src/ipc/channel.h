@@ -50,6 +50,7 @@
 #define SRT_CHAN_TOP_RING          64   /* rows of top-logprobs kept per slot (worker drains) */
 #define SRT_CHAN_PATH_MAX          1024
 #define SRT_CHAN_NAME_MAX          128
+#define SRT_CHAN_MAX_WORKERS       128  /* worker doorbells rung on scheduler state changes */
 
 /* ---- configuration: directive values, written by nginx, read by the scheduler ---- */
 
@@ -250,7 +251,8 @@ void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why);
 
 /* ---- worker side (nginx worker; src/ngx) ---- */
 
-/* Bind this process's doorbell; returns its fd (readable when rung) or SRT_ERROR. */
+/* Bind this process's doorbell; returns its fd (readable when rung) or SRT_ERROR. The
+ * doorbell is also rung whenever the scheduler state changes (e.g. the model became ready). */
 int srt_chan_worker_open(srt_chan *c, srt_err *err);
 /* Drain the doorbell after it became readable. */
 void srt_chan_worker_drain(srt_chan *c);

@@ -459,8 +459,23 @@ static void test_stop(void)
     srt_chan_detach(c);
 }
 
+static void test_state_ring(void)
+{
+    srt_chan *c = make_chan(2, 32, 0);
+    srt_err err;
+    int fd = srt_chan_worker_open(c, &err);
+    struct pollfd p = { fd, POLLIN, 0 };
+    is_int(poll(&p, 1, 0), 0, "doorbell quiet before any state change");
+    srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, "ready", NULL);
+    is_int(poll(&p, 1, 1000), 1, "a state change (model ready) rings registered workers");
+    srt_chan_worker_drain(c);
+    is_int(poll(&p, 1, 0), 0, "drained");
+    srt_chan_detach(c);
+}
+
 int main(void)
 {
+    test_state_ring();
     test_layout();
     test_down_and_full();
     test_order_and_tokens();
