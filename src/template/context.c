@@ -130,6 +130,35 @@ static int cb_start_array(void *ctx)
     return open_container(j, (val){.t = V_LIST, .u.l = l});
 }
 
+/* yajl's own buffers come from the render arena too: no malloc per request beyond the arena's chunks. */
+static void *ya_malloc(void *ctx, size_t n)
+{
+    size_t *p = arena_alloc(ctx, n + 16);
+    if (!p)
+        return NULL;
+    p[0] = n;
+    return (char *)p + 16;
+}
+
+static void *ya_realloc(void *ctx, void *old, size_t n)
+{
+    if (!old)
+        return ya_malloc(ctx, n);
+    size_t oldn = *(size_t *)((char *)old - 16);
+    if (n <= oldn)
+        return old;
+    void *p = ya_malloc(ctx, n);
+    if (p)
+        memcpy(p, old, oldn);
+    return p;
+}
+
+static void ya_free(void *ctx, void *p)
+{
+    (void)ctx;
+    (void)p;
+}
+
 static const yajl_callbacks CALLBACKS = {
     cb_null, cb_bool, NULL, NULL, cb_number, cb_string, cb_start_map, cb_map_key, cb_end, cb_start_array, cb_end,
 };
@@ -143,9 +172,12 @@ int tpl_parse_context(render *r, const char *json, size_t len, vdict **out)
     jctx *j = arena_alloc(&r->a, sizeof(*j));
     if (!j)
         return rerr(r, "out of memory");
-    memset(j, 0, sizeof(*j));
+    /* the stacks are written before they are read: only the scalars need clearing */
     j->r = r;
-    yajl_handle h = yajl_alloc(&CALLBACKS, NULL, j);
+    j->depth = 0;
+    j->have_root = j->oom = j->too_deep = false;
+    yajl_alloc_funcs af = {ya_malloc, ya_realloc, ya_free, &r->a};
+    yajl_handle h = yajl_alloc(&CALLBACKS, &af, j);
     if (!h)
         return rerr(r, "out of memory");
     yajl_status st = yajl_parse(h, (const unsigned char *)json, len);
