@@ -18,6 +18,10 @@ static void ngx_http_srt_doorbell_handler(ngx_event_t *ev);
 static void ngx_http_srt_timer_handler(ngx_event_t *ev);
 static void ngx_http_srt_reading_handler(ngx_http_request_t *r);
 static void ngx_http_srt_cleanup(void *data);
+static ngx_int_t ngx_http_srt_park(ngx_http_request_t *r,
+    ngx_http_srt_ctx_t *ctx);
+static void ngx_http_srt_unpark(ngx_http_srt_ctx_t *ctx);
+static void ngx_http_srt_park_timeout(ngx_event_t *ev);
 static ngx_int_t ngx_http_srt_info(ngx_http_request_t *r,
     ngx_http_srt_model_t *m, ngx_http_srt_endpoint_e ep);
 static ngx_int_t ngx_http_srt_unavailable(ngx_http_request_t *r,
@@ -69,6 +73,7 @@ ngx_http_srt_handler(ngx_http_request_t *r)
 {
     ngx_int_t                 rc;
     ngx_http_srt_ctx_t       *ctx;
+    ngx_http_cleanup_t       *cln;
     ngx_http_srt_loc_conf_t  *slcf;
     ngx_http_srt_endpoint_e   ep;
     ngx_table_elt_t          *allow;
@@ -114,6 +119,13 @@ ngx_http_srt_handler(ngx_http_request_t *r)
         ctx->model = slcf->model;
         ctx->p.endpoint = ep;
         ngx_http_set_ctx(r, ctx, ngx_http_srt_module);
+
+        cln = ngx_http_cleanup_add(r, 0);
+        if (cln == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        cln->handler = ngx_http_srt_cleanup;
+        cln->data = ctx;
 
         r->request_body_in_single_buf = 1;
 
@@ -208,6 +220,85 @@ ngx_http_srt_body(ngx_http_request_t *r, size_t *len)
 }
 
 
+/*
+ * srt_wait_ready: while the model loads (or its scheduler restarts), a request may wait
+ * for it instead of getting 503. The scheduler's state changes ring every worker's
+ * doorbell, which retries parked requests; a timer enforces the limit.
+ */
+
+static ngx_int_t
+ngx_http_srt_park(ngx_http_request_t *r, ngx_http_srt_ctx_t *ctx)
+{
+    int                       st;
+    ngx_http_srt_model_t     *m;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    m = ctx->model;
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+
+    if (slcf->wait_ready == 0 || m->chan == NULL || m->load_error.len
+        || ngx_process != NGX_PROCESS_WORKER)
+    {
+        return NGX_DECLINED;
+    }
+
+    st = srt_chan_sched_state_get(m->chan, NULL, 0);
+    if (st == SRT_CHAN_SCHED_FAILED) {
+        return NGX_DECLINED;
+    }
+
+    if (!ctx->parked) {
+        ctx->parked = 1;
+        ctx->park_deadline = ngx_current_msec + slcf->wait_ready;
+        ngx_queue_insert_tail(&m->parked, &ctx->queue);
+
+        ctx->timer.handler = ngx_http_srt_park_timeout;
+        ctx->timer.data = ctx;
+        ctx->timer.log = r->connection->log;
+        ctx->timer.cancelable = 0;
+        r->read_event_handler = ngx_http_srt_reading_handler;
+    }
+
+    if ((ngx_msec_int_t) (ctx->park_deadline - ngx_current_msec) <= 0) {
+        ngx_http_srt_unpark(ctx);
+        return NGX_DECLINED;
+    }
+
+    ngx_add_timer(&ctx->timer, ctx->park_deadline - ngx_current_msec);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_srt_unpark(ngx_http_srt_ctx_t *ctx)
+{
+    if (!ctx->parked) {
+        return;
+    }
+
+    ctx->parked = 0;
+    ngx_queue_remove(&ctx->queue);
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+}
+
+
+static void
+ngx_http_srt_park_timeout(ngx_event_t *ev)
+{
+    ngx_http_srt_ctx_t  *ctx = ev->data;
+    ngx_http_request_t  *r = ctx->request;
+    ngx_connection_t    *c = r->connection;
+
+    ngx_http_srt_unpark(ctx);
+    ngx_http_finalize_request(r, ngx_http_srt_unavailable(r, ctx->model));
+    ngx_http_run_posted_requests(c);
+}
+
+
 static void
 ngx_http_srt_body_handler(ngx_http_request_t *r)
 {
@@ -220,8 +311,8 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     const char               *param;
     ngx_http_srt_ctx_t       *ctx;
     ngx_http_srt_model_t     *m;
-    ngx_http_cleanup_t       *cln;
     srt_chan_submit_status    st;
+    ngx_http_srt_endpoint_e   ep;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_srt_module);
     m = ctx->model;
@@ -236,13 +327,26 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     param = NULL;
     errbuf[0] = '\0';
 
+    /* a parked request parses again when the model is ready */
+    ep = ctx->p.endpoint;
+    ngx_memzero(&ctx->p, sizeof(ngx_http_srt_params_t));
+    ctx->p.endpoint = ep;
+
     rc = ngx_http_srt_parse_request(r, m, body, len, &ctx->p, &status, &param,
                                     errbuf, sizeof(errbuf));
 
     if (rc == NGX_DECLINED) {
+        if (ngx_http_srt_park(r, ctx) == NGX_OK) {
+            return;
+        }
+
         /* unavailable: 503 with the scheduler's state */
         ngx_http_finalize_request(r, ngx_http_srt_unavailable(r, m));
         return;
+    }
+
+    if (ctx->parked) {
+        ngx_http_srt_unpark(ctx);
     }
 
     if (rc != NGX_OK) {
@@ -256,14 +360,6 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
 
     /* n > 1: one slot per choice; the scheduler shares the prompt's KV via the group */
     group = ctx->p.n > 1 ? srt_chan_new_group(m->chan) : 0;
-
-    cln = ngx_http_cleanup_add(r, 0);
-    if (cln == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-    cln->handler = ngx_http_srt_cleanup;
-    cln->data = ctx;
 
     for (i = 0; i < ctx->p.n; i++) {
         ngx_http_srt_choice_t  *ch = &ctx->choices[i];
@@ -341,6 +437,8 @@ ngx_http_srt_cleanup(void *data)
 
     ngx_uint_t  i;
 
+    ngx_http_srt_unpark(ctx);
+
     for (i = 0; i < ctx->n_choices; i++) {
         if (ctx->choices[i].live) {
             srt_chan_release(ctx->model->chan, ctx->choices[i].slot,
@@ -393,6 +491,24 @@ ngx_http_srt_doorbell_handler(ngx_event_t *ev)
     m = c->data;
 
     srt_chan_worker_drain(m->chan);
+
+    if (!ngx_queue_empty(&m->parked)
+        && srt_chan_sched_state_get(m->chan, NULL, 0) == SRT_CHAN_SCHED_READY)
+    {
+        for (q = ngx_queue_head(&m->parked);
+             q != ngx_queue_sentinel(&m->parked);
+             q = next)
+        {
+            next = ngx_queue_next(q);
+            ctx = ngx_queue_data(q, ngx_http_srt_ctx_t, queue);
+
+            c = ctx->request->connection;
+            ngx_http_srt_body_handler(ctx->request);
+            ngx_http_run_posted_requests(c);
+        }
+    }
+
+    c = ev->data;
 
     for (q = ngx_queue_head(&m->waiting);
          q != ngx_queue_sentinel(&m->waiting);
@@ -756,6 +872,7 @@ ngx_http_srt_worker_init(ngx_cycle_t *cycle, ngx_http_srt_model_t *m)
     ngx_str_t          e;
 
     ngx_queue_init(&m->waiting);
+    ngx_queue_init(&m->parked);
 
     path = m->cfg.model_path;
     src = NULL;

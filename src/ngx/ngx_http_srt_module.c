@@ -197,6 +197,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, radix_cache),
       NULL },
 
+    { ngx_string("srt_wait_ready"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, wait_ready),
+      NULL },
+
     { ngx_string("srt_retry_after"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -282,6 +289,7 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     slcf->page_size = NGX_CONF_UNSET;
     slcf->radix_cache = NGX_CONF_UNSET;
     slcf->retry_after = NGX_CONF_UNSET_MSEC;
+    slcf->wait_ready = NGX_CONF_UNSET_MSEC;
 
     return slcf;
 }
@@ -328,6 +336,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->page_size, prev->page_size, 1);
     ngx_conf_merge_value(conf->radix_cache, prev->radix_cache, 1);
     ngx_conf_merge_msec_value(conf->retry_after, prev->retry_after, 1000);
+    ngx_conf_merge_msec_value(conf->wait_ready, prev->wait_ready, 0);
 
     if (!conf->mem_fraction_set) {
         conf->mem_fraction = prev->mem_fraction;

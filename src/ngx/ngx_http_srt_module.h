@@ -55,6 +55,7 @@ struct ngx_http_srt_model_s {
     char                      *eos_token;
     ngx_str_t                  load_error;  /* why the tokenizer/template failed */
     ngx_queue_t                waiting;     /* ngx_http_srt_ctx_t with slots */
+    ngx_queue_t                parked;      /* waiting for the model to be ready */
     ngx_connection_t          *bell;
 
     /* supervisor (helper process) */
@@ -95,6 +96,7 @@ typedef struct {
     float                      mem_fraction;
     ngx_uint_t                 mem_fraction_set;
     ngx_msec_t                 retry_after;
+    ngx_msec_t                 wait_ready;
 } ngx_http_srt_loc_conf_t;
 
 
@@ -165,6 +167,8 @@ typedef struct {
     ngx_http_srt_params_t      p;
     ngx_queue_t                queue;
     ngx_flag_t                 queued;
+    ngx_flag_t                 parked;
+    ngx_msec_t                 park_deadline;
     ngx_event_t                timer;
     ngx_uint_t                 n_choices;
     ngx_http_srt_choice_t      choices[NGX_HTTP_SRT_MAX_N];

@@ -325,6 +325,8 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline)
     static const int    ignored[] = { SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH,
                                       SIGPIPE, SIGALRM, SIGIO };
 
+    ngx_pid = ngx_getpid();
+
     /* die with the helper, and know it if it is already gone */
     (void) prctl(PR_SET_PDEATHSIG, SIGQUIT);
 
