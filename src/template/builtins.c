@@ -1257,7 +1257,8 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         vlist *l = list_new(&r->a, items->n);
         if (!l)
             return oom(r);
-        memcpy(l->v, items->v, items->n * sizeof(val));
+        if (items->n)
+            memcpy(l->v, items->v, items->n * sizeof(val));
         l->n = items->n;
         *out = mk_list(l, false);
         return 0;

@@ -177,7 +177,8 @@ int val_iter(render *r, val v, vlist **out)
         vlist *l = list_new(&r->a, v.u.d->n);
         if (!l)
             return oom(r);
-        memcpy(l->v, v.u.d->k, v.u.d->n * sizeof(val));
+        if (v.u.d->n)
+            memcpy(l->v, v.u.d->k, v.u.d->n * sizeof(val));
         l->n = v.u.d->n;
         *out = l;
         return 0;
@@ -574,8 +575,10 @@ int binop(render *r, int op, val x, val y, val *out)
         vlist *l = list_new(&r->a, x.u.l->n + y.u.l->n);
         if (!l)
             return oom(r);
-        memcpy(l->v, x.u.l->v, x.u.l->n * sizeof(val));
-        memcpy(l->v + x.u.l->n, y.u.l->v, y.u.l->n * sizeof(val));
+        if (x.u.l->n)
+            memcpy(l->v, x.u.l->v, x.u.l->n * sizeof(val));
+        if (y.u.l->n)
+            memcpy(l->v + x.u.l->n, y.u.l->v, y.u.l->n * sizeof(val));
         l->n = x.u.l->n + y.u.l->n;
         *out = (val){.t = V_LIST, .tuple = x.tuple, .u.l = l};
         return 0;

@@ -104,6 +104,72 @@ static void check_case(const char *label, const srt_chat_template *t, yajl_val c
     free(out);
 }
 
+/* Mutated real templates: whatever compiles must render or fail cleanly; nothing may crash or hang.
+ * Deterministic (fixed LCG seed), so a failure reproduces. */
+static uint64_t lcg = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(uint32_t n)
+{
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(lcg >> 33) % (n ? n : 1);
+}
+
+static int fuzz_compiled, fuzz_rendered, fuzz_bad;
+
+static void fuzz_template(const char *src, const char *ctx)
+{
+    static const char *const pieces[] = {"{%", "%}", "{{", "}}", "{#", "#}", "-", "(", ")", "[", "]", "'", "\"",
+                                         "|", ".", ",", " if ", " for x in ", "{% endif %}", "{% endfor %}", "\\",
+                                         "\n", " not ", " is ", "~", "*", "{% else %}", "loop.", "[::-1]", ":"};
+    size_t n = strlen(src);
+    char *buf = malloc(n + 64);
+    const char *env = getenv("SRT_TEMPLATE_FUZZ_ITERS");
+    int iters = env ? atoi(env) : 120;
+    for (int iter = 0; iter < iters; iter++) {
+        memcpy(buf, src, n + 1);
+        size_t len = n;
+        int edits = 1 + (int)rnd(3);
+        for (int e = 0; e < edits; e++) {
+            size_t at = len ? rnd((uint32_t)len) : 0;
+            if (rnd(2) == 0 && len > 0) {
+                size_t k = 1 + rnd(8);
+                if (at + k > len)
+                    k = len - at;
+                memmove(buf + at, buf + at + k, len - at - k + 1);
+                len -= k;
+            } else {
+                const char *p = pieces[rnd(sizeof(pieces) / sizeof(pieces[0]))];
+                size_t k = strlen(p);
+                if (len + k + 1 > n + 63)
+                    continue;
+                memmove(buf + at + k, buf + at, len - at + 1);
+                memcpy(buf + at, p, k);
+                len += k;
+            }
+        }
+        srt_chat_template *t = NULL;
+        srt_err err;
+        err.msg[0] = '\0';
+        if (srt_chat_template_compile(buf, len, &t, &err) != SRT_OK) {
+            if (t != NULL || strncmp(err.msg, "chat template line ", 19) != 0)
+                fuzz_bad++;
+            continue;
+        }
+        fuzz_compiled++;
+        char *out = NULL;
+        size_t out_len;
+        err.msg[0] = '\0';
+        int rc = srt_chat_template_render_at(t, ctx, strlen(ctx), fixed_now, &out, &out_len, &err);
+        if (rc == SRT_OK)
+            fuzz_rendered++;
+        if ((rc == SRT_OK) != (out != NULL) || (rc != SRT_OK && !err.msg[0]))
+            fuzz_bad++;
+        free(out);
+        srt_chat_template_free(t);
+    }
+    free(buf);
+}
+
 static void test_template_file(const char *path, const char *name)
 {
     size_t len;
@@ -135,6 +201,8 @@ static void test_template_file(const char *path, const char *name)
         check_case(label, t, c);
     }
     srt_chat_template_free(t);
+    if (YAJL_IS_ARRAY(cases) && cases->u.array.len > 3)
+        fuzz_template(src, get_str(cases->u.array.values[3], "context_json"));
     yajl_tree_free(root);
 }
 
@@ -166,6 +234,8 @@ static void test_all_templates(void)
         test_template_file(path, name);
         free(names[i]);
     }
+    ok(fuzz_bad == 0 && fuzz_compiled > 100, "mutated templates: %d compiled, %d rendered, %d misbehaved",
+       fuzz_compiled, fuzz_rendered, fuzz_bad);
 }
 
 static void test_semantics(void)
