@@ -59,6 +59,8 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * stride + b * bb;
+            if (T == 1 && (b & 1) == 0)   /* decode streams W once: fetch rows ahead into L2 */
+                _mm_prefetch((const char *)blk + 16 * stride, _MM_HINT_T1);
             dw[r] = half_at(blk);
             if (fmt == FMT_Q8_0) {
                 ws[r] = _mm256_loadu_si256((const __m256i *)(blk + 2));
