@@ -1,0 +1,254 @@
+# Every srt_* directive's value is checked by nginx -t, with a message that names the
+# directive and the value.
+use Test::Nginx::Socket 'no_plan';
+
+BEGIN {
+    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
+    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
+                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
+    # a chat template the engine cannot compile
+    mkdir "t/servroot_srt";
+    $ENV{TEST_NGINX_BAD_TEMPLATE} = "$ENV{PWD}/t/servroot_srt/bad.jinja";
+    open my $fh, '>', $ENV{TEST_NGINX_BAD_TEMPLATE} or die $!;
+    print $fh "{{ messages[0]['content'] }}\n{% for x in %}{% endfor %}\n";
+    close $fh;
+}
+
+add_block_preprocessor(sub {
+    my $block = shift;
+    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
+        unless defined $block->main_config;
+});
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: srt_model with a missing file
+--- config
+location /v1 { srt_model /nonexistent/model.gguf; }
+--- must_die
+--- error_log
+srt_model "/nonexistent/model.gguf": cannot read the model
+
+
+
+=== TEST 2: srt_model with a bad parameter
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL served=x; }
+--- must_die
+--- error_log
+srt_model: invalid parameter "served=x", expected "name=..."
+
+
+
+=== TEST 3: srt_model at server level is not allowed
+--- config
+srt_model $TEST_NGINX_SRT_MODEL;
+--- must_die
+--- error_log
+"srt_model" directive is not allowed here
+
+
+
+=== TEST 4: the same served name for two different models
+--- config
+location /a { srt_model $TEST_NGINX_SRT_MODEL name=m; }
+location /b { srt_model $TEST_NGINX_SERVER_ROOT/conf/nginx.conf name=m; }
+--- must_die
+--- error_log
+srt_model name "m" is already used for
+
+
+
+=== TEST 5: srt_model twice in one location
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_model $TEST_NGINX_SRT_MODEL; }
+--- must_die
+--- error_log
+"srt_model" directive is duplicate
+
+
+
+=== TEST 6: srt_device
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_device tpu; }
+--- must_die
+--- error_log
+"srt_device" must be "auto", "cpu" or "cuda", not "tpu"
+
+
+
+=== TEST 7: srt_threads not a number
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_threads many; }
+--- must_die
+--- error_log
+"srt_threads" must be an integer between 1 and 1024 or "auto", not "many"
+
+
+
+=== TEST 8: srt_threads zero
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_threads 0; }
+--- must_die
+--- error_log
+"srt_threads" must be an integer between 1 and 1024 or "auto", not "0"
+
+
+
+=== TEST 9: srt_context_length too small
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_context_length 8; }
+--- must_die
+--- error_log
+"srt_context_length" must be an integer between 16 and 1048576, not "8"
+
+
+
+=== TEST 10: srt_max_running_requests
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_max_running_requests -3; }
+--- must_die
+--- error_log
+"srt_max_running_requests" must be an integer between 1 and 4096, not "-3"
+
+
+
+=== TEST 11: srt_max_queued_requests
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_max_queued_requests 1e3; }
+--- must_die
+--- error_log
+"srt_max_queued_requests" must be an integer between 0 and 65536, not "1e3"
+
+
+
+=== TEST 12: srt_max_total_tokens
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_max_total_tokens 4; }
+--- must_die
+--- error_log
+"srt_max_total_tokens" must be an integer of at least 16, not "4"
+
+
+
+=== TEST 13: srt_mem_fraction_static above 1
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_mem_fraction_static 1.5; }
+--- must_die
+--- error_log
+"srt_mem_fraction_static" must be a number between 0 and 1 (exclusive), not "1.5"
+
+
+
+=== TEST 14: srt_mem_fraction_static not a number
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_mem_fraction_static half; }
+--- must_die
+--- error_log
+"srt_mem_fraction_static" must be a number between 0 and 1 (exclusive), not "half"
+
+
+
+=== TEST 15: srt_chunked_prefill_size
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_chunked_prefill_size 0; }
+--- must_die
+--- error_log
+"srt_chunked_prefill_size" must be an integer between 1 and 1048576 or -1 (off), not "0"
+
+
+
+=== TEST 16: srt_schedule_policy
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_schedule_policy random; }
+--- must_die
+--- error_log
+"srt_schedule_policy" must be "fcfs" or "lpm", not "random"
+
+
+
+=== TEST 17: srt_tp_size
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_tp_size 128; }
+--- must_die
+--- error_log
+"srt_tp_size" must be an integer between 1 and 64, not "128"
+
+
+
+=== TEST 18: srt_chat_template missing file
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_chat_template /nonexistent/t.jinja; }
+--- must_die
+--- error_log
+"srt_chat_template": cannot read "/nonexistent/t.jinja"
+
+
+
+=== TEST 19: srt_chat_template that does not compile: nginx -t reports the line
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_chat_template $TEST_NGINX_BAD_TEMPLATE; }
+--- must_die
+--- error_log eval
+qr/"srt_chat_template" "[^"]+bad\.jinja": chat template line 2: /
+
+
+
+=== TEST 20: srt_forward_hooks missing file
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_forward_hooks /nonexistent/hooks.json; }
+--- must_die
+--- error_log
+"srt_forward_hooks": cannot read "/nonexistent/hooks.json"
+
+
+
+=== TEST 21: srt_radix_cache takes on|off
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_radix_cache maybe; }
+--- must_die
+--- error_log
+invalid value "maybe" in "srt_radix_cache" directive, it must be "on" or "off"
+
+
+
+=== TEST 22: srt_page_size
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_page_size 0; }
+--- must_die
+--- error_log
+"srt_page_size" must be an integer between 1 and 4096, not "0"
+
+
+
+=== TEST 23: srt_model name with a quote
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL 'name=a"b'; }
+--- must_die
+--- error_log
+srt_model: invalid model name "a"b"
+
+
+
+=== TEST 24: every directive with a valid value loads (master off: no scheduler, clear 503)
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu; srt_threads 2; srt_context_length 2048;
+    srt_max_running_requests 8; srt_max_queued_requests 16; srt_max_total_tokens 4096;
+    srt_mem_fraction_static 0.8; srt_chunked_prefill_size 512; srt_schedule_policy lpm;
+    srt_tp_size 1; srt_radix_cache off; srt_page_size 1; srt_retry_after 5s;
+}
+--- request
+POST /v1/chat/completions
+{"model": "smol", "messages": [{"role": "user", "content": "hi"}]}
+--- error_code: 503
+--- response_headers
+Retry-After: 5
+Content-Type: application/json
+--- response_body_like
+^\{"error":\{"message":"Model \\"smol\\" is not available: nginx runs with \\"master_process off\\", so there is no scheduler process","type":"server_error","param":null,"code":"model_unavailable"\}\}$
+--- error_log
+cannot be served with "master_process off": no scheduler process

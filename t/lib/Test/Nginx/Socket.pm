@@ -1,0 +1,590 @@
+package Test::Nginx::Socket;
+
+# A small harness for Test::Nginx's data-driven .t format (openresty/test-nginx).
+#
+# The suites under t/ say `use Test::Nginx::Socket 'no_plan';` and run unchanged under
+# either this file (prove -I t/lib, as scripts/run-tests.sh does) or the real
+# Test::Nginx::Socket from CPAN (prove without -I t/lib). Only what our suites use is
+# implemented: blocks and sections, the eval/chomp/chop filters, ONLY/SKIP/LAST, the
+# generated nginx.conf, master_on(), and the request/response/log checks listed in
+# the POD below.
+
+use strict;
+use warnings;
+
+use Test::More ();
+use IO::Socket::INET;
+use IO::Select;
+use Time::HiRes qw(sleep time);
+use File::Path qw(make_path remove_tree);
+use Cwd qw(cwd);
+use POSIX ();
+
+our $VERSION = '0.1';
+
+our $ServerPort = $ENV{TEST_NGINX_PORT} || 1984;
+our $ServerPortForClient = $ServerPort;
+our $ServerRoot = cwd() . '/t/servroot';
+our $NginxBinary = $ENV{TEST_NGINX_BINARY} || 'nginx';
+our $RepeatEach = 1;
+our $MasterProcessEnabled = 'off';
+our $DaemonEnabled = 'on';
+our $Workers = 1;
+our $WorkerConnections = 64;
+our $LogLevel = 'debug';
+our $NoRootLocation = 0;
+our @BlockPreprocessors;
+
+my $Plan;
+my $NginxPid;
+my $RunningConf = '';
+
+sub import {
+    my ($class, @args) = @_;
+    my $caller = caller;
+
+    no strict 'refs';
+    for my $name (qw(run_tests repeat_each master_on master_off workers
+                     worker_connections log_level no_shuffle no_long_string
+                     no_root_location add_block_preprocessor blocks
+                     env_to_nginx html_dir server_root server_port
+                     master_process_enabled plan is ok like unlike is_deeply
+                     diag note pass fail done_testing)) {
+        my $src = defined &{"Test::Nginx::Socket::$name"}
+                ? \&{"Test::Nginx::Socket::$name"} : \&{"Test::More::$name"};
+        *{"${caller}::$name"} = $src;
+    }
+    *{"${caller}::ServerPort"} = \$ServerPort;
+    *{"${caller}::ServerPortForClient"} = \$ServerPortForClient;
+    *{"${caller}::ServerRoot"} = \$ServerRoot;
+
+    if (@args && $args[0] eq 'no_plan') {
+        $Plan = 'no_plan';
+        Test::More::plan('no_plan');
+    } elsif (@args && $args[0] eq 'tests') {
+        Test::More::plan(tests => $args[1]);
+        $Plan = 'tests';
+    }
+}
+
+sub plan { $Plan = 1; Test::More::plan(@_) }
+sub repeat_each { $RepeatEach = shift if @_; $RepeatEach }
+sub master_on { $MasterProcessEnabled = 'on' }
+sub master_off { $MasterProcessEnabled = 'off' }
+sub master_process_enabled { $MasterProcessEnabled = $_[0] ? 'on' : 'off' if @_; $MasterProcessEnabled eq 'on' }
+sub workers { $Workers = shift }
+sub worker_connections { $WorkerConnections = shift }
+sub log_level { $LogLevel = shift }
+sub no_shuffle { }
+sub no_long_string { }
+sub no_root_location { $NoRootLocation = 1 }
+sub env_to_nginx { }
+sub html_dir { "$ServerRoot/html" }
+sub server_root { $ServerRoot }
+sub server_port { $ServerPort }
+sub add_block_preprocessor { push @BlockPreprocessors, shift }
+
+# ---- blocks ----
+
+package Test::Nginx::Socket::Block;
+
+our $AUTOLOAD;
+
+sub new { my ($class, %a) = @_; bless { %a, _sections => {} }, $class }
+sub name { $_[0]{name} }
+sub set_value { my ($self, $k, $v) = @_; $self->{_sections}{$k} = $v }
+sub has { exists $_[0]{_sections}{$_[1]} }
+
+sub AUTOLOAD {
+    my $self = shift;
+    (my $name = $AUTOLOAD) =~ s/.*:://;
+    return if $name eq 'DESTROY';
+    my $v = $self->{_sections}{$name};
+    return wantarray && ref $v eq 'ARRAY' ? @$v : $v;
+}
+
+package Test::Nginx::Socket;
+
+my @Blocks;
+
+sub apply_filters {
+    my ($value, $filters, $inline) = @_;
+
+    $value =~ s/\r\n/\n/g;
+    unless ($inline) {
+        # Test::Base's default filters: drop leading blank lines, one trailing newline
+        $value =~ s/\A(\s*\n)+//;
+        $value =~ s/\n\s*\z/\n/;
+    }
+
+    for my $f (@$filters) {
+        if ($f eq 'eval') {
+            my @r = eval "package main; no strict; $value";
+            die "eval filter failed: $@" if $@;
+            $value = @r == 1 ? $r[0] : \@r;
+        } elsif ($f eq 'chomp') {
+            chomp $value unless ref $value;
+        } elsif ($f eq 'chop') {
+            chop $value unless ref $value;
+        } elsif ($f eq 'json') {
+        } else {
+            # unknown filters are ignored, as they only reshape text
+        }
+    }
+
+    return $value;
+}
+
+sub read_blocks {
+    my $text = do { local $/; <main::DATA> };
+    return () unless defined $text;
+
+    $text =~ s/^__END__\n.*//ms;
+
+    my @raw = split /^=== /m, $text;
+    shift @raw;
+
+    my @blocks;
+    for my $raw (@raw) {
+        my ($title, $rest) = split /\n/, $raw, 2;
+        $rest //= '';
+        my $block = Test::Nginx::Socket::Block->new(name => $title);
+        my @parts = split /^--- /m, "\n$rest";
+        shift @parts;
+        for my $part (@parts) {
+            my ($head, $body) = split /\n/, $part, 2;
+            $body //= '';
+            my ($name, $inline, @filters);
+            if ($head =~ /^(\w+)\s*:\s*(.*)$/) {
+                ($name, $inline) = ($1, $2);
+                $inline =~ s/\s+$//;
+                $block->set_value($name, $inline);
+                next;
+            }
+            ($name, @filters) = split /\s+/, $head;
+            $block->set_value($name, apply_filters($body, \@filters, 0));
+        }
+        push @blocks, $block;
+    }
+
+    my @only = grep { $_->has('ONLY') } @blocks;
+    @blocks = @only if @only;
+    my @kept;
+    for my $b (@blocks) {
+        next if $b->has('SKIP');
+        push @kept, $b;
+        last if $b->has('LAST');
+    }
+    return @kept;
+}
+
+sub blocks { @Blocks = read_blocks() unless @Blocks; @Blocks }
+
+# ---- nginx ----
+
+sub expand_env {
+    my ($s, $where) = @_;
+    return $s unless defined $s && !ref $s;
+    $s =~ s{\$(TEST_NGINX_[_A-Z0-9]+)}{
+        my $v = $1 eq 'TEST_NGINX_SERVER_PORT' ? $ServerPort
+              : $1 eq 'TEST_NGINX_SERVER_ROOT' ? $ServerRoot
+              : $ENV{$1};
+        die "environment variable \$$1 used in $where is not defined\n" unless defined $v;
+        $v
+    }ge;
+    return $s;
+}
+
+sub nginx_conf {
+    my ($block) = @_;
+    my $main = expand_env($block->main_config // '', 'main_config');
+    my $http = expand_env($block->http_config // '', 'http_config');
+    my $config = expand_env($block->config // '', 'config');
+    my $post = expand_env($block->post_main_config // '', 'post_main_config');
+    my $root = $NoRootLocation ? '' : "        location / { root $ServerRoot/html; index index.html; }\n";
+    $root = '' if $config =~ /location\s+\/\s*\{/;
+
+    return <<"EOF";
+daemon $DaemonEnabled;
+master_process $MasterProcessEnabled;
+worker_processes $Workers;
+pid $ServerRoot/logs/nginx.pid;
+error_log $ServerRoot/logs/error.log $LogLevel;
+$main
+events {
+    accept_mutex off;
+    worker_connections $WorkerConnections;
+}
+http {
+    access_log $ServerRoot/logs/access.log;
+    default_type text/plain;
+    keepalive_timeout 68;
+    client_body_temp_path $ServerRoot/client_body_temp;
+    proxy_temp_path $ServerRoot/proxy_temp;
+    fastcgi_temp_path $ServerRoot/fastcgi_temp;
+    uwsgi_temp_path $ServerRoot/uwsgi_temp;
+    scgi_temp_path $ServerRoot/scgi_temp;
+$http
+    server {
+        listen $ServerPort;
+        server_name localhost;
+        client_max_body_size 30M;
+$config
+$root    }
+}
+$post
+EOF
+}
+
+sub read_pid {
+    open my $fh, '<', "$ServerRoot/logs/nginx.pid" or return undef;
+    my $pid = <$fh>;
+    close $fh;
+    chomp $pid if defined $pid;
+    return $pid && $pid =~ /^\d+$/ ? $pid : undef;
+}
+
+sub stop_nginx {
+    my $pid = $NginxPid // read_pid();
+    $RunningConf = '';
+    $NginxPid = undef;
+    return unless $pid && kill 0, $pid;
+    kill 'TERM', $pid;
+    for (1 .. 100) {
+        last unless kill 0, $pid;
+        waitpid($pid, POSIX::WNOHANG());
+        sleep 0.05;
+    }
+    if (kill 0, $pid) {
+        kill 'KILL', $pid;
+        sleep 0.1;
+    }
+}
+
+sub clean_servroot {
+    make_path($ServerRoot);
+    for my $d (qw(conf logs html cache)) {
+        remove_tree("$ServerRoot/$d");
+    }
+    for my $d (glob "$ServerRoot/*_temp") {
+        remove_tree($d);
+    }
+    make_path("$ServerRoot/$_") for qw(conf logs html);
+}
+
+sub run_cmd {
+    my (@cmd) = @_;
+    my $out = "$ServerRoot/.cmd.out";
+    my $pid = fork();
+    die "fork: $!" unless defined $pid;
+    if ($pid == 0) {
+        open STDOUT, '>', $out or POSIX::_exit(127);
+        open STDERR, '>&', \*STDOUT or POSIX::_exit(127);
+        exec @cmd or POSIX::_exit(127);
+    }
+    waitpid($pid, 0);
+    my $rc = $? >> 8;
+    open my $fh, '<', $out;
+    local $/;
+    my $text = <$fh> // '';
+    return ($rc, $text);
+}
+
+sub wait_port {
+    my $deadline = time + 10;
+    while (time < $deadline) {
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $ServerPort,
+                                      Proto => 'tcp', Timeout => 1);
+        if ($s) { close $s; return 1 }
+        sleep 0.02;
+    }
+    return 0;
+}
+
+sub start_nginx {
+    my ($block, $conf) = @_;
+    stop_nginx();
+    clean_servroot();
+    open my $fh, '>', "$ServerRoot/conf/nginx.conf" or die "$ServerRoot/conf/nginx.conf: $!";
+    print $fh $conf;
+    close $fh;
+    if (my $files = $block->user_files) {
+        write_user_files($files);
+    }
+    my ($rc, $out) = run_cmd($NginxBinary, '-p', "$ServerRoot/", '-c', 'conf/nginx.conf');
+    return ($rc, $out) if $rc != 0;
+    for (1 .. 200) { last if read_pid(); sleep 0.02 }
+    $NginxPid = read_pid();
+    wait_port();
+    $RunningConf = $conf;
+    return (0, $out);
+}
+
+sub write_user_files {
+    my ($spec) = @_;
+    my @files = ref $spec eq 'ARRAY' ? @$spec : ();
+    unless (@files) {
+        my @chunks = split /^>>> /m, $spec;
+        shift @chunks;
+        for my $c (@chunks) {
+            my ($name, $body) = split /\n/, $c, 2;
+            push @files, [$name, $body // ''];
+        }
+    }
+    for my $f (@files) {
+        my $path = "$ServerRoot/html/$f->[0]";
+        (my $dir = $path) =~ s{/[^/]*$}{};
+        make_path($dir);
+        open my $fh, '>', $path or die "$path: $!";
+        print $fh $f->[1];
+        close $fh;
+    }
+}
+
+sub log_size { -s "$ServerRoot/logs/error.log" || 0 }
+
+sub log_since {
+    my ($pos) = @_;
+    open my $fh, '<', "$ServerRoot/logs/error.log" or return '';
+    seek $fh, $pos, 0;
+    local $/;
+    my $text = <$fh> // '';
+    close $fh;
+    return $text;
+}
+
+# ---- HTTP ----
+
+sub build_request {
+    my ($block) = @_;
+    if (defined $block->raw_request) {
+        my $raw = $block->raw_request;
+        return ref $raw eq 'ARRAY' ? join('', @$raw) : expand_env($raw, 'raw_request');
+    }
+    my $req = expand_env($block->request, 'request');
+    die "no --- request\n" unless defined $req;
+    my ($line, $body) = split /\n/, $req, 2;
+    $line =~ s/^\s+|\s+$//g;
+    my ($method, $uri, $proto) = split /\s+/, $line;
+    $proto ||= 'HTTP/1.1';
+    my $headers = "Host: localhost\r\nConnection: close\r\n";
+    my %set;
+    if (defined(my $more = $block->more_headers)) {
+        $more = expand_env($more, 'more_headers');
+        for my $h (split /\n/, $more) {
+            next unless $h =~ /\S/;
+            my ($k) = $h =~ /^([^:]+):/;
+            $set{lc $k} = 1 if $k;
+            $headers =~ s/^\Q$k\E:[^\n]*\r\n//im if $k && $k =~ /^(Host|Connection)$/i;
+            $headers .= "$h\r\n";
+        }
+    }
+    $body =~ s/\s+\z// if defined $body;
+    if (defined $body && length $body) {
+        $headers .= "Content-Length: " . length($body) . "\r\n" unless $set{'content-length'} || $set{'transfer-encoding'};
+    } else {
+        $body = '';
+        $headers .= "Content-Length: 0\r\n" if $method =~ /^(POST|PUT)$/ && !$set{'content-length'};
+    }
+    return "$method $uri $proto\r\n$headers\r\n$body";
+}
+
+sub send_request {
+    my ($raw, $timeout, $abort) = @_;
+    my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $ServerPort,
+                                     Proto => 'tcp', Timeout => $timeout)
+        or return (undef, "cannot connect: $!");
+    binmode $sock;
+    $sock->autoflush(1);
+    print $sock $raw;
+    my $sel = IO::Select->new($sock);
+    my $resp = '';
+    my $deadline = time + $timeout;
+    my $timed_out = 0;
+    while (1) {
+        my $left = $deadline - time;
+        if ($left <= 0) { $timed_out = 1; last }
+        last unless $sel->can_read($left);
+        my $n = sysread($sock, my $buf, 65536);
+        last unless $n;
+        $resp .= $buf;
+    }
+    close $sock;
+    return ($resp, $timed_out ? 'timeout' : undef);
+}
+
+sub parse_response {
+    my ($resp) = @_;
+    my ($head, $body) = split /\r\n\r\n/, $resp, 2;
+    return (undef, {}, '') unless defined $head && $head =~ m{^HTTP/\d\.\d (\d+)};
+    my $status = $1;
+    my %h;
+    for my $line (split /\r\n/, $head) {
+        next unless $line =~ /^([^:]+):\s*(.*)$/;
+        $h{lc $1} = defined $h{lc $1} ? "$h{lc $1}, $2" : $2;
+    }
+    $body //= '';
+    if (($h{'transfer-encoding'} // '') =~ /chunked/i) {
+        my $out = '';
+        while ($body =~ s/\A([0-9a-fA-F]+)[^\r\n]*\r\n//) {
+            my $len = hex $1;
+            last if $len == 0;
+            $out .= substr($body, 0, $len);
+            substr($body, 0, $len + 2) = '';
+        }
+        $body = $out;
+    }
+    return ($status, \%h, $body);
+}
+
+# ---- the tests ----
+
+sub check_log_patterns {
+    my ($block, $log, $name) = @_;
+    for my $sec (qw(error_log no_error_log)) {
+        my $want = $block->{_sections}{$sec};
+        next unless defined $want;
+        my @pats = ref $want eq 'ARRAY' ? @$want : grep { length } split /\n/, $want;
+        for my $p (@pats) {
+            my $hit = ref $p eq 'Regexp' ? $log =~ $p : index($log, $p) >= 0;
+            if ($sec eq 'error_log') {
+                Test::More::ok($hit, "$name - pattern \"$p\" should match a line in error.log");
+            } else {
+                Test::More::ok(!$hit, "$name - pattern \"$p\" should not match any line in error.log");
+            }
+        }
+    }
+}
+
+sub run_block {
+    my ($block, $rep) = @_;
+    my $name = $block->name . ($RepeatEach > 1 ? " (repeat $rep)" : '');
+
+    $_->($block) for @BlockPreprocessors;
+
+    my $conf = eval { nginx_conf($block) };
+    if ($@) { Test::More::BAIL_OUT("$name: $@") }
+
+    my $timeout = $block->timeout // 3;
+    $timeout =~ s/s$//;
+
+    if (defined $block->must_die) {
+        stop_nginx();
+        clean_servroot();
+        open my $fh, '>', "$ServerRoot/conf/nginx.conf" or die $!;
+        print $fh $conf;
+        close $fh;
+        my ($rc, $out) = run_cmd($NginxBinary, '-p', "$ServerRoot/", '-c', 'conf/nginx.conf', '-t');
+        Test::More::ok($rc != 0, "$name - nginx -t fails") or Test::More::diag($out);
+        check_log_patterns($block, $out . log_since(0), $name);
+        return;
+    }
+
+    if ($conf ne $RunningConf || !($NginxPid && kill 0, $NginxPid)) {
+        my ($rc, $out) = start_nginx($block, $conf);
+        if ($rc != 0) {
+            Test::More::fail("$name - nginx failed to start: $out");
+            return;
+        }
+    }
+
+    my $pos = log_size();
+
+    if (my $code = $block->init) {
+        eval "package main; no strict; $code";
+        die "$name: init: $@" if $@;
+    }
+
+    my $raw = build_request($block);
+    my ($resp, $err) = send_request($raw, $timeout, $block->abort);
+
+    if (defined $block->wait) { sleep $block->wait }
+    # let the log catch up with what this request caused
+    sleep 0.1 if defined $block->{_sections}{error_log} || defined $block->{_sections}{no_error_log};
+
+    if (!defined $resp || ($err && $err eq 'timeout' && !$block->abort)) {
+        Test::More::fail("$name - request failed: " . ($err // 'no response'));
+        check_log_patterns($block, log_since($pos), $name);
+        return;
+    }
+
+    my ($status, $headers, $body) = parse_response($resp);
+
+    if (defined(my $code = $block->error_code)) {
+        Test::More::is($status, $code, "$name - status code ok");
+    } elsif (!$block->abort && !defined $block->ignore_response) {
+        Test::More::is($status, 200, "$name - status code ok");
+    }
+
+    if (defined(my $rh = $block->response_headers)) {
+        for my $line (ref $rh eq 'ARRAY' ? @$rh : split /\n/, $rh) {
+            next unless $line =~ /\S/;
+            if ($line =~ /^!\s*([^:\s]+)\s*$/) {
+                Test::More::ok(!defined $headers->{lc $1}, "$name - header $1 absent");
+            } elsif ($line =~ /^([^:]+):\s*(.*)$/) {
+                Test::More::is($headers->{lc $1} // '', $2, "$name - header $1 ok");
+            }
+        }
+    }
+
+    if (defined(my $rhl = $block->response_headers_like)) {
+        for my $line (split /\n/, $rhl) {
+            next unless $line =~ /^([^:]+):\s*(.*)$/;
+            Test::More::like($headers->{lc $1} // '', qr/$2/, "$name - header $1 like");
+        }
+    }
+
+    if (defined(my $want = $block->response_body)) {
+        Test::More::is($body, $want, "$name - response_body - response is expected");
+    }
+
+    if (defined(my $like = $block->response_body_like)) {
+        my $re = ref $like eq 'Regexp' ? $like : do { (my $l = $like) =~ s/\n\z//; qr/$l/s };
+        Test::More::like($body, $re, "$name - response_body_like - response is expected");
+    }
+
+    if (defined(my $unlike = $block->response_body_unlike)) {
+        (my $l = $unlike) =~ s/\n\z//;
+        Test::More::unlike($body, qr/$l/s, "$name - response_body_unlike");
+    }
+
+    check_log_patterns($block, log_since($pos), $name);
+}
+
+sub run_tests {
+    my @blocks = blocks();
+    for my $block (@blocks) {
+        for my $rep (1 .. $RepeatEach) {
+            run_block($block, $rep);
+        }
+    }
+    stop_nginx();
+    Test::More::done_testing() unless $Plan;
+}
+
+END { stop_nginx() if $NginxPid }
+
+1;
+
+__END__
+
+=head1 NAME
+
+Test::Nginx::Socket (t/lib) - a small stand-in for openresty's Test::Nginx::Socket
+
+=head1 SECTIONS
+
+main_config, http_config, config, post_main_config, request, raw_request, more_headers,
+timeout, abort, error_code, response_body, response_body_like, response_body_unlike,
+response_headers (C<! Name> = absent), response_headers_like, error_log, no_error_log,
+must_die (nginx -t must fail; error_log patterns then match its output), wait, init,
+user_files, ONLY, SKIP, LAST. Filters: eval, chomp, chop.
+
+Exports: run_tests, repeat_each, master_on, master_off, workers, log_level, no_shuffle,
+no_long_string, no_root_location, add_block_preprocessor, blocks, plan and Test::More's
+functions; $ServerPort, $ServerRoot.
+
+The server is restarted only when the generated nginx.conf changes, so consecutive
+blocks with the same configuration share one nginx (and one loaded model).
+
+=cut
