@@ -444,11 +444,12 @@ sub check_log_patterns {
     for my $sec (qw(error_log no_error_log)) {
         my $want = $block->{_sections}{$sec};
         next unless defined $want;
-        my @pats = ref $want eq 'ARRAY' ? @$want : grep { length } split /\n/, $want;
+        my @pats = ref $want eq "ARRAY" ? @$want : ref $want ? ($want) : grep { length } split /\n/, $want;
         for my $p (@pats) {
             my $hit = ref $p eq 'Regexp' ? $log =~ $p : index($log, $p) >= 0;
             if ($sec eq 'error_log') {
-                Test::More::ok($hit, "$name - pattern \"$p\" should match a line in error.log");
+                Test::More::ok($hit, "$name - pattern \"$p\" should match a line in error.log")
+                    or Test::More::diag("log was:\n" . substr($log, -2000));
             } else {
                 Test::More::ok(!$hit, "$name - pattern \"$p\" should not match any line in error.log");
             }
