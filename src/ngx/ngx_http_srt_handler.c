@@ -127,6 +127,19 @@ ngx_http_srt_handler(ngx_http_request_t *r)
         cln->handler = ngx_http_srt_cleanup;
         cln->data = ctx;
 
+        if (slcf->max_body
+            && r->headers_in.content_length_n > slcf->max_body)
+        {
+            (void) ngx_http_discard_request_body(r);
+            return ngx_http_srt_send_error(r,
+                                           NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                           NULL, "request_too_large",
+                                           "Request body is too large: %O "
+                                           "bytes, the limit is %O",
+                                           r->headers_in.content_length_n,
+                                           slcf->max_body);
+        }
+
         r->request_body_in_single_buf = 1;
 
         rc = ngx_http_read_client_request_body(r, ngx_http_srt_body_handler);
@@ -313,6 +326,7 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     ngx_http_srt_model_t     *m;
     srt_chan_submit_status    st;
     ngx_http_srt_endpoint_e   ep;
+    ngx_http_srt_loc_conf_t  *slcf;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_srt_module);
     m = ctx->model;
@@ -320,6 +334,18 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     body = ngx_http_srt_body(r, &len);
     if (body == NULL) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+
+    if (slcf->max_body && (off_t) len > slcf->max_body) {
+        /* a chunked body: its size is known only now */
+        ngx_http_finalize_request(r,
+            ngx_http_srt_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                    NULL, "request_too_large",
+                                    "Request body is too large: %uz bytes, "
+                                    "the limit is %O", len, slcf->max_body));
         return;
     }
 

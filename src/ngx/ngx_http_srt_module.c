@@ -319,6 +319,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_uint_t                 i;
     ngx_http_srt_model_t      *m, **mp;
     ngx_http_srt_main_conf_t  *smcf;
+    ngx_http_core_loc_conf_t  *clcf;
 
     ngx_conf_merge_str_value(conf->hooks, prev->hooks, "");
     ngx_conf_merge_str_value(conf->chat_template, prev->chat_template, "");
@@ -344,7 +345,18 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     if (conf->model_path.len == 0) {
+        conf->max_body = prev->max_body;
         return NGX_CONF_OK;
+    }
+
+    /*
+     * Answer "body too large" ourselves, in JSON: nginx's own check, which runs
+     * before any handler and sends HTML, only catches bodies far over the limit.
+     */
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    conf->max_body = clcf->client_max_body_size;
+    if (conf->max_body) {
+        clcf->client_max_body_size = conf->max_body * 2 + 65536;
     }
 
     /* this location declares srt_model: build its model from the merged values */

@@ -97,6 +97,7 @@ typedef struct {
     ngx_uint_t                 mem_fraction_set;
     ngx_msec_t                 retry_after;
     ngx_msec_t                 wait_ready;
+    off_t                      max_body;    /* client_max_body_size, answered in JSON */
 } ngx_http_srt_loc_conf_t;
 
 

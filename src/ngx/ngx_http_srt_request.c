@@ -48,6 +48,7 @@ ngx_http_srt_get_number(ngx_http_srt_parse_t *ps, yajl_val v,
     const char *name, double min, double max, ngx_flag_t min_open,
     double *out)
 {
+    char    text[256];
     double  d;
 
     if (v == NULL || YAJL_IS_NULL(v)) {
@@ -62,10 +63,10 @@ ngx_http_srt_get_number(ngx_http_srt_parse_t *ps, yajl_val v,
     d = YAJL_IS_DOUBLE(v) ? YAJL_GET_DOUBLE(v) : (double) YAJL_GET_INTEGER(v);
 
     if (isnan(d) || d < min || d > max || (min_open && d <= min)) {
-        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
-                                 "'%s' must be %s %.4g and %.4g, got %.6g",
-                                 name, min_open ? "greater than" : "between",
-                                 min, max, d);
+        /* nginx's printf has no %g */
+        snprintf(text, sizeof(text), "'%s' must be %s %g and %g, got %g",
+                 name, min_open ? "greater than" : "between", min, max, d);
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name, "%s", text);
     }
 
     *out = d;
