@@ -326,9 +326,8 @@ static int do_split(render *r, const char *s, size_t n, const char *sep, size_t 
                 if (i >= n)
                     break;
                 if (maxsplit >= 0 && splits >= maxsplit) {
+                    /* the remainder keeps its trailing whitespace, as in Python */
                     size_t e = n;
-                    while (e > i && (k = u8_space_before(s + i, e - i)) != 0)
-                        e -= k;
                     if (list_push(&r->a, l, v_str(s + i, e - i)))
                         return oom(r);
                     break;
@@ -353,8 +352,6 @@ static int do_split(render *r, const char *s, size_t n, const char *sep, size_t 
                     break;
                 if (maxsplit >= 0 && splits >= maxsplit) {
                     size_t st = 0;
-                    while (st < e && (k = u8_space_at(s + st, e - st)) != 0)
-                        st += k;
                     if (list_push(&r->a, rev, v_str(s + st, e - st)))
                         return oom(r);
                     break;

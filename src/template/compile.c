@@ -408,8 +408,37 @@ static size_t raw_open(parser *p, size_t i, char *end_sign)
     return 0;
 }
 
+/* jinja2 rewrites \r\n and \r to \n in the whole source before lexing. */
+static void normalize_newlines(parser *p, const char **text, size_t *n)
+{
+    if (!memchr(*text, '\r', *n))
+        return;
+    char *o = palloc(p, *n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++) {
+        if ((*text)[i] == '\r') {
+            o[k++] = '\n';
+            if (i + 1 < *n && (*text)[i + 1] == '\n')
+                i++;
+        } else {
+            o[k++] = (*text)[i];
+        }
+    }
+    *text = o;
+    *n = k;
+}
+
+static tok *push_data(parser *p, int line, const char *text, size_t n)
+{
+    tok *t = push_tok(p, T_DATA, line);
+    t->p = text;
+    t->n = n;
+    return t;
+}
+
 static void lex(parser *p)
 {
+    normalize_newlines(p, &p->src, &p->len);
     const char *s = p->src;
     size_t len = p->len, pos = 0;
     int line = 1;
@@ -423,19 +452,14 @@ static void lex(parser *p)
         while (idx + 1 < len && !(s[idx] == '{' && (s[idx + 1] == '{' || s[idx + 1] == '%' || s[idx + 1] == '#')))
             idx++;
         if (idx + 1 >= len) {
-            tok *t = push_tok(p, T_DATA, line);
-            t->p = s + pos;
-            t->n = len - pos;
+            push_data(p, line, s + pos, len - pos);
             break;
         }
         char kind = s[idx + 1];
         char sign = (idx + 2 < len && (s[idx + 2] == '-' || s[idx + 2] == '+')) ? s[idx + 2] : 0;
         size_t n = strip_before_tag(s + pos, idx - pos, sign, kind == '{', line_starting);
-        if (n) {
-            tok *t = push_tok(p, T_DATA, line);
-            t->p = s + pos;
-            t->n = n;
-        }
+        if (n)
+            push_data(p, line, s + pos, n);
         line += count_lines(s + pos, idx - pos);
         size_t i = idx + 2 + (sign ? 1 : 0);
         if (kind == '#') {
@@ -481,11 +505,8 @@ static void lex(parser *p)
                     if (j + 2 <= len && s[j] == '%' && s[j + 1] == '}') {
                         bool ls = body > 0 && s[body - 1] == '\n';
                         size_t dn = strip_before_tag(s + body, e - body, es, false, ls);
-                        if (dn) {
-                            tok *t = push_tok(p, T_DATA, line + count_lines(s + i, body - i));
-                            t->p = s + body;
-                            t->n = dn;
-                        }
+                        if (dn)
+                            push_data(p, line + count_lines(s + i, body - i), s + body, dn);
                         size_t after = j + 2;
                         if (cs == '-')
                             after = skip_space(s, len, after);

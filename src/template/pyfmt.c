@@ -208,7 +208,12 @@ void py_str(sbuf *b, val v)
             sb_puts(b, "caller");
         sb_puts(b, "'>");
         return;
-    case V_FUNC: sb_puts(b, "<function>"); return;
+    case V_FUNC:
+        if (v.fn == 0)
+            sb_printf(b, "<built-in method %.*s>", (int)v.u.s.n, v.u.s.p);
+        else
+            sb_puts(b, "<function>");
+        return;
     case V_LOOP: sb_printf(b, "<LoopContext %zu/%zu>", v.u.loop->index0 + 1, v.u.loop->items->n); return;
     }
 }

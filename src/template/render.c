@@ -238,8 +238,40 @@ static val loop_attr(tpl_loop *l, const char *name, size_t n, bool *ok)
     return v_undef();
 }
 
+/* Python method names per type: `obj.name` without a call yields a bound method in jinja2 (for dicts
+ * even when a key of that name exists), so such attributes are defined and callable. */
+static const char *const STR_METHODS[] = {
+    "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format",
+    "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier", "islower",
+    "isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower", "lstrip", "maketrans",
+    "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex", "rjust", "rpartition", "rsplit",
+    "rstrip", "split", "splitlines", "startswith", "strip", "swapcase", "title", "translate", "upper", "zfill",
+    NULL};
+/* ImmutableSandboxedEnvironment hides the mutating ones (append, pop, update...): they are undefined. */
+static const char *const LIST_METHODS[] = {"copy", "count", "index", NULL};
+static const char *const DICT_METHODS[] = {"copy", "fromkeys", "get", "items", "keys", "values", NULL};
+
+static bool bound_method(val obj, const char *name, size_t n, val *out)
+{
+    const char *const *names = obj.t == V_STR ? STR_METHODS : obj.t == V_LIST ? LIST_METHODS
+                             : obj.t == V_DICT ? DICT_METHODS : NULL;
+    for (int i = 0; names && names[i]; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], name, n) == 0) {
+            val m = {0};
+            m.t = V_FUNC;
+            m.fn = 0;
+            m.u.s.p = names[i];
+            m.u.s.n = n;
+            *out = m;
+            return true;
+        }
+    return false;
+}
+
 int val_getattr(render *r, val obj, const char *name, size_t n, val *out)
 {
+    if (bound_method(obj, name, n, out))
+        return 0;
     switch (obj.t) {
     case V_UNDEF:
         return undefined_error(r, obj);
@@ -742,6 +774,9 @@ int call_macro(render *r, val m, cargs *a, val *out)
 
 static int call_with_caller(render *r, val m, cargs *a, val caller, val *out)
 {
+    if (m.t == V_FUNC && m.fn == 0)
+        return rerr(r, "TemplateRuntimeError: calling the method '%.*s' through a variable is not supported",
+                    (int)m.u.s.n, m.u.s.p);
     if (m.t == V_FUNC)
         return function_apply(r, m.fn, a, out);
     if (m.t == V_UNDEF)
