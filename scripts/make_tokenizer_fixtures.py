@@ -254,6 +254,86 @@ def make_spm(out, train_lines):
         "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"})
 
 
+# ---------------------------------------------------------------- GGUF tokenizers
+
+def write_tokenizer_gguf(path, arch, model, tokens, types, scores=None, merges=None, pre=None,
+                         bos=None, eos=None, unk=None, add_bos=None):
+    """A GGUF holding tokenizer metadata and one small tensor (enough for transformers to read)."""
+    import gguf
+    import numpy as np
+    w = gguf.GGUFWriter(path, arch)
+    w.add_context_length(128)
+    w.add_embedding_length(8)
+    w.add_block_count(1)
+    w.add_feed_forward_length(16)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(4)
+    w.add_tokenizer_model(model)
+    if pre:
+        w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    if scores is not None:
+        w.add_token_scores(scores)
+    if merges is not None:
+        w.add_token_merges(merges)
+    if bos is not None:
+        w.add_bos_token_id(bos)
+    if eos is not None:
+        w.add_eos_token_id(eos)
+    if unk is not None:
+        w.add_unk_token_id(unk)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    w.add_tensor("token_embd.weight", np.zeros((8, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make_gguf_fixtures(out):
+    """spm-gguf: the spm fixture as a llama-type GGUF (tokens + scores, no merges);
+       bpe-gguf: the llama3 fixture as a gpt2-type GGUF with pre=llama-bpe.
+       Their expected ids come from transformers' own GGUF conversion of the same files."""
+    with open(os.path.join(out, "spm/tokenizer.json"), encoding="utf-8") as f:
+        spm = json.load(f)
+    vocab = spm["model"]["vocab"]
+    toks = [None] * len(vocab)
+    for t, i in vocab.items():
+        toks[i] = t
+    types = [2 if i == 0 else 3 if i in (1, 2) else 6 if (t.startswith("<0x") and len(t) == 6) else 1
+             for i, t in enumerate(toks)]
+    scores = [0.0 if types[i] != 1 else -float(i) for i in range(len(toks))]
+    os.makedirs(os.path.join(out, "spm-gguf"), exist_ok=True)
+    write_tokenizer_gguf(os.path.join(out, "spm-gguf/tokenizer.gguf"), "llama", "llama", toks, types,
+                         scores=scores, bos=1, eos=2, unk=0, add_bos=True)
+
+    with open(os.path.join(out, "llama3/tokenizer.json"), encoding="utf-8") as f:
+        l3 = json.load(f)
+    vocab = dict(l3["model"]["vocab"])
+    special = {a["content"]: a["id"] for a in l3["added_tokens"]}
+    n = max(list(vocab.values()) + list(special.values())) + 1
+    toks = [None] * n
+    for t, i in list(vocab.items()) + list(special.items()):
+        toks[i] = t
+    with open(os.path.join(out, "smollm2/tokenizer.json"), encoding="utf-8") as f:
+        smol_special = {a["content"] for a in json.load(f)["added_tokens"] if a["special"]}
+    types = [3 if (toks[i] in special or toks[i] in smol_special) else 1 for i in range(n)]
+    merges = [a + " " + b for a, b in l3["model"]["merges"]]
+    os.makedirs(os.path.join(out, "bpe-gguf"), exist_ok=True)
+    write_tokenizer_gguf(os.path.join(out, "bpe-gguf/tokenizer.gguf"), "llama", "gpt2", toks, types,
+                         merges=merges, pre="llama-bpe", bos=special["<|begin_of_text|>"],
+                         eos=special["<|eot_id|>"], add_bos=True)
+
+
+def gguf_reference(out, name):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(os.path.join(out, name), gguf_file="tokenizer.gguf").backend_tokenizer
+
+
 # ---------------------------------------------------------------- corpus
 
 WORDS = ("the of and to in is was for on that with as by at from his it an were are which this be "
@@ -349,7 +429,7 @@ def make_train_lines(seed=99, n=3000):
 
 # ---------------------------------------------------------------- expected ids
 
-def write_expected(out, name, corpus):
+def write_expected(out, name, corpus, tk=None):
     """ids.txt: per corpus line "A|B|C|D" where
          A = ids with special tokens parsed in text (add_special_tokens=False),
          B = ids with special tokens treated as plain text ("=" when equal to A),
@@ -358,7 +438,8 @@ def write_expected(out, name, corpus):
        ids are space separated decimal."""
     from tokenizers import Tokenizer
 
-    tk = Tokenizer.from_file(os.path.join(out, name, "tokenizer.json"))
+    if tk is None:
+        tk = Tokenizer.from_file(os.path.join(out, name, "tokenizer.json"))
     lines = []
     for s in corpus:
         tk.encode_special_tokens = False
@@ -398,6 +479,12 @@ def main():
             f.write(json.dumps(s, ensure_ascii=False) + "\n")
     for name in ("smollm2", "qwen2", "llama3", "gpt2", "spm", "mistral"):
         write_expected(out, name, corpus)
+    make_gguf_fixtures(out)
+    try:
+        for name in ("spm-gguf", "bpe-gguf"):
+            write_expected(out, name, corpus, gguf_reference(out, name))
+    except ImportError:
+        print("transformers not installed: keeping the committed GGUF expectations", file=sys.stderr)
 
 
 if __name__ == "__main__":

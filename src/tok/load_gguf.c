@@ -52,10 +52,12 @@ static int32_t get_id(const srt_gguf *g, const char *key, uint32_t n_vocab)
     return (int32_t)v;
 }
 
-/* Llama-style GGUF has scores, not merges. Like transformers' converter: every split of a token into two
- * vocab tokens is a merge, ranked by the merged token's score (then token order, then the pair's ids). */
+/* Llama-style GGUF has scores, not merges. As transformers rebuilds them: every split of a token into two
+ * vocab tokens is a merge, sorted by the merged token's score (best first), then by the character length
+ * of the left and of the right piece (longest first), then token order and the pieces' ids. */
 typedef struct spm_merge {
     float score;
+    uint32_t llen, rlen;
     int32_t result, left, right;
 } spm_merge;
 
@@ -64,11 +66,23 @@ static int cmp_spm_merge(const void *a, const void *b)
     const spm_merge *x = a, *y = b;
     if (x->score != y->score)
         return x->score > y->score ? -1 : 1;
+    if (x->llen != y->llen)
+        return x->llen > y->llen ? -1 : 1;
+    if (x->rlen != y->rlen)
+        return x->rlen > y->rlen ? -1 : 1;
     if (x->result != y->result)
         return x->result < y->result ? -1 : 1;
     if (x->left != y->left)
         return x->left < y->left ? -1 : 1;
     return x->right < y->right ? -1 : x->right > y->right;
+}
+
+static uint32_t n_chars(const char *s, size_t n)
+{
+    uint32_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((uint8_t)s[i] & 0xC0) != 0x80;
+    return c;
 }
 
 static int spm_merges(srt_tokenizer *t, const float *scores, uint32_t n, srt_err *err)
@@ -98,7 +112,7 @@ static int spm_merges(srt_tokenizer *t, const float *scores, uint32_t n, srt_err
             }
             float sc;
             memcpy(&sc, scores + id, sizeof(sc));
-            m[cnt++] = (spm_merge){sc, (int32_t)id, l, r};
+            m[cnt++] = (spm_merge){sc, n_chars(s, k), n_chars(s + k, e->key_len - k), (int32_t)id, l, r};
         }
     }
     qsort(m, cnt, sizeof(*m), cmp_spm_merge);
@@ -201,7 +215,7 @@ int srt_tokenizer_from_gguf(const char *path, srt_tokenizer **out, srt_err *err)
         if (types)
             memcpy(&ty, types->value + 4 * (size_t)i, 4);
         uint16_t fl = TOKF_IN_MODEL;
-        if (ty == TT_CONTROL)
+        if (ty == TT_CONTROL || ty == TT_UNKNOWN) /* <unk> is a special token in HF too */
             fl |= TOKF_ADDED | TOKF_SPECIAL;
         else if (ty == TT_USER)
             fl |= TOKF_ADDED;
@@ -211,12 +225,13 @@ int srt_tokenizer_from_gguf(const char *path, srt_tokenizer **out, srt_err *err)
     int64_t v;
     int add_space = srt_gguf_get_i64(g, "tokenizer.ggml.add_space_prefix", &v) == SRT_OK ? (int)v : spm;
     if (spm) {
+        /* as transformers' LlamaTokenizer: Metaspace (prepend on the first piece), byte fallback */
         t->byte_fallback = 1;
         t->fuse_unk = 1;
-        const char *norm = add_space ? "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":"
-                                       "\"\\u2581\"},{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":"
-                                       "\"\\u2581\"}]}"
-                                     : "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"}";
+        const char *pre_json = add_space ? "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":"
+                                           "\"first\",\"split\":false}"
+                                         : "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":"
+                                           "\"never\",\"split\":false}";
         const char *dec = add_space ? "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":"
                                       "{\"String\":\"\\u2581\"},\"content\":\" \"},{\"type\":\"ByteFallback\"},"
                                       "{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,"
@@ -224,7 +239,7 @@ int srt_tokenizer_from_gguf(const char *path, srt_tokenizer **out, srt_err *err)
                                     : "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":"
                                       "{\"String\":\"\\u2581\"},\"content\":\" \"},{\"type\":\"ByteFallback\"},"
                                       "{\"type\":\"Fuse\"}]}";
-        if (tok_setup_pipeline(t, norm, NULL, dec, err))
+        if (tok_setup_pipeline(t, NULL, pre_json, dec, err))
             goto out;
     } else {
         if (get_str0(g, "tokenizer.ggml.pre", pre, sizeof(pre)))
@@ -252,9 +267,7 @@ int srt_tokenizer_from_gguf(const char *path, srt_tokenizer **out, srt_err *err)
     t->bos_id = get_id(g, "tokenizer.ggml.bos_token_id", n);
     t->eos_id = get_id(g, "tokenizer.ggml.eos_token_id", n);
     t->pad_id = get_id(g, "tokenizer.ggml.padding_token_id", n);
-    int32_t unk = get_id(g, "tokenizer.ggml.unknown_token_id", n);
-    if (spm)
-        t->unk_id = unk;
+    /* transformers' GGUF tokenizers have no BPE unk token: byte fallback covers every character */
     size_t l;
     const char *s;
     if (t->bos_id >= 0 && (s = srt_tokenizer_token_str(t, t->bos_id, &l)))

@@ -130,7 +130,7 @@ enum { STRIP_NONE = 0, STRIP_TEXT = 1, STRIP_FIRST_TOKEN_REPL = 2 };
 struct srt_tokenizer {
     char *name;
     tok_entry *tok;
-    uint32_t n_tok;
+    uint32_t n_tok, tok_cap;
     tok_buf pool;
 
     tok_strmap by_key; /* model vocab: key -> id */

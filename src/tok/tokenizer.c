@@ -74,17 +74,21 @@ int tok_add_token(srt_tokenizer *t, int32_t id, const char *s, size_t n, uint16_
         return SRT_ERROR;
     }
     if ((uint32_t)id >= t->n_tok) {
-        uint32_t n_new = (uint32_t)id + 1;
-        uint32_t cap = t->n_tok;
-        /* grow geometrically: ids mostly arrive in order */
-        tok_entry *p = realloc(t->tok, sizeof(*p) * (n_new > cap * 2 ? n_new : cap * 2 + 16));
-        if (!p) {
-            srt_err_set(err, "%s: out of memory", t->name);
-            return SRT_ERROR;
+        if ((uint32_t)id >= t->tok_cap) {
+            /* grow geometrically: ids mostly arrive in order */
+            uint32_t cap = t->tok_cap ? t->tok_cap : 1024;
+            while (cap <= (uint32_t)id)
+                cap *= 2;
+            tok_entry *p = realloc(t->tok, sizeof(*p) * cap);
+            if (!p) {
+                srt_err_set(err, "%s: out of memory", t->name);
+                return SRT_ERROR;
+            }
+            memset(p + t->tok_cap, 0, sizeof(*p) * (cap - t->tok_cap));
+            t->tok = p;
+            t->tok_cap = cap;
         }
-        memset(p + t->n_tok, 0, sizeof(*p) * ((n_new > cap * 2 ? n_new : cap * 2 + 16) - t->n_tok));
-        t->tok = p;
-        t->n_tok = n_new;
+        t->n_tok = (uint32_t)id + 1;
     }
     tok_entry *e = &t->tok[id];
     if (e->str_len || (e->flags & (TOKF_ADDED | TOKF_IN_MODEL))) {

@@ -384,6 +384,21 @@ static void check_gguf(void)
     srt_tokenizer_free(tok);
 }
 
+/* Tokenizer-only GGUF fixtures; their ids come from transformers' conversion of the same files. */
+static void check_gguf_fixture(const char *name, int lossless)
+{
+    char path[512];
+    snprintf(path, sizeof(path), FIX "/%s/tokenizer.gguf", name);
+    srt_tokenizer *tok = NULL;
+    srt_err err = {{0}};
+    if (!ok(srt_tokenizer_from_gguf(path, &tok, &err) == SRT_OK, "%s: load from GGUF metadata", name))
+        tap_diag("  %s", err.msg);
+    if (!tok)
+        return;
+    check_tokenizer(name, tok, lossless);
+    srt_tokenizer_free(tok);
+}
+
 int main(void)
 {
     load_corpus();
@@ -398,6 +413,8 @@ int main(void)
         srt_tokenizer_free(t);
     }
     check_specials();
+    check_gguf_fixture("spm-gguf", 0);
+    check_gguf_fixture("bpe-gguf", 1);
     check_gguf();
     return tap_done();
 }

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Encoding throughput of the C tokenizer (build/bin/srt-tokenize) against HF tokenizers (Rust) on the
+same corpus, in the same run.
+
+    scripts/bench_tokenizer.py [--repeat N] [--rounds R] [names...]
+
+The corpus is t/fixtures/tokenizers/corpus.txt, split into lines (one encode call per line on both
+sides), repeated N times. Each side runs R rounds; the best round counts (the machine may be shared).
+HF is measured two ways: encode_batch (Rust, all cores) and encode_batch with one thread
+(RAYON_NUM_THREADS=1); ours is single-threaded. Prints a Markdown table for BENCHMARKS.md."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIX = os.path.join(ROOT, "t/fixtures/tokenizers")
+TOOL = os.path.join(ROOT, "build/bin/srt-tokenize")
+
+HF_SNIPPET = r"""
+import sys, time
+from tokenizers import Tokenizer
+path, lines_path, repeat, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+lines = open(lines_path, encoding="utf-8").read().split("\n") * repeat
+nb = sum(len(l.encode()) for l in lines)
+t = Tokenizer.from_file(path)
+best = 1e9
+for _ in range(rounds):
+    t0 = time.perf_counter()
+    t.encode_batch(lines, add_special_tokens=False)
+    best = min(best, time.perf_counter() - t0)
+print(nb, best)
+"""
+
+
+def run_ours(tj, lines_path, repeat, rounds):
+    best, nb = 1e9, 0
+    for _ in range(rounds):
+        out = subprocess.run([TOOL, tj, "--lines", lines_path, "--repeat", str(repeat), "--bench"],
+                             check=True, capture_output=True, text=True).stdout.split()
+        kv = dict(zip(out[0::2], out[1::2]))
+        nb = int(kv["bytes"])
+        best = min(best, float(kv["seconds"]))
+    return nb, best
+
+
+def run_hf(tj, lines_path, repeat, rounds, threads=None):
+    env = dict(os.environ)
+    if threads:
+        env["RAYON_NUM_THREADS"] = str(threads)
+    out = subprocess.run([sys.executable, "-c", HF_SNIPPET, tj, lines_path, str(repeat), str(rounds)],
+                         check=True, capture_output=True, text=True, env=env).stdout.split()
+    return int(out[0]), float(out[1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("names", nargs="*", default=["smollm2", "qwen2", "llama3", "spm"])
+    args = ap.parse_args()
+    if not os.path.exists(TOOL):
+        sys.exit("build/bin/srt-tokenize missing: run make first")
+    corpus = [json.loads(l) for l in open(os.path.join(FIX, "corpus.txt"), encoding="utf-8")]
+    text = "\n".join(corpus).replace("\r", "")
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
+        f.write(text)
+        lines_path = f.name
+    try:
+        print("| tokenizer | MB | ours MB/s (1 thread) | HF MB/s (1 thread) | HF MB/s (%d threads) | ratio vs HF 1 thread "
+              "| ratio vs HF all threads |" % os.cpu_count())
+        print("|---|---|---|---|---|---|---|")
+        for name in args.names:
+            tj = os.path.join(FIX, name, "tokenizer.json")
+            nb, ours = run_ours(tj, lines_path, args.repeat, args.rounds)
+            nb1, hf1 = run_hf(tj, lines_path, args.repeat, args.rounds, threads=1)
+            nbn, hfn = run_hf(tj, lines_path, args.repeat, args.rounds)
+            assert nb == nb1 == nbn, (nb, nb1, nbn)
+            mb = nb / 1e6
+            print("| %s | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx |" % (
+                name, mb, mb / ours, mb / hf1, mb / hfn, hf1 / ours, hfn / ours))
+    finally:
+        os.unlink(lines_path)
+
+
+if __name__ == "__main__":
+    main()
