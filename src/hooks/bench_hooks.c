@@ -123,6 +123,13 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static double proc_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int argmax(const float *v, int n)
 {
     int b = 0;
@@ -202,7 +209,8 @@ int main(int argc, char **argv)
     int32_t *pos = malloc((size_t)n_ctx * sizeof *pos);
     float *logits = malloc((size_t)cfg->vocab_size * sizeof *logits);
     double *rates = malloc((size_t)repeat * sizeof *rates);
-    if (!ids || !slots || !pos || !logits || !rates)
+    double *cpu_ms = malloc((size_t)repeat * sizeof *cpu_ms);
+    if (!ids || !slots || !pos || !logits || !rates || !cpu_ms)
         return fprintf(stderr, "srt-bench-hooks: out of memory\n"), 1;
     for (int32_t i = 0; i < n_ctx; i++) {
         slots[i] = pos[i] = i;
@@ -224,7 +232,7 @@ int main(int argc, char **argv)
             return fprintf(stderr, "srt-bench-hooks: %s\n", err.msg), 1;
         unsigned long long sum = 1469598103934665603ull;
         long long c0 = hook_calls;
-        double t0 = now_s();
+        double t0 = now_s(), c_0 = proc_cpu_s();
         for (int t = 0; t < ntok - 1; t++) {
             int32_t tok = argmax(logits, cfg->vocab_size), p = plen + t, one[2] = { 0, 1 }, l = p + 1;
             sum = (sum ^ (unsigned long long)tok) * 1099511628211ull;
@@ -236,14 +244,17 @@ int main(int argc, char **argv)
         }
         double dt = now_s() - t0;
         rates[rep] = (ntok - 1) / dt;
+        cpu_ms[rep] = (proc_cpu_s() - c_0) * 1e3 / (ntok - 1);
         calls_decode = hook_calls - c0;
         checksum = sum;
-        printf("run %d: decode %.2f tok/s\n", rep + 1, rates[rep]);
+        printf("run %d: decode %.2f tok/s, %.3f CPU ms/token\n", rep + 1, rates[rep], cpu_ms[rep]);
         srt_kv_pool_free(kv);
     }
     qsort(rates, (size_t)repeat, sizeof *rates, cmp_double);
+    qsort(cpu_ms, (size_t)repeat, sizeof *cpu_ms, cmp_double);
     printf("hooks=%s%s modules=%d threads=%d prompt=%d decode_tokens=%d: best %.2f tok/s, "
-           "median %.2f tok/s, hook calls/token %.1f, checksum %016llx\n",
+           "median %.2f tok/s, CPU ms/token best %.3f median %.3f, hook calls/token %.1f, "
+           "checksum %016llx\n",
            hooks,
 #ifdef SRT_NO_HOOKS
            " (built with -DSRT_NO_HOOKS)",
@@ -251,10 +262,10 @@ int main(int argc, char **argv)
            "",
 #endif
            n_mod, srt_runner_n_threads(r), plen, ntok - 1, rates[repeat - 1], rates[repeat / 2],
-           (double)calls_decode / (ntok - 1), checksum);
+           cpu_ms[0], cpu_ms[repeat / 2], (double)calls_decode / (ntok - 1), checksum);
     srt_hook_registry_free(reg);
     srt_runner_free(r);
     srt_model_free(m);
-    free(ids); free(slots); free(pos); free(logits); free(rates);
+    free(ids); free(slots); free(pos); free(logits); free(rates); free(cpu_ms);
     return 0;
 }
