@@ -452,6 +452,18 @@ static void test_bad_documents(void)
         ok(log_count_level(SRT_LOG_WARN) == 2, "but each gets a warning");
         srt_hook_registry_free(reg);
     }
+    {
+        srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, wrong_repl, NULL, NULL };
+        srt_hook_attach_opts o = { .name = "badrepl" };
+        reg = new_registry();
+        srt_hook_attach(reg, "outer.1", &hook, &o, &err);
+        log_clear();
+        rc = forward(y);
+        ok(rc == SRT_ERROR && log_count(SRT_LOG_ERROR, "forward hook 'badrepl' (id 1) on outer.1 returned a "
+                                        "replacement with another shape, dtype or device than the output") == 1,
+           "a replacement of another shape fails the forward");
+        srt_hook_registry_free(reg);
+    }
 }
 
 static void test_all_or_nothing(void)
@@ -706,6 +718,16 @@ static int noop(srt_hook *h, const srt_hook_call *c, const srt_module_args *a,
     return 0;
 }
 
+static float wrong_buf[2 * W];
+static int wrong_repl(srt_hook *h, const srt_hook_call *c, const srt_module_args *a,
+                      srt_tensor_view *o, srt_tensor_view *r)
+{
+    (void)h; (void)c; (void)a;
+    *r = f32_view(wrong_buf, 2, W);   /* twice the rows of the output */
+    (void)o;
+    return SRT_HOOK_REPLACED;
+}
+
 static void test_changing_values(void)
 {
     srt_hook_registry *reg;
@@ -848,6 +870,68 @@ static void test_fast_path(void)
 }
 
 
+
+/* ---- device views: staging through the backend's copy functions ---- */
+static int n_d2h, n_h2d, n_d2d;
+static int fake_d2h(void *dst, const void *src, size_t n, void *ctx) { (void)ctx; n_d2h++; memcpy(dst, src, n); return 0; }
+static int fake_h2d(void *dst, const void *src, size_t n, void *ctx) { (void)ctx; n_h2d++; memcpy(dst, src, n); return 0; }
+static int fake_d2d(void *dst, const void *src, size_t n, void *ctx) { (void)ctx; n_d2d++; memcpy(dst, src, n); return 0; }
+
+static int copy_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *o)
+{
+    (void)self;
+    (void)b;
+    memcpy(o->data, a->inputs[0].data, W * sizeof(float));
+    return SRT_OK;
+}
+
+static int device_forward(float *y)
+{
+    float x[W] = { 1, 2, 3, 4 };
+    srt_batch_ctx b = { SRT_FORWARD_DECODE, 1, NULL, NULL, 1, 0, 1 };
+    srt_module_args a;
+    srt_tensor_view o = f32_view(y, 1, W);
+    memset(&a, 0, sizeof a);
+    a.n_inputs = 1;
+    a.inputs[0] = f32_view(x, 1, W);
+    a.inputs[0].device = o.device = SRT_HOOK_DEVICE_CUDA;   /* host memory standing in for VRAM */
+    return srt_module_forward(&mods[M_OUTER0], &b, copy_fn, NULL, &a, &o);
+}
+
+static void test_device_views(void)
+{
+    srt_hook_registry *reg;
+    srt_err err;
+    int rc;
+    float y[W];
+    srt_hook_device_ops ops = { fake_d2h, fake_h2d, fake_d2d, NULL };
+
+    reg = reg_from("[{\"name\": \"dev\", \"target_modules\": [\"outer.0\"], \"hook_factory\": " LIB "th_factory\", \"config\": {\"value\": 0.5}}]",
+                   &rc, &err);
+    log_clear();
+    ok(device_forward(y) == SRT_ERROR && log_count(SRT_LOG_ERROR, "forward hook 'dev' (id 1) failed on outer.0") == 1,
+       "a device view cannot be read without device copy functions: the hook fails cleanly");
+    srt_hook_registry_set_device_ops(reg, &ops);
+    n_d2h = n_h2d = n_d2d = 0;
+    rc = device_forward(y);
+    ok(rc == SRT_OK && y[0] == 1.5f && y[3] == 4.5f && n_d2h == 1 && n_h2d == 1,
+       "with the backend's copies, a hook reads and writes a device output (d2h %d, h2d %d)", n_d2h, n_h2d);
+    srt_hook_registry_free(reg);
+
+    reg = reg_from("[{\"name\": \"devrepl\", \"target_modules\": [\"outer.0\"], \"hook_factory\": " LIB "th_factory\", \"config\": {\"value\": 9, \"replace\": true}}]",
+                   &rc, &err);
+    srt_hook_registry_set_device_ops(reg, &ops);
+    n_d2d = 0;
+    /* the test hook's replacement view copies the output's device tag */
+    rc = device_forward(y);
+    ok(rc == SRT_OK && y[0] == 9 && y[3] == 9 && n_d2d == 1,
+       "a replacement of a device output is copied device to device (d2d %d)", n_d2d);
+    srt_hook_registry_set_device_ops(reg, NULL);
+    rc = device_forward(y);
+    ok(rc == SRT_ERROR, "without a device copy function the replacement is refused, not dropped");
+    srt_hook_registry_free(reg);
+}
+
 int main(void)
 {
     srt_log_set_sink(log_sink, NULL, SRT_LOG_DEBUG);
@@ -866,6 +950,7 @@ int main(void)
     test_changing_values();
     test_handles();
     test_fast_path();
+    test_device_views();
 
     if (tap_failed)
         log_dump();
