@@ -2,4 +2,4 @@
 ENGINE_SRCS += src/tok/tok_text.c src/tok/tokenizer.c src/tok/bpe.c src/tok/detok.c src/tok/nfc.c \
                src/tok/load_json.c src/tok/load_gguf.c
 TOOLS       += $(BUILD)/bin/srt-tokenize
-UNIT_TESTS  += $(BUILD)/t/test_tokenizer
+UNIT_TESTS  += $(BUILD)/t/test_tokenizer $(BUILD)/t/test_tokenizer_errors

@@ -1,0 +1,178 @@
+/* Bad tokenizer files give a clear error naming the file and the field, never a crash. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "srt/tokenizer.h"
+#include "tap.h"
+
+static char dir[] = "/tmp/srt_tok_errXXXXXX";
+
+static const char *write_tmp(const char *name, const char *content, size_t n)
+{
+    static char path[4][512];
+    static int k;
+    char *p = path[k++ & 3];
+    snprintf(p, 512, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    fwrite(content, 1, n, f);
+    fclose(f);
+    return p;
+}
+
+/* Loads a tokenizer.json body; expects failure with every needle in the message. */
+static void expect_fail(const char *what, const char *json, const char *config, const char *n1, const char *n2)
+{
+    const char *tj = write_tmp("tokenizer.json", json, strlen(json));
+    const char *cfg = config ? write_tmp("tokenizer_config.json", config, strlen(config)) : NULL;
+    srt_tokenizer *tok = NULL;
+    srt_err err = {{0}};
+    int rc = srt_tokenizer_load_json(tj, cfg, &tok, &err);
+    int good = rc == SRT_ERROR && tok == NULL && (!n1 || strstr(err.msg, n1)) && (!n2 || strstr(err.msg, n2));
+    ok(good, "%s fails naming %s%s%s", what, n1 ? n1 : "", n2 ? " and " : "", n2 ? n2 : "");
+    if (!good)
+        tap_diag("  message: %s", err.msg);
+    srt_tokenizer_free(tok);
+}
+
+#define MODEL(extra) \
+    "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]" extra "}"
+
+int main(void)
+{
+    if (!mkdtemp(dir)) {
+        ok(0, "mkdtemp");
+        return tap_done();
+    }
+    srt_tokenizer *tok = NULL;
+    srt_err err = {{0}};
+    ok(srt_tokenizer_load_json("/nonexistent/tokenizer.json", NULL, &tok, &err) == SRT_ERROR &&
+           strstr(err.msg, "/nonexistent/tokenizer.json"),
+       "missing tokenizer.json names the path: %s", err.msg);
+
+    /* the minimal valid file loads, so the failures below are about the field they break */
+    {
+        const char *good = "{" MODEL("") ",\"decoder\":{\"type\":\"Fuse\"}}";
+        const char *tj = write_tmp("tokenizer.json", good, strlen(good));
+        ok(srt_tokenizer_load_json(tj, NULL, &tok, &err) == SRT_OK, "a minimal BPE tokenizer.json loads");
+        int32_t ids[8];
+        size_t n = 0;
+        ok(tok && srt_tokenizer_encode(tok, "abab", 4, 0, ids, 8, &n, &err) == SRT_OK && n == 2 && ids[0] == 2 &&
+               ids[1] == 2, "... and encodes \"abab\" as [ab, ab]");
+        ok(tok && srt_tokenizer_encode(tok, NULL, 3, 0, ids, 8, &n, &err) == SRT_ERROR, "NULL text is an error");
+        srt_detok d;
+        char out[256];
+        size_t k;
+        srt_detok_init(&d, tok, 0);
+        ok(srt_detok_push(&d, -1, out, sizeof(out), &k, &err) == SRT_ERROR && strstr(err.msg, "-1"),
+           "detok names a bad id: %s", err.msg);
+        srt_detok_init(&d, tok, 0);
+        ok(srt_detok_push(&d, 2, out, 1, &k, &err) == SRT_ERROR && strstr(err.msg, "too small"),
+           "detok reports a too-small output buffer");
+        srt_tokenizer_free(tok);
+        tok = NULL;
+    }
+
+    expect_fail("invalid JSON", "{\"model\": ", NULL, "tokenizer.json", "invalid JSON");
+    expect_fail("a JSON array", "[1,2]", NULL, "tokenizer.json", "not a JSON object");
+    expect_fail("no model", "{}", NULL, "tokenizer.json", "\"model\"");
+    expect_fail("vocab not an object", "{\"model\":{\"type\":\"BPE\",\"vocab\":[],\"merges\":[]}}", NULL,
+                "tokenizer.json", "model.vocab");
+    expect_fail("merges missing", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0}}}", NULL, "tokenizer.json",
+                "model.merges");
+    expect_fail("vocab id not an integer", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":\"x\"},\"merges\":[]}}",
+                NULL, "model.vocab[\"a\"]", NULL);
+    expect_fail("negative vocab id", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-5},\"merges\":[]}}", NULL,
+                "-5", "out of range");
+    expect_fail("merge of unknown tokens",
+                "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}}", NULL,
+                "model.merges[0]", "missing from model.vocab");
+    expect_fail("malformed merge", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", NULL,
+                "model.merges[0]", NULL);
+    expect_fail("malformed merge pair", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[[\"a\"]]}}",
+                NULL, "model.merges[0]", NULL);
+    expect_fail("Unigram model", "{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", NULL, "Unigram", NULL);
+    expect_fail("BPE dropout", "{" MODEL(",\"dropout\":0.1") "}", NULL, "dropout", NULL);
+    expect_fail("continuing_subword_prefix", "{" MODEL(",\"continuing_subword_prefix\":\"##\"") "}", NULL,
+                "continuing_subword_prefix", NULL);
+    expect_fail("NFKC normalizer", "{" MODEL("") ",\"normalizer\":{\"type\":\"NFKC\"}}", NULL, "normalizer",
+                "\"NFKC\"");
+    expect_fail("Precompiled normalizer in a Sequence",
+                "{" MODEL("") ",\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Precompiled\"}]}}",
+                NULL, "normalizer", "\"Precompiled\"");
+    expect_fail("Replace normalizer with a regex",
+                "{" MODEL("") ",\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" +\"},\"content\":\" \"}}",
+                NULL, "normalizer Replace", NULL);
+    expect_fail("Whitespace pre-tokenizer", "{" MODEL("") ",\"pre_tokenizer\":{\"type\":\"Whitespace\"}}", NULL,
+                "pre_tokenizer", "\"Whitespace\"");
+    expect_fail("bad Split regex",
+                "{" MODEL("") ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},"
+                "\"behavior\":\"Isolated\",\"invert\":false}}",
+                NULL, "pre_tokenizer Split", "does not compile");
+    expect_fail("bad Split behavior",
+                "{" MODEL("") ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},"
+                "\"behavior\":\"Sideways\",\"invert\":false}}",
+                NULL, "behavior", "Sideways");
+    expect_fail("WordPiece decoder", "{" MODEL("") ",\"decoder\":{\"type\":\"WordPiece\"}}", NULL, "decoder",
+                "\"WordPiece\"");
+    expect_fail("Strip decoder with stop",
+                "{" MODEL("") ",\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},"
+                "{\"type\":\"Strip\",\"content\":\" \",\"start\":0,\"stop\":1}]}}",
+                NULL, "decoder Strip", NULL);
+    expect_fail("unknown post-processor", "{" MODEL("") ",\"post_processor\":{\"type\":\"Magic\"}}", NULL,
+                "post_processor", "\"Magic\"");
+    expect_fail("template special token without ids",
+                "{" MODEL("") ",\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+                "{\"id\":\"<s>\",\"type_id\":0}}],\"special_tokens\":{}}}",
+                NULL, "TemplateProcessing", "<s>");
+    expect_fail("added token without id", "{" MODEL("") ",\"added_tokens\":[{\"content\":\"<x>\"}]}", NULL,
+                "added_tokens[0]", NULL);
+    expect_fail("single_word added token",
+                "{" MODEL("") ",\"added_tokens\":[{\"id\":3,\"content\":\"<x>\",\"single_word\":true}]}", NULL,
+                "added_tokens[0]", "single_word");
+    expect_fail("unk_token not in vocab", "{" MODEL(",\"unk_token\":\"<unk>\"") "}", NULL, "model.unk_token",
+                "<unk>");
+    expect_fail("config with a bos_token not in the vocab", "{" MODEL("") "}", "{\"bos_token\":\"<s>\"}",
+                "tokenizer_config.json", "bos_token");
+    expect_fail("invalid config JSON", "{" MODEL("") "}", "{\"bos_token\":", "tokenizer_config.json",
+                "invalid JSON");
+    expect_fail("chat_template of the wrong type", "{" MODEL("") "}", "{\"chat_template\":5}",
+                "tokenizer_config.json", "chat_template");
+
+    /* a real file cut in half */
+    {
+        FILE *f = fopen("t/fixtures/tokenizers/smollm2/tokenizer.json", "rb");
+        static char buf[200000];
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        ok(n > 1000, "read the head of the SmolLM2 tokenizer.json");
+        expect_fail("truncated tokenizer.json", buf, NULL, "tokenizer.json", "invalid JSON");
+    }
+
+    /* GGUF */
+    ok(srt_tokenizer_from_gguf("/nonexistent/x.gguf", &tok, &err) == SRT_ERROR && strstr(err.msg, "/nonexistent/x.gguf"),
+       "missing GGUF names the path: %s", err.msg);
+    ok(srt_tokenizer_from_gguf("t/fixtures/tokenizers/smollm2/tokenizer_config.json", &tok, &err) == SRT_ERROR &&
+           tok == NULL,
+       "a file that is not GGUF is rejected: %s", err.msg);
+    {
+        /* a GGUF cut short inside the token list */
+        FILE *f = fopen("t/fixtures/tokenizers/spm-gguf/tokenizer.gguf", "rb");
+        static char buf[20000];
+        size_t n = f ? fread(buf, 1, sizeof(buf), f) : 0;
+        if (f)
+            fclose(f);
+        const char *p = write_tmp("cut.gguf", buf, n);
+        ok(n == sizeof(buf) && srt_tokenizer_from_gguf(p, &tok, &err) == SRT_ERROR && tok == NULL,
+           "a truncated GGUF is rejected: %s", err.msg);
+    }
+
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+    return tap_done();
+}
