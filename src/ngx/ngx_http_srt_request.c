@@ -602,8 +602,9 @@ ngx_http_srt_prompt(ngx_http_srt_parse_t *ps, yajl_val v, size_t max,
         return NGX_ERROR;
     }
 
-    return ngx_http_srt_token_ids(ps, v, "prompt", max, vocab, ps->p->prompt,
-                                  &ps->p->n_prompt);
+    /* the context check that follows gives the clearer error for long prompts */
+    return ngx_http_srt_token_ids(ps, v, "prompt", 1 << 24, vocab,
+                                  ps->p->prompt, &ps->p->n_prompt);
 }
 
 

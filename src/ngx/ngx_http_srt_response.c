@@ -240,6 +240,21 @@ ngx_http_srt_sendable(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 }
 
 
+static ngx_flag_t
+ngx_http_srt_is_stop_id(ngx_http_srt_ctx_t *ctx, int32_t id)
+{
+    int32_t  i;
+
+    for (i = 0; i < ctx->p.sp.n_stop_ids; i++) {
+        if (ctx->p.sp.stop_ids[i] == id) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 static ngx_int_t
 ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 {
@@ -271,6 +286,20 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 
     for (k = ch->consumed; k < o.n_out; k++) {
         before = ch->text_len;
+
+        if (ngx_http_srt_is_stop_id(ctx, o.ids[k])) {
+            if (o.finish == SRT_CHAN_FINISH_NONE && k + 1 == o.n_out) {
+                /* maybe the token that ends it: its text is not part of the output */
+                break;
+            }
+
+            if (o.finish == SRT_CHAN_FINISH_STOP && k + 1 == o.n_out
+                && o.stop_id == o.ids[k])
+            {
+                ch->n_tokens++;
+                continue;
+            }
+        }
 
         if (srt_detok_push(&ch->detok, o.ids[k], buf, cap, &n, &err)
             != SRT_OK)
@@ -321,7 +350,7 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
         }
     }
 
-    ch->consumed = o.n_out;
+    ch->consumed = k;
 
     if (o.finish == SRT_CHAN_FINISH_NONE) {
         return NGX_OK;
