@@ -694,8 +694,8 @@ static void set_items(parser *p, expr *e, expr **items, int n)
 static expr *parse_tuple(parser *p, bool with_cond, bool explicit_parens)
 {
     int line = peek(p)->line;
-    expr *items[256];
-    int n = 0;
+    expr **items = NULL;
+    int n = 0, cap = 0;
     bool comma = false;
     for (;;) {
         if (n) {
@@ -707,9 +707,17 @@ static expr *parse_tuple(parser *p, bool with_cond, bool explicit_parens)
         if (t->type == T_VAR_END || t->type == T_BLOCK_END || tok_is(t, T_OP, ")") ||
             tok_is(t, T_NAME, "in") || tok_is(t, T_NAME, "recursive") || (n && tok_is(t, T_NAME, "if")))
             break;
-        if (n == 256)
-            fail(p, line, "tuple too long");
-        items[n++] = with_cond ? parse_expr(p, true) : parse_expr(p, false);
+        if (n == cap) {
+            int nc = cap ? cap * 2 : 4;
+            if (nc > (1 << 20))
+                fail(p, line, "tuple too long");
+            expr **ni = palloc(p, (size_t)nc * sizeof(expr *));
+            if (n)
+                memcpy(ni, items, (size_t)n * sizeof(expr *));
+            items = ni;
+            cap = nc;
+        }
+        items[n++] = parse_expr(p, with_cond);
     }
     if (!comma) {
         if (n == 1)
@@ -720,7 +728,8 @@ static expr *parse_tuple(parser *p, bool with_cond, bool explicit_parens)
         }
     }
     expr *e = mk(p, E_TUPLE, line);
-    set_items(p, e, items, n);
+    e->nargs = n;
+    e->args = items;
     return e;
 }
 
@@ -924,40 +933,37 @@ static expr *parse_primary(parser *p)
             expect_op(p, ")");
             return e;
         }
-        if (tok_is(t, T_OP, "[")) {
-            expr *items[1024];
-            int n = 0;
-            while (!is_op(p, "]")) {
+        if (tok_is(t, T_OP, "[") || tok_is(t, T_OP, "{")) {
+            /* items grow in the arena, not on the stack: literals nest */
+            bool is_dict = t->p[0] == '{';
+            const char *close = is_dict ? "}" : "]";
+            expr **items = NULL;
+            int n = 0, cap = 0;
+            while (!is_op(p, close)) {
                 if (n)
                     expect_op(p, ",");
-                if (is_op(p, "]"))
+                if (is_op(p, close))
                     break;
-                if (n == 1024)
-                    fail(p, t->line, "list literal too long");
+                if (n + 2 > cap) {
+                    int nc = cap ? cap * 2 : 8;
+                    if (nc > (1 << 20))
+                        fail(p, t->line, "literal too long");
+                    expr **ni = palloc(p, (size_t)nc * sizeof(expr *));
+                    if (n)
+                        memcpy(ni, items, (size_t)n * sizeof(expr *));
+                    items = ni;
+                    cap = nc;
+                }
                 items[n++] = parse_expr(p, true);
+                if (is_dict) {
+                    expect_op(p, ":");
+                    items[n++] = parse_expr(p, true);
+                }
             }
-            expect_op(p, "]");
-            e = mk(p, E_LIST, t->line);
-            set_items(p, e, items, n);
-            return e;
-        }
-        if (tok_is(t, T_OP, "{")) {
-            expr *items[1024];
-            int n = 0;
-            while (!is_op(p, "}")) {
-                if (n)
-                    expect_op(p, ",");
-                if (is_op(p, "}"))
-                    break;
-                if (n == 1024)
-                    fail(p, t->line, "dict literal too long");
-                items[n++] = parse_expr(p, true);
-                expect_op(p, ":");
-                items[n++] = parse_expr(p, true);
-            }
-            expect_op(p, "}");
-            e = mk(p, E_DICT, t->line);
-            set_items(p, e, items, n);
+            expect_op(p, close);
+            e = mk(p, is_dict ? E_DICT : E_LIST, t->line);
+            e->nargs = n;
+            e->args = items;
             return e;
         }
         /* fallthrough */
