@@ -1,9 +1,11 @@
 /* srt-generate: offline generation with the engine, one sequence.
  *
- *   srt-generate --model PATH --prompt-ids 1,2,3 [--max-tokens N] [--temperature T]
- *                [--top-p P] [--top-k K] [--min-p P] [--seed S] [--threads N] [--ignore-eos]
+ *   srt-generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]
+ *                [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]
+ *                [--threads N] [--ignore-eos] [--ids]
  *
- * Streams generated token ids to stdout as they come; prefill and decode speed go to stderr. */
+ * Streams the generated text to stdout as it comes (token ids with --ids, or when the
+ * model has no tokenizer); prefill and decode speed go to stderr. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "srt/model.h"
 #include "srt/sampling.h"
+#include "srt/tokenizer.h"
 
 static double now_s(void)
 {
@@ -23,7 +26,9 @@ static double now_s(void)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: srt-generate --model PATH --prompt-ids ID,ID,... [options]\n"
+            "usage: srt-generate --model PATH (--prompt TEXT | --prompt-ids ID,ID,...) [options]\n"
+            "  --prompt TEXT      tokenized with the model's tokenizer (special tokens parsed, BOS as the model wants)\n"
+            "  --ids              print token ids instead of text\n"
             "  --max-tokens N     tokens to generate (default 32)\n"
             "  --temperature T    0 = greedy (default 0)\n"
             "  --top-p P --top-k K --min-p P --seed S\n"
@@ -31,7 +36,8 @@ static void usage(void)
             "  --ignore-eos       keep going past EOS\n"
             "  --threads N        compute threads (default: all cores)\n"
             "  --batch N          prefill chunk size (default 512)\n"
-            "  --kv-f16           keep the KV cache in f16\n");
+            "  --kv-f16           keep the KV cache in f16\n"
+            "  --precise          f32 activations in matmuls (HF-exact; slower on quantized weights)\n");
 }
 
 static int parse_ids(const char *s, int32_t **out, int32_t *n)
@@ -75,8 +81,8 @@ static int parse_ids(const char *s, int32_t **out, int32_t *n)
 
 int main(int argc, char **argv)
 {
-    const char *model_path = NULL, *ids_arg = NULL;
-    int threads = 0, batch = 512, kv_f16 = 0;
+    const char *model_path = NULL, *ids_arg = NULL, *prompt_text = NULL;
+    int threads = 0, batch = 512, kv_f16 = 0, print_ids = 0, precise = 0;
     srt_sampling_params sp;
     srt_err err = { { 0 } };
 
@@ -88,6 +94,7 @@ int main(int argc, char **argv)
 #define ARG(name) (strcmp(a, name) == 0 && v && ++i)
         if (ARG("--model")) model_path = v;
         else if (ARG("--prompt-ids")) ids_arg = v;
+        else if (ARG("--prompt")) prompt_text = v;
         else if (ARG("--max-tokens")) sp.max_tokens = atoi(v);
         else if (ARG("--temperature")) sp.temperature = strtof(v, NULL);
         else if (ARG("--top-p")) sp.top_p = strtof(v, NULL);
@@ -101,6 +108,8 @@ int main(int argc, char **argv)
         else if (ARG("--batch")) batch = atoi(v);
         else if (strcmp(a, "--ignore-eos") == 0) sp.ignore_eos = 1;
         else if (strcmp(a, "--kv-f16") == 0) kv_f16 = 1;
+        else if (strcmp(a, "--ids") == 0) print_ids = 1;
+        else if (strcmp(a, "--precise") == 0) precise = 1;
         else {
             usage();
             return 2;
@@ -108,11 +117,11 @@ int main(int argc, char **argv)
 #undef ARG
     }
     int32_t *prompt = NULL, n_prompt = 0;
-    if (!model_path || !ids_arg) {
+    if (!model_path || (!ids_arg == !prompt_text)) {
         usage();
         return 2;
     }
-    if (parse_ids(ids_arg, &prompt, &n_prompt) != 0) {
+    if (ids_arg && parse_ids(ids_arg, &prompt, &n_prompt) != 0) {
         fprintf(stderr, "srt-generate: --prompt-ids must be a comma-separated list of token ids\n");
         return 2;
     }
@@ -120,6 +129,9 @@ int main(int argc, char **argv)
         batch = 512;
 
     srt_model *m = NULL;
+    srt_tokenizer *tok = NULL;
+    char *text_buf = NULL;
+    srt_detok dt;
     srt_runner *r = NULL;
     srt_kv_pool *kv = NULL;
     srt_sampler_ws *ws = NULL;
@@ -132,9 +144,51 @@ int main(int argc, char **argv)
     if (srt_model_load(model_path, &m, &err) != SRT_OK)
         goto fail;
     const srt_model_config *c = srt_model_config_of(m);
+    {
+        /* the model's tokenizer: GGUF metadata, or tokenizer.json beside config.json */
+        srt_err terr = { { 0 } };
+        char tj[4096], tc[4096];
+        int rc_tok;
+        if (c->is_gguf)
+            rc_tok = srt_tokenizer_from_gguf(model_path, &tok, &terr);
+        else {
+            snprintf(tj, sizeof tj, "%s/tokenizer.json", model_path);
+            snprintf(tc, sizeof tc, "%s/tokenizer_config.json", model_path);
+            FILE *probe = fopen(tc, "r");
+            if (probe)
+                fclose(probe);
+            rc_tok = srt_tokenizer_load_json(tj, probe ? tc : NULL, &tok, &terr);
+        }
+        if (rc_tok != SRT_OK) {
+            tok = NULL;
+            if (prompt_text) {
+                srt_err_set(&err, "--prompt needs the model's tokenizer: %s", terr.msg);
+                goto fail;
+            }
+        }
+    }
+    if (prompt_text) {
+        size_t n = 0;
+        unsigned fl = SRT_TOK_PARSE_SPECIAL | SRT_TOK_ADD_SPECIAL;
+        if (srt_tokenizer_encode_alloc(tok, prompt_text, strlen(prompt_text), fl, &prompt, &n, &err) != SRT_OK)
+            goto fail;
+        if (n == 0) {
+            srt_err_set(&err, "the prompt encodes to no tokens");
+            goto fail;
+        }
+        n_prompt = (int32_t)n;
+    }
+    if (tok && !print_ids) {
+        text_buf = malloc(srt_detok_max_out(tok));
+        if (!text_buf) {
+            srt_err_set(&err, "out of memory");
+            goto fail;
+        }
+        srt_detok_init(&dt, tok, SRT_DETOK_SKIP_SPECIAL);
+    }
     double t_load = now_s() - t0;
     int32_t n_ctx = n_prompt + sp.max_tokens;
-    srt_runner_opts ro = { .max_batch_tokens = batch, .max_seqs = 1, .n_threads = threads };
+    srt_runner_opts ro = { .max_batch_tokens = batch, .max_seqs = 1, .n_threads = threads, .precise_matmul = precise };
     if (srt_runner_create(m, &ro, &r, &err) != SRT_OK ||
         srt_kv_pool_create(c, n_ctx, kv_f16 ? SRT_F16 : SRT_F32, &kv, &err) != SRT_OK ||
         srt_sampler_init(&st, &sp, c->vocab_size, c->eos_token_ids, c->n_eos, prompt, n_prompt, &err) != SRT_OK)
@@ -182,7 +236,17 @@ int main(int argc, char **argv)
         if (srt_sampler_sample(&st, ws, logits, &res) != SRT_OK)
             break;
         n_gen++;
-        printf("%d%s", res.token, res.finish ? "\n" : " ");
+        if (text_buf) {
+            size_t n = 0;
+            if (srt_detok_push(&dt, res.token, text_buf, srt_detok_max_out(tok), &n, &err) != SRT_OK)
+                goto fail;
+            fwrite(text_buf, 1, n, stdout);
+            if (res.finish && srt_detok_flush(&dt, text_buf, srt_detok_max_out(tok), &n, &err) == SRT_OK) {
+                fwrite(text_buf, 1, n, stdout);
+                fputc('\n', stdout);
+            }
+        } else
+            printf("%d%s", res.token, res.finish ? "\n" : " ");
         fflush(stdout);
         if (res.finish)
             break;
@@ -210,6 +274,8 @@ fail:
 done:
     srt_sampler_free(&st);
     srt_sampler_ws_free(ws);
+    free(text_buf);
+    srt_tokenizer_free(tok);
     free(logits);
     free(slots);
     free(prompt);

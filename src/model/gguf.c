@@ -257,9 +257,14 @@ int srt_gguf_open(const char *path, srt_gguf **out, srt_err *err)
                         path, (int)ti->name.len, ti->name.ptr, srt_dtype_name(dt), (long long)ti->dims[0]);
             goto fail;
         }
-        if (ti->offset % g->alignment != 0 || ti->offset > g->file.size - g->data_offset ||
-            nbytes > g->file.size - g->data_offset - ti->offset) {
-            srt_err_set(err, "%s: tensor '%.*s': data [%llu, +%zu) lies outside the file (data section %llu bytes) or is misaligned",
+        if (ti->offset % g->alignment != 0) {
+            srt_err_set(err, "%s: tensor '%.*s': data offset %llu is not aligned to %llu bytes", path,
+                        (int)ti->name.len, ti->name.ptr, (unsigned long long)ti->offset,
+                        (unsigned long long)g->alignment);
+            goto fail;
+        }
+        if (ti->offset > g->file.size - g->data_offset || nbytes > g->file.size - g->data_offset - ti->offset) {
+            srt_err_set(err, "%s: tensor '%.*s': data [%llu, +%zu) lies outside the file (data section %llu bytes): truncated or corrupt",
                         path, (int)ti->name.len, ti->name.ptr, (unsigned long long)ti->offset, nbytes,
                         (unsigned long long)(g->file.size - g->data_offset));
             goto fail;

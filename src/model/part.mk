@@ -4,3 +4,5 @@ ENGINE_SRCS += src/model/tensor_store.c src/model/gguf.c src/model/safetensors.c
                src/model/model.c src/model/kv_pool.c src/model/runner.c \
                src/backend/cpu/attention.c src/backend/cpu/cpu_backend.c src/backend/cpu/cpu_dot.c
 UNIT_TESTS  += $(BUILD)/t/test_golden
+UNIT_TESTS  += $(BUILD)/t/test_loader_gguf
+UNIT_TESTS  += $(BUILD)/t/test_loader_safetensors
