@@ -2,3 +2,9 @@ ENGINE_SRCS += src/sched/sched.c src/sched/serve.c src/sched/metrics.c
 UNIT_TESTS  += $(BUILD)/t/test_sched
 UNIT_TESTS  += $(BUILD)/t/test_sched_model
 UNIT_TESTS  += $(BUILD)/t/test_sched_serve
+
+# srt-bench-sched: offline scheduler throughput over a real model (not part of libsrt)
+TOOLS += $(BUILD)/bin/srt-bench-sched
+$(BUILD)/bin/srt-bench-sched: $(BUILD)/obj/src/sched/bench_sched.o $(LIBSRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBSRT) $(LDLIBS)

@@ -607,6 +607,27 @@ static sreq *group_sibling(srt_sched *s, const sreq *r, int want_prefilling)
     return NULL;
 }
 
+/* In-batch prefix sharing (SGLang's in-batch prefix caching): a waiting request whose
+ * uncached prefix is being computed right now by a running request waits a step or so for
+ * it to reach the cache instead of computing it a second time. */
+#define IN_BATCH_SHARE_MIN 32
+
+static int prefix_in_flight(srt_sched *s, sreq *r, int32_t cached)
+{
+    int32_t known = n_known(r);
+    for (int32_t i = 0; i < s->n_running; i++) {
+        const sreq *g = &s->pool[s->running[i]];
+        int32_t lim = known - 1 < g->n_prompt ? known - 1 : g->n_prompt, k = 0;
+        if (g->kv_len >= lim || lim - cached <= IN_BATCH_SHARE_MIN)
+            continue;
+        while (k < lim && g->tokens[k] == r->tokens[k])
+            k++;
+        if (k - cached > IN_BATCH_SHARE_MIN && g->kv_len < k)
+            return 1;
+    }
+    return 0;
+}
+
 static void order_waiting(srt_sched *s)
 {
     if (s->cfg.policy != SRT_SCHED_LPM || s->n_waiting > LPM_MAX_WAITING || s->cache.disabled)
@@ -640,6 +661,10 @@ static void admit(srt_sched *s, int32_t budget)
         int32_t known = n_known(r);
         if (s->n_running > 0) {
             int32_t cached = srt_radix_peek_prefix(&s->cache, r->tokens, known - 1);
+            if (!s->cache.disabled && prefix_in_flight(s, r, cached)) {
+                wi++;
+                continue;
+            }
             int64_t avail = srt_kv_free_tokens(&s->kv) + srt_radix_evictable_size(&s->cache)
                           - reserved_decode_tokens(s);
             int64_t need = (known - cached) + (int64_t)((r->max_new - r->n_output) * s->new_token_ratio);
