@@ -396,7 +396,7 @@ static int load_specs(srt_hook_registry *reg, const srt_hook_spec_list *l, const
 {
     srt_hook_resolved *res;
     const char *search = reg->has_search_path ? reg->search_path : NULL;
-    int mark = reg->n_regs, added = 0, rc = SRT_ERROR;
+    int mark = reg->n_regs, rc = SRT_ERROR;
     char what[512];
 
     res = calloc((size_t)(l->n ? l->n : 1), sizeof *res);
@@ -479,7 +479,6 @@ static int load_specs(srt_hook_registry *reg, const srt_hook_spec_list *l, const
                     s->name, pats ? pats : "[...]");
             free(pats);
         }
-        added += matched;
         obj_release(reg, o);        /* frees (and destroys) it when nothing matched */
     }
     if (rebuild(reg, err) != SRT_OK)
@@ -496,7 +495,6 @@ out:
         if (res[i].lib)
             dlclose(res[i].lib);
     free(res);
-    (void)added;
     return rc;
 }
 

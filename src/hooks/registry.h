@@ -32,8 +32,9 @@ typedef struct srt_hook_device_ops {
     void *ctx;
 } srt_hook_device_ops;
 
-/* A registry over the model's modules, in named_modules() order (index 0 is the root "").
- * The modules must outlive the registry; their hooks fields are set to NULL here. */
+/* A registry over the model's modules, in named_modules() order. The modules must outlive
+ * the registry; their hooks fields are owned by it (set to NULL here and at free): use one
+ * registry per module array. */
 srt_hook_registry *srt_hook_registry_create(srt_module *modules, int n, srt_err *err);
 
 /* The general form: (name, module) pairs as named_modules(remove_duplicate=False) yields
@@ -49,6 +50,7 @@ void srt_hook_registry_free(srt_hook_registry *reg);
 /* Directories searched for "libx.so:symbol" and dotted factories, colon-separated, after
  * the spec file's directory. NULL means the SRT_HOOKS_PATH environment variable. */
 int  srt_hook_registry_set_search_path(srt_hook_registry *reg, const char *path, srt_err *err);
+/* This rank, as factories see it in host->tp_rank/tp_size: set before loading. */
 void srt_hook_registry_set_tp(srt_hook_registry *reg, int tp_rank, int tp_size);
 void srt_hook_registry_set_device_ops(srt_hook_registry *reg, const srt_hook_device_ops *ops);
 

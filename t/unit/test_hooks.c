@@ -439,6 +439,24 @@ static void test_bad_documents(void)
            "missing spec file: %s", err.msg);
         rc = srt_hook_registry_load_json(reg, "[{\"a\":1}\0]", 10, "inline", &err);
         ok(rc == SRT_ERROR && strstr(err.msg, "NUL"), "NUL byte refused: %s", err.msg);
+        {
+            size_t n = 200000;
+            char *deep = malloc(2 * n + 1);
+            for (size_t i = 0; i < n; i++) {
+                deep[i] = '[';
+                deep[n + i] = ']';
+            }
+            deep[2 * n] = '\0';
+            rc = srt_hook_registry_load_json(reg, deep, 2 * n, "deep", &err);
+            ok(rc == SRT_ERROR && strstr(err.msg, "nested deeper"), "200000 nested lists refused, no crash: %s", err.msg);
+            {
+                const char *b = "[{\"config\": \"[[[[\\\"\", \"target_modules\": [\"x\"]}]";
+                rc = srt_hook_registry_load_json(reg, b, strlen(b), "brackets-in-strings", &err);
+                ok(rc == SRT_ERROR && strstr(err.msg, "config must be an object, not a string"),
+                   "brackets and escaped quotes inside strings do not count as nesting: %s", err.msg);
+            }
+            free(deep);
+        }
         srt_hook_registry_free(reg);
     }
     {
