@@ -478,6 +478,8 @@ SEMANTICS = [
     ("{{ 'abc'.upper is defined }} {{ d.items is defined }} {{ d.get is callable }} {{ l.append is defined }} {{ 'abc'.nope is defined }} {{ d.keys is mapping }}", {"d": {"keys": 1}, "l": []}),
     ("{{ ns.x.y }}{% set ns = namespace() %}", {}),
     ("{% for a, b in [[1, 2, 3]] %}{% endfor %}", {}),
+    ("{{ x }} {{ x|tojson }} {{ [x] }} {{ x is integer }} {{ x == x }} {{ x > 1 }} {{ x|string|length }} {{ -9223372036854775808 }}", {"x": 12345678901234567890123}),
+    ("{{ x }} {{ -x }} {{ x|abs }} {{ x - 1 }}", {"x": -9223372036854775808}),
 ]
 
 MALFORMED = [

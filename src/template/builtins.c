@@ -798,6 +798,7 @@ static int to_int(render *r, val v, int64_t dflt, int64_t base, val *out)
 {
     (void)r;
     switch (v.t) {
+    case V_BIGINT: *out = v; return 0;
     case V_INT: case V_BOOL: *out = v_int(v.u.i); return 0;
     case V_FLOAT:
         if (isnan(v.u.f) || isinf(v.u.f))
@@ -846,6 +847,7 @@ static int to_int(render *r, val v, int64_t dflt, int64_t base, val *out)
 static int to_float(val v, double dflt, val *out)
 {
     switch (v.t) {
+    case V_BIGINT: *out = v_float(strtod(v.u.s.p, NULL)); return 0;
     case V_INT: case V_BOOL: *out = v_float((double)v.u.i); return 0;
     case V_FLOAT: *out = v; return 0;
     case V_STR: {
@@ -1037,7 +1039,15 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
     int64_t k;
     switch (id) {
     case F_ABS:
-        if (in.t == V_INT || in.t == V_BOOL)
+        if (in.t == V_BIGINT) {
+            *out = in;
+            if (in.u.s.n && in.u.s.p[0] == '-') {
+                out->u.s.p++;
+                out->u.s.n--;
+            }
+        } else if (in.t == V_INT && in.u.i == INT64_MIN)
+            return make_int(r, -(__int128)in.u.i, out);
+        else if (in.t == V_INT || in.t == V_BOOL)
             *out = v_int(in.u.i < 0 ? -in.u.i : in.u.i);
         else if (in.t == V_FLOAT)
             *out = v_float(fabs(in.u.f));
@@ -1352,6 +1362,10 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
             return -1;
         val method = v_str("common", 6);
         get_arg(a, 1, "method", &method);
+        if (in.t == V_BIGINT) {
+            *out = in;
+            return 0;
+        }
         if (!(in.t == V_INT || in.t == V_BOOL || in.t == V_FLOAT))
             return in.t == V_UNDEF ? val_getattr(r, in, "round", 5, out)
                                    : rerr(r, "TypeError: type %s doesn't define __round__ method", py_type_name(in));
@@ -1498,8 +1512,8 @@ int test_apply(render *r, int id, val v, cargs *a, bool *out)
     case T_TRUE: *out = v.t == V_BOOL && v.u.i; return 0;
     case T_FALSE: *out = v.t == V_BOOL && !v.u.i; return 0;
     case T_STRING: *out = v.t == V_STR; return 0;
-    case T_NUMBER: *out = v.t == V_INT || v.t == V_FLOAT || v.t == V_BOOL; return 0;
-    case T_INTEGER: *out = v.t == V_INT; return 0;
+    case T_NUMBER: *out = v.t == V_INT || v.t == V_FLOAT || v.t == V_BOOL || v.t == V_BIGINT; return 0;
+    case T_INTEGER: *out = v.t == V_INT || v.t == V_BIGINT; return 0;
     case T_FLOAT: *out = v.t == V_FLOAT; return 0;
     case T_MAPPING: *out = v.t == V_DICT; return 0;
     case T_ITERABLE: *out = v.t == V_STR || v.t == V_LIST || v.t == V_DICT || v.t == V_UNDEF || v.t == V_LOOP; return 0;

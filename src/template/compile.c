@@ -301,6 +301,8 @@ static size_t lex_number(parser *p, size_t i, int line, tok *t)
                     i++;
         }
     }
+    if (k >= sizeof(buf) - 1)
+        fail(p, line, "number literal too long");
     buf[k] = '\0';
     if (is_float) {
         t->type = T_FLOAT;
@@ -309,8 +311,16 @@ static size_t lex_number(parser *p, size_t i, int line, tok *t)
         t->type = T_INT;
         char *end;
         unsigned long long v = strtoull(buf, &end, 10);
-        if (k > 18 && (v > (unsigned long long)INT64_MAX || k > 19))
-            fail(p, line, "integer literal too large");
+        if (k > 18 && (v > (unsigned long long)INT64_MAX || k > 19)) {
+            /* beyond int64: kept as decimal text, as Python keeps any integer */
+            t->type = T_FLOAT;
+            t->p = arena_memdup(p->a, buf, k);
+            t->n = k;
+            t->i = 1;
+            if (!t->p)
+                fail(p, line, "out of memory");
+            return i;
+        }
         t->i = (int64_t)v;
     }
     return i;
@@ -925,7 +935,13 @@ static expr *parse_primary(parser *p)
         return e;
     case T_FLOAT:
         e = mk(p, E_CONST, t->line);
-        e->lit = v_float(t->f);
+        if (t->i == 1) {
+            e->lit.t = V_BIGINT;
+            e->lit.u.s.p = t->p;
+            e->lit.u.s.n = t->n;
+        } else {
+            e->lit = v_float(t->f);
+        }
         return e;
     case T_OP:
         if (tok_is(t, T_OP, "(")) {

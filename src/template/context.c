@@ -53,7 +53,18 @@ static int cb_number(void *ctx, const char *s, size_t n)
     jctx *j = ctx;
     char buf[64];
     if (n >= sizeof(buf)) {
-        return add_value(j, v_float(strtod(arena_memdup(&j->r->a, s, n) ?: "0", NULL)));
+        char *text = arena_memdup(&j->r->a, s, n);
+        if (!text) {
+            j->oom = true;
+            return 0;
+        }
+        if (memchr(s, '.', n) || memchr(s, 'e', n) || memchr(s, 'E', n))
+            return add_value(j, v_float(strtod(text, NULL)));
+        val big = {0};
+        big.t = V_BIGINT;
+        big.u.s.p = text;
+        big.u.s.n = n;
+        return add_value(j, big);
     }
     memcpy(buf, s, n);
     buf[n] = '\0';
@@ -62,6 +73,16 @@ static int cb_number(void *ctx, const char *s, size_t n)
         long long v = strtoll(buf, NULL, 10);
         if (errno == 0)
             return add_value(j, v_int(v));
+        char *text = arena_memdup(&j->r->a, s, n);
+        if (!text) {
+            j->oom = true;
+            return 0;
+        }
+        val big = {0};
+        big.t = V_BIGINT;
+        big.u.s.p = text;
+        big.u.s.n = n;
+        return add_value(j, big);
     }
     return add_value(j, v_float(strtod(buf, NULL)));
 }

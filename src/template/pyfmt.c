@@ -12,7 +12,7 @@ const char *py_type_name(val v)
     case V_UNDEF: return "Undefined";
     case V_NONE: return "NoneType";
     case V_BOOL: return "bool";
-    case V_INT: return "int";
+    case V_INT: case V_BIGINT: return "int";
     case V_FLOAT: return "float";
     case V_STR: return "str";
     case V_LIST: return v.tuple ? "tuple" : "list";
@@ -198,7 +198,7 @@ void py_str(sbuf *b, val v)
     case V_BOOL: sb_puts(b, v.u.i ? "True" : "False"); return;
     case V_INT: sb_printf(b, "%lld", (long long)v.u.i); return;
     case V_FLOAT: py_float_repr(b, v.u.f); return;
-    case V_STR: sb_put(b, v.u.s.p, v.u.s.n); return;
+    case V_STR: case V_BIGINT: sb_put(b, v.u.s.p, v.u.s.n); return;
     case V_LIST: case V_DICT: case V_NS: repr_inner(b, v, 0); return;
     case V_MACRO:
         sb_puts(b, "<Macro '");
@@ -297,6 +297,7 @@ int py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t indent
     case V_INT: sb_printf(b, "%lld", (long long)v.u.i); return 0;
     case V_FLOAT: json_float(b, v.u.f); return 0;
     case V_STR: json_str(b, v.u.s.p, v.u.s.n, ensure_ascii); return 0;
+    case V_BIGINT: sb_put(b, v.u.s.p, v.u.s.n); return 0;
     case V_LIST: {
         if (v.u.l->n == 0) {
             sb_puts(b, "[]");

@@ -74,18 +74,77 @@ bool truthy(val v)
 
 static bool is_num(val v)
 {
-    return v.t == V_INT || v.t == V_BOOL || v.t == V_FLOAT;
+    return v.t == V_INT || v.t == V_BOOL || v.t == V_FLOAT || v.t == V_BIGINT;
 }
 
+/* Big integers take part in arithmetic as doubles: Python would be exact, no chat template cares. */
 static double num_f(val v)
 {
-    return v.t == V_FLOAT ? v.u.f : (double)v.u.i;
+    return v.t == V_FLOAT ? v.u.f : v.t == V_BIGINT ? strtod(v.u.s.p, NULL) : (double)v.u.i;
+}
+
+static bool float_like(val v)
+{
+    return v.t == V_FLOAT || v.t == V_BIGINT;
+}
+
+/* Integers beyond int64 (Python has no limit): exact through __int128, then decimal text. */
+static bool to_i128(val v, __int128 *out)
+{
+    if (v.t == V_INT || v.t == V_BOOL) {
+        *out = v.u.i;
+        return true;
+    }
+    if (v.t != V_BIGINT || v.u.s.n > 38 || v.u.s.n == 0)
+        return false;
+    const char *s = v.u.s.p;
+    size_t n = v.u.s.n, i = 0;
+    bool neg = s[0] == '-';
+    if (neg)
+        i++;
+    __int128 acc = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        acc = acc * 10 + (s[i] - '0');
+    }
+    *out = neg ? -acc : acc;
+    return true;
+}
+
+int make_int(render *r, __int128 x, val *out)
+{
+    if (x >= INT64_MIN && x <= INT64_MAX) {
+        *out = v_int((int64_t)x);
+        return 0;
+    }
+    char buf[48];
+    size_t k = sizeof(buf);
+    bool neg = x < 0;
+    unsigned __int128 u = neg ? (unsigned __int128)0 - (unsigned __int128)x : (unsigned __int128)x;
+    do {
+        buf[--k] = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    if (neg)
+        buf[--k] = '-';
+    char *p = arena_memdup(&r->a, buf + k, sizeof(buf) - k);
+    if (!p)
+        return oom(r);
+    val b = {0};
+    b.t = V_BIGINT;
+    b.u.s.p = p;
+    b.u.s.n = sizeof(buf) - k;
+    *out = b;
+    return 0;
 }
 
 bool val_eq(val a, val b)
 {
+    if (a.t == V_BIGINT && b.t == V_BIGINT)
+        return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     if (is_num(a) && is_num(b)) {
-        if (a.t != V_FLOAT && b.t != V_FLOAT)
+        if (!float_like(a) && !float_like(b))
             return a.u.i == b.u.i;
         return num_f(a) == num_f(b);
     }
@@ -125,7 +184,7 @@ int val_cmp(render *r, val a, val b, int *out)
     if (b.t == V_UNDEF)
         return undefined_error(r, b);
     if (is_num(a) && is_num(b)) {
-        if (a.t != V_FLOAT && b.t != V_FLOAT)
+        if (!float_like(a) && !float_like(b))
             *out = a.u.i < b.u.i ? -1 : a.u.i > b.u.i;
         else {
             double x = num_f(a), y = num_f(b);
@@ -513,8 +572,31 @@ int binop(render *r, int op, val x, val y, val *out)
         }
         return filter_apply(r, filter_lookup("format", 6), x, &a, out);
     }
+    __int128 xi, yi, ri;
+    if ((op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FLOORDIV || op == OP_MOD) && to_i128(x, &xi) &&
+        to_i128(y, &yi) && (x.t == V_BIGINT || y.t == V_BIGINT || op <= OP_MUL)) {
+        bool ovf = false;
+        if (op == OP_ADD)
+            ovf = __builtin_add_overflow(xi, yi, &ri);
+        else if (op == OP_SUB)
+            ovf = __builtin_sub_overflow(xi, yi, &ri);
+        else if (op == OP_MUL)
+            ovf = __builtin_mul_overflow(xi, yi, &ri);
+        else {
+            if (yi == 0)
+                return rerr(r, "ZeroDivisionError: integer division or modulo by zero");
+            __int128 q = xi / yi, m = xi % yi;
+            if (m != 0 && ((m < 0) != (yi < 0))) {
+                q--;
+                m += yi;
+            }
+            ri = op == OP_MOD ? m : q;
+        }
+        if (!ovf)
+            return make_int(r, ri, out);
+    }
     if (is_num(x) && is_num(y)) {
-        bool fl = x.t == V_FLOAT || y.t == V_FLOAT;
+        bool fl = float_like(x) || float_like(y);
         int64_t a = x.u.i, b = y.u.i, res;
         double fa = num_f(x), fb = num_f(y);
         switch (op) {
@@ -980,8 +1062,12 @@ static int eval(render *r, const expr *e, frame *f, val *out)
                         py_type_name(x));
         if (e->kind == E_POS)
             *out = x.t == V_BOOL ? v_int(x.u.i) : x;
-        else
-            *out = x.t == V_FLOAT ? v_float(-x.u.f) : v_int(-x.u.i);
+        else {
+            __int128 i;
+            if (x.t != V_FLOAT && to_i128(x, &i))
+                return make_int(r, -i, out);
+            *out = v_float(-num_f(x));
+        }
         return 0;
     case E_NOT:
         if (eval(r, e->a, f, &x))

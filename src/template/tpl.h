@@ -24,7 +24,8 @@ char *arena_memdup(tpl_arena *a, const char *s, size_t n); /* adds a NUL */
 
 /* ---- values (Python objects as jinja2 sees them) ---- */
 typedef enum vtype {
-    V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_MACRO, V_FUNC, V_LOOP
+    V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_MACRO, V_FUNC, V_LOOP,
+    V_BIGINT /* an integer beyond int64 from the JSON context, kept as its decimal text */
 } vtype;
 
 typedef struct vlist vlist;
@@ -39,7 +40,7 @@ typedef struct val {
     union {
         int64_t i;                            /* V_INT, V_BOOL */
         double  f;                            /* V_FLOAT */
-        struct { const char *p; size_t n; } s; /* V_STR; V_UNDEF: the name, for messages */
+        struct { const char *p; size_t n; } s; /* V_STR, V_BIGINT; V_UNDEF: the name, for messages */
         vlist     *l;
         vdict     *d;                         /* V_DICT, V_NS (a namespace is a mutable dict) */
         tpl_macro *m;
@@ -202,6 +203,7 @@ int  val_getitem(render *r, val obj, val key, val *out);
 int  val_to_str(render *r, val v, val *out);          /* str(v) as a V_STR */
 int  call_macro(render *r, val m, cargs *a, val *out);
 int  binop(render *r, int op, val x, val y, val *out);
+int  make_int(render *r, __int128 x, val *out);           /* int64 or, beyond it, a V_BIGINT */
 int  get_arg(cargs *a, int pos, const char *name, val *out); /* 1 if present */
 
 #endif
