@@ -950,6 +950,52 @@ static void test_device_views(void)
     srt_hook_registry_free(reg);
 }
 
+/* Mutated spec documents: every outcome must be a clean success or a clean error, and every
+ * hook object a factory made must be destroyed exactly once. */
+static void test_mutations(void)
+{
+    const char *base = "{\"forward_hooks\": [{\"name\": \"m\", \"target_modules\": [\"outer.*\", \"inner.[01]\"],"
+                       " \"hook_factory\": " LIB "th_factory\", \"config\": {\"tag\": \"t\", \"value\": 0},"
+                       " \"prepend\": true}], \"forward_pre_hooks\": [{\"name\": \"p\", \"global\": true,"
+                       " \"hook_factory\": " LIB "th_factory\", \"with_kwargs\": false}]}";
+    static const char junk[] = "{}[],:\"\\ 0aZ*?.-tfn\x01\xff";
+    size_t n = strlen(base);
+    char *doc = malloc(n + 64);
+    unsigned seed = 12345;
+    int ok_loads = 0, errors = 0, forward_errors = 0;
+    float y[W];
+
+    th_reset();
+    for (int it = 0; it < 3000; it++) {
+        srt_hook_registry *reg = new_registry();
+        srt_err err;
+        size_t len = n;
+        memcpy(doc, base, n);
+        for (int k = 0; k < 1 + it % 4 && len > 0; k++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t at = (seed >> 8) % len;
+            seed = seed * 1103515245u + 12345u;
+            switch ((seed >> 16) % 3) {
+            case 0: doc[at] = junk[(seed >> 4) % (sizeof junk - 1)]; break;       /* replace */
+            case 1: len = at; break;                                                  /* truncate */
+            default: memmove(doc + at, doc + at + 1, len - at - 1); len--; break;   /* delete */
+            }
+        }
+        if (srt_hook_registry_load_json(reg, doc, len, "mutant", &err) == SRT_OK) {
+            ok_loads++;
+            forward_errors += forward(y) != SRT_OK;
+        } else {
+            errors += err.msg[0] != '\0';
+        }
+        srt_hook_registry_free(reg);
+    }
+    free(doc);
+    ok(ok_loads + errors == 3000, "3000 mutated specs: %d loaded, %d refused with a message", ok_loads, errors);
+    is_int(forward_errors, 0, "every spec that loaded runs a forward cleanly");
+    is_int(th_destroyed(), th_created(), "every hook object made (%d) was destroyed once", th_created());
+    is_int(n_hooked(), 0, "no module keeps hooks after its registry is freed");
+}
+
 int main(void)
 {
     srt_log_set_sink(log_sink, NULL, SRT_LOG_DEBUG);
@@ -969,6 +1015,7 @@ int main(void)
     test_handles();
     test_fast_path();
     test_device_views();
+    test_mutations();
 
     if (tap_failed)
         log_dump();
