@@ -12,6 +12,13 @@
 
 #include "srt/tokenizer.h"
 
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -123,6 +130,7 @@ int main(int argc, char **argv)
     }
     size_t total = 0, n_ids = 0;
     t0 = now();
+    double c0 = cpu_now();
     for (int r = 0; r < repeat; r++) {
         size_t pos = 0;
         while (pos < blen || (!lines && pos == 0)) {
@@ -151,10 +159,10 @@ int main(int argc, char **argv)
                 break;
         }
     }
-    double dt = now() - t0;
+    double dt = now() - t0, dc = cpu_now() - c0;
     if (bench)
-        printf("load_s %.4f bytes %zu ids %zu seconds %.4f MB/s %.2f\n", t_load, total, n_ids, dt,
-               total / dt / 1e6);
+        printf("load_s %.4f bytes %zu ids %zu seconds %.4f cpu_seconds %.4f MB/s %.2f\n", t_load, total, n_ids, dt,
+               dc, total / dt / 1e6);
     free(buf);
     srt_tokenizer_free(tok);
     return 0;

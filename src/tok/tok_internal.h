@@ -220,6 +220,8 @@ typedef struct tok_scratch {
     pcre2_match_data *md;
     tok_buf ids; /* int32 ids */
     tok_bpe_work bpe;
+    void *segs; /* regex split segments */
+    size_t segcap;
     int cache_held;
 } tok_scratch;
 

@@ -947,6 +947,54 @@ static void scratch_free(tok_scratch *s)
     if (s->md)
         pcre2_match_data_free(s->md);
     tok_bpe_work_free(&s->bpe);
+    free(s->segs);
+    memset(s, 0, sizeof(*s));
+}
+
+/* One scratch per thread, kept between calls so encoding a short prompt allocates nothing. Buffers that
+ * grew past SCRATCH_KEEP for one huge text are released after it. */
+#define SCRATCH_KEEP (1u << 20)
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+
+static void scratch_destroy(void *p)
+{
+    scratch_free(p);
+    free(p);
+}
+
+static void scratch_key_init(void)
+{
+    scratch_key_ok = pthread_key_create(&scratch_key, scratch_destroy) == 0;
+}
+
+static tok_scratch *scratch_get(int *owned)
+{
+    pthread_once(&scratch_once, scratch_key_init);
+    tok_scratch *s = scratch_key_ok ? pthread_getspecific(scratch_key) : NULL;
+    *owned = 0;
+    if (!s) {
+        s = calloc(1, sizeof(*s));
+        if (!s)
+            return NULL;
+        if (!scratch_key_ok || pthread_setspecific(scratch_key, s) != 0)
+            *owned = 1; /* no thread slot: the caller frees it */
+    }
+    s->arena.len = s->tmp.len = s->ids.len = 0;
+    s->pa_n = s->pb_n = 0;
+    return s;
+}
+
+static void scratch_put(tok_scratch *s, int owned)
+{
+    if (owned) {
+        scratch_destroy(s);
+        return;
+    }
+    if (s->arena.cap > SCRATCH_KEEP || s->ids.cap > SCRATCH_KEEP || s->tmp.cap > SCRATCH_KEEP ||
+        s->bpe.syms_cap > SCRATCH_KEEP / 16 || s->p_cap > SCRATCH_KEEP / 16)
+        scratch_free(s);
 }
 
 static int encode_into(const srt_tokenizer *t, const char *text, size_t len, unsigned flags, tok_scratch *s,
@@ -960,12 +1008,13 @@ static int encode_into(const srt_tokenizer *t, const char *text, size_t len, uns
         srt_err_set(err, "%s: text is not valid UTF-8", t->name);
         return SRT_ERROR;
     }
-    s->md = pcre2_match_data_create(4, NULL);
+    if (!s->md)
+        s->md = pcre2_match_data_create(4, NULL);
     if (!s->md) {
         srt_err_set(err, "%s: out of memory", t->name);
         return SRT_ERROR;
     }
-    enc_ctx c = {t, s, flags, NULL, 0, err};
+    enc_ctx c = {t, s, flags, s->segs, s->segcap, err};
     int rc = SRT_OK;
     if ((flags & SRT_TOK_ADD_SPECIAL) && t->n_post_pre && push_ids(&s->ids, t->post_pre, (size_t)t->n_post_pre))
         goto oom;
@@ -974,7 +1023,8 @@ static int encode_into(const srt_tokenizer *t, const char *text, size_t len, uns
         rc = SRT_ERROR;
     if (s->cache_held)
         pthread_mutex_unlock((pthread_mutex_t *)&t->cache_lock);
-    free(c.segs);
+    s->segs = c.segs;
+    s->segcap = c.segcap;
     if (rc)
         return rc;
     if ((flags & SRT_TOK_ADD_SPECIAL) && t->n_post_post && push_ids(&s->ids, t->post_post, (size_t)t->n_post_post))
@@ -988,45 +1038,54 @@ oom:
 int srt_tokenizer_encode(const srt_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t *ids,
                          size_t cap, size_t *n_out, srt_err *err)
 {
-    tok_scratch s;
-    memset(&s, 0, sizeof(s));
-    int rc = encode_into(t, text, len, flags, &s, err);
-    size_t n = s.ids.len / sizeof(int32_t);
-    *n_out = rc == SRT_OK ? n : 0;
+    int owned;
+    tok_scratch *s = scratch_get(&owned);
+    *n_out = 0;
+    if (!s) {
+        srt_err_set(err, "%s: out of memory", t->name);
+        return SRT_ERROR;
+    }
+    int rc = encode_into(t, text, len, flags, s, err);
+    size_t n = s->ids.len / sizeof(int32_t);
     if (rc == SRT_OK) {
+        *n_out = n;
         if (n > cap) {
             srt_err_set(err, "%s: the text needs %zu ids, the buffer holds %zu", t->name, n, cap);
             rc = SRT_ERROR;
         } else if (n) {
-            memcpy(ids, s.ids.p, n * sizeof(int32_t));
+            memcpy(ids, s->ids.p, n * sizeof(int32_t));
         }
     }
-    scratch_free(&s);
+    scratch_put(s, owned);
     return rc;
 }
 
 int srt_tokenizer_encode_alloc(const srt_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
                                size_t *n_out, srt_err *err)
 {
-    tok_scratch s;
-    memset(&s, 0, sizeof(s));
+    int owned;
+    tok_scratch *s = scratch_get(&owned);
     *ids = NULL;
     *n_out = 0;
-    int rc = encode_into(t, text, len, flags, &s, err);
+    if (!s) {
+        srt_err_set(err, "%s: out of memory", t->name);
+        return SRT_ERROR;
+    }
+    int rc = encode_into(t, text, len, flags, s, err);
     if (rc == SRT_OK) {
-        size_t n = s.ids.len / sizeof(int32_t);
+        size_t n = s->ids.len / sizeof(int32_t);
         int32_t *v = malloc(n ? n * sizeof(int32_t) : 1);
         if (!v) {
             srt_err_set(err, "%s: out of memory", t->name);
             rc = SRT_ERROR;
         } else {
             if (n)
-                memcpy(v, s.ids.p, n * sizeof(int32_t));
+                memcpy(v, s->ids.p, n * sizeof(int32_t));
             *ids = v;
             *n_out = n;
         }
     }
-    scratch_free(&s);
+    scratch_put(s, owned);
     return rc;
 }
 

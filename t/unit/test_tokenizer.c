@@ -2,6 +2,7 @@
  * ids on the whole corpus (with and without special-token parsing, with the post-processor), HF's decode,
  * and a streaming detokenizer that equals the full decode and never splits a UTF-8 character.
  * The SmolLM2 GGUF (scripts/fetch-model.sh) must give the same ids as its tokenizer.json. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,6 +385,60 @@ static void check_gguf(void)
     srt_tokenizer_free(tok);
 }
 
+/* Several threads encoding with one tokenizer at once get exactly the single-threaded ids. */
+typedef struct thread_arg {
+    const srt_tokenizer *tok;
+    int32_t **want;
+    size_t *nwant;
+    size_t bad;
+    int offset;
+} thread_arg;
+
+static void *encode_all(void *p)
+{
+    thread_arg *a = p;
+    srt_err err;
+    for (size_t k = 0; k < n_corpus; k++) {
+        size_t i = (k + (size_t)a->offset * 397) % n_corpus; /* different order per thread */
+        int32_t *ids;
+        size_t n;
+        if (srt_tokenizer_encode_alloc(a->tok, corpus[i].p, corpus[i].n, SRT_TOK_PARSE_SPECIAL, &ids, &n, &err) ||
+            n != a->nwant[i] || (n && memcmp(ids, a->want[i], n * sizeof(int32_t))))
+            a->bad++;
+        free(ids);
+    }
+    return NULL;
+}
+
+static void check_threads(void)
+{
+    srt_tokenizer *t = load("qwen2");
+    if (!t)
+        return;
+    int32_t **want = calloc(n_corpus, sizeof(*want));
+    size_t *nwant = calloc(n_corpus, sizeof(*nwant));
+    srt_err err;
+    for (size_t i = 0; i < n_corpus; i++)
+        srt_tokenizer_encode_alloc(t, corpus[i].p, corpus[i].n, SRT_TOK_PARSE_SPECIAL, &want[i], &nwant[i], &err);
+    pthread_t th[4];
+    thread_arg args[4];
+    for (int k = 0; k < 4; k++) {
+        args[k] = (thread_arg){t, want, nwant, 0, k};
+        pthread_create(&th[k], NULL, encode_all, &args[k]);
+    }
+    size_t bad = 0;
+    for (int k = 0; k < 4; k++) {
+        pthread_join(th[k], NULL);
+        bad += args[k].bad;
+    }
+    is_int(bad, 0, "4 threads encoding the corpus concurrently with one tokenizer agree with 1 thread");
+    for (size_t i = 0; i < n_corpus; i++)
+        free(want[i]);
+    free(want);
+    free(nwant);
+    srt_tokenizer_free(t);
+}
+
 /* Tokenizer-only GGUF fixtures; their ids come from transformers' conversion of the same files. */
 static void check_gguf_fixture(const char *name, int lossless)
 {
@@ -413,6 +468,7 @@ int main(void)
         srt_tokenizer_free(t);
     }
     check_specials();
+    check_threads();
     check_gguf_fixture("spm-gguf", 0);
     check_gguf_fixture("bpe-gguf", 1);
     check_gguf();
