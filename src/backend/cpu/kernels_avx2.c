@@ -59,7 +59,7 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * stride + b * bb;
-            if (T == 1 && (b & 1) == 0)   /* decode streams W once: fetch rows ahead into L2 */
+            if (T < 4 && (b & 1) == 0)   /* decode streams W once: fetch rows ahead into L2 */
                 _mm_prefetch((const char *)blk + 16 * stride, _MM_HINT_T1);
             dw[r] = half_at(blk);
             if (fmt == FMT_Q8_0) {
@@ -103,31 +103,32 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
             y[t * ldy + r] = hsum8(acc[r][t]) + off[r][t];
 }
 
-/* Prefill tiles of 2 rows x 4 tokens (the 16 ymm registers allow no more), decode
- * tiles of 4 rows, then the remainders. */
+#define TILE_ROWS(fmt, R, T)                                                                  \
+    do {                                                                                       \
+        int r_ = 0;                                                                            \
+        for (; r_ + (R) <= nr; r_ += (R))                                                       \
+            kern(fmt, R, T, w + r_ * stride, stride, aq + t * qstride, ads + t * nb, qstride,  \
+                 nb, y + t * ldy + r_, ldy);                                                 \
+        for (; r_ < nr; r_++)                                                                  \
+            kern(fmt, 1, T, w + r_ * stride, stride, aq + t * qstride, ads + t * nb, qstride,  \
+                 nb, y + t * ldy + r_, ldy);                                                 \
+    } while (0)
+
+/* Every token of a tile is handled in one pass over the rows, so a small batch (2-3
+ * tokens) streams W once, not once per token. */
 #define DEFINE_TILE(name, fmt)                                                                 \
     TGT static void name(const uint8_t *w, size_t stride, int nr, const int8_t *aq,           \
                          const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,  \
                          int64_t ldy)                                                          \
     {                                                                                          \
         int t = 0;                                                                             \
-        for (; t + 4 <= nt; t += 4) {                                                          \
-            int r = 0;                                                                         \
-            for (; r + 2 <= nr; r += 2)                                                        \
-                kern(fmt, 2, 4, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
-                     qstride, nb, y + t * ldy + r, ldy);                                       \
-            for (; r < nr; r++)                                                                \
-                kern(fmt, 1, 4, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
-                     qstride, nb, y + t * ldy + r, ldy);                                       \
-        }                                                                                      \
-        for (; t < nt; t++) {                                                                  \
-            int r = 0;                                                                         \
-            for (; r + 4 <= nr; r += 4)                                                        \
-                kern(fmt, 4, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
-                     qstride, nb, y + t * ldy + r, ldy);                                       \
-            for (; r < nr; r++)                                                                \
-                kern(fmt, 1, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
-                     qstride, nb, y + t * ldy + r, ldy);                                       \
+        for (; t + 4 <= nt; t += 4)                                                         \
+            TILE_ROWS(fmt, 2, 4);                                                           \
+        switch (nt - t) {                                                                      \
+        case 3: TILE_ROWS(fmt, 2, 3); break;                                            \
+        case 2: TILE_ROWS(fmt, 2, 2); break;                                            \
+        case 1: TILE_ROWS(fmt, 4, 1); break;                                            \
+        default: break;                                                                        \
         }                                                                                      \
     }
 

@@ -118,7 +118,7 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *b0 = w + r * stride + b * bb, *b1 = b0 + bb;
-            if (T == 1)
+            if (T < 4)
                 _mm_prefetch((const char *)b0 + PREFETCH_ROWS * stride, PREFETCH_HINT);
             load_wscales(fmt, b0, b1, &dw[r], &mw[r]);
             if (fmt == FMT_Q8_0) {
@@ -158,30 +158,32 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
         }
 }
 
-/* Tiles of 4 rows x 4 tokens, then the row / token remainders with narrower kernels. */
+#define TILE_ROWS(fmt, R, T)                                                                  \
+    do {                                                                                       \
+        int r_ = 0;                                                                            \
+        for (; r_ + (R) <= nr; r_ += (R))                                                       \
+            kern(fmt, R, T, w + r_ * stride, stride, aq + t * qstride, ads + t * nb, qstride,  \
+                 nb, y + t * ldy + r_, ldy);                                                 \
+        for (; r_ < nr; r_++)                                                                  \
+            kern(fmt, 1, T, w + r_ * stride, stride, aq + t * qstride, ads + t * nb, qstride,  \
+                 nb, y + t * ldy + r_, ldy);                                                 \
+    } while (0)
+
+/* Every token of a tile is handled in one pass over the rows, so a small batch (2-3
+ * tokens) streams W once, not once per token. */
 #define DEFINE_TILE(name, fmt)                                                                 \
     TGT static void name(const uint8_t *w, size_t stride, int nr, const int8_t *aq,           \
                          const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,  \
                          int64_t ldy)                                                          \
     {                                                                                          \
         int t = 0;                                                                             \
-        for (; t + 4 <= nt; t += 4) {                                                          \
-            int r = 0;                                                                         \
-            for (; r + 4 <= nr; r += 4)                                                        \
-                kern(fmt, 4, 4, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
-                     qstride, nb, y + t * ldy + r, ldy);                                       \
-            for (; r < nr; r++)                                                                \
-                kern(fmt, 1, 4, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
-                     qstride, nb, y + t * ldy + r, ldy);                                       \
-        }                                                                                      \
-        for (; t < nt; t++) {                                                                  \
-            int r = 0;                                                                         \
-            for (; r + 4 <= nr; r += 4)                                                        \
-                kern(fmt, 4, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
-                     qstride, nb, y + t * ldy + r, ldy);                                       \
-            for (; r < nr; r++)                                                                \
-                kern(fmt, 1, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb,        \
-                     qstride, nb, y + t * ldy + r, ldy);                                       \
+        for (; t + 4 <= nt; t += 4)                                                         \
+            TILE_ROWS(fmt, 4, 4);                                                           \
+        switch (nt - t) {                                                                      \
+        case 3: TILE_ROWS(fmt, 4, 3); break;                                            \
+        case 2: TILE_ROWS(fmt, 4, 2); break;                                            \
+        case 1: TILE_ROWS(fmt, 4, 1); break;                                            \
+        default: break;                                                                        \
         }                                                                                      \
     }
 
