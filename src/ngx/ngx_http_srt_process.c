@@ -294,6 +294,9 @@ ngx_http_srt_log_sink(srt_log_level level, const char *msg, void *user)
 {
     ngx_uint_t  l;
 
+    /* this process runs no nginx event loop: keep the log's clock current */
+    ngx_time_update();
+
     switch (level) {
     case SRT_LOG_ERROR:
         l = NGX_LOG_ERR;
@@ -378,6 +381,8 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline)
 
     rc = srt_sched_run(m->chan, &err);
 
+    ngx_time_update();
+
     if (rc != SRT_OK) {
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
                       "srt: scheduler for model \"%V\" failed: %s",
@@ -395,6 +400,7 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline)
 
     srt_chan_sched_close(m->chan);
 
+    ngx_time_update();
     ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
                   "srt: scheduler process %P for model \"%V\" exited",
                   ngx_getpid(), &m->name);

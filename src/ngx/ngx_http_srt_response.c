@@ -1047,6 +1047,9 @@ ngx_http_srt_pump(ngx_http_srt_ctx_t *ctx)
     }
 
     if (rc == NGX_ERROR) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "srt: writing to the client failed, aborting the "
+                      "request");
         ctx->aborted = 1;
         ctx->finished = 1;
         return NGX_HTTP_CLIENT_CLOSED_REQUEST;

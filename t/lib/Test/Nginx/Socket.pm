@@ -503,7 +503,7 @@ sub run_block {
     # let the log catch up with what this request caused
     sleep 0.1 if defined $block->{_sections}{error_log} || defined $block->{_sections}{no_error_log};
 
-    if (!defined $resp || ($err && $err eq 'timeout' && !$block->abort)) {
+    if (!defined $resp || ($err && $err eq "timeout" && !defined $block->abort)) {
         Test::More::fail("$name - request failed: " . ($err // 'no response'));
         check_log_patterns($block, log_since($pos), $name);
         return;
@@ -513,7 +513,7 @@ sub run_block {
 
     if (defined(my $code = $block->error_code)) {
         Test::More::is($status, $code, "$name - status code ok");
-    } elsif (!$block->abort && !defined $block->ignore_response) {
+    } elsif (!defined $block->abort && !defined $block->ignore_response) {
         Test::More::is($status, 200, "$name - status code ok");
     }
 
