@@ -200,9 +200,17 @@ typedef srt_hook *(*srt_hook_factory_fn)(const char *config_json, const srt_hook
 /* Put SRT_HOOK_LIBRARY(); in one source file of every hook library: the engine reads this
  * symbol before calling any factory and refuses libraries built against another ABI. */
 #define SRT_HOOK_ABI_SYMBOL "srt_hook_abi_version"
+#ifdef __cplusplus
+/* C++: a namespace-scope const has internal linkage unless declared extern "C" first.
+ * Declare factories extern "C" too. */
+#define SRT_HOOK_LIBRARY() \
+    extern "C" { extern __attribute__((visibility("default"))) const uint32_t srt_hook_abi_version; } \
+    __attribute__((used)) const uint32_t srt_hook_abi_version = SRT_HOOK_ABI_VERSION
+#else
 #define SRT_HOOK_LIBRARY() \
     __attribute__((visibility("default"), used)) \
     const uint32_t srt_hook_abi_version = SRT_HOOK_ABI_VERSION
+#endif
 
 /* True when an object or library built against `version` can run in this engine. */
 static inline int srt_hook_abi_compatible(uint32_t version)
