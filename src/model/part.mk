@@ -6,3 +6,4 @@ ENGINE_SRCS += src/model/tensor_store.c src/model/gguf.c src/model/safetensors.c
 UNIT_TESTS  += $(BUILD)/t/test_golden
 UNIT_TESTS  += $(BUILD)/t/test_loader_gguf
 UNIT_TESTS  += $(BUILD)/t/test_loader_safetensors
+UNIT_TESTS  += $(BUILD)/t/test_model_runner
