@@ -163,7 +163,7 @@ typedef struct srt_hook_host {
     uint32_t     abi_version;
     uint32_t     struct_size;
     const char  *spec_name;         /* "" when unnamed */
-    const char  *spec_file;         /* file the spec came from, "" for inline JSON */
+    const char  *spec_file;         /* file the spec came from (the origin name for inline JSON) */
     const char  *config_json;       /* the spec's "config" object as JSON text ("{}" if none) */
     int32_t      tp_rank;
     int32_t      tp_size;
