@@ -17,7 +17,10 @@ typedef struct cpu_backend {
     int             reference;    /* SRT_CPU_MATMUL=reference: f32 activations, scalar (slow; for checks) */
     int             precise;      /* f32 activations against dequantized weight rows */
     srt_dot_f32_fn  dot;
+    float          *ones;         /* SILU_CHUNK ones: silu(x) = silu_mul(x, 1), bit for bit as fused */
 } cpu_backend;
+
+#define SILU_CHUNK 65536
 
 #define PRECISE_TILE 16   /* weight rows dequantized at once, reused across all tokens */
 
@@ -28,6 +31,7 @@ static void cpu_destroy(srt_backend *be)
     cpu_backend *c = cpu(be);
     srt_threadpool_free(c->tp);
     free(c->scratch);
+    free(c->ones);
     free(c);
 }
 
@@ -118,17 +122,13 @@ typedef struct ew_job {
     int          op;
 } ew_job;
 
-enum { EW_SILU, EW_MUL, EW_ADD3 };
+enum { EW_MUL, EW_ADD3 };
 
 static void ew_worker(void *arg, int ith, int nth)
 {
     ew_job *j = arg;
     int64_t lo = j->n * ith / nth, hi = j->n * (ith + 1) / nth;
     switch (j->op) {
-    case EW_SILU:
-        for (int64_t i = lo; i < hi; i++)
-            j->y[i] = j->a[i] / (1.0f + expf(-j->a[i]));
-        break;
     case EW_MUL:
         for (int64_t i = lo; i < hi; i++)
             j->y[i] *= j->a[i];
@@ -148,10 +148,13 @@ static void ew_run(srt_backend *be, ew_job *j)
         ew_worker(j, 0, 1);
 }
 
+/* The unfused path (act_fn hooked) must give the fused path's numbers: silu through the same
+ * kernel as silu_mul, times exactly 1, then the product in mul(). */
 static void cpu_silu(srt_backend *be, const float *x, int64_t n, float *out)
 {
-    ew_job j = { out, x, NULL, n, EW_SILU };
-    ew_run(be, &j);
+    cpu_backend *c = cpu(be);
+    for (int64_t i = 0; i < n; i += SILU_CHUNK)
+        srt_cpu_silu_mul(c->tp, x + i, c->ones, n - i < SILU_CHUNK ? n - i : SILU_CHUNK, out + i);
 }
 
 static void cpu_mul(srt_backend *be, float *y, const float *x, int64_t n)
@@ -247,7 +250,10 @@ srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *
         return NULL;
     }
     c->tp = srt_threadpool_create(n_threads);
-    if (!c->tp) {
+    c->ones = malloc(SILU_CHUNK * sizeof(float));
+    if (!c->tp || !c->ones) {
+        srt_threadpool_free(c->tp);
+        free(c->ones);
         free(c);
         srt_err_set(err, "cpu backend: cannot start %d threads", n_threads);
         return NULL;
@@ -256,6 +262,8 @@ srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *
     c->reference = mm && strcmp(mm, "reference") == 0;
     c->precise = precise_matmul || (mm && strcmp(mm, "precise") == 0);
     c->dot = srt_cpu_dot_f32();
+    for (int i = 0; i < SILU_CHUNK; i++)
+        c->ones[i] = 1.0f;
     c->base.ops = &cpu_ops;
     c->base.impl = c;
     return &c->base;
