@@ -176,7 +176,7 @@ POST /v1/completions
 --- request
 GET /v1/health
 --- response_body_like
-^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":\d+\}$
+^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":\d+,"requests_total":\d+\}$
 
 
 

@@ -85,7 +85,7 @@ qr/srt: (client closed the connection|writing to the client failed), aborting th
 --- request
 GET /v1/health
 --- response_body_like
-^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":8\}$
+^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":8,"requests_total":\d+\}$
 
 
 
@@ -105,7 +105,7 @@ srt: client closed the connection, aborting the request
 --- request
 GET /v1/health
 --- response_body_like
-^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":8\}$
+^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":8,"requests_total":\d+\}$
 
 
 

@@ -114,4 +114,4 @@ for my $i (1, 2) {
 --- request
 GET /v1/health
 --- response_body_like
-"running":0,"queued":0,"slots_free":2\}
+"running":0,"queued":0,"slots_free":2,"requests_total":\d+\}

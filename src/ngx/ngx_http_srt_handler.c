@@ -84,6 +84,9 @@ ngx_http_srt_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "srt handler: %V %V", &r->method_name, &r->uri);
+
     ep = ngx_http_srt_endpoint(r);
 
     if (ep == NGX_HTTP_SRT_EP_UNKNOWN) {
@@ -811,6 +814,8 @@ ngx_http_srt_info(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         ngx_http_srt_gen_int(g, stats.queued);
         ngx_http_srt_gen_str(g, "slots_free");
         ngx_http_srt_gen_int(g, stats.slots_total - stats.slots_used);
+        ngx_http_srt_gen_str(g, "requests_total");
+        ngx_http_srt_gen_int(g, (long long) stats.submitted);
         yajl_gen_map_close(g);
 
         return ngx_http_srt_send_json(r, NGX_HTTP_OK, g);
