@@ -136,46 +136,75 @@ DEFINE_TILE(tile_q4_0, FMT_Q4_0)
 DEFINE_TILE(tile_q4_1, FMT_Q4_1)
 DEFINE_TILE(tile_q8_0, FMT_Q8_0)
 
-/* ---- K-quants: one row x one token per call; scales are applied in integer form
- * (vpmaddwd by the 6/8-bit sub-block scale), super-block scales once per 256 ---- */
+/* ---- K-quants: one row x T tokens per call, so each unpacked weight vector is reused T
+ * times; sub-block scales are applied in integer form (vpmaddwd by the 6/8-bit scale),
+ * super-block scales once per 256 ---- */
 
-INLINE float dot_q4_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+INLINE void kern_q4_k(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                      int64_t qstride, int64_t nb, float *y, int64_t ldy)
 {
     const blk_q4_k *w = (const blk_q4_k *)row;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    float macc = 0.0f;
-    for (int64_t sb = 0; sb < nb / 8; sb++, w++, aq += QK_K, ads += 8) {
-        __m256 sacc = _mm256_setzero_ps();
-        float mins = 0.0f;
+    __m256 acc[4];
+    float macc[4] = { 0 };
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+        __m256 sacc[4];
+        float mins[4] = { 0 };
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            sacc[t] = _mm256_setzero_ps();
         for (int c = 0; c < 4; c++) {
             int sc0, mn0, sc1, mn1;
             q4k_scale_min(w->scales, 2 * c, &sc0, &mn0);
             q4k_scale_min(w->scales, 2 * c + 1, &sc1, &mn1);
             __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            __m256i x0 = _mm256_load_si256((const __m256i *)(aq + 64 * c));
-            __m256i x1 = _mm256_load_si256((const __m256i *)(aq + 64 * c + 32));
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16((short)sc0));
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16((short)sc1));
-            sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(ads[2 * c].d), sacc);
-            sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(ads[2 * c + 1].d), sacc);
-            mins += (float)mn0 * ads[2 * c].s + (float)mn1 * ads[2 * c + 1].s;
+            __m256i s0 = _mm256_set1_epi16((short)sc0), s1 = _mm256_set1_epi16((short)sc1);
+            int64_t blk = sb * 8 + 2 * c;
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const int8_t *a = aq + t * qstride + blk * QK;
+                const q8_scale *ds = ads + t * nb + blk;
+                __m256i p0 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)a)), s0);
+                __m256i p1 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(a + QK))), s1);
+                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(ds[0].d), sacc[t]);
+                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(ds[1].d), sacc[t]);
+                mins[t] += (float)mn0 * ds[0].s + (float)mn1 * ds[1].s;
+            }
         }
-        acc = _mm256_fmadd_ps(sacc, _mm256_set1_ps(half_at((const uint8_t *)&w->d)), acc);
-        macc += half_at((const uint8_t *)&w->dmin) * mins;
+        __m256 d = _mm256_set1_ps(half_at((const uint8_t *)&w->d));
+        float dmin = half_at((const uint8_t *)&w->dmin);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            acc[t] = _mm256_fmadd_ps(sacc[t], d, acc[t]);
+            macc[t] += dmin * mins[t];
+        }
     }
-    return hsum8(acc) - macc;
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        y[t * ldy] = hsum8(acc[t]) - macc[t];
 }
 
-INLINE float dot_q6_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+INLINE void kern_q6_k(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                      int64_t qstride, int64_t nb, float *y, int64_t ldy)
 {
     const blk_q6_k *w = (const blk_q6_k *)row;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
     const __m256i k32 = _mm256_set1_epi8(32);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
-        __m256 sacc = _mm256_setzero_ps();
+        __m256 sacc[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            sacc[t] = _mm256_setzero_ps();
         for (int h = 0; h < 2; h++) {
             __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h));
             __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32));
@@ -185,35 +214,56 @@ INLINE float dot_q6_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
                 _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
                 _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
             };
-            for (int g = 0; g < 4; g++, aq += QK, ads++) {
+            for (int g = 0; g < 4; g++) {
                 __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2);
                 __m256i q = _mm256_or_si256(lows[g], _mm256_slli_epi16(hb, 4));   /* 0..63 */
-                __m256i x = _mm256_load_si256((const __m256i *)aq);
-                /* (q - 32) * x as q*x - 32*x; each pair stays within int16 */
-                __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, x), _mm256_maddubs_epi16(k32, x));
                 const int8_t *sc = w->scales + 8 * h + 2 * g;
                 __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
-                sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, scv)),
-                                       _mm256_set1_ps(ads->d), sacc);
+                int64_t blk = sb * 8 + 4 * h + g;
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    __m256i x = _mm256_load_si256((const __m256i *)(aq + t * qstride + blk * QK));
+                    /* (q - 32) * x as q*x - 32*x; each pair stays within int16 */
+                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, x), _mm256_maddubs_epi16(k32, x));
+                    sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, scv)),
+                                              _mm256_set1_ps(ads[t * nb + blk].d), sacc[t]);
+                }
             }
         }
-        acc = _mm256_fmadd_ps(sacc, _mm256_set1_ps(half_at((const uint8_t *)&w->d)), acc);
+        __m256 d = _mm256_set1_ps(half_at((const uint8_t *)&w->d));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(sacc[t], d, acc[t]);
     }
-    return hsum8(acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        y[t * ldy] = hsum8(acc[t]);
 }
 
-#define DEFINE_TILE_K(name, dotfn)                                                             \
+#define DEFINE_TILE_K(name, kernfn)                                                            \
     TGT static void name(const uint8_t *w, size_t stride, int nr, const int8_t *aq,           \
                          const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,  \
                          int64_t ldy)                                                          \
     {                                                                                          \
-        for (int t = 0; t < nt; t++)                                                           \
+        int t = 0;                                                                             \
+        for (; t + 4 <= nt; t += 4)                                                            \
             for (int r = 0; r < nr; r++)                                                       \
-                y[t * ldy + r] = dotfn(w + r * stride, aq + t * qstride, ads + t * nb, nb);    \
+                kernfn(4, w + r * stride, aq + t * qstride, ads + t * nb, qstride, nb,         \
+                       y + t * ldy + r, ldy);                                                  \
+        for (int r = 0; r < nr; r++) {                                                         \
+            const uint8_t *wr = w + r * stride;                                                \
+            const int8_t *a = aq + t * qstride;                                                \
+            switch (nt - t) {                                                                  \
+            case 3: kernfn(3, wr, a, ads + t * nb, qstride, nb, y + t * ldy + r, ldy); break;  \
+            case 2: kernfn(2, wr, a, ads + t * nb, qstride, nb, y + t * ldy + r, ldy); break;  \
+            case 1: kernfn(1, wr, a, ads + t * nb, qstride, nb, y + t * ldy + r, ldy); break;  \
+            default: break;                                                                    \
+            }                                                                                  \
+        }                                                                                      \
     }
 
-DEFINE_TILE_K(tile_q4_k, dot_q4_k)
-DEFINE_TILE_K(tile_q6_k, dot_q6_k)
+DEFINE_TILE_K(tile_q4_k, kern_q4_k)
+DEFINE_TILE_K(tile_q6_k, kern_q6_k)
 
 /* ---- float weights: 8-wide FMA over tiles of rows x tokens ---- */
 
