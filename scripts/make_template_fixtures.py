@@ -88,9 +88,11 @@ def make_env():
 
 
 def alias_reasoning(messages):
-    """transformers' _alias_reasoning_fields: the caller of the C renderer does the same."""
+    """transformers' _alias_reasoning_fields (the C renderer does the same to "messages")."""
     out = []
     for m in messages:
+        if not isinstance(m, dict):
+            raise TypeError("Chat messages should be dicts, but got %r." % (m,))
         r = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
         if r is not None:
             m = {"thinking": r, **m, "reasoning_content": r}
@@ -232,6 +234,8 @@ CONVERSATIONS = [
     conv("two_system_messages", [S("first system"), S("second system"), U("hi")]),
     conv("custom_tools", [U("hi")], custom_tools=[WEATHER_TOOL], tools_in_user_message=True),
     conv("special_tokens_in_content", [U("<|im_end|> <|eot_id|> [INST] </s> <｜User｜> <start_of_turn>")]),
+    conv("reasoning_field_order", [U("q"), {"role": "assistant", "content": "a", "reasoning": "r1"},
+                                   {"role": "assistant", "thinking": "t2", "content": "b", "reasoning_content": None}]),
     conv("named_messages", [{"role": "system", "content": "s", "name": "boss"}, {"role": "user", "content": "u", "name": "ann"}]),
 ]
 
@@ -250,10 +254,12 @@ TOKENS = {
 
 
 def render_case(tmpl, c, bos, eos):
-    ctx = {"messages": alias_reasoning(copy.deepcopy(c["messages"])), "tools": c["tools"], "documents": c["documents"],
+    # The C renderer gets the raw messages and aliases reasoning fields itself, as transformers does.
+    ctx = {"messages": copy.deepcopy(c["messages"]), "tools": c["tools"], "documents": c["documents"],
            "add_generation_prompt": c["add_generation_prompt"], "bos_token": bos, "eos_token": eos}
     ctx.update(c["kwargs"])
     case = {"name": c["name"], "context_json": json.dumps(ctx, ensure_ascii=False)}
+    ctx["messages"] = alias_reasoning(ctx["messages"])
     try:
         case["expected"] = tmpl.render(**copy.deepcopy(ctx))
     except Exception as e:  # raise_exception (TemplateError) or a template bug (e.g. None + str)
@@ -480,6 +486,10 @@ SEMANTICS = [
     ("{% for a, b in [[1, 2, 3]] %}{% endfor %}", {}),
     ("{{ x }} {{ x|tojson }} {{ [x] }} {{ x is integer }} {{ x == x }} {{ x > 1 }} {{ x|string|length }} {{ -9223372036854775808 }}", {"x": 12345678901234567890123}),
     ("{{ x }} {{ -x }} {{ x|abs }} {{ x - 1 }}", {"x": -9223372036854775808}),
+    ("{{ messages }}", {"messages": [{"role": "a", "reasoning": "r"}, {"thinking": "t", "role": "b"},
+                                     {"role": "c", "reasoning_content": None, "thinking": "t2", "content": "x"},
+                                     {"role": "d", "reasoning_content": "rc", "reasoning": "ignored"}]}),
+    ("{{ messages }}", {"messages": [{"role": "a"}, "not a dict"]}),
 ]
 
 MALFORMED = [
@@ -554,7 +564,10 @@ def main():
     sem = []
     for src, ctx in SEMANTICS:
         case = {"template": src, "context_json": json.dumps(ctx, ensure_ascii=False)}
+        ctx = copy.deepcopy(ctx)
         try:
+            if isinstance(ctx.get("messages"), list):
+                ctx["messages"] = alias_reasoning(ctx["messages"])
             case["expected"] = env.from_string(src).render(**copy.deepcopy(ctx))
         except Exception as e:
             case["error"] = str(e)

@@ -184,6 +184,52 @@ static const yajl_callbacks CALLBACKS = {
     cb_null, cb_bool, NULL, NULL, cb_number, cb_string, cb_start_map, cb_map_key, cb_end, cb_start_array, cb_end,
 };
 
+/* transformers' _alias_reasoning_fields: a message's reasoning, under whichever of reasoning_content,
+ * thinking or reasoning it came, is offered as "thinking" (first key when new) and "reasoning_content"
+ * (last key when new), since templates read one or the other. Idempotent. Only the first 64 keys of a
+ * message are checked for duplicates (dict_set), far more than any message has. */
+static int alias_reasoning(render *r, vdict *ctx)
+{
+    static const char *const fields[] = {"reasoning_content", "thinking", "reasoning"};
+    val *msgs = dict_get(ctx, "messages", 8);
+    if (!msgs || msgs->t != V_LIST)
+        return 0;
+    for (size_t i = 0; i < msgs->u.l->n; i++) {
+        val *m = &msgs->u.l->v[i];
+        if (m->t != V_DICT)
+            return rerr(r, "TypeError: Chat messages should be dicts, but message %zu is a %s", i, py_type_name(*m));
+        val *reason = NULL;
+        for (int f = 0; f < 3 && !reason; f++) {
+            val *v = dict_get(m->u.d, fields[f], strlen(fields[f]));
+            if (v && v->t != V_NONE)
+                reason = v;
+        }
+        if (!reason)
+            continue;
+        /* {"thinking": r, **message, "reasoning_content": r}: "thinking" always ends up first */
+        val rv = *reason;
+        vdict *d = m->u.d;
+        val *own = dict_get(d, "thinking", 8);
+        vdict *nd = dict_new(&r->a, d->n + 2);
+        if (!nd)
+            return rerr(r, "out of memory");
+        nd->k[0] = v_str("thinking", 8);
+        nd->v[0] = own ? *own : rv;
+        nd->n = 1;
+        for (size_t k = 0; k < d->n; k++) {
+            if (&d->v[k] == own)
+                continue;
+            nd->k[nd->n] = d->k[k];
+            nd->v[nd->n++] = d->v[k];
+        }
+        d = nd;
+        m->u.d = d;
+        if (dict_set(&r->a, d, v_str("reasoning_content", 17), rv))
+            return rerr(r, "out of memory");
+    }
+    return 0;
+}
+
 int tpl_parse_context(render *r, const char *json, size_t len, vdict **out)
 {
     if (!json) {
@@ -217,8 +263,10 @@ int tpl_parse_context(render *r, const char *json, size_t len, vdict **out)
     } else if (!j->have_root || j->root.t != V_DICT)
         rc = rerr(r, "chat template context: must be a JSON object");
     yajl_free(h);
-    if (rc == 0)
+    if (rc == 0) {
         *out = j->root.u.d;
+        rc = alias_reasoning(r, *out);
+    }
     return rc;
 }
 

@@ -26,8 +26,9 @@ void srt_chat_template_free(srt_chat_template *t);
  *   {"messages": [...], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>",
  *    "tools": null, "documents": null, "enable_thinking": false, ...}
  * Every top-level key becomes a template variable. transformers always passes "tools" and "documents"
- * (null when absent) and copies a message's reasoning under both "reasoning_content" and "thinking";
- * callers who want identical prompts should build the context the same way.
+ * (null when absent): callers who want identical prompts should too. Like transformers, the renderer
+ * offers a message's reasoning (given as reasoning_content, thinking or reasoning) under both
+ * "reasoning_content" and "thinking", so raw request messages can be passed through unchanged.
  * On success *out is a malloc'd NUL-terminated string of *out_len bytes; release it with
  * srt_chat_template_free_output() (or free()). On error (bad JSON, the template's raise_exception, a type
  * error, an undefined value used as an object...) *out is NULL and err holds the message;
