@@ -137,7 +137,7 @@ static void workload(int n, int max_shared, int max_own, int max_new)
     }
 }
 
-static void suite(const char *name, int n, int max_shared, int max_own, int max_new)
+static void suite(const char *name, int n, int max_shared, int max_own, int max_new, int64_t small_kv)
 {
     char why[1200] = "";
     int bad = -1;
@@ -152,12 +152,12 @@ static void suite(const char *name, int n, int max_shared, int max_own, int max_
         { 0, 4096, 1, 8192, "radix off" },
         { 1, 32, 4, 8192, "radix on, chunk 32, page 4" },
         { 0, 32, 1, 8192, "radix off, chunk 32" },
-        { 1, 64, 1, 600, "radix on, KV 600 tokens (retract)" },
-        { 0, 64, 2, 600, "radix off, page 2, KV 600 tokens (retract)" },
+        { 1, 256, 1, small_kv, "radix on, small KV pool (retract)" },
+        { 0, 256, 2, small_kv, "radix off, page 2, small KV pool (retract)" },
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         srt_sched_config c = make_cfg(v[i].radix, v[i].chunk, v[i].kv, v[i].page);
-        if (v[i].kv < 1000)
+        if (v[i].kv == small_kv)
             c.schedule_conservativeness = 0.01f;   /* admit greedily: decodes must retract */
         why[0] = 0;
         bad = -1;
@@ -172,7 +172,7 @@ static void suite(const char *name, int n, int max_shared, int max_own, int max_
             tap_diag("request %d (prompt %d): differs at output %d of %d/%d", bad, plen[bad], k,
                      got[bad].n_out, alone[bad].n_out);
         }
-        if (v[i].kv < 1000)
+        if (v[i].kv == small_kv)
             ok(m.retractions > 0, "%s: the small KV pool forced retractions", name);
         if (v[i].radix && v[i].chunk < 100)
             ok(m.cached_prompt_tokens_total > 0, "%s: shared prefixes were served from the cache", name);
@@ -209,7 +209,7 @@ int main(void)
         return tap_done();
     }
     vocab = srt_model_config_of(model)->vocab_size;
-    suite("tiny-llama", 32, 120, 40, 24);
+    suite("tiny-llama", 32, 120, 40, 24, 600);
     srt_model_free(model);
 
     snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
@@ -219,7 +219,7 @@ int main(void)
             return tap_done();
         }
         vocab = srt_model_config_of(model)->vocab_size;
-        suite("SmolLM2 Q4_1", 12, 60, 20, 10);
+        suite("SmolLM2 Q4_1", 12, 60, 20, 16, 240);
         srt_model_free(model);
     } else {
         tap_diag("SmolLM2 GGUF not present (scripts/fetch-model.sh) or SRT_TEST_FAST set: tiny-llama only");
