@@ -76,23 +76,23 @@ static const struct { const char *name; int id; } FUNCTIONS[] = {
             return table[i].id;                                                                                \
     return 0;
 
-int filter_lookup(const char *name, size_t n) { LOOKUP(FILTERS) }
-int test_lookup(const char *name, size_t n) { LOOKUP(TESTS) }
-int method_lookup(const char *name, size_t n) { LOOKUP(METHODS) }
-int function_lookup(const char *name, size_t n) { LOOKUP(FUNCTIONS) }
+int tpl_filter_lookup(const char *name, size_t n) { LOOKUP(FILTERS) }
+int tpl_test_lookup(const char *name, size_t n) { LOOKUP(TESTS) }
+int tpl_method_lookup(const char *name, size_t n) { LOOKUP(METHODS) }
+int tpl_function_lookup(const char *name, size_t n) { LOOKUP(FUNCTIONS) }
 
 /* ------------------------------------------------------------------------------------------- helpers */
 
 static int oom(render *r)
 {
     r->a.exhausted = true;
-    return rerr(r, "out of memory");
+    return tpl_rerr(r, "out of memory");
 }
 
 static int to_s(render *r, val v, const char **p, size_t *n)
 {
     val s;
-    if (val_to_str(r, v, &s))
+    if (tpl_val_to_str(r, v, &s))
         return -1;
     *p = s.u.s.p;
     *n = s.u.s.n;
@@ -111,14 +111,14 @@ static val mk_list(vlist *l, bool tuple)
 static bool arg_bool(cargs *a, int pos, const char *name, bool dflt)
 {
     val v;
-    return get_arg(a, pos, name, &v) ? truthy(v) : dflt;
+    return tpl_get_arg(a, pos, name, &v) ? tpl_truthy(v) : dflt;
 }
 
 static int arg_int(render *r, cargs *a, int pos, const char *name, int64_t dflt, int64_t *out)
 {
     val v;
     *out = dflt;
-    if (!get_arg(a, pos, name, &v) || v.t == V_NONE)
+    if (!tpl_get_arg(a, pos, name, &v) || v.t == V_NONE)
         return 0;
     if (v.t == V_INT || v.t == V_BOOL) {
         *out = v.u.i;
@@ -128,17 +128,17 @@ static int arg_int(render *r, cargs *a, int pos, const char *name, int64_t dflt,
         *out = (int64_t)v.u.f;
         return 0;
     }
-    return rerr(r, "TypeError: '%s' object cannot be interpreted as an integer", py_type_name(v));
+    return tpl_rerr(r, "TypeError: '%s' object cannot be interpreted as an integer", tpl_py_type_name(v));
 }
 
 static int arg_str(render *r, cargs *a, int pos, const char *name, const char **p, size_t *n, bool *present)
 {
     val v;
     *present = false;
-    if (!get_arg(a, pos, name, &v) || v.t == V_NONE)
+    if (!tpl_get_arg(a, pos, name, &v) || v.t == V_NONE)
         return 0;
     if (v.t != V_STR)
-        return rerr(r, "TypeError: %s argument must be str, not %s", name, py_type_name(v));
+        return tpl_rerr(r, "TypeError: %s argument must be str, not %s", name, tpl_py_type_name(v));
     *p = v.u.s.p;
     *n = v.u.s.n;
     *present = true;
@@ -204,22 +204,22 @@ static void put_cp(sbuf *b, uint32_t cp)
 {
     char u[4];
     if (cp < 0x80) {
-        sb_putc(b, (char)cp);
+        tpl_sb_putc(b, (char)cp);
     } else if (cp < 0x800) {
         u[0] = (char)(0xC0 | (cp >> 6));
         u[1] = (char)(0x80 | (cp & 0x3F));
-        sb_put(b, u, 2);
+        tpl_sb_put(b, u, 2);
     } else if (cp < 0x10000) {
         u[0] = (char)(0xE0 | (cp >> 12));
         u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
         u[2] = (char)(0x80 | (cp & 0x3F));
-        sb_put(b, u, 3);
+        tpl_sb_put(b, u, 3);
     } else {
         u[0] = (char)(0xF0 | (cp >> 18));
         u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
         u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
         u[3] = (char)(0x80 | (cp & 0x3F));
-        sb_put(b, u, 4);
+        tpl_sb_put(b, u, 4);
     }
 }
 
@@ -228,12 +228,12 @@ enum { CASE_UPPER, CASE_LOWER, CASE_TITLE, CASE_CAPITALIZE, CASE_JINJA_TITLE };
 static int change_case(render *r, const char *s, size_t n, int mode, val *out)
 {
     sbuf b;
-    sb_init(&b, &r->a, n + 1);
+    tpl_sb_init(&b, &r->a, n + 1);
     bool prev_cased = false, first = true, word_start = true;
     size_t i = 0;
     while (i < n) {
         size_t adv;
-        uint32_t c = u8_decode(s + i, n - i, &adv);
+        uint32_t c = tpl_u8_decode(s + i, n - i, &adv);
         uint32_t o = c;
         switch (mode) {
         case CASE_UPPER: o = cp_upper(c); break;
@@ -245,7 +245,7 @@ static int change_case(render *r, const char *s, size_t n, int mode, val *out)
         case CASE_CAPITALIZE: o = first ? cp_upper(c) : cp_lower(c); break;
         case CASE_JINJA_TITLE: {
             /* jinja2's title: words start after '-', whitespace, '(', '{', '[' or '<' */
-            bool delim = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_isspace_cp(c);
+            bool delim = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || tpl_py_isspace_cp(c);
             if (delim) {
                 o = c;
                 word_start = true;
@@ -258,7 +258,7 @@ static int change_case(render *r, const char *s, size_t n, int mode, val *out)
         }
         first = false;
         if (o == c)
-            sb_put(&b, s + i, adv);
+            tpl_sb_put(&b, s + i, adv);
         else
             put_cp(&b, o);
         i += adv;
@@ -273,14 +273,14 @@ static val do_strip(const char *s, size_t n, const char *chars, size_t cn, bool 
     if (!chars) {
         size_t k;
         if (left)
-            while (st < en && (k = u8_space_at(s + st, en - st)) != 0)
+            while (st < en && (k = tpl_u8_space_at(s + st, en - st)) != 0)
                 st += k;
         if (right)
-            while (en > st && (k = u8_space_before(s + st, en - st)) != 0)
+            while (en > st && (k = tpl_u8_space_before(s + st, en - st)) != 0)
                 en -= k;
         return v_str(s + st, en - st);
     }
-    bool ascii = u8_is_ascii(chars, cn);
+    bool ascii = tpl_u8_is_ascii(chars, cn);
     if (left)
         while (st < en) {
             size_t adv;
@@ -290,7 +290,7 @@ static val do_strip(const char *s, size_t n, const char *chars, size_t cn, bool 
                 st++;
                 continue;
             }
-            u8_decode(s + st, en - st, &adv);
+            tpl_u8_decode(s + st, en - st, &adv);
             if (!memmem(chars, cn, s + st, adv))
                 break;
             st += adv;
@@ -310,64 +310,64 @@ static val do_strip(const char *s, size_t n, const char *chars, size_t cn, bool 
 static int do_split(render *r, const char *s, size_t n, const char *sep, size_t sn, bool has_sep, int64_t maxsplit,
                     bool from_right, val *out)
 {
-    vlist *l = list_new(&r->a, 4);
+    vlist *l = tpl_list_new(&r->a, 4);
     if (!l)
         return oom(r);
     if (has_sep && sn == 0)
-        return rerr(r, "ValueError: empty separator");
+        return tpl_rerr(r, "ValueError: empty separator");
     if (!has_sep) {
         /* runs of whitespace; no empty strings */
         if (!from_right) {
             size_t i = 0, k;
             int64_t splits = 0;
             for (;;) {
-                while (i < n && (k = u8_space_at(s + i, n - i)) != 0)
+                while (i < n && (k = tpl_u8_space_at(s + i, n - i)) != 0)
                     i += k;
                 if (i >= n)
                     break;
                 if (maxsplit >= 0 && splits >= maxsplit) {
                     /* the remainder keeps its trailing whitespace, as in Python */
                     size_t e = n;
-                    if (list_push(&r->a, l, v_str(s + i, e - i)))
+                    if (tpl_list_push(&r->a, l, v_str(s + i, e - i)))
                         return oom(r);
                     break;
                 }
                 size_t st = i;
-                while (i < n && !u8_space_at(s + i, n - i))
-                    i += ((unsigned char)s[i] < 0x80) ? 1 : (u8_decode(s + i, n - i, &k), k);
-                if (list_push(&r->a, l, v_str(s + st, i - st)))
+                while (i < n && !tpl_u8_space_at(s + i, n - i))
+                    i += ((unsigned char)s[i] < 0x80) ? 1 : (tpl_u8_decode(s + i, n - i, &k), k);
+                if (tpl_list_push(&r->a, l, v_str(s + st, i - st)))
                     return oom(r);
                 splits++;
             }
         } else {
-            vlist *rev = list_new(&r->a, 4);
+            vlist *rev = tpl_list_new(&r->a, 4);
             size_t e = n, k;
             int64_t splits = 0;
             if (!rev)
                 return oom(r);
             for (;;) {
-                while (e > 0 && (k = u8_space_before(s, e)) != 0)
+                while (e > 0 && (k = tpl_u8_space_before(s, e)) != 0)
                     e -= k;
                 if (e == 0)
                     break;
                 if (maxsplit >= 0 && splits >= maxsplit) {
                     size_t st = 0;
-                    if (list_push(&r->a, rev, v_str(s + st, e - st)))
+                    if (tpl_list_push(&r->a, rev, v_str(s + st, e - st)))
                         return oom(r);
                     break;
                 }
                 size_t en = e;
-                while (e > 0 && !u8_space_before(s, e)) {
+                while (e > 0 && !tpl_u8_space_before(s, e)) {
                     e--;
                     while (e > 0 && ((unsigned char)s[e] & 0xC0) == 0x80)
                         e--;
                 }
-                if (list_push(&r->a, rev, v_str(s + e, en - e)))
+                if (tpl_list_push(&r->a, rev, v_str(s + e, en - e)))
                     return oom(r);
                 splits++;
             }
             for (size_t i = rev->n; i-- > 0;)
-                if (list_push(&r->a, l, rev->v[i]))
+                if (tpl_list_push(&r->a, l, rev->v[i]))
                     return oom(r);
         }
         *out = mk_list(l, false);
@@ -379,17 +379,17 @@ static int do_split(render *r, const char *s, size_t n, const char *sep, size_t 
         for (;;) {
             const char *hit = (maxsplit < 0 || splits < maxsplit) ? memmem(s + i, n - i, sep, sn) : NULL;
             if (!hit) {
-                if (list_push(&r->a, l, v_str(s + i, n - i)))
+                if (tpl_list_push(&r->a, l, v_str(s + i, n - i)))
                     return oom(r);
                 break;
             }
-            if (list_push(&r->a, l, v_str(s + i, (size_t)(hit - (s + i)))))
+            if (tpl_list_push(&r->a, l, v_str(s + i, (size_t)(hit - (s + i)))))
                 return oom(r);
             i = (size_t)(hit - s) + sn;
             splits++;
         }
     } else {
-        vlist *rev = list_new(&r->a, 4);
+        vlist *rev = tpl_list_new(&r->a, 4);
         size_t e = n;
         int64_t splits = 0;
         if (!rev)
@@ -403,18 +403,18 @@ static int do_split(render *r, const char *s, size_t n, const char *sep, size_t 
                         break;
                     }
             if (!hit) {
-                if (list_push(&r->a, rev, v_str(s, e)))
+                if (tpl_list_push(&r->a, rev, v_str(s, e)))
                     return oom(r);
                 break;
             }
             size_t hs = (size_t)(hit - s);
-            if (list_push(&r->a, rev, v_str(hit + sn, e - hs - sn)))
+            if (tpl_list_push(&r->a, rev, v_str(hit + sn, e - hs - sn)))
                 return oom(r);
             e = hs;
             splits++;
         }
         for (size_t i = rev->n; i-- > 0;)
-            if (list_push(&r->a, l, rev->v[i]))
+            if (tpl_list_push(&r->a, l, rev->v[i]))
                 return oom(r);
     }
     *out = mk_list(l, false);
@@ -431,7 +431,7 @@ static size_t line_break_at(const char *s, size_t n)
         return 1;
     if (c >= 0x80) {
         size_t adv;
-        uint32_t cp = u8_decode(s, n, &adv);
+        uint32_t cp = tpl_u8_decode(s, n, &adv);
         if (cp == 0x85 || cp == 0x2028 || cp == 0x2029)
             return adv;
     }
@@ -440,14 +440,14 @@ static size_t line_break_at(const char *s, size_t n)
 
 static int splitlines(render *r, const char *s, size_t n, vlist **out)
 {
-    vlist *l = list_new(&r->a, 4);
+    vlist *l = tpl_list_new(&r->a, 4);
     if (!l)
         return oom(r);
     size_t st = 0, i = 0;
     while (i < n) {
         size_t k = line_break_at(s + i, n - i);
         if (k) {
-            if (list_push(&r->a, l, v_str(s + st, i - st)))
+            if (tpl_list_push(&r->a, l, v_str(s + st, i - st)))
                 return oom(r);
             i += k;
             st = i;
@@ -455,7 +455,7 @@ static int splitlines(render *r, const char *s, size_t n, vlist **out)
             i++;
         }
     }
-    if (st < n && list_push(&r->a, l, v_str(s + st, n - st)))
+    if (st < n && tpl_list_push(&r->a, l, v_str(s + st, n - st)))
         return oom(r);
     *out = l;
     return 0;
@@ -465,21 +465,21 @@ static int do_replace(render *r, const char *s, size_t n, const char *old, size_
                       int64_t count, val *out)
 {
     sbuf b;
-    sb_init(&b, &r->a, n + 16);
+    tpl_sb_init(&b, &r->a, n + 16);
     if (on == 0) {
         /* Python inserts `new` between every code point (and at both ends) */
         int64_t done = 0;
         size_t i = 0;
         while (i <= n) {
             if (count < 0 || done < count) {
-                sb_put(&b, nw, nn);
+                tpl_sb_put(&b, nw, nn);
                 done++;
             }
             if (i == n)
                 break;
             size_t adv;
-            u8_decode(s + i, n - i, &adv);
-            sb_put(&b, s + i, adv);
+            tpl_u8_decode(s + i, n - i, &adv);
+            tpl_sb_put(&b, s + i, adv);
             i += adv;
         }
         return str_new(r, &b, out);
@@ -489,11 +489,11 @@ static int do_replace(render *r, const char *s, size_t n, const char *old, size_
     while (i < n) {
         const char *hit = (count < 0 || done < count) ? memmem(s + i, n - i, old, on) : NULL;
         if (!hit) {
-            sb_put(&b, s + i, n - i);
+            tpl_sb_put(&b, s + i, n - i);
             break;
         }
-        sb_put(&b, s + i, (size_t)(hit - (s + i)));
-        sb_put(&b, nw, nn);
+        tpl_sb_put(&b, s + i, (size_t)(hit - (s + i)));
+        tpl_sb_put(&b, nw, nn);
         i = (size_t)(hit - s) + on;
         done++;
     }
@@ -504,7 +504,7 @@ static int do_replace(render *r, const char *s, size_t n, const char *old, size_
 static int get_path(render *r, val v, val path, val *out)
 {
     if (path.t == V_INT) {
-        return val_getitem(r, v, path, out);
+        return tpl_val_getitem(r, v, path, out);
     }
     if (path.t != V_STR) {
         *out = v_undef();
@@ -526,11 +526,11 @@ static int get_path(render *r, val v, val path, val *out)
         }
         /* jinja2's environment.getitem: item first, then attribute */
         if (v.t == V_UNDEF)
-            return val_getattr(r, v, p, n, out); /* raises */
+            return tpl_val_getattr(r, v, p, n, out); /* raises */
         if (digits && v.t == V_LIST) {
-            if (val_getitem(r, v, v_int(idx), &v))
+            if (tpl_val_getitem(r, v, v_int(idx), &v))
                 return -1;
-        } else if (val_getitem(r, v, v_str(p, n), &v)) {
+        } else if (tpl_val_getitem(r, v, v_str(p, n), &v)) {
             return -1;
         }
         p = dot + 1;
@@ -565,7 +565,7 @@ static int merge_sort(render *r, sort_item *a, sort_item *tmp, size_t n, bool re
     size_t i = 0, j = m, k = 0;
     while (i < m && j < n) {
         int c;
-        if (val_cmp(r, a[j].key, a[i].key, &c))
+        if (tpl_val_cmp(r, a[j].key, a[i].key, &c))
             return -1;
         if (reverse)
             c = -c;
@@ -585,7 +585,7 @@ static int merge_sort(render *r, sort_item *a, sort_item *tmp, size_t n, bool re
 
 static int sort_items(render *r, sort_item *items, size_t n, bool reverse)
 {
-    sort_item *tmp = arena_alloc(&r->a, (n ? n : 1) * sizeof(*tmp));
+    sort_item *tmp = tpl_arena_alloc(&r->a, (n ? n : 1) * sizeof(*tmp));
     if (!tmp)
         return oom(r);
     return merge_sort(r, items, tmp, n, reverse);
@@ -594,20 +594,20 @@ static int sort_items(render *r, sort_item *items, size_t n, bool reverse)
 static int apply_test_by_name(render *r, val name, val v, cargs *rest, bool *out)
 {
     if (name.t != V_STR)
-        return rerr(r, "TypeError: test name must be a string");
-    int id = test_lookup(name.u.s.p, name.u.s.n);
+        return tpl_rerr(r, "TypeError: test name must be a string");
+    int id = tpl_test_lookup(name.u.s.p, name.u.s.n);
     if (!id)
-        return rerr(r, "TemplateRuntimeError: No test named '%.*s'", (int)name.u.s.n, name.u.s.p);
-    return test_apply(r, id, v, rest, out);
+        return tpl_rerr(r, "TemplateRuntimeError: No test named '%.*s'", (int)name.u.s.n, name.u.s.p);
+    return tpl_test_apply(r, id, v, rest, out);
 }
 
 /* select/reject/selectattr/rejectattr */
 static int select_common(render *r, val in, cargs *a, bool by_attr, bool want, val *out)
 {
     vlist *items, *res;
-    if (val_iter(r, in, &items))
+    if (tpl_val_iter(r, in, &items))
         return -1;
-    res = list_new(&r->a, items->n);
+    res = tpl_list_new(&r->a, items->n);
     if (!res)
         return oom(r);
     int first_test_arg = by_attr ? 1 : 0;
@@ -623,7 +623,7 @@ static int select_common(render *r, val in, cargs *a, bool by_attr, bool want, v
         val v = items->v[i];
         if (by_attr) {
             if (a->npos < 1)
-                return rerr(r, "TypeError: selectattr/rejectattr need an attribute name");
+                return tpl_rerr(r, "TypeError: selectattr/rejectattr need an attribute name");
             if (get_path(r, v, a->pos[0], &v))
                 return -1;
         }
@@ -632,7 +632,7 @@ static int select_common(render *r, val in, cargs *a, bool by_attr, bool want, v
             if (apply_test_by_name(r, testname, v, &rest, &ok))
                 return -1;
         } else {
-            ok = truthy(v);
+            ok = tpl_truthy(v);
         }
         if (ok == want)
             res->v[res->n++] = items->v[i];
@@ -643,7 +643,7 @@ static int select_common(render *r, val in, cargs *a, bool by_attr, bool want, v
 
 static int unique_list(render *r, vlist *items, bool cs, val attr, bool has_attr, vlist **out)
 {
-    vlist *res = list_new(&r->a, items->n), *keys = list_new(&r->a, items->n);
+    vlist *res = tpl_list_new(&r->a, items->n), *keys = tpl_list_new(&r->a, items->n);
     if (!res || !keys)
         return oom(r);
     for (size_t i = 0; i < items->n; i++) {
@@ -653,7 +653,7 @@ static int unique_list(render *r, vlist *items, bool cs, val attr, bool has_attr
         k = sort_key(r, k, cs);
         bool seen = false;
         for (size_t j = 0; j < keys->n && !seen; j++)
-            seen = val_eq(keys->v[j], k);
+            seen = tpl_val_eq(keys->v[j], k);
         if (!seen) {
             keys->v[keys->n++] = k;
             res->v[res->n++] = items->v[i];
@@ -667,16 +667,16 @@ static int unique_list(render *r, vlist *items, bool cs, val attr, bool has_attr
 static int percent_format(render *r, const char *s, size_t n, cargs *a, val *out)
 {
     sbuf b;
-    sb_init(&b, &r->a, n + 32);
+    tpl_sb_init(&b, &r->a, n + 32);
     int argi = 0;
     vdict *kwmap = NULL;
     for (size_t i = 0; i < n; i++) {
         if (s[i] != '%') {
-            sb_putc(&b, s[i]);
+            tpl_sb_putc(&b, s[i]);
             continue;
         }
         if (++i >= n)
-            return rerr(r, "ValueError: incomplete format");
+            return tpl_rerr(r, "ValueError: incomplete format");
         val arg;
         bool have_key = false;
         if (s[i] == '(') {
@@ -684,16 +684,16 @@ static int percent_format(render *r, const char *s, size_t n, cargs *a, val *out
             while (i < n && s[i] != ')')
                 i++;
             if (i >= n)
-                return rerr(r, "ValueError: incomplete format key");
+                return tpl_rerr(r, "ValueError: incomplete format key");
             if (!kwmap) {
                 if (a->npos == 1 && a->pos[0].t == V_DICT)
                     kwmap = a->pos[0].u.d;
                 else
-                    return rerr(r, "TypeError: format requires a mapping");
+                    return tpl_rerr(r, "TypeError: format requires a mapping");
             }
-            val *v = dict_get(kwmap, s + st, i - st);
+            val *v = tpl_dict_get(kwmap, s + st, i - st);
             if (!v)
-                return rerr(r, "KeyError: '%.*s'", (int)(i - st), s + st);
+                return tpl_rerr(r, "KeyError: '%.*s'", (int)(i - st), s + st);
             arg = *v;
             have_key = true;
             i++;
@@ -714,40 +714,40 @@ static int percent_format(render *r, const char *s, size_t n, cargs *a, val *out
                 prec = prec * 10 + (s[i++] - '0');
         }
         if (width > 10000 || prec > 1000)
-            return rerr(r, "ValueError: format width too large");
+            return tpl_rerr(r, "ValueError: format width too large");
         if (i >= n)
-            return rerr(r, "ValueError: incomplete format");
+            return tpl_rerr(r, "ValueError: incomplete format");
         char conv = s[i];
         if (conv == '%') {
-            sb_putc(&b, '%');
+            tpl_sb_putc(&b, '%');
             continue;
         }
         if (!have_key) {
             if (argi >= a->npos)
-                return rerr(r, "TypeError: not enough arguments for format string");
+                return tpl_rerr(r, "TypeError: not enough arguments for format string");
             arg = a->pos[argi++];
         }
         switch (conv) {
         case 's': case 'r': case 'a': {
             sbuf t;
-            sb_init(&t, &r->a, 32);
+            tpl_sb_init(&t, &r->a, 32);
             if (conv == 's')
-                py_str(&t, arg);
+                tpl_py_str(&t, arg);
             else
-                py_repr(&t, arg);
+                tpl_py_repr(&t, arg);
             size_t len = t.n;
             if (prec >= 0) {
-                size_t off = u8_offset(t.p, t.n, (size_t)prec);
+                size_t off = tpl_u8_offset(t.p, t.n, (size_t)prec);
                 len = off;
             }
-            size_t cps = u8_len(t.p, len);
+            size_t cps = tpl_u8_len(t.p, len);
             if (!left)
                 for (size_t p = cps; p < (size_t)width; p++)
-                    sb_putc(&b, ' ');
-            sb_put(&b, t.p, len);
+                    tpl_sb_putc(&b, ' ');
+            tpl_sb_put(&b, t.p, len);
             if (left)
                 for (size_t p = cps; p < (size_t)width; p++)
-                    sb_putc(&b, ' ');
+                    tpl_sb_putc(&b, ' ');
             break;
         }
         case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': {
@@ -757,7 +757,7 @@ static int percent_format(render *r, const char *s, size_t n, cargs *a, val *out
             else if (arg.t == V_FLOAT && conv != 'x' && conv != 'X' && conv != 'o' && conv != 'c')
                 iv = (int64_t)arg.u.f;
             else
-                return rerr(r, "TypeError: %%%c format: a real number is required, not %s", conv, py_type_name(arg));
+                return tpl_rerr(r, "TypeError: %%%c format: a real number is required, not %s", conv, tpl_py_type_name(arg));
             if (conv == 'c') {
                 put_cp(&b, (uint32_t)iv);
                 break;
@@ -767,10 +767,10 @@ static int percent_format(render *r, const char *s, size_t n, cargs *a, val *out
             (void)zero;
             if (prec < 0) {
                 snprintf(fmt, sizeof(fmt), "%.*s*ll%c", (int)k, spec, c2);
-                sb_printf(&b, fmt, width, (long long)iv);
+                tpl_sb_printf(&b, fmt, width, (long long)iv);
             } else {
                 snprintf(fmt, sizeof(fmt), "%.*s*.*ll%c", (int)k, spec, c2);
-                sb_printf(&b, fmt, width, prec, (long long)iv);
+                tpl_sb_printf(&b, fmt, width, prec, (long long)iv);
             }
             break;
         }
@@ -779,18 +779,18 @@ static int percent_format(render *r, const char *s, size_t n, cargs *a, val *out
             if (arg.t == V_INT || arg.t == V_BOOL || arg.t == V_FLOAT)
                 fv = arg.t == V_FLOAT ? arg.u.f : (double)arg.u.i;
             else
-                return rerr(r, "TypeError: must be real number, not %s", py_type_name(arg));
+                return tpl_rerr(r, "TypeError: must be real number, not %s", tpl_py_type_name(arg));
             char fmt[48];
             snprintf(fmt, sizeof(fmt), "%.*s*.*%c", (int)k, spec, conv);
-            sb_printf(&b, fmt, width, prec < 0 ? 6 : prec, fv);
+            tpl_sb_printf(&b, fmt, width, prec < 0 ? 6 : prec, fv);
             break;
         }
         default:
-            return rerr(r, "ValueError: unsupported format character '%c'", conv);
+            return tpl_rerr(r, "ValueError: unsupported format character '%c'", conv);
         }
     }
     if (argi < a->npos && !kwmap)
-        return rerr(r, "TypeError: not all arguments converted during string formatting");
+        return tpl_rerr(r, "TypeError: not all arguments converted during string formatting");
     return str_new(r, &b, out);
 }
 
@@ -802,7 +802,7 @@ static int to_int(render *r, val v, int64_t dflt, int64_t base, val *out)
     case V_INT: case V_BOOL: *out = v_int(v.u.i); return 0;
     case V_FLOAT:
         if (isnan(v.u.f) || isinf(v.u.f))
-            return rerr(r, "ValueError: cannot convert float NaN or infinity to integer");
+            return tpl_rerr(r, "ValueError: cannot convert float NaN or infinity to integer");
         *out = v_int((int64_t)v.u.f);
         return 0;
     case V_STR: {
@@ -895,7 +895,7 @@ static int json_filter(render *r, val in, cargs *a, val *out)
     const char *indent = NULL;
     size_t indent_len = 0;
     bool use_indent = false;
-    if (get_arg(a, 1, "indent", &ind) && ind.t != V_NONE) {
+    if (tpl_get_arg(a, 1, "indent", &ind) && ind.t != V_NONE) {
         use_indent = true;
         if (ind.t == V_INT || ind.t == V_BOOL) {
             int64_t k = ind.u.i < 0 ? 0 : ind.u.i > 63 ? 63 : ind.u.i;
@@ -906,23 +906,23 @@ static int json_filter(render *r, val in, cargs *a, val *out)
             indent = ind.u.s.p;
             indent_len = ind.u.s.n;
         } else {
-            return rerr(r, "TypeError: tojson indent must be an int or a string");
+            return tpl_rerr(r, "TypeError: tojson indent must be an int or a string");
         }
     }
     const char *item_sep = use_indent ? "," : ", ", *key_sep = ": ";
     val sep;
-    if (get_arg(a, 2, "separators", &sep) && sep.t != V_NONE) {
+    if (tpl_get_arg(a, 2, "separators", &sep) && sep.t != V_NONE) {
         if (sep.t != V_LIST || sep.u.l->n != 2 || sep.u.l->v[0].t != V_STR || sep.u.l->v[1].t != V_STR)
-            return rerr(r, "TypeError: tojson separators must be a pair of strings");
-        item_sep = arena_memdup(&r->a, sep.u.l->v[0].u.s.p, sep.u.l->v[0].u.s.n);
-        key_sep = arena_memdup(&r->a, sep.u.l->v[1].u.s.p, sep.u.l->v[1].u.s.n);
+            return tpl_rerr(r, "TypeError: tojson separators must be a pair of strings");
+        item_sep = tpl_arena_memdup(&r->a, sep.u.l->v[0].u.s.p, sep.u.l->v[0].u.s.n);
+        key_sep = tpl_arena_memdup(&r->a, sep.u.l->v[1].u.s.p, sep.u.l->v[1].u.s.n);
         if (!item_sep || !key_sep)
             return oom(r);
     }
     bool sort_keys = arg_bool(a, 3, "sort_keys", false);
     sbuf b;
-    sb_init(&b, &r->a, 256);
-    if (py_json(&b, in, ensure_ascii, indent, indent_len, use_indent, item_sep, key_sep, sort_keys, 0, r->err))
+    tpl_sb_init(&b, &r->a, 256);
+    if (tpl_py_json(&b, in, ensure_ascii, indent, indent_len, use_indent, item_sep, key_sep, sort_keys, 0, r->err))
         return -1;
     return str_new(r, &b, out);
 }
@@ -938,7 +938,7 @@ static int indent_filter(render *r, val in, cargs *a, val *out)
     const char *ind = spaces;
     size_t ind_len = 4;
     memset(spaces, ' ', 4);
-    if (get_arg(a, 0, "width", &w)) {
+    if (tpl_get_arg(a, 0, "width", &w)) {
         if (w.t == V_STR) {
             ind = w.u.s.p;
             ind_len = w.u.s.n;
@@ -946,12 +946,12 @@ static int indent_filter(render *r, val in, cargs *a, val *out)
             ind_len = w.u.i < 0 ? 0 : w.u.i > 255 ? 255 : (size_t)w.u.i;
             memset(spaces, ' ', ind_len);
         } else {
-            return rerr(r, "TypeError: indent width must be an int or a string");
+            return tpl_rerr(r, "TypeError: indent width must be an int or a string");
         }
     }
     bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
     /* s + "\n", then splitlines (as jinja2 does) */
-    char *tmp = arena_alloc(&r->a, n + 2);
+    char *tmp = tpl_arena_alloc(&r->a, n + 2);
     if (!tmp)
         return oom(r);
     memcpy(tmp, s, n);
@@ -960,17 +960,17 @@ static int indent_filter(render *r, val in, cargs *a, val *out)
     if (splitlines(r, tmp, n + 1, &lines))
         return -1;
     sbuf b;
-    sb_init(&b, &r->a, n + 64);
+    tpl_sb_init(&b, &r->a, n + 64);
     if (first)
-        sb_put(&b, ind, ind_len);
+        tpl_sb_put(&b, ind, ind_len);
     for (size_t i = 0; i < lines->n; i++) {
         val l = lines->v[i];
         if (i > 0) {
-            sb_putc(&b, '\n');
+            tpl_sb_putc(&b, '\n');
             if (blank || l.u.s.n)
-                sb_put(&b, ind, ind_len);
+                tpl_sb_put(&b, ind, ind_len);
         }
-        sb_put(&b, l.u.s.p, l.u.s.n);
+        tpl_sb_put(&b, l.u.s.p, l.u.s.n);
     }
     return str_new(r, &b, out);
 }
@@ -982,15 +982,15 @@ static int escape_html(render *r, val in, val *out)
     if (to_s(r, in, &s, &n))
         return -1;
     sbuf b;
-    sb_init(&b, &r->a, n + 16);
+    tpl_sb_init(&b, &r->a, n + 16);
     for (size_t i = 0; i < n; i++) {
         switch (s[i]) {
-        case '&': sb_puts(&b, "&amp;"); break;
-        case '<': sb_puts(&b, "&lt;"); break;
-        case '>': sb_puts(&b, "&gt;"); break;
-        case '"': sb_puts(&b, "&#34;"); break;
-        case '\'': sb_puts(&b, "&#39;"); break;
-        default: sb_putc(&b, s[i]);
+        case '&': tpl_sb_puts(&b, "&amp;"); break;
+        case '<': tpl_sb_puts(&b, "&lt;"); break;
+        case '>': tpl_sb_puts(&b, "&gt;"); break;
+        case '"': tpl_sb_puts(&b, "&#34;"); break;
+        case '\'': tpl_sb_puts(&b, "&#39;"); break;
+        default: tpl_sb_putc(&b, s[i]);
         }
     }
     return str_new(r, &b, out);
@@ -999,11 +999,11 @@ static int escape_html(render *r, val in, val *out)
 static int minmax(render *r, val in, cargs *a, bool want_max, val *out)
 {
     vlist *items;
-    if (val_iter(r, in, &items))
+    if (tpl_val_iter(r, in, &items))
         return -1;
     bool cs = arg_bool(a, 0, "case_sensitive", false);
     val attr;
-    bool has_attr = get_arg(a, 1, "attribute", &attr) && attr.t != V_NONE;
+    bool has_attr = tpl_get_arg(a, 1, "attribute", &attr) && attr.t != V_NONE;
     if (items->n == 0) {
         *out = v_undef();
         return 0;
@@ -1018,7 +1018,7 @@ static int minmax(render *r, val in, cargs *a, bool want_max, val *out)
             return -1;
         k = sort_key(r, k, cs);
         int c;
-        if (val_cmp(r, k, best_key, &c))
+        if (tpl_val_cmp(r, k, best_key, &c))
             return -1;
         if (want_max ? c > 0 : c < 0) {
             best = items->v[i];
@@ -1031,7 +1031,7 @@ static int minmax(render *r, val in, cargs *a, bool want_max, val *out)
 
 /* ------------------------------------------------------------------------------------------- filters */
 
-int filter_apply(render *r, int id, val in, cargs *a, val *out)
+int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
 {
     const char *s;
     size_t n;
@@ -1046,21 +1046,21 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
                 out->u.s.n--;
             }
         } else if (in.t == V_INT && in.u.i == INT64_MIN)
-            return make_int(r, -(__int128)in.u.i, out);
+            return tpl_make_int(r, -(__int128)in.u.i, out);
         else if (in.t == V_INT || in.t == V_BOOL)
             *out = v_int(in.u.i < 0 ? -in.u.i : in.u.i);
         else if (in.t == V_FLOAT)
             *out = v_float(fabs(in.u.f));
         else if (in.t == V_UNDEF)
-            return val_getattr(r, in, "abs", 3, out);
+            return tpl_val_getattr(r, in, "abs", 3, out);
         else
-            return rerr(r, "TypeError: bad operand type for abs(): '%s'", py_type_name(in));
+            return tpl_rerr(r, "TypeError: bad operand type for abs(): '%s'", tpl_py_type_name(in));
         return 0;
     case F_ATTR: {
         val name;
-        if (!get_arg(a, 0, "name", &name) || name.t != V_STR)
-            return rerr(r, "TypeError: attr filter needs a name");
-        return val_getattr(r, in, name.u.s.p, name.u.s.n, out);
+        if (!tpl_get_arg(a, 0, "name", &name) || name.t != V_STR)
+            return tpl_rerr(r, "TypeError: attr filter needs a name");
+        return tpl_val_getattr(r, in, name.u.s.p, name.u.s.n, out);
     }
     case F_BATCH:
     case F_SLICE: {
@@ -1068,17 +1068,17 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         if (arg_int(r, a, 0, id == F_BATCH ? "linecount" : "slices", 1, &count))
             return -1;
         if (count <= 0)
-            return rerr(r, "ValueError: %s count must be positive", id == F_BATCH ? "batch" : "slice");
+            return tpl_rerr(r, "ValueError: %s count must be positive", id == F_BATCH ? "batch" : "slice");
         val fill;
-        bool has_fill = get_arg(a, 1, "fill_with", &fill) && fill.t != V_NONE;
-        if (val_iter(r, in, &items))
+        bool has_fill = tpl_get_arg(a, 1, "fill_with", &fill) && fill.t != V_NONE;
+        if (tpl_val_iter(r, in, &items))
             return -1;
-        vlist *res = list_new(&r->a, 4);
+        vlist *res = tpl_list_new(&r->a, 4);
         if (!res)
             return oom(r);
         if (id == F_BATCH) {
             for (size_t i = 0; i < items->n; i += (size_t)count) {
-                vlist *row = list_new(&r->a, (size_t)count);
+                vlist *row = tpl_list_new(&r->a, (size_t)count);
                 if (!row)
                     return oom(r);
                 for (size_t j = i; j < i + (size_t)count; j++) {
@@ -1087,7 +1087,7 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
                     else if (has_fill)
                         row->v[row->n++] = fill;
                 }
-                if (list_push(&r->a, res, mk_list(row, false)))
+                if (tpl_list_push(&r->a, res, mk_list(row, false)))
                     return oom(r);
             }
         } else {
@@ -1096,14 +1096,14 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
                 size_t start = off + (i < extra ? i : extra);
                 size_t end = start + per + (i < extra ? 1 : 0);
                 off += per;
-                vlist *row = list_new(&r->a, end - start + 1);
+                vlist *row = tpl_list_new(&r->a, end - start + 1);
                 if (!row)
                     return oom(r);
                 for (size_t j = start; j < end; j++)
                     row->v[row->n++] = items->v[j];
                 if (has_fill && i >= extra && extra)
                     row->v[row->n++] = fill;
-                if (list_push(&r->a, res, mk_list(row, false)))
+                if (tpl_list_push(&r->a, res, mk_list(row, false)))
                     return oom(r);
             }
         }
@@ -1115,54 +1115,54 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
     case F_CENTER: {
         if (to_s(r, in, &s, &n) || arg_int(r, a, 0, "width", 80, &k))
             return -1;
-        size_t len = u8_len(s, n);
+        size_t len = tpl_u8_len(s, n);
         if (k > 100000)
-            return rerr(r, "ValueError: center width too large");
+            return tpl_rerr(r, "ValueError: center width too large");
         if ((int64_t)len >= k) {
             *out = v_str(s, n);
             return 0;
         }
         int64_t marg = k - (int64_t)len, left = marg / 2 + (marg & k & 1);
         sbuf b;
-        sb_init(&b, &r->a, n + (size_t)marg + 1);
+        tpl_sb_init(&b, &r->a, n + (size_t)marg + 1);
         for (int64_t i = 0; i < left; i++)
-            sb_putc(&b, ' ');
-        sb_put(&b, s, n);
+            tpl_sb_putc(&b, ' ');
+        tpl_sb_put(&b, s, n);
         for (int64_t i = 0; i < marg - left; i++)
-            sb_putc(&b, ' ');
+            tpl_sb_putc(&b, ' ');
         return str_new(r, &b, out);
     }
     case F_COUNT:
     case F_LENGTH: {
         int64_t len;
-        if (val_len(r, in, &len))
+        if (tpl_val_len(r, in, &len))
             return -1;
         *out = v_int(len);
         return 0;
     }
     case F_DEFAULT: {
         val d = v_str("", 0);
-        get_arg(a, 0, "default_value", &d);
+        tpl_get_arg(a, 0, "default_value", &d);
         bool boolean = arg_bool(a, 1, "boolean", false);
-        *out = (in.t == V_UNDEF || (boolean && !truthy(in))) ? d : in;
+        *out = (in.t == V_UNDEF || (boolean && !tpl_truthy(in))) ? d : in;
         return 0;
     }
     case F_DICTSORT: {
         if (in.t != V_DICT)
-            return rerr(r, "TypeError: dictsort needs a mapping, not %s", py_type_name(in));
+            return tpl_rerr(r, "TypeError: dictsort needs a mapping, not %s", tpl_py_type_name(in));
         bool cs = arg_bool(a, 0, "case_sensitive", false);
         val by = v_str("key", 3);
-        get_arg(a, 1, "by", &by);
+        tpl_get_arg(a, 1, "by", &by);
         bool reverse = arg_bool(a, 2, "reverse", false);
         bool by_value = by.t == V_STR && by.u.s.n == 5 && memcmp(by.u.s.p, "value", 5) == 0;
         if (!by_value && !(by.t == V_STR && by.u.s.n == 3 && memcmp(by.u.s.p, "key", 3) == 0))
-            return rerr(r, "FilterArgumentError: You can only sort by either \"key\" or \"value\"");
+            return tpl_rerr(r, "FilterArgumentError: You can only sort by either \"key\" or \"value\"");
         size_t cnt = in.u.d->n;
-        sort_item *it = arena_alloc(&r->a, (cnt ? cnt : 1) * sizeof(*it));
+        sort_item *it = tpl_arena_alloc(&r->a, (cnt ? cnt : 1) * sizeof(*it));
         if (!it)
             return oom(r);
         for (size_t i = 0; i < cnt; i++) {
-            vlist *pair = list_new(&r->a, 2);
+            vlist *pair = tpl_list_new(&r->a, 2);
             if (!pair)
                 return oom(r);
             pair->v[0] = in.u.d->k[i];
@@ -1173,7 +1173,7 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         }
         if (sort_items(r, it, cnt, reverse))
             return -1;
-        vlist *res = list_new(&r->a, cnt);
+        vlist *res = tpl_list_new(&r->a, cnt);
         if (!res)
             return oom(r);
         for (size_t i = 0; i < cnt; i++)
@@ -1185,14 +1185,14 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         return escape_html(r, in, out);
     case F_FIRST:
     case F_LAST:
-        if (val_iter(r, in, &items))
+        if (tpl_val_iter(r, in, &items))
             return -1;
         *out = items->n ? items->v[id == F_FIRST ? 0 : items->n - 1] : v_undef();
         return 0;
     case F_FLOAT: {
         val d;
         double dflt = 0.0;
-        if (get_arg(a, 0, "default", &d) && (d.t == V_FLOAT || d.t == V_INT))
+        if (tpl_get_arg(a, 0, "default", &d) && (d.t == V_FLOAT || d.t == V_INT))
             dflt = d.t == V_FLOAT ? d.u.f : (double)d.u.i;
         return to_float(in, dflt, out);
     }
@@ -1201,12 +1201,12 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
             return -1;
         if (a->nkw) {
             if (a->npos)
-                return rerr(r, "FilterArgumentError: can't handle positional and keyword arguments at the same time");
-            vdict *d = dict_new(&r->a, (size_t)a->nkw);
+                return tpl_rerr(r, "FilterArgumentError: can't handle positional and keyword arguments at the same time");
+            vdict *d = tpl_dict_new(&r->a, (size_t)a->nkw);
             if (!d)
                 return oom(r);
             for (int i = 0; i < a->nkw; i++)
-                if (dict_set(&r->a, d, v_str(a->kw[i], a->kwlen[i]), a->kwv[i]))
+                if (tpl_dict_set(&r->a, d, v_str(a->kw[i], a->kwlen[i]), a->kwv[i]))
                     return oom(r);
             val dv = {.t = V_DICT, .u.d = d};
             cargs one = {.pos = &dv, .npos = 1};
@@ -1220,48 +1220,48 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         if (arg_int(r, a, 0, "default", 0, &dflt) || arg_int(r, a, 1, "base", 10, &base))
             return -1;
         if (base != 0 && (base < 2 || base > 36))
-            return rerr(r, "ValueError: int() base must be >= 2 and <= 36, or 0");
+            return tpl_rerr(r, "ValueError: int() base must be >= 2 and <= 36, or 0");
         return to_int(r, in, dflt, base, out);
     }
     case F_ITEMS: {
         if (in.t == V_UNDEF) {
-            vlist *l = list_new(&r->a, 0);
+            vlist *l = tpl_list_new(&r->a, 0);
             if (!l)
                 return oom(r);
             *out = mk_list(l, false);
             return 0;
         }
         if (in.t != V_DICT)
-            return rerr(r, "TypeError: Can only get item pairs from a mapping.");
+            return tpl_rerr(r, "TypeError: Can only get item pairs from a mapping.");
         bool found;
-        return method_apply(r, M_ITEMS, in, a, out, &found);
+        return tpl_method_apply(r, M_ITEMS, in, a, out, &found);
     }
     case F_JOIN: {
         val sep = v_str("", 0), attr;
-        get_arg(a, 0, "d", &sep);
-        bool has_attr = get_arg(a, 1, "attribute", &attr) && attr.t != V_NONE;
-        if (val_iter(r, in, &items))
+        tpl_get_arg(a, 0, "d", &sep);
+        bool has_attr = tpl_get_arg(a, 1, "attribute", &attr) && attr.t != V_NONE;
+        if (tpl_val_iter(r, in, &items))
             return -1;
         const char *sp;
         size_t sn;
         if (to_s(r, sep, &sp, &sn))
             return -1;
         sbuf b;
-        sb_init(&b, &r->a, 128);
+        tpl_sb_init(&b, &r->a, 128);
         for (size_t i = 0; i < items->n; i++) {
             val v = items->v[i];
             if (has_attr && get_path(r, v, attr, &v))
                 return -1;
             if (i)
-                sb_put(&b, sp, sn);
-            py_str(&b, v);
+                tpl_sb_put(&b, sp, sn);
+            tpl_py_str(&b, v);
         }
         return str_new(r, &b, out);
     }
     case F_LIST: {
-        if (val_iter(r, in, &items))
+        if (tpl_val_iter(r, in, &items))
             return -1;
-        vlist *l = list_new(&r->a, items->n);
+        vlist *l = tpl_list_new(&r->a, items->n);
         if (!l)
             return oom(r);
         if (items->n)
@@ -1277,15 +1277,15 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
     case F_TITLE:
         return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, CASE_JINJA_TITLE, out);
     case F_MAP: {
-        if (val_iter(r, in, &items))
+        if (tpl_val_iter(r, in, &items))
             return -1;
-        vlist *res = list_new(&r->a, items->n);
+        vlist *res = tpl_list_new(&r->a, items->n);
         if (!res)
             return oom(r);
         val attr;
-        if (get_arg(a, -1, "attribute", &attr)) {
+        if (tpl_get_arg(a, -1, "attribute", &attr)) {
             val dflt;
-            bool has_dflt = get_arg(a, -1, "default", &dflt);
+            bool has_dflt = tpl_get_arg(a, -1, "default", &dflt);
             for (size_t i = 0; i < items->n; i++) {
                 val v;
                 if (get_path(r, items->v[i], attr, &v))
@@ -1296,16 +1296,16 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
             }
         } else {
             if (a->npos < 1 || a->pos[0].t != V_STR)
-                return rerr(r, "TypeError: map needs a filter name or attribute=");
-            int fid = filter_lookup(a->pos[0].u.s.p, a->pos[0].u.s.n);
+                return tpl_rerr(r, "TypeError: map needs a filter name or attribute=");
+            int fid = tpl_filter_lookup(a->pos[0].u.s.p, a->pos[0].u.s.n);
             if (!fid)
-                return rerr(r, "TemplateRuntimeError: No filter named '%.*s'", (int)a->pos[0].u.s.n,
+                return tpl_rerr(r, "TemplateRuntimeError: No filter named '%.*s'", (int)a->pos[0].u.s.n,
                             a->pos[0].u.s.p);
             cargs rest = *a;
             rest.pos = a->pos + 1;
             rest.npos = a->npos - 1;
             for (size_t i = 0; i < items->n; i++)
-                if (filter_apply(r, fid, items->v[i], &rest, &res->v[res->n++]))
+                if (tpl_filter_apply(r, fid, items->v[i], &rest, &res->v[res->n++]))
                     return -1;
         }
         *out = mk_list(res, false);
@@ -1321,8 +1321,8 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
     case F_REPLACE: {
         val old, nw;
         int64_t count;
-        if (!get_arg(a, 0, "old", &old) || !get_arg(a, 1, "new", &nw))
-            return rerr(r, "TypeError: replace needs old and new");
+        if (!tpl_get_arg(a, 0, "old", &old) || !tpl_get_arg(a, 1, "new", &nw))
+            return tpl_rerr(r, "TypeError: replace needs old and new");
         if (arg_int(r, a, 2, "count", -1, &count) || to_s(r, in, &s, &n))
             return -1;
         const char *op, *np;
@@ -1334,21 +1334,21 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
     case F_REVERSE:
         if (in.t == V_STR) {
             sbuf b;
-            sb_init(&b, &r->a, in.u.s.n + 1);
+            tpl_sb_init(&b, &r->a, in.u.s.n + 1);
             size_t e = in.u.s.n;
             while (e > 0) {
                 size_t st = e - 1;
                 while (st > 0 && ((unsigned char)in.u.s.p[st] & 0xC0) == 0x80)
                     st--;
-                sb_put(&b, in.u.s.p + st, e - st);
+                tpl_sb_put(&b, in.u.s.p + st, e - st);
                 e = st;
             }
             return str_new(r, &b, out);
         }
-        if (val_iter(r, in, &items))
+        if (tpl_val_iter(r, in, &items))
             return -1;
         {
-            vlist *l = list_new(&r->a, items->n);
+            vlist *l = tpl_list_new(&r->a, items->n);
             if (!l)
                 return oom(r);
             for (size_t i = items->n; i-- > 0;)
@@ -1361,14 +1361,14 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         if (arg_int(r, a, 0, "precision", 0, &prec))
             return -1;
         val method = v_str("common", 6);
-        get_arg(a, 1, "method", &method);
+        tpl_get_arg(a, 1, "method", &method);
         if (in.t == V_BIGINT) {
             *out = in;
             return 0;
         }
         if (!(in.t == V_INT || in.t == V_BOOL || in.t == V_FLOAT))
-            return in.t == V_UNDEF ? val_getattr(r, in, "round", 5, out)
-                                   : rerr(r, "TypeError: type %s doesn't define __round__ method", py_type_name(in));
+            return in.t == V_UNDEF ? tpl_val_getattr(r, in, "round", 5, out)
+                                   : tpl_rerr(r, "TypeError: type %s doesn't define __round__ method", tpl_py_type_name(in));
         double x = in.t == V_FLOAT ? in.u.f : (double)in.u.i;
         if (method.t == V_STR && method.u.s.n == 6 && memcmp(method.u.s.p, "common", 6) == 0) {
             if (in.t != V_FLOAT) {
@@ -1384,19 +1384,19 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         else if (method.t == V_STR && method.u.s.n == 4 && memcmp(method.u.s.p, "ceil", 4) == 0)
             *out = v_float(ceil(x * p) / p);
         else
-            return rerr(r, "FilterArgumentError: method must be common, ceil or floor");
+            return tpl_rerr(r, "FilterArgumentError: method must be common, ceil or floor");
         return 0;
     }
     case F_SAFE:
     case F_STRING:
-        return val_to_str(r, in, out);
+        return tpl_val_to_str(r, in, out);
     case F_SORT: {
         bool reverse = arg_bool(a, 0, "reverse", false), cs = arg_bool(a, 1, "case_sensitive", false);
         val attr;
-        bool has_attr = get_arg(a, 2, "attribute", &attr) && attr.t != V_NONE;
-        if (val_iter(r, in, &items))
+        bool has_attr = tpl_get_arg(a, 2, "attribute", &attr) && attr.t != V_NONE;
+        if (tpl_val_iter(r, in, &items))
             return -1;
-        sort_item *it = arena_alloc(&r->a, (items->n ? items->n : 1) * sizeof(*it));
+        sort_item *it = tpl_arena_alloc(&r->a, (items->n ? items->n : 1) * sizeof(*it));
         if (!it)
             return oom(r);
         for (size_t i = 0; i < items->n; i++) {
@@ -1408,7 +1408,7 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         }
         if (sort_items(r, it, items->n, reverse))
             return -1;
-        vlist *res = list_new(&r->a, items->n);
+        vlist *res = tpl_list_new(&r->a, items->n);
         if (!res)
             return oom(r);
         for (size_t i = 0; i < items->n; i++)
@@ -1418,15 +1418,15 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
     }
     case F_SUM: {
         val attr, acc = v_int(0);
-        bool has_attr = get_arg(a, 0, "attribute", &attr) && attr.t != V_NONE;
-        get_arg(a, 1, "start", &acc);
-        if (val_iter(r, in, &items))
+        bool has_attr = tpl_get_arg(a, 0, "attribute", &attr) && attr.t != V_NONE;
+        tpl_get_arg(a, 1, "start", &acc);
+        if (tpl_val_iter(r, in, &items))
             return -1;
         for (size_t i = 0; i < items->n; i++) {
             val v = items->v[i];
             if (has_attr && get_path(r, v, attr, &v))
                 return -1;
-            if (binop(r, OP_ADD, acc, v, &acc))
+            if (tpl_binop(r, OP_ADD, acc, v, &acc))
                 return -1;
         }
         *out = acc;
@@ -1446,9 +1446,9 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
     case F_UNIQUE: {
         bool cs = arg_bool(a, 0, "case_sensitive", false);
         val attr;
-        bool has_attr = get_arg(a, 1, "attribute", &attr) && attr.t != V_NONE;
+        bool has_attr = tpl_get_arg(a, 1, "attribute", &attr) && attr.t != V_NONE;
         vlist *res = NULL;
-        if (val_iter(r, in, &items) || unique_list(r, items, cs, attr, has_attr, &res))
+        if (tpl_val_iter(r, in, &items) || unique_list(r, items, cs, attr, has_attr, &res))
             return -1;
         *out = mk_list(res, false);
         return 0;
@@ -1461,9 +1461,9 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         size_t i = 0;
         while (i < n) {
             size_t adv;
-            uint32_t c = u8_decode(s + i, n - i, &adv);
+            uint32_t c = tpl_u8_decode(s + i, n - i, &adv);
             bool w = c == '_' || (c < 0x80 ? ((c | 32) >= 'a' && (c | 32) <= 'z') || (c >= '0' && c <= '9')
-                                           : !py_isspace_cp(c) && !(c >= 0x2000 && c <= 0x206F) &&
+                                           : !tpl_py_isspace_cp(c) && !(c >= 0x2000 && c <= 0x206F) &&
                                                  !(c >= 0x3000 && c <= 0x303F) && !(c >= 0xFF00 && c <= 0xFF0F));
             if (w && !in_word)
                 words++;
@@ -1474,7 +1474,7 @@ int filter_apply(render *r, int id, val in, cargs *a, val *out)
         return 0;
     }
     }
-    return rerr(r, "internal error: unknown filter %d", id);
+    return tpl_rerr(r, "internal error: unknown filter %d", id);
 }
 
 /* --------------------------------------------------------------------------------------------- tests */
@@ -1487,7 +1487,7 @@ static bool str_all(val v, int kind)
     bool cased = false;
     while (i < n) {
         size_t adv;
-        uint32_t c = u8_decode(s + i, n - i, &adv);
+        uint32_t c = tpl_u8_decode(s + i, n - i, &adv);
         if (kind == 0 ? cp_upper(c) != c && cp_lower(c) == c : cp_lower(c) != c && cp_upper(c) == c)
             cased = true;
         else if (kind == 0 ? cp_lower(c) != c : cp_upper(c) != c)
@@ -1497,11 +1497,11 @@ static bool str_all(val v, int kind)
     return cased;
 }
 
-int test_apply(render *r, int id, val v, cargs *a, bool *out)
+int tpl_test_apply(render *r, int id, val v, cargs *a, bool *out)
 {
     val arg = v_undef();
-    bool has = get_arg(a, 0, "value", &arg) || get_arg(a, 0, "other", &arg) || get_arg(a, 0, "num", &arg) ||
-               get_arg(a, 0, "seq", &arg);
+    bool has = tpl_get_arg(a, 0, "value", &arg) || tpl_get_arg(a, 0, "other", &arg) || tpl_get_arg(a, 0, "num", &arg) ||
+               tpl_get_arg(a, 0, "seq", &arg);
     int c;
     switch (id) {
     case T_BOOLEAN: *out = v.t == V_BOOL; return 0;
@@ -1522,7 +1522,7 @@ int test_apply(render *r, int id, val v, cargs *a, bool *out)
     case T_LOWER:
     case T_UPPER: {
         val s;
-        if (val_to_str(r, v, &s))
+        if (tpl_val_to_str(r, v, &s))
             return -1;
         *out = str_all(s, id == T_LOWER ? 0 : 1);
         return 0;
@@ -1533,25 +1533,25 @@ int test_apply(render *r, int id, val v, cargs *a, bool *out)
         val m;
         val div = id == T_DIVISIBLEBY ? arg : v_int(2);
         if (id == T_DIVISIBLEBY && !has)
-            return rerr(r, "TypeError: divisibleby needs a number");
-        if (binop(r, OP_MOD, v, div, &m))
+            return tpl_rerr(r, "TypeError: divisibleby needs a number");
+        if (tpl_binop(r, OP_MOD, v, div, &m))
             return -1;
         bool zero = m.t == V_FLOAT ? m.u.f == 0.0 : m.u.i == 0;
         *out = id == T_ODD ? !zero : zero;
         return 0;
     }
-    case T_EQ: *out = val_eq(v, arg); return 0;
-    case T_NE: *out = !val_eq(v, arg); return 0;
+    case T_EQ: *out = tpl_val_eq(v, arg); return 0;
+    case T_NE: *out = !tpl_val_eq(v, arg); return 0;
     case T_SAMEAS:
-        *out = v.t == arg.t && (v.t == V_NONE || v.t == V_UNDEF || v.t == V_BOOL ? val_eq(v, arg)
+        *out = v.t == arg.t && (v.t == V_NONE || v.t == V_UNDEF || v.t == V_BOOL ? tpl_val_eq(v, arg)
                                 : v.t == V_INT ? v.u.i == arg.u.i && v.u.i >= -5 && v.u.i <= 256
                                 : v.t == V_LIST ? v.u.l == arg.u.l
                                 : v.t == V_DICT || v.t == V_NS ? v.u.d == arg.u.d
                                 : v.t == V_STR ? v.u.s.p == arg.u.s.p && v.u.s.n == arg.u.s.n
-                                : val_eq(v, arg));
+                                : tpl_val_eq(v, arg));
         return 0;
     case T_LT: case T_LE: case T_GT: case T_GE:
-        if (val_cmp(r, v, arg, &c))
+        if (tpl_val_cmp(r, v, arg, &c))
             return -1;
         *out = id == T_LT ? c < 0 : id == T_LE ? c <= 0 : id == T_GT ? c > 0 : c >= 0;
         return 0;
@@ -1559,23 +1559,23 @@ int test_apply(render *r, int id, val v, cargs *a, bool *out)
         bool found = false;
         if (arg.t == V_STR) {
             if (v.t != V_STR)
-                return rerr(r, "TypeError: 'in <string>' requires string as left operand, not %s", py_type_name(v));
+                return tpl_rerr(r, "TypeError: 'in <string>' requires string as left operand, not %s", tpl_py_type_name(v));
             found = v.u.s.n == 0 || memmem(arg.u.s.p, arg.u.s.n, v.u.s.p, v.u.s.n) != NULL;
         } else if (arg.t == V_LIST) {
             for (size_t i = 0; i < arg.u.l->n && !found; i++)
-                found = val_eq(arg.u.l->v[i], v);
+                found = tpl_val_eq(arg.u.l->v[i], v);
         } else if (arg.t == V_DICT) {
-            found = dict_get_val(arg.u.d, v) != NULL;
+            found = tpl_dict_get_val(arg.u.d, v) != NULL;
         } else if (arg.t != V_UNDEF) {
-            return rerr(r, "TypeError: argument of type '%s' is not iterable", py_type_name(arg));
+            return tpl_rerr(r, "TypeError: argument of type '%s' is not iterable", tpl_py_type_name(arg));
         }
         *out = found;
         return 0;
     }
-    case T_FILTER: *out = v.t == V_STR && filter_lookup(v.u.s.p, v.u.s.n) != 0; return 0;
-    case T_TEST: *out = v.t == V_STR && test_lookup(v.u.s.p, v.u.s.n) != 0; return 0;
+    case T_FILTER: *out = v.t == V_STR && tpl_filter_lookup(v.u.s.p, v.u.s.n) != 0; return 0;
+    case T_TEST: *out = v.t == V_STR && tpl_test_lookup(v.u.s.p, v.u.s.n) != 0; return 0;
     }
-    return rerr(r, "internal error: unknown test %d", id);
+    return tpl_rerr(r, "internal error: unknown test %d", id);
 }
 
 /* ------------------------------------------------------------------------------------------- methods */
@@ -1608,8 +1608,8 @@ static bool has_prefix_any(render *r, val self, val pre, bool suffix, bool *out)
 static int str_find(render *r, val self, cargs *a, bool from_right, bool raise, val *out)
 {
     val sub;
-    if (!get_arg(a, 0, "sub", &sub) || sub.t != V_STR)
-        return rerr(r, "TypeError: must be str");
+    if (!tpl_get_arg(a, 0, "sub", &sub) || sub.t != V_STR)
+        return tpl_rerr(r, "TypeError: must be str");
     const char *s = self.u.s.p, *hit = NULL;
     size_t n = self.u.s.n;
     if (!from_right) {
@@ -1623,15 +1623,15 @@ static int str_find(render *r, val self, cargs *a, bool from_right, bool raise, 
     }
     if (!hit) {
         if (raise)
-            return rerr(r, "ValueError: substring not found");
+            return tpl_rerr(r, "ValueError: substring not found");
         *out = v_int(-1);
         return 0;
     }
-    *out = v_int((int64_t)u8_len(s, (size_t)(hit - s)));
+    *out = v_int((int64_t)tpl_u8_len(s, (size_t)(hit - s)));
     return 0;
 }
 
-int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
+int tpl_method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
 {
     *found = true;
     if (self.t == V_STR) {
@@ -1663,16 +1663,16 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
         case M_ENDSWITH: {
             val pre;
             bool hit;
-            if (!get_arg(a, 0, "prefix", &pre) || !has_prefix_any(r, self, pre, id == M_ENDSWITH, &hit))
-                return rerr(r, "TypeError: %s first arg must be str or a tuple of str, not %s",
-                            id == M_STARTSWITH ? "startswith" : "endswith", py_type_name(pre));
+            if (!tpl_get_arg(a, 0, "prefix", &pre) || !has_prefix_any(r, self, pre, id == M_ENDSWITH, &hit))
+                return tpl_rerr(r, "TypeError: %s first arg must be str or a tuple of str, not %s",
+                            id == M_STARTSWITH ? "startswith" : "endswith", tpl_py_type_name(pre));
             *out = v_bool(hit);
             return 0;
         }
         case M_REPLACE: {
             val old, nw;
-            if (!get_arg(a, 0, "old", &old) || !get_arg(a, 1, "new", &nw) || old.t != V_STR || nw.t != V_STR)
-                return rerr(r, "TypeError: replace() arguments must be str");
+            if (!tpl_get_arg(a, 0, "old", &old) || !tpl_get_arg(a, 1, "new", &nw) || old.t != V_STR || nw.t != V_STR)
+                return tpl_rerr(r, "TypeError: replace() arguments must be str");
             if (arg_int(r, a, 2, "count", -1, &k))
                 return -1;
             return do_replace(r, s, n, old.u.s.p, old.u.s.n, nw.u.s.p, nw.u.s.n, k, out);
@@ -1687,11 +1687,11 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
         case M_RINDEX: return str_find(r, self, a, true, true, out);
         case M_COUNT: {
             val sub;
-            if (!get_arg(a, 0, "sub", &sub) || sub.t != V_STR)
-                return rerr(r, "TypeError: must be str");
+            if (!tpl_get_arg(a, 0, "sub", &sub) || sub.t != V_STR)
+                return tpl_rerr(r, "TypeError: must be str");
             int64_t cnt = 0;
             if (sub.u.s.n == 0) {
-                cnt = (int64_t)u8_len(s, n) + 1;
+                cnt = (int64_t)tpl_u8_len(s, n) + 1;
             } else {
                 size_t i = 0;
                 const char *hit;
@@ -1706,17 +1706,17 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
         case M_JOIN: {
             val it;
             vlist *items;
-            if (!get_arg(a, 0, "iterable", &it) || val_iter(r, it, &items))
+            if (!tpl_get_arg(a, 0, "iterable", &it) || tpl_val_iter(r, it, &items))
                 return -1;
             sbuf b;
-            sb_init(&b, &r->a, 128);
+            tpl_sb_init(&b, &r->a, 128);
             for (size_t i = 0; i < items->n; i++) {
                 if (items->v[i].t != V_STR)
-                    return rerr(r, "TypeError: sequence item %zu: expected str instance, %s found", i,
-                                py_type_name(items->v[i]));
+                    return tpl_rerr(r, "TypeError: sequence item %zu: expected str instance, %s found", i,
+                                tpl_py_type_name(items->v[i]));
                 if (i)
-                    sb_put(&b, s, n);
-                sb_put(&b, items->v[i].u.s.p, items->v[i].u.s.n);
+                    tpl_sb_put(&b, s, n);
+                tpl_sb_put(&b, items->v[i].u.s.p, items->v[i].u.s.n);
             }
             return str_new(r, &b, out);
         }
@@ -1728,10 +1728,10 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
             size_t i = 0;
             while (i < n && all) {
                 size_t adv;
-                uint32_t c = u8_decode(s + i, n - i, &adv);
+                uint32_t c = tpl_u8_decode(s + i, n - i, &adv);
                 bool d = c >= '0' && c <= '9';
                 all = id == M_ISDIGIT ? d : id == M_ISALPHA ? cp_alpha(c) : id == M_ISALNUM ? d || cp_alpha(c)
-                                                                                           : py_isspace_cp(c);
+                                                                                           : tpl_py_isspace_cp(c);
                 i += adv;
             }
             *out = v_bool(all);
@@ -1744,17 +1744,17 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
         switch (id) {
         case M_GET: {
             val key, dflt = v_none();
-            if (!get_arg(a, 0, "key", &key))
-                return rerr(r, "TypeError: get expected at least 1 argument, got 0");
-            get_arg(a, 1, "default", &dflt);
-            val *v = dict_get_val(self.u.d, key);
+            if (!tpl_get_arg(a, 0, "key", &key))
+                return tpl_rerr(r, "TypeError: get expected at least 1 argument, got 0");
+            tpl_get_arg(a, 1, "default", &dflt);
+            val *v = tpl_dict_get_val(self.u.d, key);
             *out = v ? *v : dflt;
             return 0;
         }
         case M_ITEMS:
         case M_KEYS:
         case M_VALUES: {
-            vlist *l = list_new(&r->a, self.u.d->n);
+            vlist *l = tpl_list_new(&r->a, self.u.d->n);
             if (!l)
                 return oom(r);
             for (size_t i = 0; i < self.u.d->n; i++) {
@@ -1763,7 +1763,7 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
                 } else if (id == M_VALUES) {
                     l->v[l->n++] = self.u.d->v[i];
                 } else {
-                    vlist *pair = list_new(&r->a, 2);
+                    vlist *pair = tpl_list_new(&r->a, 2);
                     if (!pair)
                         return oom(r);
                     pair->v[0] = self.u.d->k[i];
@@ -1778,16 +1778,16 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
         }
     } else if (self.t == V_LOOP && id == M_CYCLE) {
         if (a->npos == 0)
-            return rerr(r, "TypeError: no items for cycling given");
+            return tpl_rerr(r, "TypeError: no items for cycling given");
         *out = a->pos[self.u.loop->index0 % (size_t)a->npos];
         return 0;
     } else if (self.t == V_LIST && (id == M_INDEX || id == M_COUNT)) {
         val x;
-        if (!get_arg(a, 0, "value", &x))
-            return rerr(r, "TypeError: expected 1 argument");
+        if (!tpl_get_arg(a, 0, "value", &x))
+            return tpl_rerr(r, "TypeError: expected 1 argument");
         int64_t cnt = 0;
         for (size_t i = 0; i < self.u.l->n; i++)
-            if (val_eq(self.u.l->v[i], x)) {
+            if (tpl_val_eq(self.u.l->v[i], x)) {
                 if (id == M_INDEX) {
                     *out = v_int((int64_t)i);
                     return 0;
@@ -1795,7 +1795,7 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
                 cnt++;
             }
         if (id == M_INDEX)
-            return rerr(r, "ValueError: value is not in list");
+            return tpl_rerr(r, "ValueError: value is not in list");
         *out = v_int(cnt);
         return 0;
     }
@@ -1805,16 +1805,16 @@ int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found)
 
 /* ------------------------------------------------------------------------------------------- globals */
 
-int function_apply(render *r, int fn, cargs *a, val *out)
+int tpl_function_apply(render *r, int fn, cargs *a, val *out)
 {
     switch (fn) {
     case FN_RANGE: {
         int64_t start = 0, stop, step = 1;
         if (a->npos < 1 || a->npos > 3)
-            return rerr(r, "TypeError: range expected 1 to 3 arguments, got %d", a->npos);
+            return tpl_rerr(r, "TypeError: range expected 1 to 3 arguments, got %d", a->npos);
         for (int i = 0; i < a->npos; i++)
             if (a->pos[i].t != V_INT && a->pos[i].t != V_BOOL)
-                return rerr(r, "TypeError: '%s' object cannot be interpreted as an integer", py_type_name(a->pos[i]));
+                return tpl_rerr(r, "TypeError: '%s' object cannot be interpreted as an integer", tpl_py_type_name(a->pos[i]));
         if (a->npos == 1)
             stop = a->pos[0].u.i;
         else {
@@ -1824,13 +1824,13 @@ int function_apply(render *r, int fn, cargs *a, val *out)
                 step = a->pos[2].u.i;
         }
         if (step == 0)
-            return rerr(r, "ValueError: range() arg 3 must not be zero");
+            return tpl_rerr(r, "ValueError: range() arg 3 must not be zero");
         int64_t count = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
                                  : (start > stop ? (start - stop - step - 1) / -step : 0);
         /* the sandbox's MAX_RANGE */
         if (count > 100000)
-            return rerr(r, "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-        vlist *l = list_new(&r->a, (size_t)count);
+            return tpl_rerr(r, "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+        vlist *l = tpl_list_new(&r->a, (size_t)count);
         if (!l)
             return oom(r);
         for (int64_t i = 0; i < count; i++)
@@ -1840,36 +1840,36 @@ int function_apply(render *r, int fn, cargs *a, val *out)
     }
     case FN_NAMESPACE:
     case FN_DICT: {
-        vdict *d = dict_new(&r->a, (size_t)(a->nkw + 1));
+        vdict *d = tpl_dict_new(&r->a, (size_t)(a->nkw + 1));
         if (!d)
             return oom(r);
         if (a->npos > 1)
-            return rerr(r, "TypeError: %s expected at most 1 positional argument", fn == FN_DICT ? "dict" : "namespace");
+            return tpl_rerr(r, "TypeError: %s expected at most 1 positional argument", fn == FN_DICT ? "dict" : "namespace");
         if (a->npos == 1) {
             val src = a->pos[0];
             if (src.t == V_DICT || src.t == V_NS) {
                 for (size_t i = 0; i < src.u.d->n; i++)
-                    if (dict_set(&r->a, d, src.u.d->k[i], src.u.d->v[i]))
+                    if (tpl_dict_set(&r->a, d, src.u.d->k[i], src.u.d->v[i]))
                         return oom(r);
             } else if (src.t == V_LIST) {
                 for (size_t i = 0; i < src.u.l->n; i++) {
                     val p = src.u.l->v[i];
                     if (p.t != V_LIST || p.u.l->n != 2)
-                        return rerr(r, "ValueError: dictionary update sequence element has wrong length");
-                    if (dict_set(&r->a, d, p.u.l->v[0], p.u.l->v[1]))
+                        return tpl_rerr(r, "ValueError: dictionary update sequence element has wrong length");
+                    if (tpl_dict_set(&r->a, d, p.u.l->v[0], p.u.l->v[1]))
                         return oom(r);
                 }
             } else {
-                return rerr(r, "TypeError: '%s' object is not iterable", py_type_name(src));
+                return tpl_rerr(r, "TypeError: '%s' object is not iterable", tpl_py_type_name(src));
             }
         }
         for (int i = 0; i < a->nkw; i++)
-            if (dict_set(&r->a, d, v_str(a->kw[i], a->kwlen[i]), a->kwv[i]))
+            if (tpl_dict_set(&r->a, d, v_str(a->kw[i], a->kwlen[i]), a->kwv[i]))
                 return oom(r);
         if (fn == FN_NAMESPACE)
             for (size_t i = 0; i < d->n; i++)
                 if (d->k[i].t == V_STR && d->k[i].u.s.n && d->k[i].u.s.p[0] == '_')
-                    return rerr(r, "SecurityError: cannot store underscore-prefixed attribute '%.*s' on a namespace",
+                    return tpl_rerr(r, "SecurityError: cannot store underscore-prefixed attribute '%.*s' on a namespace",
                                 (int)d->k[i].u.s.n, d->k[i].u.s.p);
         out->t = fn == FN_DICT ? V_DICT : V_NS;
         out->tuple = 0;
@@ -1878,34 +1878,34 @@ int function_apply(render *r, int fn, cargs *a, val *out)
     }
     case FN_RAISE: {
         val msg = v_str("", 0), s;
-        get_arg(a, 0, "message", &msg);
-        if (val_to_str(r, msg, &s))
+        tpl_get_arg(a, 0, "message", &msg);
+        if (tpl_val_to_str(r, msg, &s))
             return -1;
-        return rerr(r, "%.*s", (int)s.u.s.n, s.u.s.p);
+        return tpl_rerr(r, "%.*s", (int)s.u.s.n, s.u.s.p);
     }
     case FN_STRFTIME: {
         val fmt;
-        if (!get_arg(a, 0, "format", &fmt) || fmt.t != V_STR)
-            return rerr(r, "TypeError: strftime_now needs a format string");
+        if (!tpl_get_arg(a, 0, "format", &fmt) || fmt.t != V_STR)
+            return tpl_rerr(r, "TypeError: strftime_now needs a format string");
         time_t t = r->now_fixed ? (time_t)r->now : time(NULL);
         struct tm tm;
         if (r->now_fixed)
             gmtime_r(&t, &tm);
         else
             localtime_r(&t, &tm);
-        char *f = arena_memdup(&r->a, fmt.u.s.p, fmt.u.s.n);
+        char *f = tpl_arena_memdup(&r->a, fmt.u.s.p, fmt.u.s.n);
         char buf[512];
         if (!f)
             return oom(r);
         size_t k = fmt.u.s.n == 0 ? 0 : strftime(buf, sizeof(buf), f, &tm);
         if (fmt.u.s.n && k == 0)
-            return rerr(r, "ValueError: strftime_now format too long or empty result");
-        char *res = arena_memdup(&r->a, buf, k);
+            return tpl_rerr(r, "ValueError: strftime_now format too long or empty result");
+        char *res = tpl_arena_memdup(&r->a, buf, k);
         if (!res)
             return oom(r);
         *out = v_str(res, k);
         return 0;
     }
     }
-    return rerr(r, "internal error: unknown function %d", fn);
+    return tpl_rerr(r, "internal error: unknown function %d", fn);
 }

@@ -54,7 +54,7 @@ static void fail(parser *p, int line, const char *fmt, ...)
 
 static void *palloc(parser *p, size_t n)
 {
-    void *x = arena_alloc(p->a, n);
+    void *x = tpl_arena_alloc(p->a, n);
     if (!x)
         fail(p, 0, "out of memory");
     memset(x, 0, n);
@@ -99,7 +99,7 @@ static bool all_space(const char *s, size_t n)
         return false;
     size_t i = 0;
     while (i < n) {
-        size_t k = u8_space_at(s + i, n - i);
+        size_t k = tpl_u8_space_at(s + i, n - i);
         if (!k)
             return false;
         i += k;
@@ -113,7 +113,7 @@ static size_t strip_before_tag(const char *s, size_t n, char sign, bool is_var, 
 {
     if (sign == '-') {
         size_t k;
-        while ((k = u8_space_before(s, n)) != 0)
+        while ((k = tpl_u8_space_before(s, n)) != 0)
             n -= k;
         return n;
     }
@@ -130,7 +130,7 @@ static size_t strip_before_tag(const char *s, size_t n, char sign, bool is_var, 
 static size_t skip_space(const char *s, size_t len, size_t i)
 {
     size_t k;
-    while (i < len && (k = u8_space_at(s + i, len - i)) != 0)
+    while (i < len && (k = tpl_u8_space_at(s + i, len - i)) != 0)
         i += k;
     return i;
 }
@@ -154,24 +154,24 @@ static void put_utf8(sbuf *b, uint32_t cp)
 {
     char u[4];
     if (cp < 0x80) {
-        sb_putc(b, (char)cp);
+        tpl_sb_putc(b, (char)cp);
         return;
     }
     if (cp < 0x800) {
         u[0] = (char)(0xC0 | (cp >> 6));
         u[1] = (char)(0x80 | (cp & 0x3F));
-        sb_put(b, u, 2);
+        tpl_sb_put(b, u, 2);
     } else if (cp < 0x10000) {
         u[0] = (char)(0xE0 | (cp >> 12));
         u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
         u[2] = (char)(0x80 | (cp & 0x3F));
-        sb_put(b, u, 3);
+        tpl_sb_put(b, u, 3);
     } else {
         u[0] = (char)(0xF0 | (cp >> 18));
         u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
         u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
         u[3] = (char)(0x80 | (cp & 0x3F));
-        sb_put(b, u, 4);
+        tpl_sb_put(b, u, 4);
     }
 }
 
@@ -201,26 +201,26 @@ static size_t lex_string(parser *p, size_t i, int line, tok *t)
     const char *s = p->src + start;
     size_t n = i - start;
     sbuf b;
-    sb_init(&b, p->a, n + 1);
+    tpl_sb_init(&b, p->a, n + 1);
     for (size_t j = 0; j < n; j++) {
         if (s[j] != '\\' || j + 1 >= n) {
-            sb_putc(&b, s[j]);
+            tpl_sb_putc(&b, s[j]);
             continue;
         }
         char c = s[++j];
         int digits = 0;
         switch (c) {
         case '\n': break;
-        case '\\': sb_putc(&b, '\\'); break;
-        case '\'': sb_putc(&b, '\''); break;
-        case '"': sb_putc(&b, '"'); break;
-        case 'a': sb_putc(&b, '\a'); break;
-        case 'b': sb_putc(&b, '\b'); break;
-        case 'f': sb_putc(&b, '\f'); break;
-        case 'n': sb_putc(&b, '\n'); break;
-        case 'r': sb_putc(&b, '\r'); break;
-        case 't': sb_putc(&b, '\t'); break;
-        case 'v': sb_putc(&b, '\v'); break;
+        case '\\': tpl_sb_putc(&b, '\\'); break;
+        case '\'': tpl_sb_putc(&b, '\''); break;
+        case '"': tpl_sb_putc(&b, '"'); break;
+        case 'a': tpl_sb_putc(&b, '\a'); break;
+        case 'b': tpl_sb_putc(&b, '\b'); break;
+        case 'f': tpl_sb_putc(&b, '\f'); break;
+        case 'n': tpl_sb_putc(&b, '\n'); break;
+        case 'r': tpl_sb_putc(&b, '\r'); break;
+        case 't': tpl_sb_putc(&b, '\t'); break;
+        case 'v': tpl_sb_putc(&b, '\v'); break;
         case 'x': digits = 2; break;
         case 'u': digits = 4; break;
         case 'U': digits = 8; break;
@@ -236,8 +236,8 @@ static size_t lex_string(parser *p, size_t i, int line, tok *t)
                 j--;
                 put_utf8(&b, cp);
             } else {
-                sb_putc(&b, '\\');
-                sb_putc(&b, c);
+                tpl_sb_putc(&b, '\\');
+                tpl_sb_putc(&b, c);
             }
         }
         if (digits) {
@@ -314,7 +314,7 @@ static size_t lex_number(parser *p, size_t i, int line, tok *t)
         if (k > 18 && (v > (unsigned long long)INT64_MAX || k > 19)) {
             /* beyond int64: kept as decimal text, as Python keeps any integer */
             t->type = T_FLOAT;
-            t->p = arena_memdup(p->a, buf, k);
+            t->p = tpl_arena_memdup(p->a, buf, k);
             t->n = k;
             t->i = 1;
             if (!t->p)
@@ -750,7 +750,7 @@ static expr *parse_filter(parser *p, expr *node)
     e->name = t->p;
     e->name_len = t->n;
     e->a = node;
-    e->id = filter_lookup(t->p, t->n);
+    e->id = tpl_filter_lookup(t->p, t->n);
     if (!e->id)
         fail(p, t->line, "unsupported filter '%.*s'", (int)t->n, t->p);
     if (is_op(p, "("))
@@ -772,7 +772,7 @@ static expr *parse_filter_expr(parser *p, expr *node)
             e->name = t->p;
             e->name_len = t->n;
             e->a = node;
-            e->id = test_lookup(t->p, t->n);
+            e->id = tpl_test_lookup(t->p, t->n);
             if (!e->id)
                 fail(p, t->line, "unsupported test '%.*s'", (int)t->n, t->p);
             tok *n2 = peek(p);
@@ -871,14 +871,14 @@ static expr *parse_postfix(parser *p, expr *node)
                 e->a = node->a;
                 e->name = node->name;
                 e->name_len = node->name_len;
-                e->id = method_lookup(node->name, node->name_len);
+                e->id = tpl_method_lookup(node->name, node->name_len);
                 if (!e->id)
                     fail(p, t->line, "unsupported method '.%.*s()'", (int)node->name_len, node->name);
             } else if (node->kind == E_NAME) {
                 e = mk(p, E_CALL, t->line);
                 e->name = node->name;
                 e->name_len = node->name_len;
-                e->id = function_lookup(node->name, node->name_len);
+                e->id = tpl_function_lookup(node->name, node->name_len);
                 if (node->name_len == 4 && memcmp(node->name, "loop", 4) == 0)
                     fail(p, t->line, "unsupported construct: recursive loop call 'loop(...)'");
                 if (!e->id)
@@ -920,11 +920,11 @@ static expr *parse_primary(parser *p)
             return e;
         }
         sbuf b;
-        sb_init(&b, p->a, 64);
-        sb_put(&b, t->p, t->n);
+        tpl_sb_init(&b, p->a, 64);
+        tpl_sb_put(&b, t->p, t->n);
         while (peek(p)->type == T_STRING) {
             tok *s = next_tok(p);
-            sb_put(&b, s->p, s->n);
+            tpl_sb_put(&b, s->p, s->n);
         }
         e->lit = v_str(b.p, b.n);
         return e;
@@ -1516,13 +1516,13 @@ int srt_chat_template_compile(const char *src, size_t len, srt_chat_template **o
         srt_err_set(err, "chat template: out of memory");
         return SRT_ERROR;
     }
-    arena_init(&t->arena, 0);
+    tpl_arena_init(&t->arena, 0);
     /* The tree points into the source, so keep a copy. */
-    char *copy = arena_memdup(&t->arena, src, len);
+    char *copy = tpl_arena_memdup(&t->arena, src, len);
     parser *p = calloc(1, sizeof(*p));
     if (!copy || !p) {
         free(p);
-        arena_free(&t->arena);
+        tpl_arena_free(&t->arena);
         free(t);
         srt_err_set(err, "chat template: out of memory");
         return SRT_ERROR;
@@ -1536,7 +1536,7 @@ int srt_chat_template_compile(const char *src, size_t len, srt_chat_template **o
         free(p->calls);
         free(p->macros);
         free(p);
-        arena_free(&t->arena);
+        tpl_arena_free(&t->arena);
         free(t);
         return SRT_ERROR;
     }
@@ -1556,6 +1556,6 @@ void srt_chat_template_free(srt_chat_template *t)
 {
     if (!t)
         return;
-    arena_free(&t->arena);
+    tpl_arena_free(&t->arena);
     free(t);
 }

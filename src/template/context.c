@@ -30,7 +30,7 @@ static int add_value(jctx *j, val v)
         return 1;
     }
     val *top = &j->stack[j->depth - 1];
-    int rc = top->t == V_LIST ? list_push(&j->r->a, top->u.l, v) : dict_set(&j->r->a, top->u.d, j->keys[j->depth - 1], v);
+    int rc = top->t == V_LIST ? tpl_list_push(&j->r->a, top->u.l, v) : tpl_dict_set(&j->r->a, top->u.d, j->keys[j->depth - 1], v);
     if (rc) {
         j->oom = true;
         return 0;
@@ -53,7 +53,7 @@ static int cb_number(void *ctx, const char *s, size_t n)
     jctx *j = ctx;
     char buf[64];
     if (n >= sizeof(buf)) {
-        char *text = arena_memdup(&j->r->a, s, n);
+        char *text = tpl_arena_memdup(&j->r->a, s, n);
         if (!text) {
             j->oom = true;
             return 0;
@@ -73,7 +73,7 @@ static int cb_number(void *ctx, const char *s, size_t n)
         long long v = strtoll(buf, NULL, 10);
         if (errno == 0)
             return add_value(j, v_int(v));
-        char *text = arena_memdup(&j->r->a, s, n);
+        char *text = tpl_arena_memdup(&j->r->a, s, n);
         if (!text) {
             j->oom = true;
             return 0;
@@ -90,7 +90,7 @@ static int cb_number(void *ctx, const char *s, size_t n)
 static int cb_string(void *ctx, const unsigned char *s, size_t n)
 {
     jctx *j = ctx;
-    char *p = arena_memdup(&j->r->a, (const char *)s, n);
+    char *p = tpl_arena_memdup(&j->r->a, (const char *)s, n);
     if (!p) {
         j->oom = true;
         return 0;
@@ -113,7 +113,7 @@ static int open_container(jctx *j, val v)
 static int cb_start_map(void *ctx)
 {
     jctx *j = ctx;
-    vdict *d = dict_new(&j->r->a, 0);
+    vdict *d = tpl_dict_new(&j->r->a, 0);
     if (!d) {
         j->oom = true;
         return 0;
@@ -124,7 +124,7 @@ static int cb_start_map(void *ctx)
 static int cb_map_key(void *ctx, const unsigned char *s, size_t n)
 {
     jctx *j = ctx;
-    char *p = arena_memdup(&j->r->a, (const char *)s, n);
+    char *p = tpl_arena_memdup(&j->r->a, (const char *)s, n);
     if (!p) {
         j->oom = true;
         return 0;
@@ -143,7 +143,7 @@ static int cb_end(void *ctx)
 static int cb_start_array(void *ctx)
 {
     jctx *j = ctx;
-    vlist *l = list_new(&j->r->a, 0);
+    vlist *l = tpl_list_new(&j->r->a, 0);
     if (!l) {
         j->oom = true;
         return 0;
@@ -154,7 +154,7 @@ static int cb_start_array(void *ctx)
 /* yajl's own buffers come from the render arena too: no malloc per request beyond the arena's chunks. */
 static void *ya_malloc(void *ctx, size_t n)
 {
-    size_t *p = arena_alloc(ctx, n + 16);
+    size_t *p = tpl_arena_alloc(ctx, n + 16);
     if (!p)
         return NULL;
     p[0] = n;
@@ -187,20 +187,20 @@ static const yajl_callbacks CALLBACKS = {
 /* transformers' _alias_reasoning_fields: a message's reasoning, under whichever of reasoning_content,
  * thinking or reasoning it came, is offered as "thinking" (first key when new) and "reasoning_content"
  * (last key when new), since templates read one or the other. Idempotent. Only the first 64 keys of a
- * message are checked for duplicates (dict_set), far more than any message has. */
+ * message are checked for duplicates (tpl_dict_set), far more than any message has. */
 static int alias_reasoning(render *r, vdict *ctx)
 {
     static const char *const fields[] = {"reasoning_content", "thinking", "reasoning"};
-    val *msgs = dict_get(ctx, "messages", 8);
+    val *msgs = tpl_dict_get(ctx, "messages", 8);
     if (!msgs || msgs->t != V_LIST)
         return 0;
     for (size_t i = 0; i < msgs->u.l->n; i++) {
         val *m = &msgs->u.l->v[i];
         if (m->t != V_DICT)
-            return rerr(r, "TypeError: Chat messages should be dicts, but message %zu is a %s", i, py_type_name(*m));
+            return tpl_rerr(r, "TypeError: Chat messages should be dicts, but message %zu is a %s", i, tpl_py_type_name(*m));
         val *reason = NULL;
         for (int f = 0; f < 3 && !reason; f++) {
-            val *v = dict_get(m->u.d, fields[f], strlen(fields[f]));
+            val *v = tpl_dict_get(m->u.d, fields[f], strlen(fields[f]));
             if (v && v->t != V_NONE)
                 reason = v;
         }
@@ -209,10 +209,10 @@ static int alias_reasoning(render *r, vdict *ctx)
         /* {"thinking": r, **message, "reasoning_content": r}: "thinking" always ends up first */
         val rv = *reason;
         vdict *d = m->u.d;
-        val *own = dict_get(d, "thinking", 8);
-        vdict *nd = dict_new(&r->a, d->n + 2);
+        val *own = tpl_dict_get(d, "thinking", 8);
+        vdict *nd = tpl_dict_new(&r->a, d->n + 2);
         if (!nd)
-            return rerr(r, "out of memory");
+            return tpl_rerr(r, "out of memory");
         nd->k[0] = v_str("thinking", 8);
         nd->v[0] = own ? *own : rv;
         nd->n = 1;
@@ -224,8 +224,8 @@ static int alias_reasoning(render *r, vdict *ctx)
         }
         d = nd;
         m->u.d = d;
-        if (dict_set(&r->a, d, v_str("reasoning_content", 17), rv))
-            return rerr(r, "out of memory");
+        if (tpl_dict_set(&r->a, d, v_str("reasoning_content", 17), rv))
+            return tpl_rerr(r, "out of memory");
     }
     return 0;
 }
@@ -233,12 +233,12 @@ static int alias_reasoning(render *r, vdict *ctx)
 int tpl_parse_context(render *r, const char *json, size_t len, vdict **out)
 {
     if (!json) {
-        *out = dict_new(&r->a, 0);
-        return *out ? 0 : rerr(r, "out of memory");
+        *out = tpl_dict_new(&r->a, 0);
+        return *out ? 0 : tpl_rerr(r, "out of memory");
     }
-    jctx *j = arena_alloc(&r->a, sizeof(*j));
+    jctx *j = tpl_arena_alloc(&r->a, sizeof(*j));
     if (!j)
-        return rerr(r, "out of memory");
+        return tpl_rerr(r, "out of memory");
     /* the stacks are written before they are read: only the scalars need clearing */
     j->r = r;
     j->depth = 0;
@@ -246,22 +246,22 @@ int tpl_parse_context(render *r, const char *json, size_t len, vdict **out)
     yajl_alloc_funcs af = {ya_malloc, ya_realloc, ya_free, &r->a};
     yajl_handle h = yajl_alloc(&CALLBACKS, &af, j);
     if (!h)
-        return rerr(r, "out of memory");
+        return tpl_rerr(r, "out of memory");
     yajl_status st = yajl_parse(h, (const unsigned char *)json, len);
     if (st == yajl_status_ok)
         st = yajl_complete_parse(h);
     int rc = 0;
     if (j->oom)
-        rc = rerr(r, "chat template context: out of memory");
+        rc = tpl_rerr(r, "chat template context: out of memory");
     else if (j->too_deep)
-        rc = rerr(r, "chat template context: JSON nested deeper than %d", MAX_JSON_DEPTH);
+        rc = tpl_rerr(r, "chat template context: JSON nested deeper than %d", MAX_JSON_DEPTH);
     else if (st != yajl_status_ok) {
         unsigned char *msg = yajl_get_error(h, 0, (const unsigned char *)json, len);
-        rc = rerr(r, "chat template context: invalid JSON: %s", msg ? (const char *)msg : "parse error");
+        rc = tpl_rerr(r, "chat template context: invalid JSON: %s", msg ? (const char *)msg : "parse error");
         if (msg)
             yajl_free_error(h, msg);
     } else if (!j->have_root || j->root.t != V_DICT)
-        rc = rerr(r, "chat template context: must be a JSON object");
+        rc = tpl_rerr(r, "chat template context: must be a JSON object");
     yajl_free(h);
     if (rc == 0) {
         *out = j->root.u.d;

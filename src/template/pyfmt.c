@@ -6,7 +6,7 @@
 
 #include "template/tpl.h"
 
-const char *py_type_name(val v)
+const char *tpl_py_type_name(val v)
 {
     switch (v.t) {
     case V_UNDEF: return "Undefined";
@@ -27,14 +27,14 @@ const char *py_type_name(val v)
 
 /* repr(float): the shortest digits that read back to the same double, laid out as Python does
  * (positional for exponents -4..15, otherwise d.ddde+XX). */
-void py_float_repr(sbuf *b, double f)
+void tpl_py_float_repr(sbuf *b, double f)
 {
     if (isnan(f)) {
-        sb_puts(b, "nan");
+        tpl_sb_puts(b, "nan");
         return;
     }
     if (isinf(f)) {
-        sb_puts(b, f < 0 ? "-inf" : "inf");
+        tpl_sb_puts(b, f < 0 ? "-inf" : "inf");
         return;
     }
     char tmp[40];
@@ -61,29 +61,29 @@ void py_float_repr(sbuf *b, double f)
     while (nd > 1 && digits[nd - 1] == '0')
         nd--;
     if (neg)
-        sb_putc(b, '-');
+        tpl_sb_putc(b, '-');
     if (exp >= -5 + 1 && exp < 16) {
         if (exp < 0) {
-            sb_puts(b, "0.");
+            tpl_sb_puts(b, "0.");
             for (int i = 0; i < -exp - 1; i++)
-                sb_putc(b, '0');
-            sb_put(b, digits, (size_t)nd);
+                tpl_sb_putc(b, '0');
+            tpl_sb_put(b, digits, (size_t)nd);
         } else {
             for (int i = 0; i <= exp; i++)
-                sb_putc(b, i < nd ? digits[i] : '0');
-            sb_putc(b, '.');
+                tpl_sb_putc(b, i < nd ? digits[i] : '0');
+            tpl_sb_putc(b, '.');
             if (nd > exp + 1)
-                sb_put(b, digits + exp + 1, (size_t)(nd - exp - 1));
+                tpl_sb_put(b, digits + exp + 1, (size_t)(nd - exp - 1));
             else
-                sb_putc(b, '0');
+                tpl_sb_putc(b, '0');
         }
     } else {
-        sb_putc(b, digits[0]);
+        tpl_sb_putc(b, digits[0]);
         if (nd > 1) {
-            sb_putc(b, '.');
-            sb_put(b, digits + 1, (size_t)(nd - 1));
+            tpl_sb_putc(b, '.');
+            tpl_sb_put(b, digits + 1, (size_t)(nd - 1));
         }
-        sb_printf(b, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+        tpl_sb_printf(b, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     }
 }
 
@@ -100,178 +100,178 @@ static bool repr_printable(uint32_t c)
     return true;
 }
 
-void py_repr_str(sbuf *b, const char *s, size_t n)
+void tpl_py_repr_str(sbuf *b, const char *s, size_t n)
 {
     bool has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
     char q = (has_sq && !has_dq) ? '"' : '\'';
-    sb_putc(b, q);
+    tpl_sb_putc(b, q);
     size_t i = 0;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80) {
             if (c == (unsigned char)q || c == '\\') {
-                sb_putc(b, '\\');
-                sb_putc(b, (char)c);
+                tpl_sb_putc(b, '\\');
+                tpl_sb_putc(b, (char)c);
             } else if (c == '\n')
-                sb_puts(b, "\\n");
+                tpl_sb_puts(b, "\\n");
             else if (c == '\r')
-                sb_puts(b, "\\r");
+                tpl_sb_puts(b, "\\r");
             else if (c == '\t')
-                sb_puts(b, "\\t");
+                tpl_sb_puts(b, "\\t");
             else if (c < 0x20 || c == 0x7F)
-                sb_printf(b, "\\x%02x", c);
+                tpl_sb_printf(b, "\\x%02x", c);
             else
-                sb_putc(b, (char)c);
+                tpl_sb_putc(b, (char)c);
             i++;
             continue;
         }
         size_t adv;
-        uint32_t cp = u8_decode(s + i, n - i, &adv);
+        uint32_t cp = tpl_u8_decode(s + i, n - i, &adv);
         if (repr_printable(cp))
-            sb_put(b, s + i, adv);
+            tpl_sb_put(b, s + i, adv);
         else if (cp <= 0xFF)
-            sb_printf(b, "\\x%02x", cp);
+            tpl_sb_printf(b, "\\x%02x", cp);
         else if (cp <= 0xFFFF)
-            sb_printf(b, "\\u%04x", cp);
+            tpl_sb_printf(b, "\\u%04x", cp);
         else
-            sb_printf(b, "\\U%08x", cp);
+            tpl_sb_printf(b, "\\U%08x", cp);
         i += adv;
     }
-    sb_putc(b, q);
+    tpl_sb_putc(b, q);
 }
 
 static void repr_inner(sbuf *b, val v, int depth)
 {
     if (depth > 200) {
-        sb_puts(b, "...");
+        tpl_sb_puts(b, "...");
         return;
     }
     switch (v.t) {
     case V_STR:
-        py_repr_str(b, v.u.s.p, v.u.s.n);
+        tpl_py_repr_str(b, v.u.s.p, v.u.s.n);
         return;
     case V_UNDEF:
-        sb_puts(b, "Undefined");
+        tpl_sb_puts(b, "Undefined");
         return;
     case V_LIST:
-        sb_putc(b, v.tuple ? '(' : '[');
+        tpl_sb_putc(b, v.tuple ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
-                sb_puts(b, ", ");
+                tpl_sb_puts(b, ", ");
             repr_inner(b, v.u.l->v[i], depth + 1);
         }
         if (v.tuple && v.u.l->n == 1)
-            sb_putc(b, ',');
-        sb_putc(b, v.tuple ? ')' : ']');
+            tpl_sb_putc(b, ',');
+        tpl_sb_putc(b, v.tuple ? ')' : ']');
         return;
     case V_DICT:
     case V_NS:
         if (v.t == V_NS)
-            sb_puts(b, "<Namespace ");
-        sb_putc(b, '{');
+            tpl_sb_puts(b, "<Namespace ");
+        tpl_sb_putc(b, '{');
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i)
-                sb_puts(b, ", ");
+                tpl_sb_puts(b, ", ");
             repr_inner(b, v.u.d->k[i], depth + 1);
-            sb_puts(b, ": ");
+            tpl_sb_puts(b, ": ");
             repr_inner(b, v.u.d->v[i], depth + 1);
         }
-        sb_putc(b, '}');
+        tpl_sb_putc(b, '}');
         if (v.t == V_NS)
-            sb_putc(b, '>');
+            tpl_sb_putc(b, '>');
         return;
     default:
-        py_str(b, v);
+        tpl_py_str(b, v);
     }
 }
 
-void py_repr(sbuf *b, val v)
+void tpl_py_repr(sbuf *b, val v)
 {
     repr_inner(b, v, 0);
 }
 
-void py_str(sbuf *b, val v)
+void tpl_py_str(sbuf *b, val v)
 {
     switch (v.t) {
     case V_UNDEF: return;
-    case V_NONE: sb_puts(b, "None"); return;
-    case V_BOOL: sb_puts(b, v.u.i ? "True" : "False"); return;
-    case V_INT: sb_printf(b, "%lld", (long long)v.u.i); return;
-    case V_FLOAT: py_float_repr(b, v.u.f); return;
-    case V_STR: case V_BIGINT: sb_put(b, v.u.s.p, v.u.s.n); return;
+    case V_NONE: tpl_sb_puts(b, "None"); return;
+    case V_BOOL: tpl_sb_puts(b, v.u.i ? "True" : "False"); return;
+    case V_INT: tpl_sb_printf(b, "%lld", (long long)v.u.i); return;
+    case V_FLOAT: tpl_py_float_repr(b, v.u.f); return;
+    case V_STR: case V_BIGINT: tpl_sb_put(b, v.u.s.p, v.u.s.n); return;
     case V_LIST: case V_DICT: case V_NS: repr_inner(b, v, 0); return;
     case V_MACRO:
-        sb_puts(b, "<Macro '");
+        tpl_sb_puts(b, "<Macro '");
         if (v.u.m->def->kind == S_MACRO)
-            sb_put(b, v.u.m->def->name.p, v.u.m->def->name.n);
+            tpl_sb_put(b, v.u.m->def->name.p, v.u.m->def->name.n);
         else
-            sb_puts(b, "caller");
-        sb_puts(b, "'>");
+            tpl_sb_puts(b, "caller");
+        tpl_sb_puts(b, "'>");
         return;
     case V_FUNC:
         if (v.fn == 0)
-            sb_printf(b, "<built-in method %.*s>", (int)v.u.s.n, v.u.s.p);
+            tpl_sb_printf(b, "<built-in method %.*s>", (int)v.u.s.n, v.u.s.p);
         else
-            sb_puts(b, "<function>");
+            tpl_sb_puts(b, "<function>");
         return;
-    case V_LOOP: sb_printf(b, "<LoopContext %zu/%zu>", v.u.loop->index0 + 1, v.u.loop->items->n); return;
+    case V_LOOP: tpl_sb_printf(b, "<LoopContext %zu/%zu>", v.u.loop->index0 + 1, v.u.loop->items->n); return;
     }
 }
 
 static void json_str(sbuf *b, const char *s, size_t n, bool ensure_ascii)
 {
-    sb_putc(b, '"');
+    tpl_sb_putc(b, '"');
     size_t i = 0;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80) {
             switch (c) {
-            case '"': sb_puts(b, "\\\""); break;
-            case '\\': sb_puts(b, "\\\\"); break;
-            case '\n': sb_puts(b, "\\n"); break;
-            case '\r': sb_puts(b, "\\r"); break;
-            case '\t': sb_puts(b, "\\t"); break;
-            case '\b': sb_puts(b, "\\b"); break;
-            case '\f': sb_puts(b, "\\f"); break;
+            case '"': tpl_sb_puts(b, "\\\""); break;
+            case '\\': tpl_sb_puts(b, "\\\\"); break;
+            case '\n': tpl_sb_puts(b, "\\n"); break;
+            case '\r': tpl_sb_puts(b, "\\r"); break;
+            case '\t': tpl_sb_puts(b, "\\t"); break;
+            case '\b': tpl_sb_puts(b, "\\b"); break;
+            case '\f': tpl_sb_puts(b, "\\f"); break;
             default:
                 if (c < 0x20)
-                    sb_printf(b, "\\u%04x", c);
+                    tpl_sb_printf(b, "\\u%04x", c);
                 else
-                    sb_putc(b, (char)c);
+                    tpl_sb_putc(b, (char)c);
             }
             i++;
             continue;
         }
         size_t adv;
-        uint32_t cp = u8_decode(s + i, n - i, &adv);
+        uint32_t cp = tpl_u8_decode(s + i, n - i, &adv);
         if (!ensure_ascii)
-            sb_put(b, s + i, adv);
+            tpl_sb_put(b, s + i, adv);
         else if (cp < 0x10000)
-            sb_printf(b, "\\u%04x", cp);
+            tpl_sb_printf(b, "\\u%04x", cp);
         else {
             cp -= 0x10000;
-            sb_printf(b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+            tpl_sb_printf(b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
         }
         i += adv;
     }
-    sb_putc(b, '"');
+    tpl_sb_putc(b, '"');
 }
 
 static void json_float(sbuf *b, double f)
 {
     if (isnan(f))
-        sb_puts(b, "NaN");
+        tpl_sb_puts(b, "NaN");
     else if (isinf(f))
-        sb_puts(b, f < 0 ? "-Infinity" : "Infinity");
+        tpl_sb_puts(b, f < 0 ? "-Infinity" : "Infinity");
     else
-        py_float_repr(b, f);
+        tpl_py_float_repr(b, f);
 }
 
 static void json_newline(sbuf *b, const char *indent, size_t indent_len, int level)
 {
-    sb_putc(b, '\n');
+    tpl_sb_putc(b, '\n');
     for (int i = 0; i < level; i++)
-        sb_put(b, indent, indent_len);
+        tpl_sb_put(b, indent, indent_len);
 }
 
 static int key_cmp(const void *x, const void *y)
@@ -284,7 +284,7 @@ static int key_cmp(const void *x, const void *y)
     return a->u.s.n < b->u.s.n ? -1 : a->u.s.n > b->u.s.n;
 }
 
-int py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t indent_len, bool use_indent,
+int tpl_py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t indent_len, bool use_indent,
             const char *item_sep, const char *key_sep, bool sort_keys, int depth, srt_err *err)
 {
     if (depth > 500) {
@@ -292,41 +292,41 @@ int py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t indent
         return -1;
     }
     switch (v.t) {
-    case V_NONE: sb_puts(b, "null"); return 0;
-    case V_BOOL: sb_puts(b, v.u.i ? "true" : "false"); return 0;
-    case V_INT: sb_printf(b, "%lld", (long long)v.u.i); return 0;
+    case V_NONE: tpl_sb_puts(b, "null"); return 0;
+    case V_BOOL: tpl_sb_puts(b, v.u.i ? "true" : "false"); return 0;
+    case V_INT: tpl_sb_printf(b, "%lld", (long long)v.u.i); return 0;
     case V_FLOAT: json_float(b, v.u.f); return 0;
     case V_STR: json_str(b, v.u.s.p, v.u.s.n, ensure_ascii); return 0;
-    case V_BIGINT: sb_put(b, v.u.s.p, v.u.s.n); return 0;
+    case V_BIGINT: tpl_sb_put(b, v.u.s.p, v.u.s.n); return 0;
     case V_LIST: {
         if (v.u.l->n == 0) {
-            sb_puts(b, "[]");
+            tpl_sb_puts(b, "[]");
             return 0;
         }
-        sb_putc(b, '[');
+        tpl_sb_putc(b, '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
-                sb_puts(b, item_sep);
+                tpl_sb_puts(b, item_sep);
             if (use_indent)
                 json_newline(b, indent, indent_len, depth + 1);
-            if (py_json(b, v.u.l->v[i], ensure_ascii, indent, indent_len, use_indent, item_sep, key_sep,
+            if (tpl_py_json(b, v.u.l->v[i], ensure_ascii, indent, indent_len, use_indent, item_sep, key_sep,
                         sort_keys, depth + 1, err))
                 return -1;
         }
         if (use_indent)
             json_newline(b, indent, indent_len, depth);
-        sb_putc(b, ']');
+        tpl_sb_putc(b, ']');
         return 0;
     }
     case V_DICT: {
         vdict *d = v.u.d;
         if (d->n == 0) {
-            sb_puts(b, "{}");
+            tpl_sb_puts(b, "{}");
             return 0;
         }
         /* Keys become strings the way json.dumps converts them. */
-        val *keys = arena_alloc(b->a, d->n * sizeof(val));
-        const val **order = arena_alloc(b->a, d->n * sizeof(val *));
+        val *keys = tpl_arena_alloc(b->a, d->n * sizeof(val));
+        const val **order = tpl_arena_alloc(b->a, d->n * sizeof(val *));
         if (!keys || !order) {
             srt_err_set(err, "out of memory");
             return -1;
@@ -335,18 +335,18 @@ int py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t indent
             val k = d->k[i];
             if (k.t != V_STR) {
                 sbuf kb;
-                sb_init(&kb, b->a, 32);
+                tpl_sb_init(&kb, b->a, 32);
                 if (k.t == V_BOOL)
-                    sb_puts(&kb, k.u.i ? "true" : "false");
+                    tpl_sb_puts(&kb, k.u.i ? "true" : "false");
                 else if (k.t == V_NONE)
-                    sb_puts(&kb, "null");
+                    tpl_sb_puts(&kb, "null");
                 else if (k.t == V_INT)
-                    sb_printf(&kb, "%lld", (long long)k.u.i);
+                    tpl_sb_printf(&kb, "%lld", (long long)k.u.i);
                 else if (k.t == V_FLOAT)
                     json_float(&kb, k.u.f);
                 else {
                     srt_err_set(err, "TypeError: keys must be str, int, float, bool or None, not %s",
-                                py_type_name(k));
+                                tpl_py_type_name(k));
                     return -1;
                 }
                 k = v_str(kb.p, kb.n);
@@ -356,26 +356,26 @@ int py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t indent
         }
         if (sort_keys)
             qsort(order, d->n, sizeof(*order), key_cmp);
-        sb_putc(b, '{');
+        tpl_sb_putc(b, '{');
         for (size_t j = 0; j < d->n; j++) {
             size_t i = (size_t)(order[j] - keys);
             if (j)
-                sb_puts(b, item_sep);
+                tpl_sb_puts(b, item_sep);
             if (use_indent)
                 json_newline(b, indent, indent_len, depth + 1);
             json_str(b, keys[i].u.s.p, keys[i].u.s.n, ensure_ascii);
-            sb_puts(b, key_sep);
-            if (py_json(b, d->v[i], ensure_ascii, indent, indent_len, use_indent, item_sep, key_sep, sort_keys,
+            tpl_sb_puts(b, key_sep);
+            if (tpl_py_json(b, d->v[i], ensure_ascii, indent, indent_len, use_indent, item_sep, key_sep, sort_keys,
                         depth + 1, err))
                 return -1;
         }
         if (use_indent)
             json_newline(b, indent, indent_len, depth);
-        sb_putc(b, '}');
+        tpl_sb_putc(b, '}');
         return 0;
     }
     default:
-        srt_err_set(err, "TypeError: Object of type %s is not JSON serializable", py_type_name(v));
+        srt_err_set(err, "TypeError: Object of type %s is not JSON serializable", tpl_py_type_name(v));
         return -1;
     }
 }

@@ -16,7 +16,7 @@
 
 enum { X_OK = 0, X_ERR = -1, X_BREAK = 1, X_CONTINUE = 2 };
 
-int rerr(render *r, const char *fmt, ...)
+int tpl_rerr(render *r, const char *fmt, ...)
 {
     if (r->a.exhausted) {
         srt_err_set(r->err, "chat template: render exceeded its memory limit");
@@ -34,19 +34,19 @@ int rerr(render *r, const char *fmt, ...)
 static int oom(render *r)
 {
     r->a.exhausted = true;
-    return rerr(r, "out of memory");
+    return tpl_rerr(r, "out of memory");
 }
 
 /* jinja2's UndefinedError text for an undefined value: a missing name or a missing attribute/item. */
 static int undefined_error(render *r, val u)
 {
     if (u.fn == 0)
-        return rerr(r, "UndefinedError: '%.*s' is undefined", (int)u.u.s.n, u.u.s.p ? u.u.s.p : "");
+        return tpl_rerr(r, "UndefinedError: '%.*s' is undefined", (int)u.u.s.n, u.u.s.p ? u.u.s.p : "");
     if (u.fn == 0xFF)
-        return rerr(r, "UndefinedError: list object has no element %.*s", (int)u.u.s.n, u.u.s.p);
+        return tpl_rerr(r, "UndefinedError: list object has no element %.*s", (int)u.u.s.n, u.u.s.p);
     val t = {0};
     t.t = u.fn;
-    return rerr(r, "UndefinedError: '%s object' has no attribute '%.*s'", py_type_name(t), (int)u.u.s.n,
+    return tpl_rerr(r, "UndefinedError: '%s object' has no attribute '%.*s'", tpl_py_type_name(t), (int)u.u.s.n,
                 u.u.s.p);
 }
 
@@ -59,7 +59,7 @@ static val undef_named(const char *p, size_t n, uint8_t container_type)
     return u;
 }
 
-bool truthy(val v)
+bool tpl_truthy(val v)
 {
     switch (v.t) {
     case V_UNDEF: case V_NONE: return false;
@@ -112,7 +112,7 @@ static bool to_i128(val v, __int128 *out)
     return true;
 }
 
-int make_int(render *r, __int128 x, val *out)
+int tpl_make_int(render *r, __int128 x, val *out)
 {
     if (x >= INT64_MIN && x <= INT64_MAX) {
         *out = v_int((int64_t)x);
@@ -128,7 +128,7 @@ int make_int(render *r, __int128 x, val *out)
     } while (u);
     if (neg)
         buf[--k] = '-';
-    char *p = arena_memdup(&r->a, buf + k, sizeof(buf) - k);
+    char *p = tpl_arena_memdup(&r->a, buf + k, sizeof(buf) - k);
     if (!p)
         return oom(r);
     val b = {0};
@@ -139,7 +139,7 @@ int make_int(render *r, __int128 x, val *out)
     return 0;
 }
 
-bool val_eq(val a, val b)
+bool tpl_val_eq(val a, val b)
 {
     if (a.t == V_BIGINT && b.t == V_BIGINT)
         return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
@@ -157,15 +157,15 @@ bool val_eq(val a, val b)
         if (a.tuple != b.tuple || a.u.l->n != b.u.l->n)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!val_eq(a.u.l->v[i], b.u.l->v[i]))
+            if (!tpl_val_eq(a.u.l->v[i], b.u.l->v[i]))
                 return false;
         return true;
     case V_DICT:
         if (a.u.d->n != b.u.d->n)
             return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
-            val *o = dict_get_val(b.u.d, a.u.d->k[i]);
-            if (!o || !val_eq(a.u.d->v[i], *o))
+            val *o = tpl_dict_get_val(b.u.d, a.u.d->k[i]);
+            if (!o || !tpl_val_eq(a.u.d->v[i], *o))
                 return false;
         }
         return true;
@@ -177,7 +177,7 @@ bool val_eq(val a, val b)
     }
 }
 
-int val_cmp(render *r, val a, val b, int *out)
+int tpl_val_cmp(render *r, val a, val b, int *out)
 {
     if (a.t == V_UNDEF)
         return undefined_error(r, a);
@@ -201,39 +201,39 @@ int val_cmp(render *r, val a, val b, int *out)
     if (a.t == V_LIST && b.t == V_LIST && a.tuple == b.tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (val_eq(a.u.l->v[i], b.u.l->v[i]))
+            if (tpl_val_eq(a.u.l->v[i], b.u.l->v[i]))
                 continue;
-            return val_cmp(r, a.u.l->v[i], b.u.l->v[i], out);
+            return tpl_val_cmp(r, a.u.l->v[i], b.u.l->v[i], out);
         }
         *out = a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
         return 0;
     }
-    return rerr(r, "TypeError: '<' not supported between instances of '%s' and '%s'", py_type_name(a),
-                py_type_name(b));
+    return tpl_rerr(r, "TypeError: '<' not supported between instances of '%s' and '%s'", tpl_py_type_name(a),
+                tpl_py_type_name(b));
 }
 
-int val_len(render *r, val v, int64_t *out)
+int tpl_val_len(render *r, val v, int64_t *out)
 {
     switch (v.t) {
     case V_UNDEF: *out = 0; return 0;
-    case V_STR: *out = (int64_t)u8_len(v.u.s.p, v.u.s.n); return 0;
+    case V_STR: *out = (int64_t)tpl_u8_len(v.u.s.p, v.u.s.n); return 0;
     case V_LIST: *out = (int64_t)v.u.l->n; return 0;
     case V_DICT: *out = (int64_t)v.u.d->n; return 0;
-    default: return rerr(r, "TypeError: object of type '%s' has no len()", py_type_name(v));
+    default: return tpl_rerr(r, "TypeError: object of type '%s' has no len()", tpl_py_type_name(v));
     }
 }
 
-int val_iter(render *r, val v, vlist **out)
+int tpl_val_iter(render *r, val v, vlist **out)
 {
     switch (v.t) {
     case V_UNDEF:
-        *out = list_new(&r->a, 0);
+        *out = tpl_list_new(&r->a, 0);
         return *out ? 0 : oom(r);
     case V_LIST:
         *out = v.u.l;
         return 0;
     case V_DICT: {
-        vlist *l = list_new(&r->a, v.u.d->n);
+        vlist *l = tpl_list_new(&r->a, v.u.d->n);
         if (!l)
             return oom(r);
         if (v.u.d->n)
@@ -243,13 +243,13 @@ int val_iter(render *r, val v, vlist **out)
         return 0;
     }
     case V_STR: {
-        vlist *l = list_new(&r->a, v.u.s.n);
+        vlist *l = tpl_list_new(&r->a, v.u.s.n);
         if (!l)
             return oom(r);
         size_t i = 0;
         while (i < v.u.s.n) {
             size_t adv;
-            u8_decode(v.u.s.p + i, v.u.s.n - i, &adv);
+            tpl_u8_decode(v.u.s.p + i, v.u.s.n - i, &adv);
             l->v[l->n++] = v_str(v.u.s.p + i, adv);
             i += adv;
         }
@@ -257,19 +257,19 @@ int val_iter(render *r, val v, vlist **out)
         return 0;
     }
     default:
-        return rerr(r, "TypeError: '%s' object is not iterable", py_type_name(v));
+        return tpl_rerr(r, "TypeError: '%s' object is not iterable", tpl_py_type_name(v));
     }
 }
 
-int val_to_str(render *r, val v, val *out)
+int tpl_val_to_str(render *r, val v, val *out)
 {
     if (v.t == V_STR) {
         *out = v;
         return 0;
     }
     sbuf b;
-    sb_init(&b, &r->a, 32);
-    py_str(&b, v);
+    tpl_sb_init(&b, &r->a, 32);
+    tpl_py_str(&b, v);
     if (b.oom)
         return oom(r);
     *out = v_str(b.p, b.n);
@@ -327,7 +327,7 @@ static bool bound_method(val obj, const char *name, size_t n, val *out)
     return false;
 }
 
-int val_getattr(render *r, val obj, const char *name, size_t n, val *out)
+int tpl_val_getattr(render *r, val obj, const char *name, size_t n, val *out)
 {
     if (bound_method(obj, name, n, out))
         return 0;
@@ -336,7 +336,7 @@ int val_getattr(render *r, val obj, const char *name, size_t n, val *out)
         return undefined_error(r, obj);
     case V_DICT:
     case V_NS: {
-        val *v = dict_get(obj.u.d, name, n);
+        val *v = tpl_dict_get(obj.u.d, name, n);
         *out = v ? *v : undef_named(name, n, obj.t);
         return 0;
     }
@@ -362,7 +362,7 @@ static bool as_index(val k, int64_t *i)
     return false;
 }
 
-int val_getitem(render *r, val obj, val key, val *out)
+int tpl_val_getitem(render *r, val obj, val key, val *out)
 {
     int64_t i;
     switch (obj.t) {
@@ -370,7 +370,7 @@ int val_getitem(render *r, val obj, val key, val *out)
         return undefined_error(r, obj);
     case V_DICT:
     case V_NS: {
-        val *v = dict_get_val(obj.u.d, key);
+        val *v = tpl_dict_get_val(obj.u.d, key);
         if (v) {
             *out = *v;
             return 0;
@@ -387,20 +387,20 @@ int val_getitem(render *r, val obj, val key, val *out)
                 return 0;
             }
             sbuf b;
-            sb_init(&b, &r->a, 24);
-            sb_printf(&b, "%lld", (long long)key.u.i);
+            tpl_sb_init(&b, &r->a, 24);
+            tpl_sb_printf(&b, "%lld", (long long)key.u.i);
             *out = undef_named(b.p, b.n, 0xFF);
             return 0;
         }
         break;
     case V_STR:
         if (as_index(key, &i)) {
-            int64_t n = (int64_t)u8_len(obj.u.s.p, obj.u.s.n);
+            int64_t n = (int64_t)tpl_u8_len(obj.u.s.p, obj.u.s.n);
             if (i < 0)
                 i += n;
             if (i >= 0 && i < n) {
-                size_t off = u8_offset(obj.u.s.p, obj.u.s.n, (size_t)i), adv;
-                u8_decode(obj.u.s.p + off, obj.u.s.n - off, &adv);
+                size_t off = tpl_u8_offset(obj.u.s.p, obj.u.s.n, (size_t)i), adv;
+                tpl_u8_decode(obj.u.s.p + off, obj.u.s.n - off, &adv);
                 *out = v_str(obj.u.s.p + off, adv);
                 return 0;
             }
@@ -410,7 +410,7 @@ int val_getitem(render *r, val obj, val key, val *out)
         break;
     case V_LOOP:
         if (key.t == V_STR)
-            return val_getattr(r, obj, key.u.s.p, key.u.s.n, out);
+            return tpl_val_getattr(r, obj, key.u.s.p, key.u.s.n, out);
         break;
     default:
         break;
@@ -429,15 +429,15 @@ static int do_slice(render *r, val obj, val vs, val ve, val vst, val *out)
         return undefined_error(r, obj);
     int64_t step = 1, start, stop;
     if (vst.t != V_NONE && vst.t != V_UNDEF && !as_index(vst, &step))
-        return rerr(r, "TypeError: slice indices must be integers or None");
+        return tpl_rerr(r, "TypeError: slice indices must be integers or None");
     if (step == 0)
-        return rerr(r, "ValueError: slice step cannot be zero");
-    bool ascii = obj.t == V_STR && u8_is_ascii(obj.u.s.p, obj.u.s.n);
+        return tpl_rerr(r, "ValueError: slice step cannot be zero");
+    bool ascii = obj.t == V_STR && tpl_u8_is_ascii(obj.u.s.p, obj.u.s.n);
     int64_t len;
     if (obj.t == V_LIST)
         len = (int64_t)obj.u.l->n;
     else if (obj.t == V_STR)
-        len = ascii ? (int64_t)obj.u.s.n : (int64_t)u8_len(obj.u.s.p, obj.u.s.n);
+        len = ascii ? (int64_t)obj.u.s.n : (int64_t)tpl_u8_len(obj.u.s.p, obj.u.s.n);
     else {
         *out = v_undef();
         return 0;
@@ -446,7 +446,7 @@ static int do_slice(render *r, val obj, val vs, val ve, val vst, val *out)
     if (vs.t == V_NONE || vs.t == V_UNDEF)
         start = step < 0 ? hi : lo;
     else if (!as_index(vs, &start))
-        return rerr(r, "TypeError: slice indices must be integers or None");
+        return tpl_rerr(r, "TypeError: slice indices must be integers or None");
     else {
         if (start < 0)
             start += len;
@@ -458,7 +458,7 @@ static int do_slice(render *r, val obj, val vs, val ve, val vst, val *out)
     if (ve.t == V_NONE || ve.t == V_UNDEF)
         stop = step < 0 ? lo : hi;
     else if (!as_index(ve, &stop))
-        return rerr(r, "TypeError: slice indices must be integers or None");
+        return tpl_rerr(r, "TypeError: slice indices must be integers or None");
     else {
         if (stop < 0)
             stop += len;
@@ -468,11 +468,11 @@ static int do_slice(render *r, val obj, val vs, val ve, val vst, val *out)
             stop = hi;
     }
     if (obj.t == V_LIST) {
-        vlist *l = list_new(&r->a, 0);
+        vlist *l = tpl_list_new(&r->a, 0);
         if (!l)
             return oom(r);
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-            if (list_push(&r->a, l, obj.u.l->v[i]))
+            if (tpl_list_push(&r->a, l, obj.u.l->v[i]))
                 return oom(r);
         *out = (val){.t = V_LIST, .tuple = obj.tuple, .u.l = l};
         return 0;
@@ -484,13 +484,13 @@ static int do_slice(render *r, val obj, val vs, val ve, val vst, val *out)
             *out = v_str("", 0);
             return 0;
         }
-        size_t a = ascii ? (size_t)start : u8_offset(s, n, (size_t)start);
-        size_t b = ascii ? (size_t)stop : u8_offset(s, n, (size_t)stop);
+        size_t a = ascii ? (size_t)start : tpl_u8_offset(s, n, (size_t)start);
+        size_t b = ascii ? (size_t)stop : tpl_u8_offset(s, n, (size_t)stop);
         *out = v_str(s + a, b - a);
         return 0;
     }
     /* General step: index the code points first. */
-    size_t *offs = arena_alloc(&r->a, ((size_t)len + 1) * sizeof(size_t));
+    size_t *offs = tpl_arena_alloc(&r->a, ((size_t)len + 1) * sizeof(size_t));
     if (!offs)
         return oom(r);
     size_t k = 0;
@@ -499,9 +499,9 @@ static int do_slice(render *r, val obj, val vs, val ve, val vst, val *out)
             offs[k++] = i;
     offs[k] = n;
     sbuf b;
-    sb_init(&b, &r->a, n + 1);
+    tpl_sb_init(&b, &r->a, n + 1);
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-        sb_put(&b, s + offs[i], offs[i + 1] - offs[i]);
+        tpl_sb_put(&b, s + offs[i], offs[i + 1] - offs[i]);
     if (b.oom)
         return oom(r);
     *out = v_str(b.p, b.n);
@@ -517,8 +517,8 @@ static int num_operand(render *r, int op, val x, val y)
         return undefined_error(r, x);
     if (y.t == V_UNDEF)
         return undefined_error(r, y);
-    return rerr(r, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'", op <= OP_POW ? names[op] : "?",
-                py_type_name(x), py_type_name(y));
+    return tpl_rerr(r, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'", op <= OP_POW ? names[op] : "?",
+                tpl_py_type_name(x), tpl_py_type_name(y));
 }
 
 static int repeat(render *r, val seq, int64_t times, val *out)
@@ -527,19 +527,19 @@ static int repeat(render *r, val seq, int64_t times, val *out)
         times = 0;
     if (seq.t == V_STR) {
         if (seq.u.s.n && (uint64_t)times > RENDER_ARENA_LIMIT / seq.u.s.n)
-            return rerr(r, "MemoryError: string repetition too large");
+            return tpl_rerr(r, "MemoryError: string repetition too large");
         sbuf b;
-        sb_init(&b, &r->a, seq.u.s.n * (size_t)times + 1);
+        tpl_sb_init(&b, &r->a, seq.u.s.n * (size_t)times + 1);
         for (int64_t i = 0; i < times; i++)
-            sb_put(&b, seq.u.s.p, seq.u.s.n);
+            tpl_sb_put(&b, seq.u.s.p, seq.u.s.n);
         if (b.oom)
             return oom(r);
         *out = v_str(b.p, b.n);
         return 0;
     }
     if (seq.u.l->n && (uint64_t)times > RENDER_ARENA_LIMIT / (seq.u.l->n * sizeof(val)))
-        return rerr(r, "MemoryError: list repetition too large");
-    vlist *l = list_new(&r->a, seq.u.l->n * (size_t)times);
+        return tpl_rerr(r, "MemoryError: list repetition too large");
+    vlist *l = tpl_list_new(&r->a, seq.u.l->n * (size_t)times);
     if (!l)
         return oom(r);
     for (int64_t i = 0; i < times; i++)
@@ -549,13 +549,13 @@ static int repeat(render *r, val seq, int64_t times, val *out)
     return 0;
 }
 
-int binop(render *r, int op, val x, val y, val *out)
+int tpl_binop(render *r, int op, val x, val y, val *out)
 {
     if (op == OP_CONCAT) {
         sbuf b;
-        sb_init(&b, &r->a, 64);
-        py_str(&b, x);
-        py_str(&b, y);
+        tpl_sb_init(&b, &r->a, 64);
+        tpl_py_str(&b, x);
+        tpl_py_str(&b, y);
         if (b.oom)
             return oom(r);
         *out = v_str(b.p, b.n);
@@ -570,7 +570,7 @@ int binop(render *r, int op, val x, val y, val *out)
             a.pos = &y;
             a.npos = 1;
         }
-        return filter_apply(r, filter_lookup("format", 6), x, &a, out);
+        return tpl_filter_apply(r, tpl_filter_lookup("format", 6), x, &a, out);
     }
     __int128 xi, yi, ri;
     if ((op == OP_ADD || op == OP_SUB || op == OP_MUL || op == OP_FLOORDIV || op == OP_MOD) && to_i128(x, &xi) &&
@@ -584,7 +584,7 @@ int binop(render *r, int op, val x, val y, val *out)
             ovf = __builtin_mul_overflow(xi, yi, &ri);
         else {
             if (yi == 0)
-                return rerr(r, "ZeroDivisionError: integer division or modulo by zero");
+                return tpl_rerr(r, "ZeroDivisionError: integer division or modulo by zero");
             __int128 q = xi / yi, m = xi % yi;
             if (m != 0 && ((m < 0) != (yi < 0))) {
                 q--;
@@ -593,7 +593,7 @@ int binop(render *r, int op, val x, val y, val *out)
             ri = op == OP_MOD ? m : q;
         }
         if (!ovf)
-            return make_int(r, ri, out);
+            return tpl_make_int(r, ri, out);
     }
     if (is_num(x) && is_num(y)) {
         bool fl = float_like(x) || float_like(y);
@@ -623,13 +623,13 @@ int binop(render *r, int op, val x, val y, val *out)
             return 0;
         case OP_DIV:
             if (fb == 0.0)
-                return rerr(r, "ZeroDivisionError: division by zero");
+                return tpl_rerr(r, "ZeroDivisionError: division by zero");
             *out = v_float(fa / fb);
             return 0;
         case OP_FLOORDIV:
         case OP_MOD:
             if (fl ? fb == 0.0 : b == 0)
-                return rerr(r, op == OP_MOD && !fl ? "ZeroDivisionError: integer modulo by zero"
+                return tpl_rerr(r, op == OP_MOD && !fl ? "ZeroDivisionError: integer modulo by zero"
                                                    : "ZeroDivisionError: integer division or modulo by zero");
             if (!fl) {
                 if (a == INT64_MIN && b == -1) {
@@ -670,13 +670,13 @@ int binop(render *r, int op, val x, val y, val *out)
                 }
             }
             if (fa == 0.0 && fb < 0)
-                return rerr(r, "ZeroDivisionError: 0.0 cannot be raised to a negative power");
+                return tpl_rerr(r, "ZeroDivisionError: 0.0 cannot be raised to a negative power");
             *out = v_float(pow(fa, fb));
             return 0;
         }
     }
     if (op == OP_ADD && x.t == V_STR && y.t == V_STR) {
-        char *p = arena_alloc(&r->a, x.u.s.n + y.u.s.n + 1);
+        char *p = tpl_arena_alloc(&r->a, x.u.s.n + y.u.s.n + 1);
         if (!p)
             return oom(r);
         memcpy(p, x.u.s.p, x.u.s.n);
@@ -686,7 +686,7 @@ int binop(render *r, int op, val x, val y, val *out)
         return 0;
     }
     if (op == OP_ADD && x.t == V_LIST && y.t == V_LIST && x.tuple == y.tuple) {
-        vlist *l = list_new(&r->a, x.u.l->n + y.u.l->n);
+        vlist *l = tpl_list_new(&r->a, x.u.l->n + y.u.l->n);
         if (!l)
             return oom(r);
         if (x.u.l->n)
@@ -704,9 +704,9 @@ int binop(render *r, int op, val x, val y, val *out)
             return repeat(r, y, x.u.i, out);
     }
     if (op == OP_ADD && x.t == V_STR && y.t != V_UNDEF)
-        return rerr(r, "TypeError: can only concatenate str (not \"%s\") to str", py_type_name(y));
+        return tpl_rerr(r, "TypeError: can only concatenate str (not \"%s\") to str", tpl_py_type_name(y));
     if (op == OP_ADD && x.t == V_LIST && !x.tuple && y.t != V_UNDEF)
-        return rerr(r, "TypeError: can only concatenate list (not \"%s\") to list", py_type_name(y));
+        return tpl_rerr(r, "TypeError: can only concatenate list (not \"%s\") to list", tpl_py_type_name(y));
     return num_operand(r, op, x, y);
 }
 
@@ -720,7 +720,7 @@ static int contains(render *r, val item, val container, bool *out)
         if (item.t == V_UNDEF)
             return undefined_error(r, item);
         if (item.t != V_STR)
-            return rerr(r, "TypeError: 'in <string>' requires string as left operand, not %s", py_type_name(item));
+            return tpl_rerr(r, "TypeError: 'in <string>' requires string as left operand, not %s", tpl_py_type_name(item));
         if (item.u.s.n == 0) {
             *out = true;
             return 0;
@@ -730,7 +730,7 @@ static int contains(render *r, val item, val container, bool *out)
         return 0;
     case V_LIST:
         for (size_t i = 0; i < container.u.l->n; i++)
-            if (val_eq(container.u.l->v[i], item)) {
+            if (tpl_val_eq(container.u.l->v[i], item)) {
                 *out = true;
                 return 0;
             }
@@ -738,10 +738,10 @@ static int contains(render *r, val item, val container, bool *out)
         return 0;
     case V_DICT:
     case V_NS:
-        *out = dict_get_val(container.u.d, item) != NULL;
+        *out = tpl_dict_get_val(container.u.d, item) != NULL;
         return 0;
     default:
-        return rerr(r, "TypeError: argument of type '%s' is not iterable", py_type_name(container));
+        return tpl_rerr(r, "TypeError: argument of type '%s' is not iterable", tpl_py_type_name(container));
     }
 }
 
@@ -749,7 +749,7 @@ static int contains(render *r, val item, val container, bool *out)
 
 static frame *frame_new(render *r, frame *parent)
 {
-    frame *f = arena_alloc(&r->a, sizeof(*f));
+    frame *f = tpl_arena_alloc(&r->a, sizeof(*f));
     if (!f)
         return NULL;
     f->parent = parent;
@@ -767,7 +767,7 @@ static int frame_set(render *r, frame *f, const char *p, size_t n, val v)
         }
     if (f->n == f->cap) {
         size_t cap = f->cap ? f->cap * 2 : 4;
-        struct var *nv = arena_alloc(&r->a, cap * sizeof(*nv));
+        struct var *nv = tpl_arena_alloc(&r->a, cap * sizeof(*nv));
         if (!nv)
             return oom(r);
         if (f->n)
@@ -788,10 +788,10 @@ static val lookup(render *r, frame *f, const char *p, size_t n)
         for (size_t i = f->n; i-- > 0;)
             if (f->vars[i].n == n && memcmp(f->vars[i].p, p, n) == 0)
                 return f->vars[i].v;
-    val *v = dict_get(r->ctx, p, n);
+    val *v = tpl_dict_get(r->ctx, p, n);
     if (v)
         return *v;
-    int fn = function_lookup(p, n);
+    int fn = tpl_function_lookup(p, n);
     if (fn) {
         val g = {0};
         g.t = V_FUNC;
@@ -806,7 +806,7 @@ static val lookup(render *r, frame *f, const char *p, size_t n)
 static int eval(render *r, const expr *e, frame *f, val *out);
 static int exec_body(render *r, const stmt *s, frame *f, sbuf *out);
 
-int get_arg(cargs *a, int pos, const char *name, val *out)
+int tpl_get_arg(cargs *a, int pos, const char *name, val *out)
 {
     if (pos >= 0 && pos < a->npos) {
         *out = a->pos[pos];
@@ -826,10 +826,10 @@ static int eval_args(render *r, const expr *e, frame *f, cargs *a)
     memset(a, 0, sizeof(*a));
     if (!e->nargs)
         return 0;
-    a->pos = arena_alloc(&r->a, (size_t)e->nargs * sizeof(val));
-    a->kwv = arena_alloc(&r->a, (size_t)e->nargs * sizeof(val));
-    a->kw = arena_alloc(&r->a, (size_t)e->nargs * sizeof(char *));
-    a->kwlen = arena_alloc(&r->a, (size_t)e->nargs * sizeof(size_t));
+    a->pos = tpl_arena_alloc(&r->a, (size_t)e->nargs * sizeof(val));
+    a->kwv = tpl_arena_alloc(&r->a, (size_t)e->nargs * sizeof(val));
+    a->kw = tpl_arena_alloc(&r->a, (size_t)e->nargs * sizeof(char *));
+    a->kwlen = tpl_arena_alloc(&r->a, (size_t)e->nargs * sizeof(size_t));
     if (!a->pos || !a->kwv || !a->kw || !a->kwlen)
         return oom(r);
     for (int i = 0; i < e->nargs; i++) {
@@ -849,7 +849,7 @@ static int eval_args(render *r, const expr *e, frame *f, cargs *a)
 
 static int call_with_caller(render *r, val m, cargs *a, val caller, val *out);
 
-int call_macro(render *r, val m, cargs *a, val *out)
+int tpl_call_macro(render *r, val m, cargs *a, val *out)
 {
     return call_with_caller(r, m, a, v_undef(), out);
 }
@@ -857,26 +857,26 @@ int call_macro(render *r, val m, cargs *a, val *out)
 static int call_with_caller(render *r, val m, cargs *a, val caller, val *out)
 {
     if (m.t == V_FUNC && m.fn == 0)
-        return rerr(r, "TemplateRuntimeError: calling the method '%.*s' through a variable is not supported",
+        return tpl_rerr(r, "TemplateRuntimeError: calling the method '%.*s' through a variable is not supported",
                     (int)m.u.s.n, m.u.s.p);
     if (m.t == V_FUNC)
-        return function_apply(r, m.fn, a, out);
+        return tpl_function_apply(r, m.fn, a, out);
     if (m.t == V_UNDEF)
         return undefined_error(r, m);
     if (m.t != V_MACRO)
-        return rerr(r, "TypeError: '%s' object is not callable", py_type_name(m));
+        return tpl_rerr(r, "TypeError: '%s' object is not callable", tpl_py_type_name(m));
     if (r->depth >= MAX_CALL_DEPTH)
-        return rerr(r, "RecursionError: macro calls nested deeper than %d", MAX_CALL_DEPTH);
+        return tpl_rerr(r, "RecursionError: macro calls nested deeper than %d", MAX_CALL_DEPTH);
     const stmt *def = m.u.m->def;
     frame *f = frame_new(r, m.u.m->closure);
     if (!f)
         return oom(r);
     int np = def->ntargets;
-    vlist *varargs = list_new(&r->a, 0);
-    vdict *kwargs = dict_new(&r->a, 0);
+    vlist *varargs = tpl_list_new(&r->a, 0);
+    vdict *kwargs = tpl_dict_new(&r->a, 0);
     if (!varargs || !kwargs)
         return oom(r);
-    bool *bound = arena_alloc(&r->a, (size_t)(np ? np : 1) * sizeof(bool));
+    bool *bound = tpl_arena_alloc(&r->a, (size_t)(np ? np : 1) * sizeof(bool));
     if (!bound)
         return oom(r);
     memset(bound, 0, (size_t)(np ? np : 1) * sizeof(bool));
@@ -885,7 +885,7 @@ static int call_with_caller(render *r, val m, cargs *a, val caller, val *out)
             if (frame_set(r, f, def->targets[i].p, def->targets[i].n, a->pos[i]))
                 return -1;
             bound[i] = true;
-        } else if (list_push(&r->a, varargs, a->pos[i])) {
+        } else if (tpl_list_push(&r->a, varargs, a->pos[i])) {
             return oom(r);
         }
     }
@@ -896,12 +896,12 @@ static int call_with_caller(render *r, val m, cargs *a, val caller, val *out)
                 break;
         if (i < np) {
             if (bound[i])
-                return rerr(r, "TypeError: macro got multiple values for argument '%.*s'", (int)a->kwlen[k],
+                return tpl_rerr(r, "TypeError: macro got multiple values for argument '%.*s'", (int)a->kwlen[k],
                             a->kw[k]);
             if (frame_set(r, f, def->targets[i].p, def->targets[i].n, a->kwv[k]))
                 return -1;
             bound[i] = true;
-        } else if (dict_set(&r->a, kwargs, v_str(a->kw[k], a->kwlen[k]), a->kwv[k])) {
+        } else if (tpl_dict_set(&r->a, kwargs, v_str(a->kw[k], a->kwlen[k]), a->kwv[k])) {
             return oom(r);
         }
     }
@@ -926,7 +926,7 @@ static int call_with_caller(render *r, val m, cargs *a, val caller, val *out)
         return -1;
     }
     sbuf b;
-    sb_init(&b, &r->a, 256);
+    tpl_sb_init(&b, &r->a, 256);
     int rc = exec_body(r, def->body, f, &b);
     r->depth--;
     if (rc == X_ERR)
@@ -949,16 +949,16 @@ static int eval_call(render *r, const expr *e, frame *f, val caller, val *out)
         if (eval_args(r, e, f, &a))
             return -1;
         bool found = false;
-        if (method_apply(r, e->id, self, &a, out, &found))
+        if (tpl_method_apply(r, e->id, self, &a, out, &found))
             return -1;
         if (!found) {
             /* A key of that name holding a macro (namespace attributes) is still callable. */
             val attr;
-            if (val_getattr(r, self, e->name, e->name_len, &attr))
+            if (tpl_val_getattr(r, self, e->name, e->name_len, &attr))
                 return -1;
             if (attr.t == V_MACRO)
                 return call_with_caller(r, attr, &a, caller, out);
-            return rerr(r, "UndefinedError: '%s object' has no attribute '%.*s'", py_type_name(self),
+            return tpl_rerr(r, "UndefinedError: '%s object' has no attribute '%.*s'", tpl_py_type_name(self),
                         (int)e->name_len, e->name);
         }
         return 0;
@@ -984,7 +984,7 @@ static int eval(render *r, const expr *e, frame *f, val *out)
         return 0;
     case E_LIST:
     case E_TUPLE: {
-        vlist *l = list_new(&r->a, (size_t)e->nargs);
+        vlist *l = tpl_list_new(&r->a, (size_t)e->nargs);
         if (!l)
             return oom(r);
         for (int i = 0; i < e->nargs; i++)
@@ -994,13 +994,13 @@ static int eval(render *r, const expr *e, frame *f, val *out)
         return 0;
     }
     case E_DICT: {
-        vdict *d = dict_new(&r->a, (size_t)e->nargs / 2);
+        vdict *d = tpl_dict_new(&r->a, (size_t)e->nargs / 2);
         if (!d)
             return oom(r);
         for (int i = 0; i + 1 < e->nargs; i += 2) {
             if (eval(r, e->args[i], f, &x) || eval(r, e->args[i + 1], f, &y))
                 return -1;
-            if (dict_set(&r->a, d, x, y))
+            if (tpl_dict_set(&r->a, d, x, y))
                 return oom(r);
         }
         *out = (val){.t = V_DICT, .u.d = d};
@@ -1009,11 +1009,11 @@ static int eval(render *r, const expr *e, frame *f, val *out)
     case E_ATTR:
         if (eval(r, e->a, f, &x))
             return -1;
-        return val_getattr(r, x, e->name, e->name_len, out);
+        return tpl_val_getattr(r, x, e->name, e->name_len, out);
     case E_ITEM:
         if (eval(r, e->a, f, &x) || eval(r, e->b, f, &y))
             return -1;
-        return val_getitem(r, x, y, out);
+        return tpl_val_getitem(r, x, y, out);
     case E_SLICE: {
         val parts[3] = {v_none(), v_none(), v_none()};
         if (eval(r, e->a, f, &x))
@@ -1031,8 +1031,8 @@ static int eval(render *r, const expr *e, frame *f, val *out)
             /* a template variable of the same name shadows the global */
             val shadow = lookup(r, f, e->name, e->name_len);
             if (shadow.t == V_MACRO)
-                return call_macro(r, shadow, &a, out);
-            return function_apply(r, e->id, &a, out);
+                return tpl_call_macro(r, shadow, &a, out);
+            return tpl_function_apply(r, e->id, &a, out);
         }
         return eval_call(r, e, f, v_undef(), out);
     case E_METHOD:
@@ -1041,12 +1041,12 @@ static int eval(render *r, const expr *e, frame *f, val *out)
         cargs a;
         if (eval(r, e->a, f, &x) || eval_args(r, e, f, &a))
             return -1;
-        return filter_apply(r, e->id, x, &a, out);
+        return tpl_filter_apply(r, e->id, x, &a, out);
     }
     case E_TEST: {
         cargs a;
         bool b;
-        if (eval(r, e->a, f, &x) || eval_args(r, e, f, &a) || test_apply(r, e->id, x, &a, &b))
+        if (eval(r, e->a, f, &x) || eval_args(r, e, f, &a) || tpl_test_apply(r, e->id, x, &a, &b))
             return -1;
         *out = v_bool(e->op ? !b : b);
         return 0;
@@ -1058,26 +1058,26 @@ static int eval(render *r, const expr *e, frame *f, val *out)
         if (x.t == V_UNDEF)
             return undefined_error(r, x);
         if (!is_num(x))
-            return rerr(r, "TypeError: bad operand type for unary %c: '%s'", e->kind == E_NEG ? '-' : '+',
-                        py_type_name(x));
+            return tpl_rerr(r, "TypeError: bad operand type for unary %c: '%s'", e->kind == E_NEG ? '-' : '+',
+                        tpl_py_type_name(x));
         if (e->kind == E_POS)
             *out = x.t == V_BOOL ? v_int(x.u.i) : x;
         else {
             __int128 i;
             if (x.t != V_FLOAT && to_i128(x, &i))
-                return make_int(r, -i, out);
+                return tpl_make_int(r, -i, out);
             *out = v_float(-num_f(x));
         }
         return 0;
     case E_NOT:
         if (eval(r, e->a, f, &x))
             return -1;
-        *out = v_bool(!truthy(x));
+        *out = v_bool(!tpl_truthy(x));
         return 0;
     case E_AND:
         if (eval(r, e->a, f, &x))
             return -1;
-        if (!truthy(x)) {
+        if (!tpl_truthy(x)) {
             *out = x;
             return 0;
         }
@@ -1085,7 +1085,7 @@ static int eval(render *r, const expr *e, frame *f, val *out)
     case E_OR:
         if (eval(r, e->a, f, &x))
             return -1;
-        if (truthy(x)) {
+        if (tpl_truthy(x)) {
             *out = x;
             return 0;
         }
@@ -1093,7 +1093,7 @@ static int eval(render *r, const expr *e, frame *f, val *out)
     case E_BIN:
         if (eval(r, e->a, f, &x) || eval(r, e->b, f, &y))
             return -1;
-        return binop(r, e->op, x, y, out);
+        return tpl_binop(r, e->op, x, y, out);
     case E_CMP: {
         if (eval(r, e->a, f, &x))
             return -1;
@@ -1103,8 +1103,8 @@ static int eval(render *r, const expr *e, frame *f, val *out)
                 return -1;
             int c;
             switch (e->ops[i]) {
-            case OP_EQ: res = val_eq(x, y); break;
-            case OP_NE: res = !val_eq(x, y); break;
+            case OP_EQ: res = tpl_val_eq(x, y); break;
+            case OP_NE: res = !tpl_val_eq(x, y); break;
             case OP_IN:
             case OP_NOTIN:
                 if (contains(r, x, y, &res))
@@ -1113,7 +1113,7 @@ static int eval(render *r, const expr *e, frame *f, val *out)
                     res = !res;
                 break;
             default:
-                if (val_cmp(r, x, y, &c))
+                if (tpl_val_cmp(r, x, y, &c))
                     return -1;
                 res = e->ops[i] == OP_LT ? c < 0 : e->ops[i] == OP_LE ? c <= 0 : e->ops[i] == OP_GT ? c > 0 : c >= 0;
             }
@@ -1125,14 +1125,14 @@ static int eval(render *r, const expr *e, frame *f, val *out)
     case E_COND:
         if (eval(r, e->c, f, &x))
             return -1;
-        if (truthy(x))
+        if (tpl_truthy(x))
             return eval(r, e->a, f, out);
         if (e->b)
             return eval(r, e->b, f, out);
         *out = v_undef();
         return 0;
     }
-    return rerr(r, "internal error: unknown expression kind %d", e->kind);
+    return tpl_rerr(r, "internal error: unknown expression kind %d", e->kind);
 }
 
 /* ------------------------------------------------------------------------------------------ statements */
@@ -1142,10 +1142,10 @@ static int bind_targets(render *r, const stmt *s, frame *f, val v)
     if (!s->unpack)
         return frame_set(r, f, s->targets[0].p, s->targets[0].n, v);
     vlist *items;
-    if (val_iter(r, v, &items))
+    if (tpl_val_iter(r, v, &items))
         return -1;
     if ((int)items->n != s->ntargets)
-        return rerr(r, "ValueError: %s values to unpack (expected %d, got %zu)",
+        return tpl_rerr(r, "ValueError: %s values to unpack (expected %d, got %zu)",
                     (int)items->n > s->ntargets ? "too many" : "not enough", s->ntargets, items->n);
     for (int i = 0; i < s->ntargets; i++)
         if (frame_set(r, f, s->targets[i].p, s->targets[i].n, items->v[i]))
@@ -1159,7 +1159,7 @@ static int capture(render *r, const stmt *s, frame *f, val *out)
     if (!cf)
         return oom(r);
     sbuf b;
-    sb_init(&b, &r->a, 256);
+    tpl_sb_init(&b, &r->a, 256);
     if (exec_body(r, s->body, cf, &b) == X_ERR)
         return -1;
     if (b.oom)
@@ -1179,10 +1179,10 @@ static int exec_for(render *r, const stmt *s, frame *f, sbuf *out)
 {
     val it;
     vlist *items;
-    if (eval(r, s->e, f, &it) || val_iter(r, it, &items))
+    if (eval(r, s->e, f, &it) || tpl_val_iter(r, it, &items))
         return X_ERR;
     if (s->cond) {
-        vlist *kept = list_new(&r->a, items->n);
+        vlist *kept = tpl_list_new(&r->a, items->n);
         if (!kept)
             return oom(r);
         for (size_t i = 0; i < items->n; i++) {
@@ -1192,7 +1192,7 @@ static int exec_for(render *r, const stmt *s, frame *f, sbuf *out)
                 return oom(r);
             if (bind_targets(r, s, cf, items->v[i]) || eval(r, s->cond, cf, &c))
                 return X_ERR;
-            if (truthy(c))
+            if (tpl_truthy(c))
                 kept->v[kept->n++] = items->v[i];
         }
         items = kept;
@@ -1205,7 +1205,7 @@ static int exec_for(render *r, const stmt *s, frame *f, sbuf *out)
             return oom(r);
         return exec_body(r, s->else_body, ef, out);
     }
-    tpl_loop *loop = arena_alloc(&r->a, sizeof(*loop));
+    tpl_loop *loop = tpl_arena_alloc(&r->a, sizeof(*loop));
     if (!loop)
         return oom(r);
     loop->items = items;
@@ -1232,17 +1232,17 @@ static int exec_stmt(render *r, const stmt *s, frame *f, sbuf *out)
     val v;
     switch (s->kind) {
     case S_TEXT:
-        sb_put(out, s->text, s->text_len);
+        tpl_sb_put(out, s->text, s->text_len);
         return X_OK;
     case S_OUTPUT:
         if (eval(r, s->e, f, &v))
             return X_ERR;
-        py_str(out, v);
+        tpl_py_str(out, v);
         return X_OK;
     case S_IF:
         if (eval(r, s->e, f, &v))
             return X_ERR;
-        if (truthy(v))
+        if (tpl_truthy(v))
             return exec_body(r, s->body, f, out);
         return s->else_body ? exec_body(r, s->else_body, f, out) : X_OK;
     case S_FOR:
@@ -1254,13 +1254,13 @@ static int exec_stmt(render *r, const stmt *s, frame *f, sbuf *out)
     case S_SET_ATTR: {
         val ns = lookup(r, f, s->targets[0].p, s->targets[0].n);
         if (ns.t != V_NS)
-            return rerr(r, "TemplateRuntimeError: cannot assign attribute on non-namespace object");
+            return tpl_rerr(r, "TemplateRuntimeError: cannot assign attribute on non-namespace object");
         if (s->targets[1].n && s->targets[1].p[0] == '_')
-            return rerr(r, "SecurityError: cannot store underscore-prefixed attribute '%.*s' on a namespace",
+            return tpl_rerr(r, "SecurityError: cannot store underscore-prefixed attribute '%.*s' on a namespace",
                         (int)s->targets[1].n, s->targets[1].p);
         if (eval(r, s->e, f, &v))
             return X_ERR;
-        return dict_set(&r->a, ns.u.d, v_str(s->targets[1].p, s->targets[1].n), v) ? oom(r) : X_OK;
+        return tpl_dict_set(&r->a, ns.u.d, v_str(s->targets[1].p, s->targets[1].n), v) ? oom(r) : X_OK;
     }
     case S_SET_BLOCK:
         if (capture(r, s, f, &v))
@@ -1269,10 +1269,10 @@ static int exec_stmt(render *r, const stmt *s, frame *f, sbuf *out)
     case S_FILTER_BLOCK:
         if (capture(r, s, f, &v))
             return X_ERR;
-        py_str(out, v);
+        tpl_py_str(out, v);
         return X_OK;
     case S_MACRO: {
-        tpl_macro *m = arena_alloc(&r->a, sizeof(*m));
+        tpl_macro *m = tpl_arena_alloc(&r->a, sizeof(*m));
         if (!m)
             return oom(r);
         m->def = s;
@@ -1282,7 +1282,7 @@ static int exec_stmt(render *r, const stmt *s, frame *f, sbuf *out)
         return frame_set(r, f, s->name.p, s->name.n, mv) ? X_ERR : X_OK;
     }
     case S_CALL_BLOCK: {
-        tpl_macro *m = arena_alloc(&r->a, sizeof(*m));
+        tpl_macro *m = tpl_arena_alloc(&r->a, sizeof(*m));
         if (!m)
             return oom(r);
         m->def = s;
@@ -1291,7 +1291,7 @@ static int exec_stmt(render *r, const stmt *s, frame *f, sbuf *out)
         val cv = {.t = V_MACRO, .u.m = m};
         if (eval_call(r, s->e, f, cv, &v))
             return X_ERR;
-        py_str(out, v);
+        tpl_py_str(out, v);
         return X_OK;
     }
     case S_WITH: {
@@ -1311,7 +1311,7 @@ static int exec_stmt(render *r, const stmt *s, frame *f, sbuf *out)
     case S_CONTINUE:
         return X_CONTINUE;
     }
-    return rerr(r, "internal error: unknown statement kind %d", s->kind);
+    return tpl_rerr(r, "internal error: unknown statement kind %d", s->kind);
 }
 
 static int exec_body(render *r, const stmt *s, frame *f, sbuf *out)
@@ -1342,7 +1342,7 @@ int srt_chat_template_render_at(const srt_chat_template *t, const char *context_
     }
     render r;
     memset(&r, 0, sizeof(r));
-    arena_init(&r.a, RENDER_ARENA_LIMIT);
+    tpl_arena_init(&r.a, RENDER_ARENA_LIMIT);
     r.err = err;
     r.now = now;
     r.now_fixed = now != INT64_MIN;
@@ -1350,7 +1350,7 @@ int srt_chat_template_render_at(const srt_chat_template *t, const char *context_
     if (tpl_parse_context(&r, context_json, len, &r.ctx) == 0) {
         frame *root = frame_new(&r, NULL);
         sbuf b;
-        sb_init(&b, &r.a, 4096);
+        tpl_sb_init(&b, &r.a, 4096);
         if (!root) {
             oom(&r);
         } else if (exec_body(&r, t->root, root, &b) == X_ERR) {
@@ -1371,7 +1371,7 @@ int srt_chat_template_render_at(const srt_chat_template *t, const char *context_
             }
         }
     }
-    arena_free(&r.a);
+    tpl_arena_free(&r.a);
     return rc;
 }
 

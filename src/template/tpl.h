@@ -17,10 +17,10 @@ typedef struct tpl_arena {
     bool       exhausted;
 } tpl_arena;
 
-void  arena_init(tpl_arena *a, size_t limit);
-void  arena_free(tpl_arena *a);
-void *arena_alloc(tpl_arena *a, size_t n);                 /* 16-aligned, NULL when exhausted */
-char *arena_memdup(tpl_arena *a, const char *s, size_t n); /* adds a NUL */
+void  tpl_arena_init(tpl_arena *a, size_t limit);
+void  tpl_arena_free(tpl_arena *a);
+void *tpl_arena_alloc(tpl_arena *a, size_t n);                 /* 16-aligned, NULL when exhausted */
+char *tpl_arena_memdup(tpl_arena *a, const char *s, size_t n); /* adds a NUL */
 
 /* ---- values (Python objects as jinja2 sees them) ---- */
 typedef enum vtype {
@@ -60,39 +60,39 @@ static inline val v_int(int64_t i) { val v = {0}; v.t = V_INT; v.u.i = i; return
 static inline val v_float(double f) { val v = {0}; v.t = V_FLOAT; v.u.f = f; return v; }
 static inline val v_str(const char *p, size_t n) { val v = {0}; v.t = V_STR; v.u.s.p = p; v.u.s.n = n; return v; }
 
-vlist *list_new(tpl_arena *a, size_t cap);
-int    list_push(tpl_arena *a, vlist *l, val v);
-vdict *dict_new(tpl_arena *a, size_t cap);
-int    dict_set(tpl_arena *a, vdict *d, val k, val v);   /* replaces an equal key */
-val   *dict_get(const vdict *d, const char *key, size_t n); /* string keys; NULL if absent */
-val   *dict_get_val(const vdict *d, val key);
+vlist *tpl_list_new(tpl_arena *a, size_t cap);
+int    tpl_list_push(tpl_arena *a, vlist *l, val v);
+vdict *tpl_dict_new(tpl_arena *a, size_t cap);
+int    tpl_dict_set(tpl_arena *a, vdict *d, val k, val v);   /* replaces an equal key */
+val   *tpl_dict_get(const vdict *d, const char *key, size_t n); /* string keys; NULL if absent */
+val   *tpl_dict_get_val(const vdict *d, val key);
 
 /* ---- growable string buffer in an arena ---- */
 typedef struct sbuf { char *p; size_t n, cap; tpl_arena *a; bool oom; } sbuf;
-void sb_init(sbuf *b, tpl_arena *a, size_t cap);
-void sb_put(sbuf *b, const char *s, size_t n);
-void sb_putc(sbuf *b, char c);
-void sb_puts(sbuf *b, const char *s);
-void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tpl_sb_init(sbuf *b, tpl_arena *a, size_t cap);
+void tpl_sb_put(sbuf *b, const char *s, size_t n);
+void tpl_sb_putc(sbuf *b, char c);
+void tpl_sb_puts(sbuf *b, const char *s);
+void tpl_sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- Python text forms (pyfmt.c) ---- */
-const char *py_type_name(val v);
-void py_float_repr(sbuf *b, double f);
-void py_str(sbuf *b, val v);          /* str(v); undefined prints nothing */
-void py_repr(sbuf *b, val v);         /* repr(v) */
-void py_repr_str(sbuf *b, const char *s, size_t n);
+const char *tpl_py_type_name(val v);
+void tpl_py_float_repr(sbuf *b, double f);
+void tpl_py_str(sbuf *b, val v);          /* str(v); undefined prints nothing */
+void tpl_py_repr(sbuf *b, val v);         /* repr(v) */
+void tpl_py_repr_str(sbuf *b, const char *s, size_t n);
 /* json.dumps(v, ensure_ascii, indent, separators, sort_keys); indent NULL: no newlines. */
-int  py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t indent_len, bool use_indent,
+int  tpl_py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t indent_len, bool use_indent,
              const char *item_sep, const char *key_sep, bool sort_keys, int depth, srt_err *err);
 
 /* ---- UTF-8 helpers (utf8.c) ---- */
-size_t   u8_len(const char *s, size_t n);                         /* code points */
-size_t   u8_offset(const char *s, size_t n, size_t cp);           /* byte offset of code point cp */
-uint32_t u8_decode(const char *s, size_t n, size_t *adv);
-bool     u8_is_ascii(const char *s, size_t n);
-bool     py_isspace_cp(uint32_t c);
-size_t   u8_space_at(const char *s, size_t n);          /* bytes of a whitespace char at s, else 0 */
-size_t   u8_space_before(const char *s, size_t n);      /* bytes of a whitespace char ending at s+n, else 0 */
+size_t   tpl_u8_len(const char *s, size_t n);                         /* code points */
+size_t   tpl_u8_offset(const char *s, size_t n, size_t cp);           /* byte offset of code point cp */
+uint32_t tpl_u8_decode(const char *s, size_t n, size_t *adv);
+bool     tpl_u8_is_ascii(const char *s, size_t n);
+bool     tpl_py_isspace_cp(uint32_t c);
+size_t   tpl_u8_space_at(const char *s, size_t n);          /* bytes of a whitespace char at s, else 0 */
+size_t   tpl_u8_space_before(const char *s, size_t n);      /* bytes of a whitespace char ending at s+n, else 0 */
 
 /* ---- syntax tree ---- */
 typedef enum ekind {
@@ -170,16 +170,16 @@ typedef struct cargs {
     const char **kw; size_t *kwlen; val *kwv; int nkw;
 } cargs;
 
-int filter_lookup(const char *name, size_t n);   /* 0: unknown */
-int test_lookup(const char *name, size_t n);
-int method_lookup(const char *name, size_t n);
-int function_lookup(const char *name, size_t n);
+int tpl_filter_lookup(const char *name, size_t n);   /* 0: unknown */
+int tpl_test_lookup(const char *name, size_t n);
+int tpl_method_lookup(const char *name, size_t n);
+int tpl_function_lookup(const char *name, size_t n);
 
 typedef struct render render;
-int filter_apply(render *r, int id, val in, cargs *a, val *out);
-int test_apply(render *r, int id, val in, cargs *a, bool *out);
-int method_apply(render *r, int id, val self, cargs *a, val *out, bool *found);
-int function_apply(render *r, int fn, cargs *a, val *out);
+int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out);
+int tpl_test_apply(render *r, int id, val in, cargs *a, bool *out);
+int tpl_method_apply(render *r, int id, val self, cargs *a, val *out, bool *found);
+int tpl_function_apply(render *r, int fn, cargs *a, val *out);
 
 /* ---- render state and core semantics shared by render.c and builtins.c ---- */
 struct render {
@@ -192,18 +192,18 @@ struct render {
     int         depth;
 };
 
-int  rerr(render *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-bool truthy(val v);
-bool val_eq(val a, val b);
-int  val_cmp(render *r, val a, val b, int *out);      /* <0, 0, >0; TypeError for unordered types */
-int  val_len(render *r, val v, int64_t *out);
-int  val_iter(render *r, val v, vlist **out);         /* list, dict keys, string chars, undefined: empty */
-int  val_getattr(render *r, val obj, const char *name, size_t n, val *out);
-int  val_getitem(render *r, val obj, val key, val *out);
-int  val_to_str(render *r, val v, val *out);          /* str(v) as a V_STR */
-int  call_macro(render *r, val m, cargs *a, val *out);
-int  binop(render *r, int op, val x, val y, val *out);
-int  make_int(render *r, __int128 x, val *out);           /* int64 or, beyond it, a V_BIGINT */
-int  get_arg(cargs *a, int pos, const char *name, val *out); /* 1 if present */
+int  tpl_rerr(render *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool tpl_truthy(val v);
+bool tpl_val_eq(val a, val b);
+int  tpl_val_cmp(render *r, val a, val b, int *out);      /* <0, 0, >0; TypeError for unordered types */
+int  tpl_val_len(render *r, val v, int64_t *out);
+int  tpl_val_iter(render *r, val v, vlist **out);         /* list, dict keys, string chars, undefined: empty */
+int  tpl_val_getattr(render *r, val obj, const char *name, size_t n, val *out);
+int  tpl_val_getitem(render *r, val obj, val key, val *out);
+int  tpl_val_to_str(render *r, val v, val *out);          /* str(v) as a V_STR */
+int  tpl_call_macro(render *r, val m, cargs *a, val *out);
+int  tpl_binop(render *r, int op, val x, val y, val *out);
+int  tpl_make_int(render *r, __int128 x, val *out);           /* int64 or, beyond it, a V_BIGINT */
+int  tpl_get_arg(cargs *a, int pos, const char *name, val *out); /* 1 if present */
 
 #endif

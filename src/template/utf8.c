@@ -1,7 +1,7 @@
 /* UTF-8 walking and Python's notion of whitespace (str.isspace), for string lengths, slicing and strip. */
 #include "template/tpl.h"
 
-uint32_t u8_decode(const char *s, size_t n, size_t *adv)
+uint32_t tpl_u8_decode(const char *s, size_t n, size_t *adv)
 {
     const unsigned char *p = (const unsigned char *)s;
     if (n == 0) {
@@ -30,7 +30,7 @@ uint32_t u8_decode(const char *s, size_t n, size_t *adv)
     return cp;
 }
 
-bool u8_is_ascii(const char *s, size_t n)
+bool tpl_u8_is_ascii(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)s[i] >= 0x80)
@@ -38,7 +38,7 @@ bool u8_is_ascii(const char *s, size_t n)
     return true;
 }
 
-size_t u8_len(const char *s, size_t n)
+size_t tpl_u8_len(const char *s, size_t n)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
@@ -47,7 +47,7 @@ size_t u8_len(const char *s, size_t n)
     return k;
 }
 
-size_t u8_offset(const char *s, size_t n, size_t cp)
+size_t tpl_u8_offset(const char *s, size_t n, size_t cp)
 {
     size_t i = 0, k = 0;
     while (i < n) {
@@ -61,36 +61,36 @@ size_t u8_offset(const char *s, size_t n, size_t cp)
     return n;
 }
 
-bool py_isspace_cp(uint32_t c)
+bool tpl_py_isspace_cp(uint32_t c)
 {
     return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
            c == 0x3000;
 }
 
-size_t u8_space_at(const char *s, size_t n)
+size_t tpl_u8_space_at(const char *s, size_t n)
 {
     if (n == 0)
         return 0;
     unsigned char c = (unsigned char)s[0];
     if (c < 0x80)
-        return py_isspace_cp(c) ? 1 : 0;
+        return tpl_py_isspace_cp(c) ? 1 : 0;
     size_t adv;
-    uint32_t cp = u8_decode(s, n, &adv);
-    return py_isspace_cp(cp) ? adv : 0;
+    uint32_t cp = tpl_u8_decode(s, n, &adv);
+    return tpl_py_isspace_cp(cp) ? adv : 0;
 }
 
-size_t u8_space_before(const char *s, size_t n)
+size_t tpl_u8_space_before(const char *s, size_t n)
 {
     if (n == 0)
         return 0;
     unsigned char c = (unsigned char)s[n - 1];
     if (c < 0x80)
-        return py_isspace_cp(c) ? 1 : 0;
+        return tpl_py_isspace_cp(c) ? 1 : 0;
     size_t start = n - 1;
     while (start > 0 && n - start < 4 && ((unsigned char)s[start] & 0xC0) == 0x80)
         start--;
     size_t adv;
-    uint32_t cp = u8_decode(s + start, n - start, &adv);
-    return (adv == n - start && py_isspace_cp(cp)) ? adv : 0;
+    uint32_t cp = tpl_u8_decode(s + start, n - start, &adv);
+    return (adv == n - start && tpl_py_isspace_cp(cp)) ? adv : 0;
 }

@@ -14,13 +14,13 @@ struct tpl_chunk {
 
 #define CHUNK_MIN (16 * 1024)
 
-void arena_init(tpl_arena *a, size_t limit)
+void tpl_arena_init(tpl_arena *a, size_t limit)
 {
     memset(a, 0, sizeof(*a));
     a->limit = limit;
 }
 
-void arena_free(tpl_arena *a)
+void tpl_arena_free(tpl_arena *a)
 {
     tpl_chunk *c = a->head;
     while (c) {
@@ -32,7 +32,7 @@ void arena_free(tpl_arena *a)
     a->used_total = 0;
 }
 
-void *arena_alloc(tpl_arena *a, size_t n)
+void *tpl_arena_alloc(tpl_arena *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     if (n == 0)
@@ -63,9 +63,9 @@ void *arena_alloc(tpl_arena *a, size_t n)
     return p;
 }
 
-char *arena_memdup(tpl_arena *a, const char *s, size_t n)
+char *tpl_arena_memdup(tpl_arena *a, const char *s, size_t n)
 {
-    char *p = arena_alloc(a, n + 1);
+    char *p = tpl_arena_alloc(a, n + 1);
     if (!p)
         return NULL;
     if (n)
@@ -74,24 +74,24 @@ char *arena_memdup(tpl_arena *a, const char *s, size_t n)
     return p;
 }
 
-vlist *list_new(tpl_arena *a, size_t cap)
+vlist *tpl_list_new(tpl_arena *a, size_t cap)
 {
-    vlist *l = arena_alloc(a, sizeof(*l));
+    vlist *l = tpl_arena_alloc(a, sizeof(*l));
     if (!l)
         return NULL;
     l->n = 0;
     l->cap = cap;
-    l->v = cap ? arena_alloc(a, cap * sizeof(val)) : NULL;
+    l->v = cap ? tpl_arena_alloc(a, cap * sizeof(val)) : NULL;
     if (cap && !l->v)
         return NULL;
     return l;
 }
 
-int list_push(tpl_arena *a, vlist *l, val v)
+int tpl_list_push(tpl_arena *a, vlist *l, val v)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
-        val *nv = arena_alloc(a, cap * sizeof(val));
+        val *nv = tpl_arena_alloc(a, cap * sizeof(val));
         if (!nv)
             return -1;
         if (l->n)
@@ -103,21 +103,21 @@ int list_push(tpl_arena *a, vlist *l, val v)
     return 0;
 }
 
-vdict *dict_new(tpl_arena *a, size_t cap)
+vdict *tpl_dict_new(tpl_arena *a, size_t cap)
 {
-    vdict *d = arena_alloc(a, sizeof(*d));
+    vdict *d = tpl_arena_alloc(a, sizeof(*d));
     if (!d)
         return NULL;
     d->n = 0;
     d->cap = cap;
-    d->k = cap ? arena_alloc(a, cap * sizeof(val)) : NULL;
-    d->v = cap ? arena_alloc(a, cap * sizeof(val)) : NULL;
+    d->k = cap ? tpl_arena_alloc(a, cap * sizeof(val)) : NULL;
+    d->v = cap ? tpl_arena_alloc(a, cap * sizeof(val)) : NULL;
     if (cap && (!d->k || !d->v))
         return NULL;
     return d;
 }
 
-val *dict_get(const vdict *d, const char *key, size_t n)
+val *tpl_dict_get(const vdict *d, const char *key, size_t n)
 {
     for (size_t i = 0; i < d->n; i++) {
         const val *k = &d->k[i];
@@ -127,21 +127,21 @@ val *dict_get(const vdict *d, const char *key, size_t n)
     return NULL;
 }
 
-val *dict_get_val(const vdict *d, val key)
+val *tpl_dict_get_val(const vdict *d, val key)
 {
     if (key.t == V_STR)
-        return dict_get(d, key.u.s.p, key.u.s.n);
+        return tpl_dict_get(d, key.u.s.p, key.u.s.n);
     for (size_t i = 0; i < d->n; i++)
-        if (val_eq(d->k[i], key))
+        if (tpl_val_eq(d->k[i], key))
             return &d->v[i];
     return NULL;
 }
 
-int dict_set(tpl_arena *a, vdict *d, val k, val v)
+int tpl_dict_set(tpl_arena *a, vdict *d, val k, val v)
 {
     /* Big objects from request JSON skip the duplicate-key scan: it would be quadratic. */
     if (d->n <= 64) {
-        val *old = dict_get_val(d, k);
+        val *old = tpl_dict_get_val(d, k);
         if (old) {
             *old = v;
             return 0;
@@ -149,7 +149,7 @@ int dict_set(tpl_arena *a, vdict *d, val k, val v)
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
-        val *nk = arena_alloc(a, cap * sizeof(val)), *nv = arena_alloc(a, cap * sizeof(val));
+        val *nk = tpl_arena_alloc(a, cap * sizeof(val)), *nv = tpl_arena_alloc(a, cap * sizeof(val));
         if (!nk || !nv)
             return -1;
         if (d->n) {
@@ -166,13 +166,13 @@ int dict_set(tpl_arena *a, vdict *d, val k, val v)
     return 0;
 }
 
-void sb_init(sbuf *b, tpl_arena *a, size_t cap)
+void tpl_sb_init(sbuf *b, tpl_arena *a, size_t cap)
 {
     b->a = a;
     b->n = 0;
     b->oom = false;
     b->cap = cap ? cap : 64;
-    b->p = arena_alloc(a, b->cap);
+    b->p = tpl_arena_alloc(a, b->cap);
     if (!b->p) {
         b->cap = 0;
         b->oom = true;
@@ -188,7 +188,7 @@ static bool sb_reserve(sbuf *b, size_t extra)
     size_t cap = b->cap * 2;
     while (cap < b->n + extra + 1)
         cap *= 2;
-    char *np = arena_alloc(b->a, cap);
+    char *np = tpl_arena_alloc(b->a, cap);
     if (!np) {
         b->oom = true;
         return false;
@@ -199,7 +199,7 @@ static bool sb_reserve(sbuf *b, size_t extra)
     return true;
 }
 
-void sb_put(sbuf *b, const char *s, size_t n)
+void tpl_sb_put(sbuf *b, const char *s, size_t n)
 {
     if (!n || !sb_reserve(b, n))
         return;
@@ -208,7 +208,7 @@ void sb_put(sbuf *b, const char *s, size_t n)
     b->p[b->n] = '\0';
 }
 
-void sb_putc(sbuf *b, char c)
+void tpl_sb_putc(sbuf *b, char c)
 {
     if (!sb_reserve(b, 1))
         return;
@@ -216,12 +216,12 @@ void sb_putc(sbuf *b, char c)
     b->p[b->n] = '\0';
 }
 
-void sb_puts(sbuf *b, const char *s)
+void tpl_sb_puts(sbuf *b, const char *s)
 {
-    sb_put(b, s, strlen(s));
+    tpl_sb_put(b, s, strlen(s));
 }
 
-void sb_printf(sbuf *b, const char *fmt, ...)
+void tpl_sb_printf(sbuf *b, const char *fmt, ...)
 {
     char tmp[256];
     va_list ap;
@@ -231,7 +231,7 @@ void sb_printf(sbuf *b, const char *fmt, ...)
     if (k < 0)
         return;
     if ((size_t)k < sizeof(tmp)) {
-        sb_put(b, tmp, (size_t)k);
+        tpl_sb_put(b, tmp, (size_t)k);
         return;
     }
     if (!sb_reserve(b, (size_t)k))
