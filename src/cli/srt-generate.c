@@ -144,7 +144,7 @@ int main(int argc, char **argv)
     if (srt_model_load(model_path, &m, &err) != SRT_OK)
         goto fail;
     const srt_model_config *c = srt_model_config_of(m);
-    {
+    if (prompt_text || !print_ids) {
         /* the model's tokenizer: GGUF metadata, or tokenizer.json beside config.json */
         srt_err terr = { { 0 } };
         char tj[4096], tc[4096];

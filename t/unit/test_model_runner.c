@@ -17,6 +17,25 @@
 #include "tap.h"
 #include "tiny_model_writer.h"
 
+/* Allocation counter: the test binary's malloc family wraps glibc's, so calls made inside
+ * the engine during a forward step are seen. */
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+static volatile int counting, n_allocs;
+void *malloc(size_t n) { if (counting) __sync_fetch_and_add(&n_allocs, 1); return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { if (counting) __sync_fetch_and_add(&n_allocs, 1); return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { if (counting) __sync_fetch_and_add(&n_allocs, 1); return __libc_realloc(p, n); }
+void *aligned_alloc(size_t a, size_t n) { if (counting) __sync_fetch_and_add(&n_allocs, 1); return __libc_memalign(a, n); }
+int posix_memalign(void **p, size_t a, size_t n)
+{
+    if (counting)
+        __sync_fetch_and_add(&n_allocs, 1);
+    *p = __libc_memalign(a, n);
+    return *p ? 0 : 12;
+}
+
 static srt_model *model;
 static int VOC;
 
@@ -159,6 +178,28 @@ int main(void)
         ok(rc == SRT_OK && memcmp(ref, got, VOC * sizeof(float)) == 0,
            "dispatch through the hook engine on every module (unfused act_fn) == fast path, bit for bit (diff %.2g)",
            maxdiff(ref, got, VOC));
+    }
+
+    /* no allocation in a forward step: prefill chunk and decode */
+    {
+        seqdesc pre = { ids, 20, 0, slotsC }, dec = { &next, 1, 20, slotsC };
+        step(r, kv, &pre, 1, got, &err);   /* warm: first use of anything lazy */
+        n_allocs = 0;
+        counting = 1;
+        int rc1 = step(r, kv, &pre, 1, got, &err);
+        int rc2 = step(r, kv, &dec, 1, got, &err);
+        seqdesc mix2[3] = { a1, d1, b1 };
+        int rc3 = step(r, kv, mix2, 3, got, &err);
+        counting = 0;
+        ok(rc1 == SRT_OK && rc2 == SRT_OK && rc3 == SRT_OK && n_allocs == 0,
+           "prefill, decode and mixed steps allocate nothing (%d allocations)", n_allocs);
+        /* the counter works */
+        counting = 1;
+        srt_kv_pool *probe = NULL;
+        srt_kv_pool_create(srt_model_config_of(model), 4, SRT_F32, &probe, &err);
+        counting = 0;
+        srt_kv_pool_free(probe);
+        ok(n_allocs > 0, "the counter sees the engine's allocations (%d in srt_kv_pool_create)", n_allocs);
     }
 
     /* malformed batches */
