@@ -12,6 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <yajl/yajl_gen.h>
+
+#include "srt/chat_template.h"
 #include "srt/model.h"
 #include "srt/sampling.h"
 #include "srt/tokenizer.h"
@@ -28,6 +31,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: srt-generate --model PATH (--prompt TEXT | --prompt-ids ID,ID,...) [options]\n"
             "  --prompt TEXT      tokenized with the model's tokenizer (special tokens parsed, BOS as the model wants)\n"
+            "  --chat             wrap --prompt as a user message in the model's chat template\n"
+            "  --system TEXT      with --chat: a system message first\n"
             "  --ids              print token ids instead of text\n"
             "  --max-tokens N     tokens to generate (default 32)\n"
             "  --temperature T    0 = greedy (default 0)\n"
@@ -79,10 +84,59 @@ static int parse_ids(const char *s, int32_t **out, int32_t *n)
     return 0;
 }
 
+static void gen_str(yajl_gen g, const char *s)
+{
+    yajl_gen_string(g, (const unsigned char *)s, strlen(s));
+}
+
+/* The prompt as {"messages": [...], "add_generation_prompt": true, ...} through the template. */
+static int render_chat(const srt_tokenizer *tok, const char *system, const char *user, char **out, srt_err *err)
+{
+    const char *src = srt_tokenizer_chat_template(tok);
+    if (!src)
+        return srt_err_set(err, "--chat: the model's tokenizer has no chat template");
+    srt_chat_template *t = NULL;
+    if (srt_chat_template_compile(src, strlen(src), &t, err) != SRT_OK)
+        return SRT_ERROR;
+    yajl_gen g = yajl_gen_alloc(NULL);
+    yajl_gen_map_open(g);
+    gen_str(g, "messages");
+    yajl_gen_array_open(g);
+    for (int i = system ? 0 : 1; i < 2; i++) {
+        yajl_gen_map_open(g);
+        gen_str(g, "role");
+        gen_str(g, i == 0 ? "system" : "user");
+        gen_str(g, "content");
+        gen_str(g, i == 0 ? system : user);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+    gen_str(g, "add_generation_prompt");
+    yajl_gen_bool(g, 1);
+    const char *bos = srt_tokenizer_bos_token(tok), *eos = srt_tokenizer_eos_token(tok);
+    gen_str(g, "bos_token");
+    gen_str(g, bos ? bos : "");
+    gen_str(g, "eos_token");
+    gen_str(g, eos ? eos : "");
+    gen_str(g, "tools");
+    yajl_gen_null(g);
+    gen_str(g, "documents");
+    yajl_gen_null(g);
+    yajl_gen_map_close(g);
+    const unsigned char *js;
+    size_t jl, ol;
+    yajl_gen_get_buf(g, &js, &jl);
+    int rc = srt_chat_template_render(t, (const char *)js, jl, out, &ol, err);
+    yajl_gen_free(g);
+    srt_chat_template_free(t);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *ids_arg = NULL, *prompt_text = NULL;
-    int threads = 0, batch = 512, kv_f16 = 0, print_ids = 0, precise = 0;
+    const char *system_text = NULL;
+    int threads = 0, batch = 512, kv_f16 = 0, print_ids = 0, precise = 0, chat = 0;
     srt_sampling_params sp;
     srt_err err = { { 0 } };
 
@@ -95,6 +149,8 @@ int main(int argc, char **argv)
         if (ARG("--model")) model_path = v;
         else if (ARG("--prompt-ids")) ids_arg = v;
         else if (ARG("--prompt")) prompt_text = v;
+        else if (ARG("--system")) system_text = v;
+        else if (strcmp(a, "--chat") == 0) chat = 1;
         else if (ARG("--max-tokens")) sp.max_tokens = atoi(v);
         else if (ARG("--temperature")) sp.temperature = strtof(v, NULL);
         else if (ARG("--top-p")) sp.top_p = strtof(v, NULL);
@@ -130,7 +186,7 @@ int main(int argc, char **argv)
 
     srt_model *m = NULL;
     srt_tokenizer *tok = NULL;
-    char *text_buf = NULL;
+    char *text_buf = NULL, *chat_text = NULL;
     srt_detok dt;
     srt_runner *r = NULL;
     srt_kv_pool *kv = NULL;
@@ -170,6 +226,12 @@ int main(int argc, char **argv)
     if (prompt_text) {
         size_t n = 0;
         unsigned fl = SRT_TOK_PARSE_SPECIAL | SRT_TOK_ADD_SPECIAL;
+        if (chat) {
+            if (render_chat(tok, system_text, prompt_text, &chat_text, &err) != SRT_OK)
+                goto fail;
+            prompt_text = chat_text;
+            fl = SRT_TOK_PARSE_SPECIAL;   /* the template writes any BOS itself, as apply_chat_template */
+        }
         if (srt_tokenizer_encode_alloc(tok, prompt_text, strlen(prompt_text), fl, &prompt, &n, &err) != SRT_OK)
             goto fail;
         if (n == 0) {
@@ -275,6 +337,7 @@ done:
     srt_sampler_free(&st);
     srt_sampler_ws_free(ws);
     free(text_buf);
+    free(chat_text);
     srt_tokenizer_free(tok);
     free(logits);
     free(slots);
