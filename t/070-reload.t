@@ -85,8 +85,11 @@ my $r = <$fh> // '';
 Test::More::like($r, qr/^HTTP\/1\.1 200 /, "streamed request: 200");
 Test::More::like($r, qr/"completion_tokens":80,.*\ndata: \[DONE\]\n\n\z/s, "streamed request: all 80 tokens and [DONE]");
 open my $log, '<', "$Test::Nginx::Socket::ServerRoot/logs/error.log" or die;
-my @owners = grep { /srt: scheduler process \d+ owns model "smol"/ } <$log>;
+my $text = <$log>;
+my @owners = $text =~ /srt: scheduler process (\d+) owns model "smol"/g;
 Test::More::is(scalar @owners, 2, "the new scheduler took the model over after the old one");
+Test::More::like($text, qr/scheduler process $owners[0] for model "smol" exited.*scheduler process $owners[1] owns model/s,
+                 "... only once the old one had exited");
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}

@@ -372,6 +372,7 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline)
         _exit(1);
     }
 
+    ngx_time_update();
     ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
                   "srt: scheduler process %P owns model \"%V\" (%V)",
                   ngx_getpid(), &m->name, &m->path);
