@@ -490,6 +490,7 @@ SEMANTICS = [
                                      {"role": "c", "reasoning_content": None, "thinking": "t2", "content": "x"},
                                      {"role": "d", "reasoning_content": "rc", "reasoning": "ignored"}]}),
     ("{{ messages }}", {"messages": [{"role": "a"}, "not a dict"]}),
+    ("{{ ms|sort(attribute='a,b')|map(attribute='n')|join }} {{ ms|sort(attribute='b,a', reverse=true)|map(attribute='n')|join }}", {"ms": [{"a": 2, "b": "x", "n": 1}, {"a": 1, "b": "y", "n": 2}, {"a": 1, "b": "X", "n": 3}]}),
 ]
 
 MALFORMED = [
@@ -517,6 +518,11 @@ UNSUPPORTED = [
     ("{{ x|groupby('a') }}", "groupby"),
     ("{{ cycler(1, 2) }}", "cycler"),
     ("{{ 'x'.encode() }}", "encode"),
+    ("{{ l|map('truncate')|list }}", "truncate"),
+    ("{{ l|selectattr('a', 'nosuchtest')|list }}", "nosuchtest"),
+    ("{{ l|reject('nosuchtest')|list }}", "nosuchtest"),
+    ("{{ loop.changed(1) }}", "changed"),
+    ("{% for x in l %}{{ loop.changed(x) }}{% endfor %}", "changed"),
     ("{% autoescape true %}{% endautoescape %}", "autoescape"),
 ]
 

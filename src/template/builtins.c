@@ -1399,12 +1399,33 @@ int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
         sort_item *it = tpl_arena_alloc(&r->a, (items->n ? items->n : 1) * sizeof(*it));
         if (!it)
             return oom(r);
+        /* attribute="a,b" sorts by several attributes (jinja2's make_multi_attrgetter) */
+        const char *comma = has_attr && attr.t == V_STR ? memchr(attr.u.s.p, ',', attr.u.s.n) : NULL;
         for (size_t i = 0; i < items->n; i++) {
             it[i].v = items->v[i];
             val key = items->v[i];
-            if (has_attr && get_path(r, key, attr, &key))
-                return -1;
-            it[i].key = sort_key(r, key, cs);
+            if (comma) {
+                vlist *parts = tpl_list_new(&r->a, 2);
+                if (!parts)
+                    return oom(r);
+                const char *q = attr.u.s.p, *end = attr.u.s.p + attr.u.s.n;
+                while (q <= end) {
+                    const char *c = memchr(q, ',', (size_t)(end - q));
+                    if (!c)
+                        c = end;
+                    val part;
+                    if (get_path(r, items->v[i], v_str(q, (size_t)(c - q)), &part) ||
+                        tpl_list_push(&r->a, parts, sort_key(r, part, cs)))
+                        return -1;
+                    q = c + 1;
+                }
+                key = mk_list(parts, false);
+            } else {
+                if (has_attr && get_path(r, key, attr, &key))
+                    return -1;
+                key = sort_key(r, key, cs);
+            }
+            it[i].key = key;
         }
         if (sort_items(r, it, items->n, reverse))
             return -1;

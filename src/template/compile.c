@@ -743,6 +743,32 @@ static expr *parse_tuple(parser *p, bool with_cond, bool explicit_parens)
     return e;
 }
 
+/* map('upper'), select('odd'), selectattr('x', 'equalto', y) name a filter or test in a string: when it is
+ * a literal, check it now so an unsupported one fails at load time like any other. */
+static void check_named_callable(parser *p, expr *e, tok *t)
+{
+    bool is_map = t->n == 3 && memcmp(t->p, "map", 3) == 0;
+    bool is_sel = (t->n == 6 && (memcmp(t->p, "select", 6) == 0 || memcmp(t->p, "reject", 6) == 0));
+    bool is_attr = t->n == 10 && (memcmp(t->p, "selectattr", 10) == 0 || memcmp(t->p, "rejectattr", 10) == 0);
+    if (!is_map && !is_sel && !is_attr)
+        return;
+    int want = is_attr ? 1 : 0, pos = 0;
+    for (int i = 0; i < e->nargs; i++) {
+        if (e->kw && e->kw[i])
+            continue;
+        if (pos++ != want)
+            continue;
+        expr *a = e->args[i];
+        if (a->kind != E_CONST || a->lit.t != V_STR)
+            return;
+        bool known = is_map ? tpl_filter_lookup(a->lit.u.s.p, a->lit.u.s.n) != 0
+                            : tpl_test_lookup(a->lit.u.s.p, a->lit.u.s.n) != 0;
+        if (!known)
+            fail(p, t->line, "unsupported %s '%.*s' (named in '%.*s')", is_map ? "filter" : "test",
+                 (int)a->lit.u.s.n, a->lit.u.s.p, (int)t->n, t->p);
+    }
+}
+
 static expr *parse_filter(parser *p, expr *node)
 {
     tok *t = expect_name(p);
@@ -755,6 +781,7 @@ static expr *parse_filter(parser *p, expr *node)
         fail(p, t->line, "unsupported filter '%.*s'", (int)t->n, t->p);
     if (is_op(p, "("))
         parse_args(p, e);
+    check_named_callable(p, e, t);
     return e;
 }
 

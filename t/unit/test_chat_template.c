@@ -124,7 +124,7 @@ static void fuzz_template(const char *src, const char *ctx)
     size_t n = strlen(src);
     char *buf = malloc(n + 64);
     const char *env = getenv("SRT_TEMPLATE_FUZZ_ITERS");
-    int iters = env ? atoi(env) : 120;
+    int iters = env ? atoi(env) : getenv("SRT_SOAK") ? 3000 : 120;
     for (int iter = 0; iter < iters; iter++) {
         memcpy(buf, src, n + 1);
         size_t len = n;
