@@ -16,6 +16,7 @@ typedef struct attn_job {
     const srt_attn_args *a;
     srt_dot_f32_fn       dot;
     srt_axpy_f32_fn      axpy;
+    srt_f16_row_fn       f16;
 } attn_job;
 
 static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
@@ -29,17 +30,6 @@ static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
             hi = mid - 1;
     }
     return lo;
-}
-
-static void row_to_f32(const void *cache, srt_dtype dt, size_t off, int32_t n, float *out)
-{
-    if (dt == SRT_F32) {
-        memcpy(out, (const float *)cache + off, (size_t)n * sizeof(float));
-        return;
-    }
-    const uint16_t *h = (const uint16_t *)cache + off;
-    for (int32_t i = 0; i < n; i++)
-        out[i] = srt_f16_to_f32(h[i]);
 }
 
 static void attend_one(const attn_job *job, int32_t t, int32_t h)
@@ -66,7 +56,7 @@ static void attend_one(const attn_job *job, int32_t t, int32_t h)
             if (f32)
                 k = (const float *)a->k_cache + off;
             else {
-                row_to_f32(a->k_cache, a->kv_dtype, off, hd, kbuf);
+                job->f16((const uint16_t *)a->k_cache + off, kbuf, hd);
                 k = kbuf;
             }
             score[j] = job->dot(q, k, hd) * a->scale;
@@ -88,7 +78,7 @@ static void attend_one(const attn_job *job, int32_t t, int32_t h)
             if (f32)
                 v = (const float *)a->v_cache + off;
             else {
-                row_to_f32(a->v_cache, a->kv_dtype, off, hd, kbuf);
+                job->f16((const uint16_t *)a->v_cache + off, kbuf, hd);
                 v = kbuf;
             }
             job->axpy(acc, p, v, hd);
@@ -111,7 +101,7 @@ static void attn_worker(void *arg, int ith, int nth)
 
 void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a)
 {
-    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32() };
+    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row() };
     if (tp && (int64_t)a->batch->n_tokens * a->n_heads > 1)
         srt_threadpool_run(tp, attn_worker, &job);
     else

@@ -17,6 +17,7 @@ typedef struct cpu_backend {
     int             reference;    /* SRT_CPU_MATMUL=reference: f32 activations, scalar (slow; for checks) */
     int             precise;      /* f32 activations against dequantized weight rows */
     srt_dot_f32_fn  dot;
+    srt_f32_to_f16_row_fn to_f16;
     float          *ones;         /* SILU_CHUNK ones: silu(x) = silu_mul(x, 1), bit for bit as fused */
 } cpu_backend;
 
@@ -205,11 +206,9 @@ static void cpu_kv_store(srt_backend *be, const srt_forward_batch *b, const floa
             memcpy((float *)kc + dst, ks, (size_t)row * sizeof(float));
             memcpy((float *)vc + dst, vs, (size_t)row * sizeof(float));
         } else {
-            uint16_t *kd = (uint16_t *)kc + dst, *vd = (uint16_t *)vc + dst;
-            for (int32_t i = 0; i < row; i++) {
-                kd[i] = srt_f32_to_f16(ks[i]);
-                vd[i] = srt_f32_to_f16(vs[i]);
-            }
+            srt_f32_to_f16_row_fn cvt = cpu(be)->to_f16;
+            cvt(ks, (uint16_t *)kc + dst, row);
+            cvt(vs, (uint16_t *)vc + dst, row);
         }
     }
 }
@@ -262,6 +261,7 @@ srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *
     c->reference = mm && strcmp(mm, "reference") == 0;
     c->precise = precise_matmul || (mm && strcmp(mm, "precise") == 0);
     c->dot = srt_cpu_dot_f32();
+    c->to_f16 = srt_cpu_f32_to_f16_row();
     for (int i = 0; i < SILU_CHUNK; i++)
         c->ones[i] = 1.0f;
     c->base.ops = &cpu_ops;

@@ -24,8 +24,38 @@ static void axpy_portable(float *y, float a, const float *x, int64_t n)
         y[i] += a * x[i];
 }
 
+static void f16_row_portable(const uint16_t *h, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = srt_f16_to_f32(h[i]);
+}
+
+static void f32_to_f16_portable(const float *x, uint16_t *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = srt_f32_to_f16(x[i]);
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+__attribute__((target("avx2,f16c"))) static void f16_row_f16c(const uint16_t *h, float *out, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++)
+        out[i] = srt_f16_to_f32(h[i]);
+}
+
+__attribute__((target("avx2,f16c"))) static void f32_to_f16_f16c(const float *x, uint16_t *out, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        out[i] = srt_f32_to_f16(x[i]);
+}
 
 __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int64_t n)
 {
@@ -105,4 +135,22 @@ srt_axpy_f32_fn srt_cpu_axpy_f32(void)
         return axpy_avx2;
 #endif
     return axpy_portable;
+}
+
+srt_f16_row_fn srt_cpu_f16_row(void)
+{
+#if defined(__x86_64__)
+    if (use_level() >= 1)
+        return f16_row_f16c;
+#endif
+    return f16_row_portable;
+}
+
+srt_f32_to_f16_row_fn srt_cpu_f32_to_f16_row(void)
+{
+#if defined(__x86_64__)
+    if (use_level() >= 1)
+        return f32_to_f16_f16c;
+#endif
+    return f32_to_f16_portable;
 }
