@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Write src/tok/nfc_tables.h: the Unicode data NFC needs (canonical decompositions, combining classes,
-primary compositions), from Python's unicodedata. Rerun when moving to a newer Unicode version."""
+"""Write src/tok/nfc_tables.h: the Unicode data NFC and NFKC need (canonical and compatibility
+decompositions, combining classes, primary compositions), from Python's unicodedata. Rerun when moving
+to a newer Unicode version."""
 import os
 import unicodedata
 
@@ -44,13 +45,29 @@ for cp in range(0x110000):
     if len(d) == 2 and unicodedata.normalize("NFC", c) == c and unicodedata.combining(chr(d[0])) == 0:
         comp.append((d[0], d[1], cp))
         trig.add(d[1])
+# compatibility decompositions that differ from the canonical one (NFKD of the character)
+kdecomp, ktrig = [], set()
+for cp in range(0x110000):
+    if 0xD800 <= cp < 0xE000 or SBASE <= cp < SBASE + SCOUNT:
+        continue
+    c = chr(cp)
+    kd = unicodedata.normalize("NFKD", c)
+    if kd != unicodedata.normalize("NFD", c):
+        kdecomp.append((cp, [ord(x) for x in kd]))
+    if unicodedata.normalize("NFKC", c) != c:
+        ktrig.add(cp)
 trig.update(range(0x1161, 0x1176))
 trig.update(range(0x11A8, 0x11C3))
 comp.sort()
-pool, dec_rows = [], []
+pool, dec_rows, kdec_rows = [], [], []
 for cp, seq in decomp:
     dec_rows.append((cp, len(pool), len(seq)))
     pool.extend(seq)
+for cp, seq in kdecomp:
+    kdec_rows.append((cp, len(pool), len(seq)))
+    pool.extend(seq)
+ktrig |= trig
+max_k = max(len(s) for _, s in kdecomp)
 
 
 def rows(items, fmt, per=6):
@@ -65,6 +82,11 @@ with open(OUT, "w") as f:
     f.write("static const uint32_t nfc_decomp_pool[%d] = {\n%s\n};\n" % (len(pool), rows(pool, lambda x: "0x%X," % x, 10)))
     f.write("static const struct { uint32_t cp; uint16_t off; uint8_t len; } nfc_decomp[%d] = {\n%s\n};\n" %
             (len(dec_rows), rows(dec_rows, lambda r: "{0x%X, %d, %d}," % r)))
+    f.write("static const struct { uint32_t cp; uint16_t off; uint8_t len; } nfkc_decomp[%d] = {\n%s\n};\n" %
+            (len(kdec_rows), rows(kdec_rows, lambda r: "{0x%X, %d, %d}," % r)))
+    f.write("#define NFKC_MAX_DECOMP %d\n" % max_k)
+    kt = sorted(ktrig)
+    f.write("static const uint32_t nfkc_trigger[%d] = {\n%s\n};\n" % (len(kt), rows(kt, lambda x: "0x%X," % x, 10)))
     f.write("static const struct { uint32_t cp; uint8_t ccc; } nfc_ccc[%d] = {\n%s\n};\n" %
             (len(ccc), rows(ccc, lambda r: "{0x%X, %d}," % r)))
     f.write("static const struct { uint32_t a, b, c; } nfc_comp[%d] = {\n%s\n};\n" %

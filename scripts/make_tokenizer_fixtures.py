@@ -12,6 +12,9 @@ Everything is deterministic (fixed seeds), so rerunning reproduces the committed
   gpt2/            GPT-2-style: ByteLevel(use_regex=true, add_prefix_space=true), merges as "a b" strings
   spm/             SentencePiece-style BPE (Llama-2 layout): Prepend+Replace normalizer, byte_fallback
   mistral/         the same model with a Metaspace pre-tokenizer and Metaspace decoder
+  anthropic/       a real tokenizer.json shipped on PyPI (anthropic==0.30.0, byte-level BPE with NFKC),
+                   fetched with `pip download`
+  spm-gguf/, bpe-gguf/  tokenizer-only GGUF files; expected ids from transformers' GGUF conversion
   corpus.txt       the test corpus, one JSON string per line
   <name>/ids.txt   expected ids from HF tokenizers, one line per corpus string (see write_expected)
 
@@ -254,6 +257,26 @@ def make_spm(out, train_lines):
         "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"})
 
 
+# ---------------------------------------------------------------- a real tokenizer.json from PyPI
+
+def fetch_anthropic(out, version="0.30.0"):
+    """The Anthropic SDK wheels up to 0.3x ship the Claude tokenizer.json used by count_tokens."""
+    import subprocess
+    import tempfile
+    import zipfile
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp,
+                            "anthropic==%s" % version], check=True)
+        except (subprocess.CalledProcessError, OSError) as e:
+            print("pip download anthropic failed (%s): keeping the committed anthropic/ files" % e, file=sys.stderr)
+            return
+        whl = [f for f in os.listdir(tmp) if f.endswith(".whl")][0]
+        with zipfile.ZipFile(os.path.join(tmp, whl)) as z:
+            tj = json.loads(z.read("anthropic/tokenizer.json"))
+    dump_json(os.path.join(out, "anthropic/tokenizer.json"), tj)
+
+
 # ---------------------------------------------------------------- GGUF tokenizers
 
 def write_tokenizer_gguf(path, arch, model, tokens, types, scores=None, merges=None, pre=None,
@@ -433,7 +456,8 @@ def write_expected(out, name, corpus, tk=None):
     """ids.txt: per corpus line "A|B|C|D" where
          A = ids with special tokens parsed in text (add_special_tokens=False),
          B = ids with special tokens treated as plain text ("=" when equal to A),
-         C = ids with the post-processor's special tokens added (add_special_tokens=True, "=" when equal to A),
+         C = ids with the post-processor's special tokens added (add_special_tokens=True; "=" when equal
+             to A, "+P" when it is the ids P followed by A),
          D = HF decode(A) as a JSON string ("=" when equal to the input string).
        ids are space separated decimal."""
     from tokenizers import Tokenizer
@@ -450,7 +474,12 @@ def write_expected(out, name, corpus, tk=None):
         d = tk.decode(a, skip_special_tokens=False)
         fa = " ".join(map(str, a))
         fb = "=" if b == a else " ".join(map(str, b))
-        fc = "=" if c == a else " ".join(map(str, c))
+        if c == a:
+            fc = "="
+        elif len(c) > len(a) and c[len(c) - len(a):] == a:
+            fc = "+" + " ".join(map(str, c[:len(c) - len(a)]))
+        else:
+            fc = " ".join(map(str, c))
         fd = "=" if d == s else json.dumps(d, ensure_ascii=False)
         lines.append("%s|%s|%s|%s" % (fa, fb, fc, fd))
     with open(os.path.join(out, name, "ids.txt"), "w", encoding="utf-8") as f:
@@ -477,7 +506,8 @@ def main():
     with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8") as f:
         for s in corpus:
             f.write(json.dumps(s, ensure_ascii=False) + "\n")
-    for name in ("smollm2", "qwen2", "llama3", "gpt2", "spm", "mistral"):
+    fetch_anthropic(out)
+    for name in ("smollm2", "qwen2", "llama3", "gpt2", "spm", "mistral", "anthropic"):
         write_expected(out, name, corpus)
     make_gguf_fixtures(out)
     try:

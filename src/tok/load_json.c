@@ -111,6 +111,8 @@ static int parse_normalizer(srt_tokenizer *t, yajl_val v, srt_err *err)
     memset(&nm, 0, sizeof(nm));
     if (!strcmp(type, "NFC")) {
         nm.kind = NORM_NFC;
+    } else if (!strcmp(type, "NFKC")) {
+        nm.kind = NORM_NFKC;
     } else if (!strcmp(type, "Prepend")) {
         const char *s = get_str(v, "prepend");
         if (!s) {
@@ -138,8 +140,8 @@ static int parse_normalizer(srt_tokenizer *t, yajl_val v, srt_err *err)
         nm.left = get_bool(v, "strip_left", 1);
         nm.right = get_bool(v, "strip_right", 1);
     } else {
-        srt_err_set(err, "%s: normalizer type \"%s\" is not supported (supported: NFC, Prepend, Replace, "
-                         "Strip, Sequence)", t->name, type);
+        srt_err_set(err, "%s: normalizer type \"%s\" is not supported (supported: NFC, NFKC, Prepend, "
+                         "Replace, Strip, Sequence)", t->name, type);
         return SRT_ERROR;
     }
     if (add_norm(t, nm)) {

@@ -1,5 +1,6 @@
-/* Unicode NFC (canonical decomposition, canonical ordering, canonical composition), for tokenizers
- * whose normalizer is NFC (Qwen2). Text without any character that NFC could touch is left alone. */
+/* Unicode NFC and NFKC (canonical or compatibility decomposition, canonical ordering, canonical
+ * composition), for tokenizers whose normalizer is NFC (Qwen2) or NFKC. Text without any character that
+ * the normalization could touch is left alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,19 +18,24 @@
 #define NCOUNT (VCOUNT * TCOUNT)
 #define SCOUNT (LCOUNT * NCOUNT)
 
-static int is_trigger(uint32_t cp)
+static int in_sorted(const uint32_t *v, size_t n, uint32_t cp)
 {
-    size_t lo = 0, hi = NELEM(nfc_trigger);
-    if (cp < nfc_trigger[0] || cp > nfc_trigger[NELEM(nfc_trigger) - 1])
+    size_t lo = 0, hi = n;
+    if (cp < v[0] || cp > v[n - 1])
         return 0;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (nfc_trigger[mid] < cp)
+        if (v[mid] < cp)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < NELEM(nfc_trigger) && nfc_trigger[lo] == cp;
+    return lo < n && v[lo] == cp;
+}
+
+static int is_trigger(uint32_t cp, int compat)
+{
+    return compat ? in_sorted(nfkc_trigger, NELEM(nfkc_trigger), cp) : in_sorted(nfc_trigger, NELEM(nfc_trigger), cp);
 }
 
 static uint8_t ccc_of(uint32_t cp)
@@ -45,6 +51,23 @@ static uint8_t ccc_of(uint32_t cp)
             hi = mid;
     }
     return (lo < NELEM(nfc_ccc) && nfc_ccc[lo].cp == cp) ? nfc_ccc[lo].ccc : 0;
+}
+
+static const uint32_t *kdecomp_of(uint32_t cp, size_t *len)
+{
+    size_t lo = 0, hi = NELEM(nfkc_decomp);
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (nfkc_decomp[mid].cp < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < NELEM(nfkc_decomp) && nfkc_decomp[lo].cp == cp) {
+        *len = nfkc_decomp[lo].len;
+        return nfc_decomp_pool + nfkc_decomp[lo].off;
+    }
+    return NULL;
 }
 
 static const uint32_t *decomp_of(uint32_t cp, size_t *len)
@@ -83,11 +106,11 @@ static uint32_t compose(uint32_t a, uint32_t b)
     return 0;
 }
 
-int tok_nfc_needed(const char *s, size_t n)
+int tok_nfc_needed(const char *s, size_t n, int compat)
 {
     const uint8_t *p = (const uint8_t *)s;
     for (size_t i = 0; i < n;) {
-        if (p[i] < 0xCC) { /* everything below U+0300 is stable */
+        if (p[i] < 0x80 || (!compat && p[i] < 0xCC)) { /* NFC: everything below U+0300 is stable */
             i++;
             continue;
         }
@@ -97,16 +120,16 @@ int tok_nfc_needed(const char *s, size_t n)
         }
         uint32_t cp;
         i += tok_utf8_decode(p + i, &cp);
-        if (is_trigger(cp))
+        if (is_trigger(cp, compat))
             return 1;
     }
     return 0;
 }
 
-int tok_nfc(const char *s, size_t n, tok_buf *out)
+int tok_nfc(const char *s, size_t n, int compat, tok_buf *out)
 {
-    /* every character decomposes into at most 4 (Hangul 3, table max checked by the generator) */
-    uint32_t *cps = malloc((n * 4 + 4) * sizeof(uint32_t));
+    /* a character decomposes into at most NFKC_MAX_DECOMP (canonically at most 4) */
+    uint32_t *cps = malloc((n * (compat ? NFKC_MAX_DECOMP : 4) + 4) * sizeof(uint32_t));
     if (!cps)
         return -1;
     size_t m = 0;
@@ -123,7 +146,9 @@ int tok_nfc(const char *s, size_t n, tok_buf *out)
             continue;
         }
         size_t dl;
-        const uint32_t *d = decomp_of(cp, &dl);
+        const uint32_t *d = compat ? kdecomp_of(cp, &dl) : NULL;
+        if (!d)
+            d = decomp_of(cp, &dl);
         if (d) {
             memcpy(cps + m, d, dl * sizeof(uint32_t));
             m += dl;

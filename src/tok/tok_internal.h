@@ -64,7 +64,7 @@ typedef struct tok_entry {
 
 /* ---------------------------------------------------------------- pipeline steps */
 
-enum tok_norm_kind { NORM_NFC, NORM_PREPEND, NORM_REPLACE, NORM_STRIP };
+enum tok_norm_kind { NORM_NFC, NORM_NFKC, NORM_PREPEND, NORM_REPLACE, NORM_STRIP };
 
 typedef struct tok_norm {
     int kind;
@@ -229,8 +229,8 @@ const struct tok_merge *tok_find_merge(const srt_tokenizer *t, int32_t left, int
 int tok_bpe_word(const srt_tokenizer *t, tok_scratch *s, const char *w, size_t n, tok_buf *ids, srt_err *err);
 
 /* nfc.c */
-int tok_nfc_needed(const char *s, size_t n);
-int tok_nfc(const char *s, size_t n, tok_buf *out);
+int tok_nfc_needed(const char *s, size_t n, int compat);
+int tok_nfc(const char *s, size_t n, int compat, tok_buf *out); /* compat: NFKC */
 
 /* detok.c */
 int tok_build_decoder_plan(srt_tokenizer *t, srt_err *err);

@@ -744,9 +744,10 @@ static int normalize(const srt_tokenizer *t, tok_scratch *s, size_t *off, size_t
         size_t n = *len;
         switch (nm->kind) {
         case NORM_NFC:
-            if (!tok_nfc_needed(src, n))
+        case NORM_NFKC:
+            if (!tok_nfc_needed(src, n, nm->kind == NORM_NFKC))
                 continue;
-            if (tok_nfc(src, n, &s->tmp))
+            if (tok_nfc(src, n, nm->kind == NORM_NFKC, &s->tmp))
                 goto oom;
             break;
         case NORM_PREPEND:
