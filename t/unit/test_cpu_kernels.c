@@ -1,6 +1,8 @@
 /* CPU kernels: format decoders against hand-built blocks, every matmul path against the
  * f64 reference, the thread pool, and the elementwise ops. */
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -478,6 +480,14 @@ static void probe_task(void *arg, int ith, int nth)
     p->nth_seen = nth;
 }
 
+static void sigmask_task(void *arg, int ith, int nth)
+{
+    int *blocked = arg;
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    blocked[ith] = sigismember(&cur, SIGTERM) == 1;
+}
+
 typedef struct { srt_threadpool *tp; pool_probe inner[64]; } nest_probe;
 
 static void nested_task(void *arg, int ith, int nth)
@@ -505,6 +515,13 @@ static void test_threadpool(void)
         is_int(p.nth_seen, n, "nth passed through");
         srt_threadpool_free(tp);
     }
+    srt_threadpool *sp = srt_threadpool_create(3);
+    int blocked[3] = { -1, -1, -1 };
+    srt_threadpool_run(sp, sigmask_task, blocked);
+    ok(blocked[0] == 0 && blocked[1] == 1 && blocked[2] == 1,
+       "workers block signals, the caller's mask is untouched (%d %d %d)", blocked[0], blocked[1], blocked[2]);
+    srt_threadpool_free(sp);
+
     srt_threadpool *np = srt_threadpool_create(3);
     static nest_probe nest;
     memset(&nest, 0, sizeof(nest));

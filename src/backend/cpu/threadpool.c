@@ -6,6 +6,8 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -88,6 +90,9 @@ static void *worker_main(void *p)
     srt_threadpool *tp = ((worker_arg *)p)->tp;
     int ith = ((worker_arg *)p)->ith;
     free(p);
+    char name[16];
+    snprintf(name, sizeof(name), "srt-cpu-%d", ith);
+    pthread_setname_np(pthread_self(), name);
     running_in = tp;
     uint32_t seen = 0;
     for (;;) {
@@ -128,6 +133,11 @@ srt_threadpool *srt_threadpool_create(int n_threads)
             return NULL;
         }
     }
+    /* Workers block every signal: the host process (an nginx helper) handles its signals
+     * on its own thread, never on a kernel worker. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof(*wa));
         if (!wa)
@@ -139,6 +149,7 @@ srt_threadpool *srt_threadpool_create(int n_threads)
         }
         tp->n_started = i;
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (tp->n_started != n_threads - 1) {
         /* Could not start every worker: run with what we have rather than fail. */
         tp->n_threads = tp->n_started + 1;
