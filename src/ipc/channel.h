@@ -51,6 +51,7 @@
 #define SRT_CHAN_PATH_MAX          1024
 #define SRT_CHAN_NAME_MAX          128
 #define SRT_CHAN_MAX_WORKERS       128  /* worker doorbells rung on scheduler state changes */
+#define SRT_CHAN_METRICS_MAX       32768 /* Prometheus text published by the scheduler */
 
 /* ---- configuration: directive values, written by nginx, read by the scheduler ---- */
 
@@ -241,6 +242,11 @@ int srt_chan_sched_stopping(const srt_chan *c);
 /* Request a stop (async-signal-safe; used by the process's signal handlers). */
 void srt_chan_sched_request_stop(srt_chan *c, int how);
 
+/* Publish the scheduler's metrics as Prometheus text (e.g. from
+ * srt_sched_metrics_prometheus()); served at locations with `srt_metrics on`. Truncated to
+ * SRT_CHAN_METRICS_MAX - 1 bytes. Cheap (one memcpy); call it every step or on a timer. */
+void srt_chan_sched_publish_metrics(srt_chan *c, const char *text, size_t len);
+
 /* Release the scheduler role (state stays as last set). */
 void srt_chan_sched_close(srt_chan *c);
 
@@ -248,6 +254,10 @@ void srt_chan_sched_close(srt_chan *c);
  * SRT_CHAN_FINISH_ERROR `why` and wakes their owners. If it still was the channel's scheduler
  * (no successor has taken over yet), also publishes DOWN, which fails the QUEUED slots too. */
 void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why);
+
+/* A consistent copy of the last published metrics text into buf (cap bytes, not
+ * NUL-terminated); returns its length, 0 when none was published yet. */
+size_t srt_chan_metrics_read(const srt_chan *c, char *buf, size_t cap);
 
 /* ---- worker side (nginx worker; src/ngx) ---- */
 

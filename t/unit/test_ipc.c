@@ -473,8 +473,51 @@ static void test_state_ring(void)
     srt_chan_detach(c);
 }
 
+/* A writer process publishing constantly; readers must never see a torn copy. */
+static void metrics_writer(int rounds, int unused)
+{
+    srt_err err;
+    srt_chan *c = srt_chan_attach(mem, mem_size, &err);
+    char text[4096];
+    int i;
+    for (i = 0; i < rounds; i++) {
+        int len = 100 + (i * 37) % 3000;
+        memset(text, 'a' + i % 26, (size_t)len);
+        srt_chan_sched_publish_metrics(c, text, (size_t)len);
+    }
+    _exit(0);
+}
+
+static void test_metrics(void)
+{
+    srt_chan *c = make_chan(2, 32, 0);
+    char buf[4096];
+    int i, torn = 0, seen = 0;
+    pid_t w;
+    is_int(srt_chan_metrics_read(c, buf, sizeof(buf)), 0, "no metrics before the first publish");
+    srt_chan_sched_publish_metrics(c, "srt:x 1\n", 8);
+    ok(srt_chan_metrics_read(c, buf, sizeof(buf)) == 8 && memcmp(buf, "srt:x 1\n", 8) == 0,
+       "published metrics read back");
+    w = spawn(metrics_writer, 20000, 0);
+    for (i = 0; i < 20000; i++) {
+        size_t n = srt_chan_metrics_read(c, buf, sizeof(buf)), k;
+        if (n == 0)
+            continue;
+        seen++;
+        for (k = 1; k < n; k++)
+            if (buf[k] != buf[0]) {
+                torn++;
+                break;
+            }
+    }
+    is_int(reap(w), 0, "metrics writer done");
+    ok(seen > 0 && torn == 0, "%d concurrent reads, none torn", seen);
+    srt_chan_detach(c);
+}
+
 int main(void)
 {
+    test_metrics();
     test_state_ring();
     test_layout();
     test_down_and_full();
