@@ -1038,3 +1038,130 @@ doorbell:
 
     return NGX_OK;
 }
+
+
+/*
+ * srt_metrics on: Prometheus text for every model of this http{} block: what its
+ * scheduler published through the channel, and the channel's own counters.
+ */
+
+ngx_int_t
+ngx_http_srt_metrics_handler(ngx_http_request_t *r)
+{
+    int                        st;
+    size_t                     size, n;
+    u_char                    *p;
+    ngx_int_t                  rc;
+    ngx_buf_t                 *b;
+    ngx_uint_t                 i;
+    ngx_chain_t                out;
+    srt_chan_stats             stats;
+    ngx_http_srt_model_t     **mp, *m;
+    ngx_http_srt_main_conf_t  *smcf;
+
+    if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    smcf = ngx_http_get_module_main_conf(r, ngx_http_srt_module);
+    mp = smcf->models.elts;
+
+    size = smcf->models.nelts * (SRT_CHAN_METRICS_MAX + 2048) + 1024;
+
+    b = ngx_create_temp_buf(r->pool, size);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = b->last;
+
+    p = ngx_sprintf(p,
+        "# HELP srt:scheduler_up 1 when the model's scheduler serves requests.\n"
+        "# TYPE srt:scheduler_up gauge\n");
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        m = mp[i];
+        st = m->chan ? srt_chan_sched_state_get(m->chan, NULL, 0)
+                     : SRT_CHAN_SCHED_NONE;
+        p = ngx_sprintf(p, "srt:scheduler_up{model_name=\"%V\"} %d\n",
+                        &m->name, st == SRT_CHAN_SCHED_READY);
+    }
+
+    p = ngx_sprintf(p,
+        "# HELP srt:http_requests_submitted_total Requests handed to the "
+        "scheduler.\n"
+        "# TYPE srt:http_requests_submitted_total counter\n");
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        m = mp[i];
+        if (m->chan == NULL) {
+            continue;
+        }
+        srt_chan_stats_get(m->chan, &stats);
+        p = ngx_sprintf(p, "srt:http_requests_submitted_total"
+                        "{model_name=\"%V\"} %uL\n", &m->name, stats.submitted);
+    }
+
+    p = ngx_sprintf(p,
+        "# HELP srt:http_requests_overloaded_total Requests refused with 503 "
+        "because every slot was taken.\n"
+        "# TYPE srt:http_requests_overloaded_total counter\n");
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        m = mp[i];
+        if (m->chan == NULL) {
+            continue;
+        }
+        srt_chan_stats_get(m->chan, &stats);
+        p = ngx_sprintf(p, "srt:http_requests_overloaded_total"
+                        "{model_name=\"%V\"} %uL\n",
+                        &m->name, stats.rejected_full);
+    }
+
+    p = ngx_sprintf(p,
+        "# HELP srt:request_slots_used Channel slots held by requests.\n"
+        "# TYPE srt:request_slots_used gauge\n");
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        m = mp[i];
+        if (m->chan == NULL) {
+            continue;
+        }
+        srt_chan_stats_get(m->chan, &stats);
+        p = ngx_sprintf(p, "srt:request_slots_used{model_name=\"%V\"} %uD\n",
+                        &m->name, stats.slots_used);
+    }
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        if (mp[i]->chan == NULL) {
+            continue;
+        }
+        n = srt_chan_metrics_read(mp[i]->chan, (char *) p,
+                                  SRT_CHAN_METRICS_MAX);
+        p += n;
+    }
+
+    b->last = p;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
+    r->headers_out.content_type_len = sizeof("text/plain") - 1;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}

@@ -30,6 +30,8 @@ static char *ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_srt_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_srt_set_file(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -202,6 +204,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_srt_loc_conf_t, wait_ready),
+      NULL },
+
+    { ngx_string("srt_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_http_srt_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("srt_retry_after"),
@@ -658,6 +667,32 @@ ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf->handler = ngx_http_srt_handler;
 
     return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_srt_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_str_t                 *value;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "on") == 0) {
+        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+        clcf->handler = ngx_http_srt_metrics_handler;
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        return NGX_CONF_OK;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"srt_metrics\" must be \"on\" or \"off\", not \"%V\"",
+                       &value[1]);
+
+    return NGX_CONF_ERROR;
 }
 
 

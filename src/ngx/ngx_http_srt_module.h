@@ -193,6 +193,7 @@ ngx_int_t ngx_http_srt_process_init_path(ngx_conf_t *cf,
 
 /* ngx_http_srt_handler.c */
 ngx_int_t ngx_http_srt_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_srt_metrics_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_srt_worker_init(ngx_cycle_t *cycle,
     ngx_http_srt_model_t *m);
 ngx_int_t ngx_http_srt_send_error(ngx_http_request_t *r, ngx_uint_t status,

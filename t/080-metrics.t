@@ -1,0 +1,61 @@
+# srt_metrics on: Prometheus text with the channel's counters for every model.
+use Test::Nginx::Socket 'no_plan';
+
+BEGIN {
+    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
+    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
+                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+master_on();
+log_level('info');
+
+add_block_preprocessor(sub {
+    my $block = shift;
+    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
+        unless defined $block->main_config;
+    $block->set_value("config", <<'EOF2') unless defined $block->config;
+location /v1/ {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 2;
+    srt_context_length 512;
+    srt_max_total_tokens 2048;
+    srt_wait_ready 60s;
+}
+location = /metrics {
+    srt_metrics on;
+}
+EOF2
+    $block->set_value("timeout", 60) unless defined $block->timeout;
+});
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: a request
+--- request
+POST /v1/completions
+{"prompt": "Hello", "max_tokens": 2, "temperature": 0}
+--- response_body_like
+"finish_reason":"length"
+
+
+
+=== TEST 2: metrics count it
+--- request
+GET /metrics
+--- response_headers
+Content-Type: text/plain; version=0.0.4
+--- response_body_like
+# TYPE srt:scheduler_up gauge\nsrt:scheduler_up\{model_name="smol"\} 1\n.*srt:http_requests_submitted_total\{model_name="smol"\} 1\n.*srt:request_slots_used\{model_name="smol"\} 0\n
+
+
+
+=== TEST 3: srt_metrics takes on|off
+--- config
+location = /metrics { srt_metrics yes; }
+--- must_die
+--- error_log
+"srt_metrics" must be "on" or "off", not "yes"
