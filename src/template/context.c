@@ -14,8 +14,9 @@
 
 typedef struct jctx {
     render *r;
-    val     stack[MAX_JSON_DEPTH];
-    val     keys[MAX_JSON_DEPTH];
+    val    *stack;          /* open containers and their pending keys; grow with the nesting */
+    val    *keys;
+    int     cap;
     int     depth;
     val     root;
     bool    have_root;
@@ -103,6 +104,20 @@ static int open_container(jctx *j, val v)
     if (j->depth >= MAX_JSON_DEPTH) {
         j->too_deep = true;
         return 0;
+    }
+    if (j->depth == j->cap) {
+        int cap = j->cap * 2;
+        val *ns = tpl_arena_alloc(&j->r->a, (size_t)cap * sizeof(val));
+        val *nk = tpl_arena_alloc(&j->r->a, (size_t)cap * sizeof(val));
+        if (!ns || !nk) {
+            j->oom = true;
+            return 0;
+        }
+        memcpy(ns, j->stack, (size_t)j->depth * sizeof(val));
+        memcpy(nk, j->keys, (size_t)j->depth * sizeof(val));
+        j->stack = ns;
+        j->keys = nk;
+        j->cap = cap;
     }
     if (!add_value(j, v))
         return 0;
@@ -242,6 +257,11 @@ int tpl_parse_context(render *r, const char *json, size_t len, vdict **out)
     /* the stacks are written before they are read: only the scalars need clearing */
     j->r = r;
     j->depth = 0;
+    j->cap = 8;
+    j->stack = tpl_arena_alloc(&r->a, 8 * sizeof(val));
+    j->keys = tpl_arena_alloc(&r->a, 8 * sizeof(val));
+    if (!j->stack || !j->keys)
+        return tpl_rerr(r, "out of memory");
     j->have_root = j->oom = j->too_deep = false;
     yajl_alloc_funcs af = {ya_malloc, ya_realloc, ya_free, &r->a};
     yajl_handle h = yajl_alloc(&CALLBACKS, &af, j);

@@ -1350,7 +1350,7 @@ int srt_chat_template_render_at(const srt_chat_template *t, const char *context_
     if (tpl_parse_context(&r, context_json, len, &r.ctx) == 0) {
         frame *root = frame_new(&r, NULL);
         sbuf b;
-        tpl_sb_init(&b, &r.a, 4096);
+        tpl_sb_init(&b, &r.a, 2048);
         if (!root) {
             oom(&r);
         } else if (exec_body(&r, t->root, root, &b) == X_ERR) {
