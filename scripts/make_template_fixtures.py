@@ -490,6 +490,8 @@ SEMANTICS = [
                                      {"role": "c", "reasoning_content": None, "thinking": "t2", "content": "x"},
                                      {"role": "d", "reasoning_content": "rc", "reasoning": "ignored"}]}),
     ("{{ messages }}", {"messages": [{"role": "a"}, "not a dict"]}),
+    ("{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.keys()|list }} {{ 'a' in d.keys() }} {{ d.items()|first }} {{ d.values()|sum }} {{ d.keys()|length }}", {"d": {"a": 1, "b": 2}}),
+    ("{{ d.items()|tojson }}", {"d": {"a": 1}}),
     ("{{ ms|sort(attribute='a,b')|map(attribute='n')|join }} {{ ms|sort(attribute='b,a', reverse=true)|map(attribute='n')|join }}", {"ms": [{"a": 2, "b": "x", "n": 1}, {"a": 1, "b": "y", "n": 2}, {"a": 1, "b": "X", "n": 3}]}),
 ]
 

@@ -1794,6 +1794,7 @@ int tpl_method_apply(render *r, int id, val self, cargs *a, val *out, bool *foun
                 }
             }
             *out = mk_list(l, false);
+            out->tuple = id == M_ITEMS ? VIEW_ITEMS : id == M_KEYS ? VIEW_KEYS : VIEW_VALUES;
             return 0;
         }
         }

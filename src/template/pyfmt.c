@@ -15,7 +15,9 @@ const char *tpl_py_type_name(val v)
     case V_INT: case V_BIGINT: return "int";
     case V_FLOAT: return "float";
     case V_STR: return "str";
-    case V_LIST: return v.tuple ? "tuple" : "list";
+    case V_LIST:
+        return v.tuple == VIEW_ITEMS ? "dict_items" : v.tuple == VIEW_KEYS ? "dict_keys"
+             : v.tuple == VIEW_VALUES ? "dict_values" : v.tuple ? "tuple" : "list";
     case V_DICT: return "dict";
     case V_NS: return "Namespace";
     case V_MACRO: return "Macro";
@@ -154,6 +156,15 @@ static void repr_inner(sbuf *b, val v, int depth)
         tpl_sb_puts(b, "Undefined");
         return;
     case V_LIST:
+        if (v.tuple >= VIEW_ITEMS) {
+            static const char *const views[] = {"dict_items(", "dict_keys(", "dict_values("};
+            val plain = v;
+            plain.tuple = 0;
+            tpl_sb_puts(b, views[v.tuple - VIEW_ITEMS]);
+            repr_inner(b, plain, depth);
+            tpl_sb_putc(b, ')');
+            return;
+        }
         tpl_sb_putc(b, v.tuple ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
@@ -299,6 +310,11 @@ int tpl_py_json(sbuf *b, val v, bool ensure_ascii, const char *indent, size_t in
     case V_STR: json_str(b, v.u.s.p, v.u.s.n, ensure_ascii); return 0;
     case V_BIGINT: tpl_sb_put(b, v.u.s.p, v.u.s.n); return 0;
     case V_LIST: {
+        if (v.tuple >= VIEW_ITEMS) {
+            static const char *const views[] = {"dict_items", "dict_keys", "dict_values"};
+            srt_err_set(err, "TypeError: Object of type %s is not JSON serializable", views[v.tuple - VIEW_ITEMS]);
+            return -1;
+        }
         if (v.u.l->n == 0) {
             tpl_sb_puts(b, "[]");
             return 0;

@@ -35,7 +35,7 @@ typedef struct tpl_loop tpl_loop;
 
 typedef struct val {
     uint8_t t;
-    uint8_t tuple;   /* V_LIST that Python would hold as a tuple: only its repr differs */
+    uint8_t tuple;   /* V_LIST as Python would hold it: a list (0), a tuple (1), or a dict view (VIEW_*) */
     uint8_t fn;      /* V_FUNC: which global */
     union {
         int64_t i;                            /* V_INT, V_BOOL */
@@ -50,6 +50,8 @@ typedef struct val {
 
 struct vlist { size_t n, cap; val *v; };
 struct vdict { size_t n, cap; val *k; val *v; };
+
+enum { VIEW_ITEMS = 2, VIEW_KEYS, VIEW_VALUES }; /* d.items(), d.keys(), d.values() */
 
 enum { FN_RANGE = 1, FN_NAMESPACE, FN_DICT, FN_RAISE, FN_STRFTIME };
 
