@@ -35,7 +35,7 @@ sub start_background {
         my $pid = fork();
         if ($pid == 0) {
             my $r = http('POST', '/v1/completions',
-                         '{"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0, "ignore_eos": true}');
+                         '{"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "ignore_eos": true}');
             open my $fh, '>', "$Dir/bg$i";
             print $fh $r;
             close $fh;
@@ -43,7 +43,7 @@ sub start_background {
         }
         push @Children, $pid;
     }
-    for (1 .. 200) {
+    for (1 .. 600) {
         return 1 if http('GET', '/v1/health') =~ /"slots_free":0/;
         select undef, undef, undef, 0.05;
     }
@@ -109,7 +109,7 @@ for my $i (1, 2) {
     open my $fh, '<', "$main::Dir/bg$i";
     local $/;
     my $r = <$fh> // '';
-    Test::More::like($r, qr/^HTTP\/1\.\d 200 .*"completion_tokens":60,/s, "background request $i completed");
+    Test::More::like($r, qr/^HTTP\/1\.\d 200 .*"completion_tokens":200,/s, "background request $i completed");
 }
 --- request
 GET /v1/health
