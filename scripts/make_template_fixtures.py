@@ -492,6 +492,7 @@ SEMANTICS = [
     ("{{ messages }}", {"messages": [{"role": "a"}, "not a dict"]}),
     ("{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.keys()|list }} {{ 'a' in d.keys() }} {{ d.items()|first }} {{ d.values()|sum }} {{ d.keys()|length }}", {"d": {"a": 1, "b": 2}}),
     ("{{ d.items()|tojson }}", {"d": {"a": 1}}),
+    ("{{ 0x1F }} {{ 0o17 }} {{ 0b101 }} {{ 0xff_ff }} {{ 0 }} {{ 00 }} {{ 0x1F + 1 }}", {}),
     ("{{ ms|sort(attribute='a,b')|map(attribute='n')|join }} {{ ms|sort(attribute='b,a', reverse=true)|map(attribute='n')|join }}", {"ms": [{"a": 2, "b": "x", "n": 1}, {"a": 1, "b": "y", "n": 2}, {"a": 1, "b": "X", "n": 3}]}),
 ]
 
@@ -524,6 +525,7 @@ UNSUPPORTED = [
     ("{{ l|selectattr('a', 'nosuchtest')|list }}", "nosuchtest"),
     ("{{ l|reject('nosuchtest')|list }}", "nosuchtest"),
     ("{{ loop.changed(1) }}", "changed"),
+    ("{{ '\\N{BULLET}' }}", "N{"),
     ("{% for x in l %}{{ loop.changed(x) }}{% endfor %}", "changed"),
     ("{% autoescape true %}{% endautoescape %}", "autoescape"),
 ]

@@ -2,6 +2,7 @@
  * settings (trim_blocks, lstrip_blocks, '-'/'+' markers, the dropped final newline); the parser follows
  * jinja2's grammar and precedence. Anything the renderer cannot do is refused here, naming the construct
  * and its line, so a model with an unsupported template fails at load time, never per request. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -224,6 +225,7 @@ static size_t lex_string(parser *p, size_t i, int line, tok *t)
         case 'x': digits = 2; break;
         case 'u': digits = 4; break;
         case 'U': digits = 8; break;
+        case 'N': fail(p, line, "unsupported construct: \\N{...} escape in a string literal");
         default:
             if (c >= '0' && c <= '7') {
                 uint32_t cp = 0;
@@ -265,6 +267,33 @@ static size_t lex_string(parser *p, size_t i, int line, tok *t)
 static size_t lex_number(parser *p, size_t i, int line, tok *t)
 {
     char buf[64];
+    /* 0x.., 0o.., 0b.. */
+    if (p->src[i] == '0' && i + 2 < p->len && strchr("xXoObB", p->src[i + 1]) && p->src[i + 1]) {
+        char kind = (char)(p->src[i + 1] | 32);
+        int base = kind == 'x' ? 16 : kind == 'o' ? 8 : 2;
+        size_t j = i + 2, k = 0;
+        while (j < p->len && (hexval(p->src[j]) >= 0 || p->src[j] == '_')) {
+            if (p->src[j] != '_') {
+                if (hexval(p->src[j]) >= base)
+                    fail(p, line, "invalid digit '%c' in a base-%d literal", p->src[j], base);
+                if (k >= 60)
+                    fail(p, line, "number literal too long");
+                buf[k++] = p->src[j];
+            }
+            j++;
+        }
+        if (k > 0) {
+            buf[k] = '\0';
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(buf, &end, base);
+            if (errno || v > (unsigned long long)INT64_MAX)
+                fail(p, line, "integer literal too large");
+            t->type = T_INT;
+            t->i = (int64_t)v;
+            return j;
+        }
+    }
     size_t k = 0;
     bool is_float = false;
     while (i < p->len && (is_digit(p->src[i]) || p->src[i] == '_')) {
