@@ -12,6 +12,15 @@ BEGIN {
     open my $fh, '>', $ENV{TEST_NGINX_BAD_TEMPLATE} or die $!;
     print $fh "{{ messages[0]['content'] }}\n{% for x in %}{% endfor %}\n";
     close $fh;
+    # a hook spec with a field of the wrong type, and one that is not JSON
+    $ENV{TEST_NGINX_BAD_HOOKS} = "$ENV{PWD}/t/servroot_srt/bad-hooks.json";
+    open $fh, '>', $ENV{TEST_NGINX_BAD_HOOKS} or die $!;
+    print $fh '{"forward_hooks": [{"target_modules": 3, "hook_factory": "x.so:f"}]}';
+    close $fh;
+    $ENV{TEST_NGINX_BROKEN_HOOKS} = "$ENV{PWD}/t/servroot_srt/broken-hooks.json";
+    open $fh, '>', $ENV{TEST_NGINX_BROKEN_HOOKS} or die $!;
+    print $fh '{"forward_hooks": [';
+    close $fh;
 }
 
 add_block_preprocessor(sub {
@@ -252,3 +261,30 @@ Content-Type: application/json
 ^\{"error":\{"message":"Model \\"smol\\" is not available: nginx runs with \\"master_process off\\", so there is no scheduler process","type":"server_error","param":null,"code":"model_unavailable"\}\}$
 --- error_log
 cannot be served with "master_process off": no scheduler process
+
+
+
+=== TEST 25: srt_forward_hooks with a field of the wrong type
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_forward_hooks $TEST_NGINX_BAD_HOOKS; }
+--- must_die
+--- error_log eval
+qr/"srt_forward_hooks": \S+bad-hooks.json: forward_hooks\[0\]\.target_modules must be a list of module name patterns, not a number/
+
+
+
+=== TEST 26: srt_forward_hooks that is not JSON
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_forward_hooks $TEST_NGINX_BROKEN_HOOKS; }
+--- must_die
+--- error_log eval
+qr/"srt_forward_hooks": \S+broken-hooks.json: invalid JSON/
+
+
+
+=== TEST 27: srt_wait_ready and srt_retry_after take times
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_wait_ready soon; }
+--- must_die
+--- error_log
+"srt_wait_ready" directive invalid value

@@ -8,6 +8,8 @@
 
 #include "ngx_http_srt_module.h"
 
+#include "hooks/hooks_internal.h"
+
 
 typedef struct {
     ngx_int_t   min;
@@ -40,6 +42,8 @@ static char *ngx_http_srt_set_fraction(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_set_chat_template(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static char *ngx_http_srt_set_hooks(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static ngx_int_t ngx_http_srt_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 
@@ -103,7 +107,7 @@ static ngx_command_t  ngx_http_srt_commands[] = {
 
     { ngx_string("srt_forward_hooks"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_srt_set_file,
+      ngx_http_srt_set_hooks,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_srt_loc_conf_t, hooks),
       NULL },
@@ -264,6 +268,9 @@ ngx_http_srt_create_main_conf(ngx_conf_t *cf)
     if (smcf == NULL) {
         return NULL;
     }
+
+    /* engine messages (e.g. while checking a hook spec) go to nginx's log */
+    srt_log_set_sink(ngx_http_srt_log_sink, NULL, SRT_LOG_INFO);
 
     if (ngx_array_init(&smcf->models, cf->pool, 2,
                        sizeof(ngx_http_srt_model_t *))
@@ -901,6 +908,79 @@ ngx_http_srt_set_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
 
     srt_chat_template_free(t);
     free(src);
+
+    return NGX_CONF_OK;
+}
+
+
+/* Check the hook spec document now (types, required fields), so nginx -t reports it;
+ * the factories themselves are dlopen'ed only in the scheduler process. */
+
+static char *
+ngx_http_srt_set_hooks(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    char                *rv;
+    u_char              *buf;
+    ssize_t              n;
+    srt_err              err;
+    ngx_fd_t             fd;
+    ngx_str_t           *field;
+    ngx_file_info_t      fi;
+    srt_hook_spec_list   list;
+
+    rv = ngx_http_srt_set_file(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    field = (ngx_str_t *) (p + cmd->offset);
+
+    fd = ngx_open_file(field->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "\"%V\": cannot read \"%V\"", &cmd->name, field);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR
+        || ngx_file_size(&fi) > 16 * 1024 * 1024)
+    {
+        ngx_close_file(fd);
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\": \"%V\" is not a readable spec file",
+                           &cmd->name, field);
+        return NGX_CONF_ERROR;
+    }
+
+    buf = ngx_pnalloc(cf->temp_pool, ngx_file_size(&fi) + 1);
+    if (buf == NULL) {
+        ngx_close_file(fd);
+        return NGX_CONF_ERROR;
+    }
+
+    n = read(fd, buf, ngx_file_size(&fi));
+    ngx_close_file(fd);
+
+    if (n != ngx_file_size(&fi)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "\"%V\": cannot read \"%V\"", &cmd->name, field);
+        return NGX_CONF_ERROR;
+    }
+
+    buf[n] = '\0';
+
+    if (srt_hook_spec_parse((char *) buf, (size_t) n, (char *) field->data,
+                            &list, &err)
+        != SRT_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\": %s",
+                           &cmd->name, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    srt_hook_spec_list_free(&list);
 
     return NGX_CONF_OK;
 }

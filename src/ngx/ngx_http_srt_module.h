@@ -187,7 +187,7 @@ extern ngx_module_t  ngx_http_srt_module;
 
 
 /* ngx_http_srt_process.c */
-ngx_int_t ngx_http_srt_supervisor_start(ngx_cycle_t *cycle);
+void ngx_http_srt_log_sink(srt_log_level level, const char *msg, void *user);
 ngx_int_t ngx_http_srt_process_init_path(ngx_conf_t *cf,
     ngx_http_srt_main_conf_t *smcf);
 

@@ -289,7 +289,7 @@ ngx_http_srt_sched_signal(int signo)
 }
 
 
-static void
+void
 ngx_http_srt_log_sink(srt_log_level level, const char *msg, void *user)
 {
     ngx_uint_t  l;
@@ -407,11 +407,4 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline)
                   ngx_getpid(), &m->name);
 
     _exit(0);
-}
-
-
-ngx_int_t
-ngx_http_srt_supervisor_start(ngx_cycle_t *cycle)
-{
-    return NGX_OK;
 }
