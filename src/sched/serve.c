@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/kv_alloc.h"
@@ -122,6 +123,32 @@ int srt_sched_config_from_chan(const srt_chan_config *cc, const srt_model_config
 
 /* ---------------- the loop ---------------- */
 
+static srt_sched_metrics_sink metrics_sink;
+static void                  *metrics_user;
+
+void srt_sched_set_metrics_sink(srt_sched_metrics_sink fn, void *user)
+{
+    metrics_sink = fn;
+    metrics_user = user;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void publish_metrics(srt_sched *s, double *last, int force)
+{
+    if (!metrics_sink || (!force && mono_s() - *last < 0.05))
+        return;
+    srt_sched_metrics m;
+    srt_sched_get_metrics(s, &m);
+    metrics_sink(&m, metrics_user);
+    *last = mono_s();
+}
+
 typedef struct live_req {
     uint64_t id;    /* (gen << 32) | slot */
     int      used;
@@ -160,6 +187,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_err
     int n_live = cfg->max_running_requests + cfg->max_queued_requests;
     live_req *live = calloc((size_t)n_live, sizeof *live);
     int stepped_since_wait = 0;
+    double last_publish = 0;
 
     if (!live)
         return srt_err_set(err, "out of memory");
@@ -209,6 +237,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_err
                 srt_log(SRT_LOG_ERROR, "scheduler step: %s", err->msg);
             publish_events(c, s, live, n_live);
             srt_chan_sched_flush(c);
+            publish_metrics(s, &last_publish, 0);
             /* Busy: drain doorbells and reclaim dead workers' slots now and then, without blocking. */
             if (++stepped_since_wait >= 16) {
                 srt_chan_sched_wait(c, 0);
@@ -216,6 +245,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_err
             }
             continue;
         }
+        publish_metrics(s, &last_publish, 1);
         if (stop == 1)
             break;
         stepped_since_wait = 0;

@@ -50,6 +50,14 @@ static srt_chan *make_chan(void)
 }
 
 static srt_chan *sched_chan;
+
+/* The metrics sink writes into the shared mapping, as the nginx helper would. */
+static srt_sched_metrics *shared_metrics;
+static void metrics_to_shm(const srt_sched_metrics *m, void *user)
+{
+    (void)user;
+    *shared_metrics = *m;
+}
 static void on_term(int sig) { srt_chan_sched_request_stop(sched_chan, sig == SIGTERM ? 1 : 2); }
 
 /* What the nginx helper process does around srt_sched_run. */
@@ -62,6 +70,7 @@ static void scheduler_process(void)
     sched_chan = c;
     signal(SIGTERM, on_term);
     signal(SIGINT, on_term);
+    srt_sched_set_metrics_sink(metrics_to_shm, NULL);
     int rc = srt_sched_run(c, &err);
     if (rc != SRT_OK)
         fprintf(stderr, "srt_sched_run: %s\n", err.msg);
@@ -132,6 +141,7 @@ int main(void)
     }
     ok(reference() == 0, "reference outputs from %s", model_path);
 
+    shared_metrics = mmap(NULL, sizeof *shared_metrics, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     srt_chan *c = make_chan();
     srt_err err;
     int wfd = srt_chan_worker_open(c, &err);
@@ -209,6 +219,16 @@ int main(void)
     }
     is_int(stats.slots_used, 0, "no slot left in use");
 
+    /* idle again: the scheduler published its metrics before blocking */
+    for (int i = 0; i < 100 && shared_metrics->requests_finished + shared_metrics->requests_aborted < NREQ; i++)
+        usleep(10000);
+    ok(shared_metrics->requests_finished == NREQ - 1 && shared_metrics->requests_aborted == 1 &&
+       shared_metrics->generation_tokens_total >= (NREQ - 1) * 16 && shared_metrics->kv_total_tokens == 2048 &&
+       shared_metrics->num_running == 0 && shared_metrics->cached_prompt_tokens_total > 0,
+       "metrics sink: %llu finished, %llu aborted, %llu generated, %llu cached prompt tokens",
+       (unsigned long long)shared_metrics->requests_finished, (unsigned long long)shared_metrics->requests_aborted,
+       (unsigned long long)shared_metrics->generation_tokens_total,
+       (unsigned long long)shared_metrics->cached_prompt_tokens_total);
     kill(pid, SIGTERM);   /* graceful stop, as the nginx master asks on quit */
     int status = 0;
     waitpid(pid, &status, 0);

@@ -190,6 +190,13 @@ void srt_sched_model_runner_free(srt_sched_model_runner *mr);
 int srt_sched_config_from_chan(const srt_chan_config *cc, const struct srt_model_config *mc,
                                uint64_t device_bytes, srt_sched_config *out, srt_err *err);
 
+/* Where srt_sched_run() publishes its metrics: called in the scheduler process at most every
+ * 50 ms while busy and once before it blocks idle. The host (the nginx scheduler process)
+ * copies the struct into memory its workers read (e.g. with a seqlock) and renders it with
+ * srt_sched_metrics_prometheus(). Set before srt_sched_run(); NULL turns it off. */
+typedef void (*srt_sched_metrics_sink)(const srt_sched_metrics *m, void *user);
+void srt_sched_set_metrics_sink(srt_sched_metrics_sink fn, void *user);
+
 /* The scheduler process: loads the model named in the channel's config, publishes
  * LOADING then READY (or FAILED), serves requests until srt_chan_sched_stopping(), and
  * returns SRT_OK. The caller has done srt_chan_sched_open(). */
