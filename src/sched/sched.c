@@ -598,8 +598,9 @@ static sreq *group_sibling(srt_sched *s, const sreq *r, int want_prefilling)
         return NULL;
     for (int32_t i = 0; i < s->n_running; i++) {
         sreq *g = &s->pool[s->running[i]];
-        if (g->group != r->group || g->n_prompt != r->n_prompt)
-            continue;
+        if (g->group != r->group || g->n_prompt != r->n_prompt ||
+            memcmp(g->tokens, r->tokens, sizeof(int32_t) * (size_t)r->n_prompt) != 0)
+            continue;   /* only a true sibling's KV may be shared */
         int prompt_done = g->kv_len >= g->n_prompt - 1;
         if (want_prefilling ? !prompt_done : prompt_done)
             return g;
