@@ -16,12 +16,14 @@ nginx-module: $(NGX_MODULE)
 
 $(NGX_BUILD)/Makefile: config src/ngx/part.mk
 	@mkdir -p $(NGX_BUILD)
-	cd $(NGX_SRC_DIR) && bash -c '. ./conf_flags && ./configure "$${NGX_CONF_FLAGS[@]}" \
+	cd $(NGX_SRC_DIR) && SRT_LIBSRT=$(abspath $(BUILD))/libsrt.a bash -c \
+	    '. ./conf_flags && ./configure "$${NGX_CONF_FLAGS[@]}" \
 	    --with-cc-opt="-g -O2 -fPIC" --with-ld-opt="-fPIC" \
-	    --add-dynamic-module=$(CURDIR) --builddir=$(CURDIR)/$(NGX_BUILD)' > $(CURDIR)/$(NGX_BUILD)/configure.log 2>&1 \
-	    || { tail -30 $(CURDIR)/$(NGX_BUILD)/configure.log; exit 1; }
+	    --add-dynamic-module=$(CURDIR) --builddir=$(abspath $(NGX_BUILD))' \
+	    > $(abspath $(NGX_BUILD))/configure.log 2>&1 \
+	    || { tail -30 $(abspath $(NGX_BUILD))/configure.log; exit 1; }
 
 # nginx's Makefile does not know libsrt.a: relink whenever it or a module source changes.
-$(NGX_MODULE): $(NGX_BUILD)/Makefile $(NGX_MODULE_SOURCES) $(LIBSRT)
+$(NGX_MODULE): $(NGX_BUILD)/Makefile $(NGX_MODULE_SOURCES) $(BUILD)/libsrt.a
 	rm -f $@
-	$(MAKE) -f $(CURDIR)/$(NGX_BUILD)/Makefile -C $(NGX_SRC_DIR) modules
+	$(MAKE) -f $(abspath $(NGX_BUILD))/Makefile -C $(NGX_SRC_DIR) modules
