@@ -492,6 +492,11 @@ SEMANTICS = [
     ("{{ messages }}", {"messages": [{"role": "a"}, "not a dict"]}),
     ("{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.keys()|list }} {{ 'a' in d.keys() }} {{ d.items()|first }} {{ d.values()|sum }} {{ d.keys()|length }}", {"d": {"a": 1, "b": 2}}),
     ("{{ d.items()|tojson }}", {"d": {"a": 1}}),
+    ("{{ big|length }} {{ big['k77'] }} {{ big.k5 }} {{ 'k99' in big }} {{ 'k100' in big }} {{ big.get('k42') }} {{ big|dictsort|first }}", {"big": {"k%d" % i: i for i in range(100)}}),
+    ("{% set ns = namespace(d={}) %}{% for i in range(40) %}{% set ns.d = dict(ns.d, k=i) %}{% endfor %}{{ ns.d }} {{ {1: 'a', 1.0: 'b', true: 'c'} }} {{ [1, 1.0, true, 2, 'x', 'X', 'x']|unique|list }} {{ [1.5, 1.5, none, none, (1, 2), (1, 2)]|unique|list }}", {}),
+    ("{{ [[1], [1]]|unique|list }}", {}),
+    ("{{ l|unique|list|length }}", {"l": [{"t": "s%d" % (i % 7)} for i in range(200)]}),
+    ("{{ l|map(attribute='t')|unique|list }} {{ l|unique(attribute='t')|map(attribute='t')|join }}", {"l": [{"t": "s%d" % (i % 7)} for i in range(200)]}),
     ("{{ 0x1F }} {{ 0o17 }} {{ 0b101 }} {{ 0xff_ff }} {{ 0 }} {{ 00 }} {{ 0x1F + 1 }}", {}),
     ("{{ ms|sort(attribute='a,b')|map(attribute='n')|join }} {{ ms|sort(attribute='b,a', reverse=true)|map(attribute='n')|join }}", {"ms": [{"a": 2, "b": "x", "n": 1}, {"a": 1, "b": "y", "n": 2}, {"a": 1, "b": "X", "n": 3}]}),
 ]

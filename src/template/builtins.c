@@ -643,21 +643,23 @@ static int select_common(render *r, val in, cargs *a, bool by_attr, bool want, v
 
 static int unique_list(render *r, vlist *items, bool cs, val attr, bool has_attr, vlist **out)
 {
-    vlist *res = tpl_list_new(&r->a, items->n), *keys = tpl_list_new(&r->a, items->n);
-    if (!res || !keys)
+    /* a set of keys, as jinja2 keeps: hashed, so long lists stay linear */
+    vlist *res = tpl_list_new(&r->a, items->n);
+    vdict *seen = tpl_dict_new(&r->a, 0);
+    if (!res || !seen)
         return oom(r);
     for (size_t i = 0; i < items->n; i++) {
         val k = items->v[i];
         if (has_attr && get_path(r, k, attr, &k))
             return -1;
         k = sort_key(r, k, cs);
-        bool seen = false;
-        for (size_t j = 0; j < keys->n && !seen; j++)
-            seen = tpl_val_eq(keys->v[j], k);
-        if (!seen) {
-            keys->v[keys->n++] = k;
-            res->v[res->n++] = items->v[i];
-        }
+        if (!tpl_hashable(k))
+            return tpl_rerr(r, "TypeError: unhashable type: '%s'", tpl_py_type_name(k));
+        if (tpl_dict_get_val(seen, k))
+            continue;
+        if (tpl_dict_set(&r->a, seen, k, v_none()))
+            return oom(r);
+        res->v[res->n++] = items->v[i];
     }
     *out = res;
     return 0;

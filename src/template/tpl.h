@@ -49,7 +49,11 @@ typedef struct val {
 } val;
 
 struct vlist { size_t n, cap; val *v; };
-struct vdict { size_t n, cap; val *k; val *v; };
+/* Insertion-ordered like a Python dict. Past DICT_INDEX_MIN keys, tpl_dict_set keeps a hash index so
+ * lookups in request-sized objects stay O(1); idx_n says how many entries the index covers (entries
+ * written directly into k/v leave it stale, and lookups then fall back to a scan). */
+#define DICT_INDEX_MIN 16
+struct vdict { size_t n, cap; val *k; val *v; uint32_t *idx; size_t idx_cap, idx_n; };
 
 enum { VIEW_ITEMS = 2, VIEW_KEYS, VIEW_VALUES }; /* d.items(), d.keys(), d.values() */
 
@@ -68,6 +72,8 @@ vdict *tpl_dict_new(tpl_arena *a, size_t cap);
 int    tpl_dict_set(tpl_arena *a, vdict *d, val k, val v);   /* replaces an equal key */
 val   *tpl_dict_get(const vdict *d, const char *key, size_t n); /* string keys; NULL if absent */
 val   *tpl_dict_get_val(const vdict *d, val key);
+bool   tpl_hashable(val v);
+uint64_t tpl_hash(val v);                               /* equal for values Python deems equal */
 
 /* ---- growable string buffer in an arena ---- */
 typedef struct sbuf { char *p; size_t n, cap; tpl_arena *a; bool oom; } sbuf;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "template/tpl.h"
 
@@ -110,6 +111,8 @@ vdict *tpl_dict_new(tpl_arena *a, size_t cap)
         return NULL;
     d->n = 0;
     d->cap = cap;
+    d->idx = NULL;
+    d->idx_cap = d->idx_n = 0;
     d->k = cap ? tpl_arena_alloc(a, cap * sizeof(val)) : NULL;
     d->v = cap ? tpl_arena_alloc(a, cap * sizeof(val)) : NULL;
     if (cap && (!d->k || !d->v))
@@ -117,35 +120,135 @@ vdict *tpl_dict_new(tpl_arena *a, size_t cap)
     return d;
 }
 
+bool tpl_hashable(val v)
+{
+    return v.t == V_STR || v.t == V_INT || v.t == V_BOOL || v.t == V_FLOAT || v.t == V_NONE || v.t == V_BIGINT ||
+           (v.t == V_LIST && v.tuple == 1);
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static uint64_t hash_bytes(const char *s, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t tpl_hash(val v)
+{
+    switch (v.t) {
+    case V_STR: return mix(hash_bytes(v.u.s.p, v.u.s.n, 0xcbf29ce484222325ull));
+    case V_INT: case V_BOOL: return mix((uint64_t)v.u.i);
+    case V_FLOAT:
+        /* 1.0 == 1 == True: integral floats hash as the integer */
+        if (v.u.f == (double)(int64_t)v.u.f && v.u.f >= -9.2e18 && v.u.f <= 9.2e18)
+            return mix((uint64_t)(int64_t)v.u.f);
+        {
+            uint64_t bits;
+            memcpy(&bits, &v.u.f, sizeof(bits));
+            return mix(bits ^ 0x5bd1e995u);
+        }
+    case V_NONE: return 0x9e3779b97f4a7c15ull;
+    case V_BIGINT: return mix(hash_bytes(v.u.s.p, v.u.s.n, 0x84222325cbf29ce4ull));
+    case V_LIST: {
+        uint64_t h = 0x345678;
+        for (size_t i = 0; i < v.u.l->n; i++)
+            h = mix(h ^ tpl_hash(v.u.l->v[i]));
+        return h;
+    }
+    default: return 0;
+    }
+}
+
+static bool key_eq(const val *k, val key)
+{
+    if (key.t == V_STR)
+        return k->t == V_STR && k->u.s.n == key.u.s.n && memcmp(k->u.s.p, key.u.s.p, key.u.s.n) == 0;
+    return tpl_val_eq(*k, key);
+}
+
+static ssize_t dict_find(const vdict *d, val key)
+{
+    if (d->idx && d->idx_n == d->n && tpl_hashable(key)) {
+        size_t mask = d->idx_cap - 1, i = (size_t)tpl_hash(key) & mask;
+        for (;;) {
+            uint32_t slot = d->idx[i];
+            if (slot == 0)
+                return -1;
+            if (key_eq(&d->k[slot - 1], key))
+                return (ssize_t)(slot - 1);
+            i = (i + 1) & mask;
+        }
+    }
+    for (size_t i = 0; i < d->n; i++)
+        if (key_eq(&d->k[i], key))
+            return (ssize_t)i;
+    return -1;
+}
+
 val *tpl_dict_get(const vdict *d, const char *key, size_t n)
 {
-    for (size_t i = 0; i < d->n; i++) {
-        const val *k = &d->k[i];
-        if (k->t == V_STR && k->u.s.n == n && memcmp(k->u.s.p, key, n) == 0)
-            return &d->v[i];
-    }
-    return NULL;
+    ssize_t i = dict_find(d, v_str(key, n));
+    return i < 0 ? NULL : &d->v[i];
 }
 
 val *tpl_dict_get_val(const vdict *d, val key)
 {
-    if (key.t == V_STR)
-        return tpl_dict_get(d, key.u.s.p, key.u.s.n);
+    ssize_t i = dict_find(d, key);
+    return i < 0 ? NULL : &d->v[i];
+}
+
+static void index_insert(vdict *d, size_t pos)
+{
+    size_t mask = d->idx_cap - 1, i = (size_t)tpl_hash(d->k[pos]) & mask;
+    while (d->idx[i])
+        i = (i + 1) & mask;
+    d->idx[i] = (uint32_t)(pos + 1);
+}
+
+/* (Re)builds the index when it is missing, stale or too full; an unhashable key disables it. */
+static int index_refresh(tpl_arena *a, vdict *d)
+{
+    if (d->n < DICT_INDEX_MIN || d->n > UINT32_MAX / 4)
+        return 0;
+    if (d->idx && d->idx_n == d->n && d->n * 2 < d->idx_cap)
+        return 0;
     for (size_t i = 0; i < d->n; i++)
-        if (tpl_val_eq(d->k[i], key))
-            return &d->v[i];
-    return NULL;
+        if (!tpl_hashable(d->k[i])) {
+            d->idx = NULL;
+            return 0;
+        }
+    size_t cap = 64;
+    while (cap < d->n * 4)
+        cap *= 2;
+    uint32_t *idx = tpl_arena_alloc(a, cap * sizeof(uint32_t));
+    if (!idx)
+        return -1;
+    memset(idx, 0, cap * sizeof(uint32_t));
+    d->idx = idx;
+    d->idx_cap = cap;
+    for (size_t i = 0; i < d->n; i++)
+        index_insert(d, i);
+    d->idx_n = d->n;
+    return 0;
 }
 
 int tpl_dict_set(tpl_arena *a, vdict *d, val k, val v)
 {
-    /* Big objects from request JSON skip the duplicate-key scan: it would be quadratic. */
-    if (d->n <= 64) {
-        val *old = tpl_dict_get_val(d, k);
-        if (old) {
-            *old = v;
-            return 0;
-        }
+    if (index_refresh(a, d))
+        return -1;
+    ssize_t at = dict_find(d, k);
+    if (at >= 0) {
+        d->v[at] = v;
+        return 0;
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
@@ -163,6 +266,10 @@ int tpl_dict_set(tpl_arena *a, vdict *d, val k, val v)
     d->k[d->n] = k;
     d->v[d->n] = v;
     d->n++;
+    if (d->idx && d->idx_n == d->n - 1 && tpl_hashable(k) && d->n * 2 < d->idx_cap) {
+        index_insert(d, d->n - 1);
+        d->idx_n = d->n;
+    }
     return 0;
 }
 
