@@ -17,7 +17,7 @@ static void test_budget(void)
 static void test_page1(void)
 {
     srt_kv_alloc a;
-    srt_err err;
+    srt_err err = {{0}};
     int32_t row[64];
 
     ok(srt_kv_alloc_init(&a, 8, 1, &err) == SRT_OK, "init 8 slots");
@@ -47,7 +47,7 @@ static void test_page1(void)
 static void test_paged(void)
 {
     srt_kv_alloc a;
-    srt_err err;
+    srt_err err = {{0}};
     int32_t row[64], row2[64];
 
     ok(srt_kv_alloc_init(&a, 35, 4, &err) == SRT_OK, "init paged");
@@ -77,6 +77,7 @@ static void test_paged(void)
     ok(srt_kv_alloc_extend(&a, row, 0, 32) == SRT_OK && srt_kv_free_tokens(&a) == 0, "whole pool");
     srt_kv_alloc_reset(&a);
     is_int(srt_kv_free_tokens(&a), 32, "reset");
+    srt_kv_alloc_destroy(&a);
     ok(srt_kv_alloc_init(&a, 3, 4, &err) == SRT_ERROR && strstr(err.msg, "budget"), "budget below a page rejected: %s", err.msg);
     ok(srt_kv_alloc_init(&a, 100, 0, &err) == SRT_ERROR, "page size 0 rejected");
 }
@@ -84,7 +85,7 @@ static void test_paged(void)
 static void test_req_to_token(void)
 {
     srt_req_to_token r;
-    srt_err err;
+    srt_err err = {{0}};
 
     ok(srt_req_to_token_init(&r, 3, 16, &err) == SRT_OK, "r2t init");
     int32_t a = srt_req_to_token_alloc(&r), b = srt_req_to_token_alloc(&r), c = srt_req_to_token_alloc(&r);

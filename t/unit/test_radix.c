@@ -26,7 +26,7 @@ static void test_split_and_match(void)
 {
     srt_kv_alloc kv;
     srt_radix_cache c;
-    srt_err err;
+    srt_err err = {{0}};
     int32_t a[] = {1, 2, 3, 4, 5, 6}, b[] = {1, 2, 3, 9, 9};
     int32_t ra[8], rb[8], out[8], last;
 
@@ -65,7 +65,7 @@ static void test_lru(void)
 {
     srt_kv_alloc kv;
     srt_radix_cache c;
-    srt_err err;
+    srt_err err = {{0}};
     int32_t s1[] = {1, 1}, s2[] = {2, 2}, s3[] = {3, 3}, r1[2], r2[2], r3[2], last;
 
     srt_kv_alloc_init(&kv, 16, 1, &err);
@@ -87,7 +87,7 @@ static void test_paged_keys(void)
 {
     srt_kv_alloc kv;
     srt_radix_cache c;
-    srt_err err;
+    srt_err err = {{0}};
     int32_t a[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, b[] = {1, 2, 3, 4, 5, 6, 0, 0};
     int32_t ra[12], out[12], last;
 
@@ -208,7 +208,7 @@ static void check_content(sim *s, const int32_t *tokens, const int32_t *slots, i
  * range [prefix_len, kv_len). */
 static void check_all(sim *s)
 {
-    srt_err err;
+    srt_err err = {{0}};
     int32_t ps = s->ps, np = s->kv.num_pages;
     uint8_t *mark = calloc((size_t)np, 1);
     int64_t own = 0;
@@ -312,7 +312,7 @@ static void start(sim *s, sim_req *q)
 static void run_random(int ps, int disabled, uint64_t seed, int steps)
 {
     sim *s = calloc(1, sizeof *s);
-    srt_err err;
+    srt_err err = {{0}};
 
     rng_state = seed;
     s->ps = ps;

@@ -103,7 +103,7 @@ static int greedy_sample(void *self, int32_t n, float *logits, int32_t vocab,
 static int use_builtin_sampler;   /* NULL sample: each request's srt_sampler draws */
 static float temperature;          /* for the built-in sampler runs */
 
-#define MAXR   64
+#define MAXR   256
 #define MAXOUT 256
 
 typedef struct result {
@@ -136,7 +136,7 @@ static srt_sched_config base_cfg(void)
 
 static void rig_init(rig *g, const srt_sched_config *cfg)
 {
-    srt_err err;
+    srt_err err = {{0}};
     memset(g, 0, sizeof *g);
     g->cfg = *cfg;
     g->f.n_slots = cfg->max_total_tokens;
@@ -161,7 +161,7 @@ static srt_chan_sampling greedy(int max_new)
 
 static int submit(rig *g, uint64_t id, const int32_t *prompt, int n, const srt_chan_sampling *sp, uint64_t group)
 {
-    srt_err err;
+    srt_err err = {{0}};
     srt_sched_submit_args a = { .id = id, .group = group, .prompt = prompt, .n_prompt = n, .sampling = sp };
     return srt_sched_submit(g->s, &a, &err);
 }
@@ -185,7 +185,7 @@ static void collect(rig *g)
 
 static int step(rig *g)
 {
-    srt_err err;
+    srt_err err = {{0}};
     int rc = srt_sched_step(g->s, &err);
     collect(g);
     if (srt_sched_check(g->s, &err) != SRT_OK && !g->check_failed++)
@@ -515,6 +515,52 @@ static void test_n_group(int radix, int page)
     free(g);
 }
 
+static void test_group_mismatch(void)
+{
+    /* A "sibling" with a different prompt must not get the group's KV. */
+    srt_sched_config c = base_cfg();
+    c.radix_cache = 0;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    srt_chan_sampling sp = greedy(6);
+    submit(g, 0, prompts[1], plen[1], &sp, 5);
+    submit(g, 1, prompts[2], plen[2], &sp, 5);
+    run_all(g, 1000);
+    int bad = -1;
+    (void)bad;
+    ok(g->res[1].cached == 0 && g->res[1].n_out == 6 && !memcmp(g->res[1].out, solo[2].out, sizeof(int32_t) * 6) &&
+       !g->check_failed && !g->f.faults, "same group, different prompt: no sharing, correct output");
+    rig_free(g);
+    free(g);
+}
+
+static void test_lpm_fallback(void)
+{
+    /* Above 128 waiting, lpm is fcfs: a cached-prefix request does not jump the queue. */
+    srt_sched_config c = base_cfg();
+    c.max_running_requests = 1;
+    c.max_queued_requests = 200;
+    c.policy = SRT_SCHED_LPM;
+    rig *g = calloc(1, sizeof *g);
+    rig_init(g, &c);
+    int32_t a[40], b[40];
+    for (int i = 0; i < 40; i++) { a[i] = 4 + i; b[i] = 50 + i % 40; }
+    srt_chan_sampling sp = greedy(1);
+    submit(g, 0, a, 40, &sp, 0);
+    run_all(g, 100);
+    for (int r = 1; r <= 130; r++) {
+        b[0] = 4 + r % 90;
+        b[1] = 4 + r / 90;
+        submit(g, (uint64_t)r, b, 40, &sp, 0);
+    }
+    a[39] = 90;
+    submit(g, 131, a, 40, &sp, 0);
+    step(g);
+    ok(g->res[1].n_out == 1 && g->res[131].n_out == 0, "131 waiting: lpm falls back to fcfs");
+    rig_free(g);
+    free(g);
+}
+
 static void test_forward_error(void)
 {
     srt_sched_config c = base_cfg();
@@ -663,6 +709,8 @@ int main(void)
     test_n_group(0, 1);
     test_n_group(1, 4);
     test_n_group(0, 4);
+    test_group_mismatch();
+    test_lpm_fallback();
     test_forward_error();
     test_lpm();
     test_metrics();

@@ -44,7 +44,7 @@ static srt_sched_config make_cfg(int radix, int chunk, int64_t kv_tokens, int pa
 static int run(const srt_sched_config *cfg, int from, int to, int serial, result *res,
                srt_sched_metrics *m_out, char *why, size_t why_len)
 {
-    srt_err err;
+    srt_err err = {{0}};
     srt_sched_model_runner *mr;
     srt_sched *s;
     int rc = 0;
@@ -198,7 +198,7 @@ static int exists(const char *p)
 
 int main(void)
 {
-    srt_err err;
+    srt_err err = {{0}};
     char path[1024];
     const char *dir = getenv("SRT_MODEL_DIR") ? getenv("SRT_MODEL_DIR") : ".cache/models";
 

@@ -28,7 +28,7 @@ static int32_t expect[NREQ][16];
 static srt_chan *make_chan(void)
 {
     srt_chan_config cfg;
-    srt_err err;
+    srt_err err = {{0}};
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.model_path, sizeof cfg.model_path, "%s", model_path);
     cfg.slots = 16;
@@ -63,7 +63,7 @@ static void on_term(int sig) { srt_chan_sched_request_stop(sched_chan, sig == SI
 /* What the nginx helper process does around srt_sched_run. */
 static void scheduler_process(void)
 {
-    srt_err err;
+    srt_err err = {{0}};
     srt_chan *c = srt_chan_attach(mem, mem_size, &err);
     if (!c || srt_chan_sched_open(c, &err) != SRT_OK)
         _exit(10);
@@ -81,7 +81,7 @@ static void scheduler_process(void)
 /* Greedy reference: each prompt alone through the scheduler in this process. */
 static int reference(void)
 {
-    srt_err err;
+    srt_err err = {{0}};
     srt_model *m;
     srt_sched_model_runner *mr;
     srt_sched *s;
@@ -143,7 +143,7 @@ int main(void)
 
     shared_metrics = mmap(NULL, sizeof *shared_metrics, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     srt_chan *c = make_chan();
-    srt_err err;
+    srt_err err = {{0}};
     int wfd = srt_chan_worker_open(c, &err);
     ok(wfd >= 0, "worker doorbell");
     pid_t pid = fork();
