@@ -127,6 +127,8 @@ def send(args, url, prompt, prompt_len, out_len):
         body["ignore_eos"] = True
     if not args.disable_stream:
         body["stream_options"] = {"include_usage": True}
+    if args.extra_body:
+        body.update(args.extra_body)
     path = url.path.rstrip("/") + ("/v1/chat/completions" if args.chat else "/v1/completions")
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if body["stream"] else "application/json"}
@@ -297,6 +299,9 @@ def main(argv=None):
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--disable-ignore-eos", action="store_true")
     ap.add_argument("--disable-stream", action="store_true")
+    ap.add_argument("--extra-body", type=json.loads, default=None,
+                    help='JSON object merged into every request, e.g. \'{"logit_bias": {"2": -100}}\' '
+                         "for servers without ignore_eos")
     ap.add_argument("--warmup-requests", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=1)
