@@ -119,7 +119,14 @@ int tok_bpe_word(const srt_tokenizer *t, tok_scratch *s, const char *w, size_t n
             size_t l = tok_utf8_len((const uint8_t *)w + i, n - i);
             if (!l)
                 l = 1;
-            int32_t id = tok_lookup(t, &t->by_key, w + i, l, 1);
+            int32_t id;
+            uint32_t cp;
+            if (l > 1 || (uint8_t)w[i] < 0x80) {
+                tok_utf8_decode((const uint8_t *)w + i, &cp);
+                id = cp < TOK_CHAR_TABLE ? t->char_id[cp] : tok_lookup(t, &t->by_key, w + i, l, 1);
+            } else {
+                id = tok_lookup(t, &t->by_key, w + i, l, 1);
+            }
             if (id >= 0) {
                 if (unk >= 0) {
                     if (add_sym(wk, &ns, unk, unk_len))

@@ -66,8 +66,13 @@ int tok_build_decoder_plan(srt_tokenizer *t, srt_err *err)
             nxt.len = 0;
             if (op->kind == DECOP_BYTEFALLBACK) {
                 e->byte_val = (int16_t)parse_byte_token(cur.p, cur.len);
-                if (e->byte_val >= 0)
+                if (e->byte_val >= 0) { /* the token stands for this one byte */
+                    char b = (char)e->byte_val;
+                    cur.len = 0;
+                    if (tok_buf_append(&cur, &b, 1))
+                        goto oom;
                     break;
+                }
                 continue;
             }
             if (op->kind == DECOP_BYTELEVEL) {
@@ -116,6 +121,18 @@ oom:
     tok_buf_free(&nxt);
     srt_err_set(err, "%s: out of memory", t->name);
     return SRT_ERROR;
+}
+
+const char *srt_tokenizer_token_bytes(const srt_tokenizer *t, int32_t id, size_t *len)
+{
+    if (id < 0 || (uint32_t)id >= t->n_tok || !t->tok[id].str_len) {
+        if (len)
+            *len = 0;
+        return NULL;
+    }
+    if (len)
+        *len = t->tok[id].dec_len;
+    return t->pool.p + t->tok[id].dec_off;
 }
 
 /* ---------------------------------------------------------------- streaming */

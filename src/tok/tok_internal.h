@@ -106,6 +106,8 @@ typedef struct tok_trie {
     uint8_t first[256]; /* first bytes that start some token */
 } tok_trie;
 
+#define TOK_CHAR_TABLE 0x3000
+
 /* Word cache: direct mapped, fixed slots; used by one encode call at a time (try-lock). */
 #define TOK_CACHE_SLOTS 8192
 #define TOK_CACHE_WORD 22
@@ -143,6 +145,7 @@ struct srt_tokenizer {
     int byte_level;          /* vocab keys are raw bytes; BPE starts from bytes */
     int32_t byte_id[256];    /* byte-level: initial symbol for each byte */
     int32_t fallback_id[256];/* byte_fallback: <0xNN> ids (or -1) */
+    int32_t *char_id;        /* not byte-level: model id of each code point below TOK_CHAR_TABLE, or -1 */
     int byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id;          /* model unk token (-1) */
 

@@ -61,6 +61,7 @@ void srt_tokenizer_free(srt_tokenizer *t)
     free(t->eos_str);
     free(t->chat_template);
     free(t->cache);
+    free(t->char_id);
     pthread_mutex_destroy(&t->cache_lock);
     free(t);
 }
@@ -464,6 +465,19 @@ int tok_finish(srt_tokenizer *t, srt_err *err)
         for (int b = 0; b < 256; b++) {
             char c = (char)b;
             t->byte_id[b] = tok_lookup(t, &t->by_key, &c, 1, 1);
+        }
+    }
+    if (!t->byte_level) {
+        /* single characters are BPE's starting symbols: look the common ones up directly */
+        t->char_id = malloc(sizeof(int32_t) * TOK_CHAR_TABLE);
+        if (!t->char_id) {
+            srt_err_set(err, "%s: out of memory", t->name);
+            return SRT_ERROR;
+        }
+        for (uint32_t cp = 0; cp < TOK_CHAR_TABLE; cp++) {
+            uint8_t u[4];
+            size_t l = tok_utf8_encode(cp, u);
+            t->char_id[cp] = (cp >= 0xD800 && cp < 0xE000) ? -1 : tok_lookup(t, &t->by_key, (const char *)u, l, 1);
         }
     }
     if (t->byte_fallback) {

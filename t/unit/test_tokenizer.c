@@ -333,6 +333,9 @@ static void check_specials(void)
     const char *s = srt_tokenizer_token_str(t, 2, &l);
     ok(s && l == 10 && !memcmp(s, "<|im_end|>", 10), "smollm2: token_str(2)");
     ok(srt_tokenizer_is_special(t, 2) && !srt_tokenizer_is_special(t, 100), "smollm2: is_special");
+    int32_t hello = srt_tokenizer_token_id(t, "\xc4\xa0hello", 7); /* "Ġhello" */
+    s = srt_tokenizer_token_bytes(t, hello, &l);
+    ok(hello > 0 && s && l == 6 && !memcmp(s, " hello", 6), "smollm2: token_bytes(\"\\u0120hello\") is \" hello\"");
     /* skip_special_tokens */
     int32_t ids[64];
     size_t n;
@@ -432,6 +435,11 @@ static void check_long_byte_runs(void)
     /* 70 invalid bytes then a word: HF gives one U+FFFD per byte, then " the" */
     int32_t ff = srt_tokenizer_token_id(t, "<0xFF>", 6), the = srt_tokenizer_token_id(t, "\xe2\x96\x81the", 6);
     ok(ff >= 0 && the >= 0, "spm: <0xFF> and \u2581the are tokens");
+    size_t bl;
+    const char *bb = srt_tokenizer_token_bytes(t, ff, &bl);
+    ok(bb && bl == 1 && (uint8_t)bb[0] == 0xFF, "spm: token_bytes(<0xFF>) is the byte 0xFF");
+    bb = srt_tokenizer_token_bytes(t, the, &bl);
+    ok(bb && bl == 4 && !memcmp(bb, " the", 4), "spm: token_bytes(\\u2581the) is \" the\"");
     for (int i = 0; i < 70; i++)
         ids[i] = ff;
     ids[70] = the;

@@ -50,6 +50,9 @@ int srt_tokenizer_decode(const srt_tokenizer *tok, const int32_t *ids, size_t n,
 size_t srt_tokenizer_vocab_size(const srt_tokenizer *tok);
 /* The token's string as the vocab spells it ("Ġhello", "▁the", "<|im_end|>"); NULL for unknown ids. */
 const char *srt_tokenizer_token_str(const srt_tokenizer *tok, int32_t id, size_t *len);
+/* The bytes this token decodes to on its own ("Ġhello" -> " hello", "<0x41>" -> "A"); may be part of
+ * a UTF-8 character. For logprob "bytes" fields and stop-string checks. NULL for unknown ids. */
+const char *srt_tokenizer_token_bytes(const srt_tokenizer *tok, int32_t id, size_t *len);
 /* The id of an exact vocab or added-token string, or -1. */
 int32_t srt_tokenizer_token_id(const srt_tokenizer *tok, const char *s, size_t len);
 int srt_tokenizer_is_special(const srt_tokenizer *tok, int32_t id);
