@@ -180,6 +180,10 @@ typedef struct {
     u_char                     id[40];      /* "chatcmpl-..." */
     time_t                     created;
     ngx_uint_t                 context_length;
+    char                      *detok_buf;   /* srt_detok_max_out() bytes */
+    size_t                     detok_cap;
+    ngx_chain_t               *free;        /* SSE buffers to reuse */
+    ngx_chain_t               *busy;
 } ngx_http_srt_ctx_t;
 
 

@@ -278,11 +278,16 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
         return NGX_OK;
     }
 
-    cap = srt_detok_max_out(m->tok);
-    buf = ngx_palloc(r->pool, cap);
-    if (buf == NULL) {
-        return NGX_ERROR;
+    if (ctx->detok_buf == NULL) {
+        ctx->detok_cap = srt_detok_max_out(m->tok);
+        ctx->detok_buf = ngx_palloc(r->pool, ctx->detok_cap);
+        if (ctx->detok_buf == NULL) {
+            return NGX_ERROR;
+        }
     }
+
+    buf = ctx->detok_buf;
+    cap = ctx->detok_cap;
 
     for (k = ch->consumed; k < o.n_out; k++) {
         before = ch->text_len;
@@ -609,24 +614,49 @@ ngx_http_srt_send_stream_header(ngx_http_srt_ctx_t *ctx)
 }
 
 
+/* One SSE event in a buffer recycled once nginx has sent it: a long stream does not
+ * grow the request's pool by a buffer per token. */
+
 static ngx_int_t
 ngx_http_srt_send_chunk(ngx_http_srt_ctx_t *ctx, yajl_gen g,
     ngx_chain_t ***last)
 {
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
+    size_t                len, need;
+    ngx_buf_t            *b;
+    ngx_chain_t          *cl;
+    const unsigned char  *json;
 
-    b = ngx_http_srt_gen_buf(ctx->request, g, "data: ", "\n\n");
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
+    yajl_gen_get_buf(g, &json, &len);
+    need = sizeof("data: ") - 1 + len + 2;
 
-    cl = ngx_alloc_chain_link(ctx->request->pool);
+    cl = ngx_chain_get_free_buf(ctx->request->pool, &ctx->free);
     if (cl == NULL) {
+        yajl_gen_free(g);
         return NGX_ERROR;
     }
 
-    cl->buf = b;
+    b = cl->buf;
+
+    if (b->start == NULL || (size_t) (b->end - b->start) < need) {
+        b->start = ngx_palloc(ctx->request->pool, ngx_max(need, 1024));
+        if (b->start == NULL) {
+            yajl_gen_free(g);
+            return NGX_ERROR;
+        }
+        b->end = b->start + ngx_max(need, 1024);
+    }
+
+    b->pos = b->start;
+    b->last = ngx_cpymem(b->start, "data: ", sizeof("data: ") - 1);
+    b->last = ngx_cpymem(b->last, json, len);
+    *b->last++ = '\n';
+    *b->last++ = '\n';
+    b->temporary = 1;
+    b->flush = 0;
+    b->tag = (ngx_buf_tag_t) &ngx_http_srt_module;
+
+    yajl_gen_free(g);
+
     cl->next = NULL;
     **last = cl;
     *last = &cl->next;
@@ -1041,6 +1071,9 @@ ngx_http_srt_pump(ngx_http_srt_ctx_t *ctx)
     }
 
     rc = ngx_http_output_filter(r, out);
+
+    ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &out,
+                            (ngx_buf_tag_t) &ngx_http_srt_module);
 
     if (all_done) {
         return rc;
