@@ -95,3 +95,62 @@ POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
 --- response_body_like
 "finish_reason":"length"
+
+
+
+=== TEST 4: nginx -s quit and -s stop: the scheduler processes exit with nginx
+--- init
+use Time::HiRes ();
+my $bin = $Test::Nginx::Socket::NginxBinary;
+for my $signal (qw(quit stop)) {
+    my $prefix = "$ENV{PWD}/t/servroot_srt/stop-$signal";
+    system("rm -rf $prefix; mkdir -p $prefix/conf $prefix/logs");
+    open my $fh, '>', "$prefix/conf/nginx.conf" or die;
+    print $fh <<"CONF";
+load_module $ENV{TEST_NGINX_SRT_MODULE};
+master_process on;
+daemon on;
+worker_processes 1;
+pid $prefix/logs/nginx.pid;
+error_log $prefix/logs/error.log info;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $prefix/client_body_temp;
+    proxy_temp_path $prefix/proxy_temp;
+    fastcgi_temp_path $prefix/fastcgi_temp;
+    uwsgi_temp_path $prefix/uwsgi_temp;
+    scgi_temp_path $prefix/scgi_temp;
+    server {
+        listen 127.0.0.1:1986;
+        location /v1/ { srt_model $ENV{TEST_NGINX_SRT_MODEL} name=s; srt_max_total_tokens 1024; }
+    }
+}
+CONF
+    close $fh;
+    system($bin, '-p', "$prefix/", '-c', 'conf/nginx.conf') == 0 or die "nginx failed to start";
+    my ($pid, $log);
+    for (1 .. 400) {
+        open my $lf, '<', "$prefix/logs/error.log"; local $/; $log = <$lf> // '';
+        if ($log =~ /scheduler ready/ && $log =~ /scheduler process (\d+) owns model/) {
+            $pid = $1;
+            last;
+        }
+        Time::HiRes::sleep(0.05);
+    }
+    if (!Test::More::ok($pid && kill(0, $pid), "$signal: the scheduler process runs")) {
+        system($bin, '-p', "$prefix/", '-c', 'conf/nginx.conf', '-s', 'stop');
+        next;
+    }
+    system($bin, '-p', "$prefix/", '-c', 'conf/nginx.conf', '-s', $signal);
+    my $gone = 0;
+    for (1 .. 200) { if (!kill 0, $pid) { $gone = 1; last } Time::HiRes::sleep(0.05) }
+    Test::More::ok($gone, "$signal: the scheduler process exited with nginx");
+    open my $lf, '<', "$prefix/logs/error.log"; local $/; $log = <$lf> // '';
+    Test::More::like($log, qr/srt: scheduler process $pid for model "s" exited/, "$signal: and said so");
+    Test::More::unlike($log, qr/exited unexpectedly|\[alert\]/, "$signal: no alert");
+}
+--- request
+GET /v1/models
+--- response_body_like
+"id":"smol"
