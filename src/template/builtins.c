@@ -605,6 +605,14 @@ static int apply_test_by_name(render *r, val name, val v, cargs *rest, bool *out
 static int select_common(render *r, val in, cargs *a, bool by_attr, bool want, val *out)
 {
     vlist *items, *res;
+    /* jinja2 guards with `if value:`: a falsy non-iterable gives nothing */
+    if (!tpl_truthy(in)) {
+        res = tpl_list_new(&r->a, 0);
+        if (!res)
+            return oom(r);
+        *out = mk_list(res, false);
+        return 0;
+    }
     if (tpl_val_iter(r, in, &items))
         return -1;
     res = tpl_list_new(&r->a, items->n);
@@ -931,10 +939,13 @@ static int json_filter(render *r, val in, cargs *a, val *out)
 
 static int indent_filter(render *r, val in, cargs *a, val *out)
 {
-    const char *s;
-    size_t n;
-    if (to_s(r, in, &s, &n))
-        return -1;
+    /* jinja2 appends "\n" to the value itself: only strings get through */
+    if (in.t == V_UNDEF)
+        return tpl_val_getattr(r, in, "splitlines", 10, out);
+    if (in.t != V_STR)
+        return tpl_rerr(r, "TypeError: indent needs a string, not %s", tpl_py_type_name(in));
+    const char *s = in.u.s.p;
+    size_t n = in.u.s.n;
     val w;
     char spaces[256];
     const char *ind = spaces;
@@ -1192,6 +1203,8 @@ int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
         *out = items->n ? items->v[id == F_FIRST ? 0 : items->n - 1] : v_undef();
         return 0;
     case F_FLOAT: {
+        if (in.t == V_UNDEF) /* float(Undefined) raises */
+            return tpl_val_getattr(r, in, "float", 5, out);
         val d;
         double dflt = 0.0;
         if (tpl_get_arg(a, 0, "default", &d) && (d.t == V_FLOAT || d.t == V_INT))
@@ -1218,6 +1231,8 @@ int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
     case F_INDENT:
         return indent_filter(r, in, a, out);
     case F_INT: {
+        if (in.t == V_UNDEF) /* int(Undefined) raises */
+            return tpl_val_getattr(r, in, "int", 3, out);
         int64_t dflt, base;
         if (arg_int(r, a, 0, "default", 0, &dflt) || arg_int(r, a, 1, "base", 10, &base))
             return -1;
@@ -1279,6 +1294,8 @@ int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
     case F_TITLE:
         return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, CASE_JINJA_TITLE, out);
     case F_MAP: {
+        if (!tpl_truthy(in))
+            in = v_undef(); /* `if value:` in jinja2's do_map: nothing to map */
         if (tpl_val_iter(r, in, &items))
             return -1;
         vlist *res = tpl_list_new(&r->a, items->n);
@@ -1588,6 +1605,8 @@ int tpl_test_apply(render *r, int id, val v, cargs *a, bool *out)
             for (size_t i = 0; i < arg.u.l->n && !found; i++)
                 found = tpl_val_eq(arg.u.l->v[i], v);
         } else if (arg.t == V_DICT) {
+            if (!tpl_hashable(v))
+                return tpl_rerr(r, "TypeError: unhashable type: '%s'", tpl_py_type_name(v));
             found = tpl_dict_get_val(arg.u.d, v) != NULL;
         } else if (arg.t != V_UNDEF) {
             return tpl_rerr(r, "TypeError: argument of type '%s' is not iterable", tpl_py_type_name(arg));

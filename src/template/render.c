@@ -427,6 +427,8 @@ static int do_slice(render *r, val obj, val vs, val ve, val vst, val *out)
 {
     if (obj.t == V_UNDEF)
         return undefined_error(r, obj);
+    if (obj.t == V_DICT)
+        return tpl_rerr(r, "TypeError: unhashable type: 'slice'");
     int64_t step = 1, start, stop;
     if (vst.t != V_NONE && vst.t != V_UNDEF && !as_index(vst, &step))
         return tpl_rerr(r, "TypeError: slice indices must be integers or None");
@@ -438,10 +440,8 @@ static int do_slice(render *r, val obj, val vs, val ve, val vst, val *out)
         len = (int64_t)obj.u.l->n;
     else if (obj.t == V_STR)
         len = ascii ? (int64_t)obj.u.s.n : (int64_t)tpl_u8_len(obj.u.s.p, obj.u.s.n);
-    else {
-        *out = v_undef();
-        return 0;
-    }
+    else /* jinja2 compiles slices to plain Python subscripts: no undefined fallback */
+        return tpl_rerr(r, "TypeError: '%s' object is not subscriptable", tpl_py_type_name(obj));
     int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? len - 1 : len;
     if (vs.t == V_NONE || vs.t == V_UNDEF)
         start = step < 0 ? hi : lo;
@@ -737,7 +737,8 @@ static int contains(render *r, val item, val container, bool *out)
         *out = false;
         return 0;
     case V_DICT:
-    case V_NS:
+        if (!tpl_hashable(item))
+            return tpl_rerr(r, "TypeError: unhashable type: '%s'", tpl_py_type_name(item));
         *out = tpl_dict_get_val(container.u.d, item) != NULL;
         return 0;
     default:
