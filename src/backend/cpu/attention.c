@@ -1,8 +1,11 @@
 /* CPU attention over the slot-indexed KV cache.
  *
- * Work items are (token, query head) pairs spread evenly over the threads. Each item walks
- * its sequence's keys 0..position (causal; earlier positions may be a cached prefix),
- * block by block with an online softmax, so no score buffer grows with the context. */
+ * A work item is one token and a run of query heads that share a KV head (GQA), so each
+ * K/V row is read once for all of them. Items are spread evenly over the threads; runs
+ * are shortened when there would be too few items to keep every thread busy (decode of
+ * one sequence). Each item walks its sequence's keys 0..position (causal; earlier
+ * positions may be a cached prefix), block by block with an online softmax, so no score
+ * buffer grows with the context. */
 #include <math.h>
 #include <string.h>
 
@@ -11,12 +14,15 @@
 #include "backend/cpu/cpu_kernels.h"
 
 #define KEY_BLOCK 64
+#define MAX_RUN   8      /* query heads per item */
 
 typedef struct attn_job {
     const srt_attn_args *a;
     srt_dot_f32_fn       dot;
     srt_axpy_f32_fn      axpy;
     srt_f16_row_fn       f16;
+    int32_t              run;      /* query heads per item */
+    int32_t              runs;     /* items per (token, kv head) */
 } attn_job;
 
 static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
@@ -32,77 +38,95 @@ static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
     return lo;
 }
 
-static void attend_one(const attn_job *job, int32_t t, int32_t h)
+/* query heads h0 .. h0+nh-1 of token t, all on KV head kvh */
+static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh)
 {
     const srt_attn_args *a = job->a;
     const srt_forward_batch *b = a->batch;
     int32_t hd = a->head_dim, s = seq_of_token(b, t), n_keys = b->positions[t] + 1;
-    int32_t kvh = h / (a->n_heads / a->n_kv_heads);
     size_t row = (size_t)a->n_kv_heads * hd;
     const int32_t *slots = b->seq_slots[s];
-    const float *q = a->q + ((size_t)t * a->n_heads + h) * hd;
-    float *out = a->out + ((size_t)t * a->n_heads + h) * hd;
-    float acc[1024], score[KEY_BLOCK], kbuf[1024];
-    float mx = -INFINITY, sum = 0.0f;
+    float acc[MAX_RUN][1024], score[MAX_RUN][KEY_BLOCK], kbuf[1024], mx[MAX_RUN], sum[MAX_RUN];
+    const float *q[MAX_RUN];
     int f32 = a->kv_dtype == SRT_F32;
 
-    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int32_t i = 0; i < nh; i++) {
+        q[i] = a->q + ((size_t)t * a->n_heads + h0 + i) * hd;
+        memset(acc[i], 0, (size_t)hd * sizeof(float));
+        mx[i] = -INFINITY;
+        sum[i] = 0.0f;
+    }
     for (int32_t j0 = 0; j0 < n_keys; j0 += KEY_BLOCK) {
         int32_t nb = n_keys - j0 < KEY_BLOCK ? n_keys - j0 : KEY_BLOCK;
-        float bmx = -INFINITY;
         for (int32_t j = 0; j < nb; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            const float *k;
-            if (f32)
-                k = (const float *)a->k_cache + off;
-            else {
+            const float *k = (const float *)a->k_cache + off;
+            if (!f32) {
                 job->f16((const uint16_t *)a->k_cache + off, kbuf, hd);
                 k = kbuf;
             }
-            score[j] = job->dot(q, k, hd) * a->scale;
-            if (score[j] > bmx)
-                bmx = score[j];
+            for (int32_t i = 0; i < nh; i++)
+                score[i][j] = job->dot(q[i], k, hd) * a->scale;
         }
-        if (bmx > mx) {
-            float corr = expf(mx - bmx);   /* 0 on the first block */
-            sum *= corr;
-            for (int32_t d = 0; d < hd; d++)
-                acc[d] *= corr;
-            mx = bmx;
+        for (int32_t i = 0; i < nh; i++) {
+            float bmx = -INFINITY;
+            for (int32_t j = 0; j < nb; j++)
+                bmx = score[i][j] > bmx ? score[i][j] : bmx;
+            if (bmx > mx[i]) {
+                float corr = expf(mx[i] - bmx);   /* 0 on the first block */
+                sum[i] *= corr;
+                for (int32_t d = 0; d < hd; d++)
+                    acc[i][d] *= corr;
+                mx[i] = bmx;
+            }
+            for (int32_t j = 0; j < nb; j++) {
+                score[i][j] = expf(score[i][j] - mx[i]);
+                sum[i] += score[i][j];
+            }
         }
         for (int32_t j = 0; j < nb; j++) {
-            float p = expf(score[j] - mx);
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            const float *v;
-            sum += p;
-            if (f32)
-                v = (const float *)a->v_cache + off;
-            else {
+            const float *v = (const float *)a->v_cache + off;
+            if (!f32) {
                 job->f16((const uint16_t *)a->v_cache + off, kbuf, hd);
                 v = kbuf;
             }
-            job->axpy(acc, p, v, hd);
+            for (int32_t i = 0; i < nh; i++)
+                job->axpy(acc[i], score[i][j], v, hd);
         }
     }
-    float inv = 1.0f / sum;
-    for (int32_t d = 0; d < hd; d++)
-        out[d] = acc[d] * inv;
+    for (int32_t i = 0; i < nh; i++) {
+        float inv = 1.0f / sum[i], *out = a->out + ((size_t)t * a->n_heads + h0 + i) * hd;
+        for (int32_t d = 0; d < hd; d++)
+            out[d] = acc[i][d] * inv;
+    }
 }
 
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *job = arg;
     const srt_attn_args *a = job->a;
-    int64_t n = (int64_t)a->batch->n_tokens * a->n_heads;
+    int32_t group = a->n_heads / a->n_kv_heads;
+    int64_t per_tok = (int64_t)a->n_kv_heads * job->runs, n = (int64_t)a->batch->n_tokens * per_tok;
     int64_t lo = n * ith / nth, hi = n * (ith + 1) / nth;
-    for (int64_t i = lo; i < hi; i++)
-        attend_one(job, (int32_t)(i / a->n_heads), (int32_t)(i % a->n_heads));
+    for (int64_t i = lo; i < hi; i++) {
+        int32_t t = (int32_t)(i / per_tok), rem = (int32_t)(i % per_tok);
+        int32_t kvh = rem / job->runs, r = rem % job->runs;
+        int32_t h0 = kvh * group + r * job->run;
+        int32_t nh = group - r * job->run < job->run ? group - r * job->run : job->run;
+        attend(job, t, kvh, h0, nh);
+    }
 }
 
 void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a)
 {
-    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row() };
-    if (tp && (int64_t)a->batch->n_tokens * a->n_heads > 1)
+    int32_t group = a->n_heads / a->n_kv_heads, nth = srt_threadpool_size(tp);
+    int32_t run = group < MAX_RUN ? group : MAX_RUN;
+    /* shorter runs when tokens x kv heads leave threads idle */
+    while (run > 1 && (int64_t)a->batch->n_tokens * a->n_kv_heads * ((group + run - 1) / run) < 4 * (int64_t)nth)
+        run = (run + 1) / 2;
+    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row(), run, (group + run - 1) / run };
+    if (tp && nth > 1 && (int64_t)a->batch->n_tokens * a->n_heads > 1)
         srt_threadpool_run(tp, attn_worker, &job);
     else
         attn_worker(&job, 0, 1);
