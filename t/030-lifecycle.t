@@ -10,9 +10,12 @@ BEGIN {
 }
 
 master_on();
+# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
+# between blocks keeps the shared zones and hands the model over instead of restarting
+use_hup();
 log_level('info');
 
-our $Log = "$Test::Nginx::Socket::ServerRoot/logs/error.log";
+our $Log = "${\ Test::Nginx::Socket::server_root()}/logs/error.log";
 
 # the pid of the scheduler process that owns the model now, from nginx's error log
 sub scheduler_pid {

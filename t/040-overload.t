@@ -11,6 +11,9 @@ BEGIN {
 }
 
 master_on();
+# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
+# between blocks keeps the shared zones and hands the model over instead of restarting
+use_hup();
 log_level('info');
 
 our @Children;
@@ -19,7 +22,7 @@ mkdir $Dir;
 
 sub http {
     my ($method, $uri, $body) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $Test::Nginx::Socket::ServerPort)
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => Test::Nginx::Socket::server_port())
         or return '';
     $body //= '';
     print $s "$method $uri HTTP/1.0\r\nHost: localhost\r\nContent-Length: " . length($body) . "\r\n\r\n$body";

@@ -22,6 +22,9 @@ BEGIN {
 }
 
 master_on();
+# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
+# between blocks keeps the shared zones and hands the model over instead of restarting
+use_hup();
 
 add_block_preprocessor(sub {
     my $block = shift;
@@ -76,7 +79,8 @@ system("mkdir -p $run");
 system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout $run/server.key -out $run/server.crt >/dev/null 2>&1") unless -e "$run/server.crt";
 system("cp $ENV{TEST_NGINX_SRT_TLS_DIR}/htpasswd $run/htpasswd") unless -e "$run/htpasswd";
 for my $conf (qw(nginx nginx-secure nginx-two-models)) {
-    my $out = `$Test::Nginx::Socket::NginxBinary -t -p $ENV{PWD} -c conf/$conf.conf 2>&1`;
+    my $bin = $ENV{TEST_NGINX_BINARY} || 'nginx';
+    my $out = `$bin -t -p $ENV{PWD} -c conf/$conf.conf 2>&1`;
     Test::More::is($?, 0, "conf/$conf.conf passes nginx -t") or Test::More::diag($out);
 }
 --- request

@@ -9,6 +9,9 @@ BEGIN {
 }
 
 master_on();
+# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
+# between blocks keeps the shared zones and hands the model over instead of restarting
+use_hup();
 log_level('info');
 
 add_block_preprocessor(sub {
@@ -43,7 +46,7 @@ POST /v1/completions
 
 === TEST 2: the openai client: chat, streamed chat, completions, models, errors
 --- init
-my $port = $Test::Nginx::Socket::ServerPort;
+my $port = Test::Nginx::Socket::server_port();
 my @lines = `python3 $ENV{PWD}/t/lib/openai_e2e.py http://127.0.0.1:$port/v1 smollm2 2>&1`;
 Test::More::is($?, 0, "openai_e2e.py ran") or Test::More::diag(join '', @lines);
 my $n = 0;

@@ -11,6 +11,9 @@ BEGIN {
 }
 
 master_on();
+# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
+# between blocks keeps the shared zones and hands the model over instead of restarting
+use_hup();
 log_level('info');
 
 our $Out = "$ENV{PWD}/t/servroot_srt/reload-stream";
@@ -52,7 +55,7 @@ POST /v1/completions
 unlink $main::Out;
 $main::Child = fork();
 if ($main::Child == 0) {
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $Test::Nginx::Socket::ServerPort) or POSIX::_exit(1);
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => Test::Nginx::Socket::server_port()) or POSIX::_exit(1);
     my $body = '{"prompt": "Once upon a time", "max_tokens": 80, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}';
     print $s "POST /v1/completions HTTP/1.0\r\nHost: localhost\r\nContent-Length: " . length($body) . "\r\n\r\n$body";
     local $/;
@@ -63,7 +66,7 @@ if ($main::Child == 0) {
     POSIX::_exit(0);
 }
 select undef, undef, undef, 0.7;
-open my $fh, '<', "$Test::Nginx::Socket::ServerRoot/logs/nginx.pid" or die;
+open my $fh, '<', "${\ Test::Nginx::Socket::server_root()}/logs/nginx.pid" or die;
 my $master = <$fh>;
 chomp $master;
 kill 'HUP', $master or die "HUP: $!";
@@ -84,7 +87,7 @@ local $/;
 my $r = <$fh> // '';
 Test::More::like($r, qr/^HTTP\/1\.1 200 /, "streamed request: 200");
 Test::More::like($r, qr/"completion_tokens":80,.*\ndata: \[DONE\]\n\n\z/s, "streamed request: all 80 tokens and [DONE]");
-open my $log, '<', "$Test::Nginx::Socket::ServerRoot/logs/error.log" or die;
+open my $log, '<', "${\ Test::Nginx::Socket::server_root()}/logs/error.log" or die;
 my $text = <$log>;
 my @owners = $text =~ /srt: scheduler process (\d+) owns model "smol"/g;
 Test::More::is(scalar @owners, 2, "the new scheduler took the model over after the old one");
@@ -101,7 +104,7 @@ POST /v1/completions
 === TEST 4: nginx -s quit and -s stop: the scheduler processes exit with nginx
 --- init
 use Time::HiRes ();
-my $bin = $Test::Nginx::Socket::NginxBinary;
+my $bin = ($ENV{TEST_NGINX_BINARY} || "nginx");
 for my $signal (qw(quit stop)) {
     my $prefix = "$ENV{PWD}/t/servroot_srt/stop-$signal";
     system("rm -rf $prefix; mkdir -p $prefix/conf $prefix/logs");

@@ -8,6 +8,9 @@ BEGIN {
 }
 
 master_on();
+# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
+# between blocks keeps the shared zones and hands the model over instead of restarting
+use_hup();
 log_level('info');
 
 add_block_preprocessor(sub {

@@ -48,6 +48,7 @@ sub import {
                      worker_connections log_level no_shuffle no_long_string
                      no_root_location add_block_preprocessor blocks
                      env_to_nginx html_dir server_root server_port
+                     server_port_for_client use_hup timeout
                      master_process_enabled plan is ok like unlike is_deeply
                      diag note pass fail done_testing)) {
         my $src = defined &{"Test::Nginx::Socket::$name"}
@@ -82,6 +83,10 @@ sub env_to_nginx { }
 sub html_dir { "$ServerRoot/html" }
 sub server_root { $ServerRoot }
 sub server_port { $ServerPort }
+sub server_port_for_client { $ServerPortForClient }
+# this harness keeps nginx running across blocks with the same configuration already
+sub use_hup { }
+sub timeout { }
 sub add_block_preprocessor { push @BlockPreprocessors, shift }
 
 # ---- blocks ----
@@ -311,8 +316,9 @@ sub start_nginx {
     if (my $files = $block->user_files) {
         write_user_files($files);
     }
-    my ($rc, $out) = run_cmd($NginxBinary, '-p', "$ServerRoot/", '-c', 'conf/nginx.conf');
-    return ($rc, $out) if $rc != 0;
+    my ($rc, $out) = run_cmd($NginxBinary, '-e', "$ServerRoot/logs/error.log",
+                             '-p', "$ServerRoot/", '-c', 'conf/nginx.conf');
+    return ($rc, $out . log_since(0)) if $rc != 0;
     for (1 .. 200) { last if read_pid(); sleep 0.02 }
     $NginxPid = read_pid();
     wait_port();
@@ -475,7 +481,9 @@ sub run_block {
         open my $fh, '>', "$ServerRoot/conf/nginx.conf" or die $!;
         print $fh $conf;
         close $fh;
-        my ($rc, $out) = run_cmd($NginxBinary, '-p', "$ServerRoot/", '-c', 'conf/nginx.conf', '-t');
+        # like Test::Nginx: startup errors go to logs/error.log (nginx -e)
+        my ($rc, $out) = run_cmd($NginxBinary, '-e', "$ServerRoot/logs/error.log",
+                                 '-p', "$ServerRoot/", '-c', 'conf/nginx.conf', '-t');
         Test::More::ok($rc != 0, "$name - nginx -t fails") or Test::More::diag($out);
         check_log_patterns($block, $out . log_since(0), $name);
         return;
@@ -572,6 +580,16 @@ __END__
 =head1 NAME
 
 Test::Nginx::Socket (t/lib) - a small stand-in for openresty's Test::Nginx::Socket
+
+=head1 USING THE REAL Test::Nginx
+
+The suites say `use Test::Nginx::Socket 'no_plan';`, use only sections and functions both
+implement, and reach the server root and port through server_root() and server_port().
+With openresty's Test::Nginx installed (cpanm Test::Nginx), run them without t/lib on @INC:
+
+    TEST_NGINX_BINARY=/usr/sbin/nginx prove t/*.t
+
+and with this harness: `prove -I t/lib t/*.t` (what scripts/run-tests.sh does).
 
 =head1 SECTIONS
 
