@@ -91,6 +91,7 @@ struct srt_chan {
     size_t                size;
     int                   sched_fd;
     int                   worker_fd;
+    int                   send_fd;      /* for ringing others, made on first use */
     volatile sig_atomic_t stop;
     uint32_t              claim_hint;
     int                   n_pending;
@@ -172,20 +173,30 @@ static int bell_bind(uint64_t id, pid_t pid)
     return fd;
 }
 
-/* Ring a doorbell; a full socket buffer means it is already rung, a missing one means the
- * process is gone: both are fine. Async-signal-safe. */
-static void bell_ring(uint64_t id, pid_t pid)
+/* Ring a doorbell through send_fd (an unbound datagram socket; -1 = use a fresh one, as a
+ * signal handler must). A full socket buffer means it is already rung, a missing one means
+ * the process is gone: both are fine. */
+static void bell_send(int send_fd, uint64_t id, pid_t pid)
 {
     struct sockaddr_un a;
     socklen_t len = bell_addr(&a, id, pid);
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = send_fd >= 0 ? send_fd : socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     char b = 1;
     if (fd < 0)
         return;
     if (sendto(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len) < 0) {
         /* nothing to do: see above */
     }
-    close(fd);
+    if (fd != send_fd)
+        close(fd);
+}
+
+/* Ring from a channel handle: one sendto() on a socket kept for the purpose. */
+static void bell_ring_c(srt_chan *c, pid_t pid)
+{
+    if (c->send_fd < 0)
+        c->send_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bell_send(c->send_fd, c->h->chan_id, pid);
 }
 
 static void bell_drain(int fd)
@@ -278,6 +289,7 @@ srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err)
     c->size = size;
     c->sched_fd = -1;
     c->worker_fd = -1;
+    c->send_fd = -1;
     c->claim_hint = (uint32_t)getpid() * 2654435761u;
     return c;
 }
@@ -290,6 +302,8 @@ void srt_chan_detach(srt_chan *c)
         srt_chan_sched_close(c);
     if (c->worker_fd >= 0)
         close(c->worker_fd);
+    if (c->send_fd >= 0)
+        close(c->send_fd);
     free(c);
 }
 
@@ -383,7 +397,7 @@ static int slot_fail(srt_chan *c, chan_slot *s, const char *msg, int only_queued
             else
                 atomic_fetch_sub(&c->h->running, 1);
             atomic_fetch_add(&c->h->completed, 1);
-            bell_ring(c->h->chan_id, atomic_load(&s->owner));
+            bell_ring_c(c, atomic_load(&s->owner));
             return 1;
         }
     }
@@ -470,7 +484,7 @@ void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *
     for (i = 0; i < SRT_CHAN_MAX_WORKERS; i++) {
         int32_t pid = atomic_load(&h->workers[i]);
         if (pid > 0)
-            bell_ring(h->chan_id, pid);
+            bell_ring_c(c, pid);
     }
     if (st == SRT_CHAN_SCHED_FAILED || st == SRT_CHAN_SCHED_DOWN) {
         /* Nobody will serve what is queued: fail it now rather than let it hang. */
@@ -647,12 +661,12 @@ void srt_chan_sched_flush(srt_chan *c)
         for (k = 0; k < c->h->n_slots; k++) {
             chan_slot *s = slot_at(c, k);
             if ((atomic_load(&s->state) & ST_MASK) >= ST_QUEUED)
-                bell_ring(c->h->chan_id, atomic_load(&s->owner));
+                bell_ring_c(c, atomic_load(&s->owner));
         }
         return;
     }
     for (i = 0; i < c->n_pending; i++)
-        bell_ring(c->h->chan_id, c->pending[i]);
+        bell_ring_c(c, c->pending[i]);
     c->n_pending = 0;
 }
 
@@ -707,7 +721,7 @@ void srt_chan_sched_request_stop(srt_chan *c, int how)
     if (how > c->stop)
         c->stop = how;
     if (c->sched_fd >= 0)
-        bell_ring(c->h->chan_id, 0);
+        bell_send(-1, c->h->chan_id, 0);   /* from a signal handler: no shared socket */
 }
 
 void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why)
@@ -800,7 +814,7 @@ srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint3
         atomic_fetch_add(&h->queued, 1);
         atomic_store_explicit(&s->state, ST_QUEUED, memory_order_release);
         atomic_fetch_add(&h->submitted, 1);
-        bell_ring(h->chan_id, 0);
+        bell_ring_c(c, 0);
         return SRT_CHAN_SUBMIT_OK;
     }
     atomic_fetch_add(&h->rejected_full, 1);
@@ -881,7 +895,7 @@ void srt_chan_release(srt_chan *c, uint32_t slot, uint32_t gen)
             }
         } else if (base == ST_RUNNING && !(st & ST_ABORTED)) {
             if (atomic_compare_exchange_weak(&s->state, &st, st | ST_ABORTED)) {
-                bell_ring(c->h->chan_id, 0);
+                bell_ring_c(c, 0);
                 return;
             }
         } else {
