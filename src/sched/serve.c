@@ -91,7 +91,8 @@ int srt_sched_config_from_chan(const srt_chan_config *cc, const srt_model_config
         c.max_running_requests = cc->slots;
     c.max_queued_requests = cc->slots > 0 ? cc->slots : (cc->max_queued_requests > 0 ? cc->max_queued_requests : 256);
     c.page_size = cc->page_size > 0 ? cc->page_size : 1;
-    c.chunked_prefill_size = cc->chunked_prefill_size;
+    /* unset (0): 2048 tokens per step; -1: off (whole prompts, up to max_prefill_tokens) */
+    c.chunked_prefill_size = cc->chunked_prefill_size == 0 ? 2048 : cc->chunked_prefill_size;
     c.max_prefill_tokens = 16384;
     c.policy = cc->schedule_policy == SRT_CHAN_POLICY_LPM ? SRT_SCHED_LPM : SRT_SCHED_FCFS;
     c.radix_cache = cc->radix_cache != 0;

@@ -185,7 +185,7 @@ srt_sched_runner srt_sched_model_runner_iface(srt_sched_model_runner *mr);   /* 
 void srt_sched_model_runner_free(srt_sched_model_runner *mr);
 
 /* Scheduler settings from the directives (channel config) and the model: context length,
- * limits, KV budget (srt_max_total_tokens, else srt_mem_fraction_static of device_bytes
+ * limits, chunked prefill (0 = unset: 2048; -1 = off, as SGLang's -1), KV budget (srt_max_total_tokens, else srt_mem_fraction_static of device_bytes
  * after the weights, capped at max_running x context), EOS ids. */
 int srt_sched_config_from_chan(const srt_chan_config *cc, const struct srt_model_config *mc,
                                uint64_t device_bytes, srt_sched_config *out, srt_err *err);
