@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "srt/model.h"
 #include "srt/sched.h"
 #include "tap.h"
 
@@ -670,8 +671,37 @@ static void test_metrics(void)
     free(g);
 }
 
+static void test_config_from_chan(void)
+{
+    srt_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.vocab_size = 1000; mc.n_layers = 2; mc.n_heads = 4; mc.n_kv_heads = 2; mc.head_dim = 16;
+    mc.hidden_size = 64; mc.max_position_embeddings = 8192; mc.n_eos = 2;
+    mc.eos_token_ids[0] = 7; mc.eos_token_ids[1] = 9;
+    srt_chan_config cc;
+    memset(&cc, 0, sizeof cc);
+    cc.slots = 40; cc.slot_tokens = 4096; cc.radix_cache = 1; cc.page_size = 1;
+    srt_sched_config c;
+    srt_err err = {{0}};
+    ok(srt_sched_config_from_chan(&cc, &mc, 1ull << 30, &c, &err) == SRT_OK, "config from directives: %s", err.msg);
+    ok(c.context_length == 4096 && c.max_running_requests == 40 && c.chunked_prefill_size == 2048 &&
+       c.n_eos == 2 && c.eos_ids[1] == 9 && c.vocab_size == 1000 && c.radix_cache == 1,
+       "defaults: context from the slot size, running capped by slots, chunk 2048, EOS from the model");
+    /* 0.2 x 1 GiB over 2 layers x 2 x 2 heads x 16 x 4 B = 512 B per token, capped at 40 x 4096 */
+    is_int(c.max_total_tokens, 40 * 4096, "KV budget from the memory fraction, capped at running x context");
+    cc.max_total_tokens = 1000; cc.page_size = 16; cc.chunked_prefill_size = -1; cc.context_length = 512;
+    cc.schedule_policy = SRT_CHAN_POLICY_LPM; cc.max_running_requests = 8;
+    ok(srt_sched_config_from_chan(&cc, &mc, 1ull << 30, &c, &err) == SRT_OK && c.max_total_tokens == 992 &&
+       c.chunked_prefill_size == -1 && c.context_length == 512 && c.policy == SRT_SCHED_LPM &&
+       c.max_running_requests == 8, "explicit directives win (KV rounded to pages)");
+    cc.max_total_tokens = 10;
+    ok(srt_sched_config_from_chan(&cc, &mc, 1ull << 30, &c, &err) == SRT_ERROR && strstr(err.msg, "too small"),
+       "a KV budget too small is refused: %s", err.msg);
+}
+
 int main(void)
 {
+    test_config_from_chan();
     srt_sched_config c = base_cfg();
     make_workload(32, 12345);
     run_solo(32, &c);
