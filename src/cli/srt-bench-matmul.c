@@ -1,7 +1,11 @@
 /* Times srt_cpu_matmul on SmolLM2-135M shapes: decode (1 token) and prefill (128 tokens).
  *
  *   srt-bench-matmul [-t threads] [-s portable|avx2|avx512] [-d q4_1,q8_0,...] [-n tok,...]
- *                    [-m ms-per-case]
+ *                    [-m ms-per-case] [-c 0|1]
+ *
+ * -c 1 ("cold") cycles through enough copies of each weight (>= 256 MB) that every call
+ * reads W from DRAM, as a real decode step does (a 135M model is ~100 MB); -c 0 measures
+ * a weight that stays in cache.
  *
  * GFLOP/s counts 2*rows*cols*n_tok; GB/s counts weight bytes read once per call. Both
  * use wall time; cpu_us is process CPU time per call divided by the thread count (with
@@ -65,7 +69,7 @@ static void fill(srt_dtype t, uint8_t *p, size_t bytes, int64_t cols)
 
 int main(int argc, char **argv)
 {
-    int threads = 1, ms = 300;
+    int threads = 1, ms = 300, cold = 0;
     const char *dlist = "q4_1,q8_0", *nlist = "1,128";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
@@ -77,6 +81,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "-d")) dlist = argv[i + 1];
         else if (!strcmp(argv[i], "-n")) nlist = argv[i + 1];
         else if (!strcmp(argv[i], "-m")) ms = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c")) cold = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms]\n", argv[0]);
             return 1;
@@ -87,7 +92,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot create thread pool\n");
         return 1;
     }
-    printf("simd=%s threads=%d\n", srt_cpu_simd_name(), srt_threadpool_size(tp));
+    printf("simd=%s threads=%d weights=%s\n", srt_cpu_simd_name(), srt_threadpool_size(tp),
+           cold ? "cold (DRAM)" : "warm (cache)");
     printf("%-6s %-14s %5s %10s %9s %8s %10s %9s\n", "dtype", "shape(out x in)", "n_tok", "us/call",
            "GFLOP/s", "GB/s", "cpu_us", "cpuGFLOP/s");
     static const int64_t shapes[][2] = { { 576, 576 }, { 1536, 576 }, { 576, 1536 }, { 49152, 576 } };
@@ -107,8 +113,20 @@ int main(int argc, char **argv)
             if (cols % srt_dtype_block_elems(t))
                 continue;
             size_t rb = srt_dtype_row_bytes(t, cols);
-            uint8_t *wd = aligned_alloc(64, (rows * rb + 63) / 64 * 64);
-            fill(t, wd, rows * rb, cols);
+            size_t wbytes = (rows * rb + 63) / 64 * 64;
+            int copies = 1;
+            if (cold) {
+                copies = (int)((256u << 20) / wbytes) + 1;
+                if (copies < 2)
+                    copies = 2;
+            }
+            uint8_t *wd = aligned_alloc(64, wbytes * copies);
+            if (!wd) {
+                fprintf(stderr, "out of memory\n");
+                return 1;
+            }
+            for (int k = 0; k < copies; k++)
+                fill(t, wd + (size_t)k * wbytes, rows * rb, cols);
             srt_weight w = { t, rows, cols, wd, rb };
             const char *np = nlist;
             while (*np) {
@@ -125,6 +143,7 @@ int main(int argc, char **argv)
                 int iters = 0;
                 double t0 = now_s(), c0 = cpu_s(), el;
                 do {
+                    w.data = wd + (size_t)(iters % copies) * wbytes;
                     srt_cpu_matmul(tp, &w, NULL, x, n_tok, y, scratch);
                     iters++;
                     el = now_s() - t0;
