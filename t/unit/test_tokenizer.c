@@ -402,6 +402,125 @@ static void check_gguf(void)
     srt_tokenizer_free(tok);
 }
 
+/* Random text over the whole Unicode range (incl. astral, unassigned and combining code points) and
+ * random id sequences: no crash, every streamed chunk is valid UTF-8, and decode(encode(x)) is x
+ * (mode 1: lossless byte-level) or a fixed point of decode(encode()) (mode 0: normalizing byte-level;
+ * mode 2: byte fallback) wherever no byte lacks a token (a trained byte-level vocab may lack rare lead
+ * bytes, which HF drops as well). */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+/* Byte-level: does every byte of s have a token (GPT-2's byte alphabet spelling)? */
+static int all_bytes_known(const srt_tokenizer *t, const str *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        unsigned b = (uint8_t)s->p[i], cp = b;
+        if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF))) {
+            cp = 0x100;
+            for (unsigned k = 0; k < b; k++)
+                if (!((k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF)))
+                    cp++;
+        }
+        str u = {(char[8]){0}, 0};
+        put_utf8(&u, cp);
+        if (srt_tokenizer_token_id(t, u.p, u.n) < 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void check_random(const char *name, int lossless)
+{
+    srt_tokenizer *t = load(name);
+    if (!t)
+        return;
+    static const uint32_t ranges[][2] = {{0x20, 0x7F}, {0x00, 0x20}, {0x80, 0x800}, {0x300, 0x370},
+                                         {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0x1F300, 0x1FAFF}, {0xE000, 0xFFFF},
+                                         {0x10000, 0x10FFFF}, {0x2000, 0x2100}};
+    size_t bad_rt = 0, bad_enc = 0, bad_chunk = 0, n_exact = 0;
+    size_t cap = srt_detok_max_out(t);
+    char *chunk = malloc(cap);
+    srt_err err;
+    for (int iter = 0; iter < 1500; iter++) {
+        str s = {malloc(4 * 64 + 64), 0};
+        int nc = 1 + (int)(rnd() % 60);
+        for (int i = 0; i < nc; i++) {
+            const uint32_t *r = ranges[rnd() % 10];
+            uint32_t cp = r[0] + rnd() % (r[1] - r[0] + 1);
+            if (cp >= 0xD800 && cp < 0xE000)
+                cp = ' ';
+            if (rnd() % 8 == 0)
+                cp = " \n\t"[rnd() % 3];
+            put_utf8(&s, cp);
+        }
+        s.p[s.n] = 0;
+        int32_t *ids;
+        size_t n;
+        if (srt_tokenizer_encode_alloc(t, s.p, s.n, SRT_TOK_PARSE_SPECIAL, &ids, &n, &err)) {
+            bad_enc++;
+            free(s.p);
+            continue;
+        }
+        char *dec;
+        size_t dlen;
+        if (srt_tokenizer_decode(t, ids, n, 0, &dec, &dlen, &err) == SRT_OK) {
+            /* exact when every byte has a token (trained byte-level vocabs may lack rare lead bytes,
+             * which HF drops too); otherwise decode(encode()) must at least be a fixed point */
+            int known = lossless == 2 || all_bytes_known(t, &s); /* mode 2: byte fallback, no drops */
+            int exact = lossless == 1 && known;
+            int32_t *ids2;
+            size_t n2;
+            char *dec2 = NULL;
+            size_t dlen2 = 0;
+            if (!srt_tokenizer_encode_alloc(t, dec, dlen, SRT_TOK_PARSE_SPECIAL, &ids2, &n2, &err)) {
+                srt_tokenizer_decode(t, ids2, n2, 0, &dec2, &dlen2, &err);
+                free(ids2);
+            }
+            int good = exact ? (dlen == s.n && !memcmp(dec, s.p, dlen))
+                             : !known || (dec2 && dlen2 == dlen && !memcmp(dec, dec2, dlen));
+            n_exact += exact;
+            if (!good && bad_rt++ < 2) {
+                char hex[200] = "";
+                for (size_t q = 0, o = 0; q < s.n && o < 180; q++)
+                    o += (size_t)snprintf(hex + o, sizeof(hex) - o, "%02x", (uint8_t)s.p[q]);
+                tap_diag("  %s: round trip of %s gives %zu bytes, want %zu", name, hex, dlen, s.n);
+            }
+            free(dec);
+            free(dec2);
+        } else {
+            bad_rt++;
+        }
+        free(ids);
+        free(s.p);
+        /* random ids */
+        srt_detok d;
+        srt_detok_init(&d, t, rnd() % 2 ? SRT_DETOK_SKIP_SPECIAL : 0);
+        size_t k;
+        for (int i = 0; i < 40; i++) {
+            int32_t id = (int32_t)(rnd() % srt_tokenizer_vocab_size(t));
+            if (!srt_tokenizer_token_str(t, id, NULL))
+                continue;
+            if (srt_detok_push(&d, id, chunk, cap, &k, &err) || !valid_utf8(chunk, k))
+                bad_chunk++;
+        }
+        if (srt_detok_flush(&d, chunk, cap, &k, &err) || !valid_utf8(chunk, k))
+            bad_chunk++;
+    }
+    is_int(bad_enc, 0, "%s: 1500 random Unicode strings encode", name);
+    is_int(bad_rt, 0, "%s: ... decode(encode(x)) is x (%zu strings whose bytes all have tokens) or a fixed point",
+           name, n_exact);
+    ok(lossless != 1 || n_exact > 300, "%s: %zu random strings were checked for exact round trips", name, n_exact);
+    is_int(bad_chunk, 0, "%s: random id sequences stream as valid UTF-8", name);
+    free(chunk);
+    srt_tokenizer_free(t);
+}
+
 /* Byte-fallback runs longer than the detokenizer's hold buffer (64 bytes). */
 static void check_long_byte_runs(void)
 {
@@ -539,6 +658,11 @@ int main(void)
     check_specials();
     check_threads();
     check_long_byte_runs();
+    check_random("smollm2", 1);
+    check_random("llama3", 1);
+    check_random("qwen2", 0);
+    check_random("spm", 2);
+    check_random("anthropic", 0);
     check_gguf_fixture("spm-gguf", 0);
     check_gguf_fixture("bpe-gguf", 1);
     check_gguf();
