@@ -157,3 +157,68 @@ CONF
 GET /v1/models
 --- response_body_like
 "id":"smol"
+
+
+
+=== TEST 5: a reload that changes the slot geometry (a new channel) still keeps one owner per model
+--- init
+use Time::HiRes ();
+my $bin = $ENV{TEST_NGINX_BINARY} || 'nginx';
+my $prefix = "$ENV{PWD}/t/servroot_srt/regeom";
+system("rm -rf $prefix; mkdir -p $prefix/conf $prefix/logs");
+my $write = sub {
+    my ($ctx) = @_;
+    open my $fh, '>', "$prefix/conf/nginx.conf" or die;
+    print $fh <<"CONF";
+load_module $ENV{TEST_NGINX_SRT_MODULE};
+master_process on;
+daemon on;
+worker_processes 1;
+pid $prefix/logs/nginx.pid;
+error_log $prefix/logs/error.log info;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $prefix/client_body_temp;
+    proxy_temp_path $prefix/proxy_temp;
+    fastcgi_temp_path $prefix/fastcgi_temp;
+    uwsgi_temp_path $prefix/uwsgi_temp;
+    scgi_temp_path $prefix/scgi_temp;
+    server {
+        listen 127.0.0.1:1987;
+        location /v1/ { srt_model $ENV{TEST_NGINX_SRT_MODEL} name=s; srt_max_total_tokens 1024;
+                        srt_context_length $ctx; srt_wait_ready 60s; }
+    }
+}
+CONF
+    close $fh;
+};
+my $log = sub { open my $lf, '<', "$prefix/logs/error.log"; local $/; <$lf> // '' };
+$write->(512);
+system($bin, '-p', "$prefix/", '-c', 'conf/nginx.conf') == 0 or die "nginx failed to start";
+for (1 .. 400) { last if $log->() =~ /scheduler ready/; Time::HiRes::sleep(0.05) }
+my $child = fork();
+if ($child == 0) {
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => 1987) or POSIX::_exit(1);
+    my $body = '{"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0, "ignore_eos": true, "stream": true}';
+    print $s "POST /v1/completions HTTP/1.0\r\nHost: x\r\nContent-Length: " . length($body) . "\r\n\r\n$body";
+    local $/;
+    my $r = <$s> // '';
+    POSIX::_exit($r =~ /data: \[DONE\]\n\n\z/ ? 0 : 1);
+}
+Time::HiRes::sleep(0.5);
+$write->(256);
+system($bin, '-p', "$prefix/", '-c', 'conf/nginx.conf', '-s', 'reload');
+waitpid($child, 0);
+Test::More::is($? >> 8, 0, "geometry reload: the stream in flight completed");
+for (1 .. 400) { last if $log->() =~ /scheduler ready.*scheduler ready/s; Time::HiRes::sleep(0.05) }
+my $text = $log->();
+my @owners = $text =~ /srt: scheduler process (\d+) owns model "s"/g;
+Test::More::is(scalar @owners, 2, "geometry reload: a second scheduler took the model");
+Test::More::like($text, qr/scheduler process $owners[0] for model "s" exited.*scheduler process $owners[1] owns model/s,
+                 "geometry reload: only after the first had exited");
+system($bin, '-p', "$prefix/", '-c', 'conf/nginx.conf', '-s', 'stop');
+--- request
+GET /v1/models
+--- response_body_like
+"id":"smol"

@@ -92,6 +92,8 @@ struct srt_chan {
     int                   sched_fd;
     int                   worker_fd;
     int                   send_fd;      /* for ringing others, made on first use */
+    int                   lock_fd;      /* listening socket named lock_key, while owner */
+    char                  lock_key[96];
     volatile sig_atomic_t stop;
     uint32_t              claim_hint;
     int                   n_pending;
@@ -290,6 +292,7 @@ srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err)
     c->sched_fd = -1;
     c->worker_fd = -1;
     c->send_fd = -1;
+    c->lock_fd = -1;
     c->claim_hint = (uint32_t)getpid() * 2654435761u;
     return c;
 }
@@ -424,8 +427,65 @@ static int pidfd_wait_exit(pid_t pid, srt_chan *c)
     return 0;
 }
 
+void srt_chan_sched_set_lock_key(srt_chan *c, const char *key)
+{
+    snprintf(c->lock_key, sizeof(c->lock_key), "%.80s", key ? key : "");
+}
+
+/* The key lock is a listening abstract stream socket: only one process can bind the name,
+ * the kernel drops it with its process, and a waiter learns the holder's pid by connecting
+ * (SO_PEERCRED), then waits on the holder's pidfd. */
+static int key_lock(srt_chan *c, srt_err *err)
+{
+    struct sockaddr_un a;
+    socklen_t len;
+    int n;
+
+    memset(&a, 0, sizeof(a));
+    a.sun_family = AF_UNIX;
+    n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "srt-lock-%s", c->lock_key);
+    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+
+    for (;;) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return srt_err_set(err, "channel: lock socket: %s", strerror(errno));
+        if (bind(fd, (struct sockaddr *)&a, len) == 0 && listen(fd, 1) == 0) {
+            c->lock_fd = fd;
+            return SRT_OK;
+        }
+        if (errno != EADDRINUSE) {
+            int e = errno;
+            close(fd);
+            return srt_err_set(err, "channel: lock \"%s\": %s", c->lock_key, strerror(e));
+        }
+        close(fd);
+        if (c->stop)
+            return srt_err_set(err, "channel: stop requested while waiting for the model lock");
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, len) == 0) {
+            struct ucred cred;
+            socklen_t cl = sizeof(cred);
+            pid_t holder = 0;
+            if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+                holder = cred.pid;
+            close(fd);
+            if (holder > 0 && holder != getpid() && pidfd_wait_exit(holder, c) == 0)
+                continue;
+        } else if (fd >= 0) {
+            close(fd);
+        }
+        {
+            struct timespec ts = { 0, 50 * 1000 * 1000 };
+            nanosleep(&ts, NULL); /* holder between bind() and listen(), or just gone */
+        }
+    }
+}
+
 int srt_chan_sched_open(srt_chan *c, srt_err *err)
 {
+    if (c->lock_key[0] && c->lock_fd < 0 && key_lock(c, err) != SRT_OK)
+        return SRT_ERROR;
     for (;;) {
         pid_t owner;
         int fd;
@@ -464,6 +524,10 @@ void srt_chan_sched_close(srt_chan *c)
     }
     close(c->sched_fd);
     c->sched_fd = -1;
+    if (c->lock_fd >= 0) {
+        close(c->lock_fd);
+        c->lock_fd = -1;
+    }
 }
 
 void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *msg,

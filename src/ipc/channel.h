@@ -195,6 +195,12 @@ void srt_chan_stats_get(const srt_chan *c, srt_chan_stats *st);
  * Sets sched_pid. Returns SRT_OK, or SRT_ERROR with err filled. */
 int srt_chan_sched_open(srt_chan *c, srt_err *err);
 
+/* Before srt_chan_sched_open(): also hold a lock named `key` (e.g. nginx master pid + model
+ * name) while owning the channel. A reload that changes the channel's geometry makes a new
+ * channel; the key still keeps its scheduler from starting before the old one has exited.
+ * Waiting is on the holder's pidfd, not a poll loop. key is copied (at most 80 bytes). */
+void srt_chan_sched_set_lock_key(srt_chan *c, const char *key);
+
 /* Publish the scheduler state; msg (may be NULL) is shown in 503 bodies and /health.
  * READY also publishes info (may be NULL for other states). */
 void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *msg,

@@ -32,7 +32,8 @@ static void ngx_http_srt_spawn(ngx_http_srt_model_t *m);
 static void ngx_http_srt_lifeline_handler(ngx_event_t *ev);
 static void ngx_http_srt_respawn_handler(ngx_event_t *ev);
 static void ngx_http_srt_supervisor_exit(void);
-static void ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline);
+static void ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
+    ngx_pid_t master);
 
 
 static ngx_http_srt_main_conf_t  *ngx_http_srt_supervised;
@@ -139,8 +140,10 @@ static void
 ngx_http_srt_spawn(ngx_http_srt_model_t *m)
 {
     int                fds[2];
-    ngx_pid_t          pid;
+    ngx_pid_t          pid, master;
     ngx_connection_t  *c;
+
+    master = getppid();
 
     if (pipe2(fds, O_CLOEXEC) == -1) {
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_errno,
@@ -163,7 +166,7 @@ ngx_http_srt_spawn(ngx_http_srt_model_t *m)
 
     case 0:
         close(fds[0]);
-        ngx_http_srt_scheduler_main(m, fds[1]);
+        ngx_http_srt_scheduler_main(m, fds[1], master);
         _exit(2);   /* not reached */
 
     default:
@@ -317,10 +320,11 @@ ngx_http_srt_log_sink(srt_log_level level, const char *msg, void *user)
 
 
 static void
-ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline)
+ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
+    ngx_pid_t master)
 {
     int                 rc;
-    char                title[256];
+    char                title[256], key[96];
     srt_err             err;
     sigset_t            set;
     ngx_uint_t          i;
@@ -365,6 +369,14 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline)
 
     /* lifeline stays open (it is inherited as fds[1]); the helper reads EOF when we die */
     (void) lifeline;
+
+    /*
+     * One owner per model of this nginx, even when a reload gave the model a new
+     * channel (its slots or context changed): the old scheduler's lock is keyed by
+     * the master's pid and the model's name, not by the channel.
+     */
+    ngx_snprintf((u_char *) key, sizeof(key) - 1, "%P-%V%Z", master, &m->name);
+    srt_chan_sched_set_lock_key(m->chan, key);
 
     if (srt_chan_sched_open(m->chan, &err) != SRT_OK) {
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,

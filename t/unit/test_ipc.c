@@ -498,11 +498,12 @@ static void test_metrics(void)
     srt_chan_sched_publish_metrics(c, "srt:x 1\n", 8);
     ok(srt_chan_metrics_read(c, buf, sizeof(buf)) == 8 && memcmp(buf, "srt:x 1\n", 8) == 0,
        "published metrics read back");
-    w = spawn(metrics_writer, 20000, 0);
-    for (i = 0; i < 20000; i++) {
+    w = spawn(metrics_writer, 200000, 0);
+    /* read for as long as the writer writes */
+    for (i = 0; waitpid(w, NULL, WNOHANG) == 0; i++) {
         size_t n = srt_chan_metrics_read(c, buf, sizeof(buf)), k;
-        if (n == 0)
-            continue;
+        if (n == 0 || (n == 8 && memcmp(buf, "srt:x 1\n", 8) == 0))
+            continue; /* nothing from the writer yet */
         seen++;
         for (k = 1; k < n; k++)
             if (buf[k] != buf[0]) {
@@ -510,13 +511,59 @@ static void test_metrics(void)
                 break;
             }
     }
-    is_int(reap(w), 0, "metrics writer done");
-    ok(seen > 0 && torn == 0, "%d concurrent reads, none torn", seen);
+    ok(seen > 0 && torn == 0, "%d reads concurrent with the writer, none torn", seen);
     srt_chan_detach(c);
+}
+
+/* Holds the model lock `key` on its own channel until killed. */
+static void key_holder(int unused1, int unused2)
+{
+    srt_err err;
+    srt_chan *c = srt_chan_attach(mem, mem_size, &err);
+    srt_chan_sched_set_lock_key(c, "test-key-lock");
+    if (srt_chan_sched_open(c, &err) != SRT_OK)
+        _exit(10);
+    srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, "ready", NULL);
+    for (;;)
+        srt_chan_sched_wait(c, -1);
+}
+
+static void test_key_lock(void)
+{
+    srt_chan *c1 = make_chan(2, 32, 0), *c2;
+    void *mem1 = mem;
+    size_t size1 = mem_size;
+    srt_err err;
+    pid_t holder = spawn(key_holder, 0, 0), waiter;
+    while (srt_chan_sched_state_get(c1, NULL, 0) != SRT_CHAN_SCHED_READY)
+        usleep(1000);
+    /* a reload that changed the geometry: a new channel, the same model */
+    mem = NULL;
+    c2 = make_chan(4, 64, 0);
+    waiter = fork();
+    if (waiter == 0) {
+        srt_chan *w = srt_chan_attach(mem, mem_size, &err);
+        srt_chan_sched_set_lock_key(w, "test-key-lock");
+        if (srt_chan_sched_open(w, &err) != SRT_OK)
+            _exit(10);
+        srt_chan_sched_set_state(w, SRT_CHAN_SCHED_READY, "ready", NULL);
+        _exit(0);
+    }
+    usleep(200000);
+    is_int(srt_chan_sched_state_get(c2, NULL, 0), SRT_CHAN_SCHED_NONE,
+           "a scheduler on a new channel waits for the holder of the same model lock");
+    kill(holder, SIGKILL);
+    reap(holder);
+    is_int(reap(waiter), 0, "it takes the lock once the holder is gone");
+    is_int(srt_chan_sched_state_get(c2, NULL, 0), SRT_CHAN_SCHED_READY, "and serves");
+    srt_chan_detach(c2);
+    munmap(mem1, size1);
+    (void)c1;
 }
 
 int main(void)
 {
+    test_key_lock();
     test_metrics();
     test_state_ring();
     test_layout();
