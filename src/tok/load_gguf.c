@@ -13,6 +13,8 @@ int tok_setup_pipeline(srt_tokenizer *t, const char *normalizer, const char *pre
 #define GPT2_RE "'s|'t|'re|'ve|'m|'ll|'d| ?\\\\p{L}+| ?\\\\p{N}+| ?[^\\\\s\\\\p{L}\\\\p{N}]+|\\\\s+(?!\\\\S)|\\\\s+"
 #define LLAMA3_RE "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
 #define QWEN2_RE "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
+#define TEKKEN_RE "[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{Lu}\\\\p{Lt}\\\\p{Lm}\\\\p{Lo}\\\\p{M}]*[\\\\p{Ll}\\\\p{Lm}\\\\p{Lo}\\\\p{M}]+|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{Lu}\\\\p{Lt}\\\\p{Lm}\\\\p{Lo}\\\\p{M}]+[\\\\p{Ll}\\\\p{Lm}\\\\p{Lo}\\\\p{M}]*|\\\\p{N}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n/]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
+#define GPT4O_RE "[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{Lu}\\\\p{Lt}\\\\p{Lm}\\\\p{Lo}\\\\p{M}]*[\\\\p{Ll}\\\\p{Lm}\\\\p{Lo}\\\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{Lu}\\\\p{Lt}\\\\p{Lm}\\\\p{Lo}\\\\p{M}]+[\\\\p{Ll}\\\\p{Lm}\\\\p{Lo}\\\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n/]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
 #define BL(prefix, regex) "{\"type\":\"ByteLevel\",\"add_prefix_space\":" prefix ",\"use_regex\":" regex "}"
 
 /* tokenizer.ggml.pre -> (normalizer, pre_tokenizer) in tokenizer.json terms */
@@ -24,11 +26,17 @@ static const struct pre_entry {
     {"|default|gpt2|gpt-2|", NULL, BL("%s", "true")},
     {"|smollm|starcoder|refact|", NULL,
      "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":true}," BL("%s", "true") "]}"},
-    {"|llama3|llama-bpe|llama-v3|", NULL,
+    {"|llama3|llama-bpe|llama-v3|falcon3|pixtral|dbrx|smaug-bpe|", NULL,
      "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"" LLAMA3_RE
      "\"},\"behavior\":\"Isolated\",\"invert\":false}," BL("%s", "false") "]}"},
-    {"|qwen2|", "{\"type\":\"NFC\"}",
+    {"|qwen2|deepseek-r1-qwen|", "{\"type\":\"NFC\"}",
      "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"" QWEN2_RE
+     "\"},\"behavior\":\"Isolated\",\"invert\":false}," BL("%s", "false") "]}"},
+    {"|tekken|", NULL,
+     "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"" TEKKEN_RE
+     "\"},\"behavior\":\"Isolated\",\"invert\":false}," BL("%s", "false") "]}"},
+    {"|gpt-4o|llama4|", NULL,
+     "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"" GPT4O_RE
      "\"},\"behavior\":\"Isolated\",\"invert\":false}," BL("%s", "false") "]}"},
 };
 
@@ -252,7 +260,8 @@ int srt_tokenizer_from_gguf(const char *path, srt_tokenizer **out, srt_err *err)
                 pe = &PRE[i];
         if (!pe) {
             srt_err_set(err, "%s: tokenizer.ggml.pre \"%s\" is not supported (default, gpt2, smollm, starcoder, "
-                             "refact, llama3, llama-bpe, qwen2)", path, pre);
+                             "refact, llama3, llama-bpe, falcon3, pixtral, dbrx, qwen2, deepseek-r1-qwen, tekken, "
+                             "gpt-4o, llama4)", path, pre);
             goto out;
         }
         char pt[2048];

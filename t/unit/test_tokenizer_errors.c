@@ -36,6 +36,89 @@ static void expect_fail(const char *what, const char *json, const char *config, 
     srt_tokenizer_free(tok);
 }
 
+/* A minimal GGUF v3 with tokenizer metadata only: 256 byte-level tokens, no merges. */
+typedef struct gbuf {
+    char *p;
+    size_t n;
+} gbuf;
+
+static void gput(gbuf *b, const void *v, size_t n)
+{
+    b->p = realloc(b->p, b->n + n);
+    memcpy(b->p + b->n, v, n);
+    b->n += n;
+}
+
+static void gstr(gbuf *b, const char *s, size_t n)
+{
+    uint64_t l = n;
+    gput(b, &l, 8);
+    gput(b, s, n);
+}
+
+static void gkv_str(gbuf *b, const char *key, const char *val)
+{
+    uint32_t ty = 8;
+    gstr(b, key, strlen(key));
+    gput(b, &ty, 4);
+    gstr(b, val, strlen(val));
+}
+
+static const char *write_gguf(const char *model, const char *pre)
+{
+    gbuf b = {NULL, 0};
+    uint32_t version = 3, ty;
+    uint64_t n_tensors = 0, n_kv = pre ? 3 : 2;
+    gput(&b, "GGUF", 4);
+    gput(&b, &version, 4);
+    gput(&b, &n_tensors, 8);
+    gput(&b, &n_kv, 8);
+    gkv_str(&b, "tokenizer.ggml.model", model);
+    if (pre)
+        gkv_str(&b, "tokenizer.ggml.pre", pre);
+    gstr(&b, "tokenizer.ggml.tokens", strlen("tokenizer.ggml.tokens"));
+    ty = 9;
+    gput(&b, &ty, 4);
+    ty = 8;
+    gput(&b, &ty, 4);
+    uint64_t n = 256;
+    gput(&b, &n, 8);
+    for (unsigned i = 0; i < 256; i++) { /* GPT-2's byte alphabet, in byte order */
+        int printable = (i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE && i <= 0xFF);
+        unsigned cp = i;
+        if (!printable) {
+            cp = 0x100;
+            for (unsigned k = 0; k < i; k++)
+                if (!((k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF)))
+                    cp++;
+        }
+        char u[4];
+        size_t l = cp < 0x80 ? 1 : 2;
+        if (l == 1)
+            u[0] = (char)cp;
+        else {
+            u[0] = (char)(0xC0 | (cp >> 6));
+            u[1] = (char)(0x80 | (cp & 0x3F));
+        }
+        gstr(&b, u, l);
+    }
+    /* merges: an empty string array */
+    gstr(&b, "tokenizer.ggml.merges", strlen("tokenizer.ggml.merges"));
+    ty = 9;
+    gput(&b, &ty, 4);
+    ty = 8;
+    gput(&b, &ty, 4);
+    n = 0;
+    gput(&b, &n, 8);
+    n_kv++;
+    memcpy(b.p + 16, &n_kv, 8);
+    while (b.n % 32)
+        gput(&b, "", 1);
+    const char *p = write_tmp("t.gguf", b.p, b.n);
+    free(b.p);
+    return p;
+}
+
 #define MODEL(extra) \
     "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]" extra "}"
 
@@ -168,6 +251,44 @@ int main(void)
         const char *p = write_tmp("cut.gguf", buf, n);
         ok(n == sizeof(buf) && srt_tokenizer_from_gguf(p, &tok, &err) == SRT_ERROR && tok == NULL,
            "a truncated GGUF is rejected: %s", err.msg);
+    }
+
+    /* every tokenizer.ggml.pre we know builds a working pipeline; unknown ones fail naming themselves */
+    {
+        static const char *pres[] = {"default", "gpt2", "smollm", "starcoder", "refact", "llama3", "llama-bpe",
+                                     "falcon3", "pixtral", "dbrx", "qwen2", "deepseek-r1-qwen", "tekken", "gpt-4o",
+                                     "llama4", NULL};
+        int all = 1;
+        for (int i = 0; pres[i]; i++) {
+            const char *p = write_gguf("gpt2", pres[i]);
+            tok = NULL;
+            if (srt_tokenizer_from_gguf(p, &tok, &err) != SRT_OK) {
+                tap_diag("  pre %s: %s", pres[i], err.msg);
+                all = 0;
+                continue;
+            }
+            int32_t ids[64];
+            size_t n;
+            /* no merges: one token per byte, whatever the split */
+            if (srt_tokenizer_encode(tok, "Hi 12 \xc3\xa9!", 8, 0, ids, 64, &n, &err) != SRT_OK || n != 8 ||
+                ids[0] != 'H' || ids[6] != 0xC3 || ids[7] != 0xA9) {
+                tap_diag("  pre %s: encode gave %zu ids", pres[i], n);
+                all = 0;
+            }
+            srt_tokenizer_free(tok);
+        }
+        ok(all, "every supported tokenizer.ggml.pre loads and encodes");
+        const char *p = write_gguf("gpt2", "no-such-pre");
+        ok(srt_tokenizer_from_gguf(p, &tok, &err) == SRT_ERROR && strstr(err.msg, "tokenizer.ggml.pre") &&
+               strstr(err.msg, "no-such-pre"),
+           "an unknown tokenizer.ggml.pre fails naming it: %s", err.msg);
+        p = write_gguf("bert", NULL);
+        ok(srt_tokenizer_from_gguf(p, &tok, &err) == SRT_ERROR && strstr(err.msg, "tokenizer.ggml.model") &&
+               strstr(err.msg, "bert"),
+           "an unsupported tokenizer.ggml.model fails naming it: %s", err.msg);
+        p = write_gguf("llama", NULL);
+        ok(srt_tokenizer_from_gguf(p, &tok, &err) == SRT_ERROR && strstr(err.msg, "tokenizer.ggml.scores"),
+           "a llama tokenizer without scores fails naming the key: %s", err.msg);
     }
 
     char cmd[600];
