@@ -101,7 +101,11 @@ def load(name, rel):
         # AutoTokenizer would pick a class by model_type (Qwen2Tokenizer for qwen2) that
         # replaces the file's pre-tokenizer and splits some text differently.
         tok = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
-        model = AutoModelForCausalLM.from_pretrained(path, **kw)
+        model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, **kw)
+        # A missing tensor would be randomly initialised and silently poison the fixtures.
+        bad = {k: v for k, v in info.items() if v}
+        if bad:
+            sys.exit(f"make_golden: {name}: loading {path} reported {bad}")
         encode = lambda text: tok.encode(text, add_special_tokens=False).ids
     model.eval()
     for p in model.parameters():
