@@ -477,7 +477,7 @@ static void probe_task(void *arg, int ith, int nth)
 {
     pool_probe *p = arg;
     __atomic_fetch_add(&p->hits[ith], 1, __ATOMIC_RELAXED);
-    p->nth_seen = nth;
+    __atomic_store_n(&p->nth_seen, nth, __ATOMIC_RELAXED);
 }
 
 static void sigmask_task(void *arg, int ith, int nth)
