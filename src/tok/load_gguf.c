@@ -93,7 +93,7 @@ static uint32_t n_chars(const char *s, size_t n)
     return c;
 }
 
-static int spm_merges(srt_tokenizer *t, const float *scores, uint32_t n, srt_err *err)
+static int spm_merges(srt_tokenizer *t, const uint8_t *scores, uint32_t n, srt_err *err)
 {
     size_t cap = 1024, cnt = 0;
     spm_merge *m = malloc(cap * sizeof(*m));
@@ -119,7 +119,7 @@ static int spm_merges(srt_tokenizer *t, const float *scores, uint32_t n, srt_err
                 m = p;
             }
             float sc;
-            memcpy(&sc, scores + id, sizeof(sc));
+            memcpy(&sc, scores + 4 * (size_t)id, sizeof(sc)); /* the file need not align floats */
             m[cnt++] = (spm_merge){sc, n_chars(s, k), n_chars(s + k, e->key_len - k), (int32_t)id, l, r};
         }
     }
@@ -271,7 +271,7 @@ int srt_tokenizer_from_gguf(const char *path, srt_tokenizer **out, srt_err *err)
     }
     if (tok_finish(t, err))
         goto out;
-    if (spm ? spm_merges(t, (const float *)scores->value, n, err) : bpe_merges(t, merges, err))
+    if (spm ? spm_merges(t, scores->value, n, err) : bpe_merges(t, merges, err))
         goto out;
     t->bos_id = get_id(g, "tokenizer.ggml.bos_token_id", n);
     t->eos_id = get_id(g, "tokenizer.ggml.eos_token_id", n);

@@ -402,6 +402,8 @@ static int append_ids(int32_t **arr, int *n, yajl_val ids)
         yajl_val x = ids->u.array.values[i];
         if (!YAJL_IS_INTEGER(x))
             return -1;
+        if (YAJL_GET_INTEGER(x) < 0 || YAJL_GET_INTEGER(x) > (1 << 24))
+            return -1;
         int32_t *p = realloc(*arr, sizeof(int32_t) * (size_t)(*n + 1));
         if (!p)
             return -1;
@@ -532,7 +534,12 @@ static int parse_model(srt_tokenizer *t, yajl_val m, srt_err *err)
             return SRT_ERROR;
         }
         const char *k = vocab->u.object.keys[i];
-        if (tok_add_token(t, (int32_t)YAJL_GET_INTEGER(id), k, strlen(k), TOKF_IN_MODEL, err))
+        long long idv = YAJL_GET_INTEGER(id);
+        if (idv < 0 || idv > (1 << 24)) {
+            srt_err_set(err, "%s: model.vocab[\"%s\"]: token id %lld out of range", t->name, k, idv);
+            return SRT_ERROR;
+        }
+        if (tok_add_token(t, (int32_t)idv, k, strlen(k), TOKF_IN_MODEL, err))
             return SRT_ERROR;
     }
     return SRT_OK;
@@ -624,6 +631,10 @@ static int parse_added(srt_tokenizer *t, yajl_val added, srt_err *err)
         if (get_bool(a, "single_word", 0)) {
             srt_err_set(err, "%s: added_tokens[%zu] (\"%s\") uses single_word, which is not supported", t->name, i,
                         content);
+            return SRT_ERROR;
+        }
+        if (YAJL_GET_INTEGER(id) < 0 || YAJL_GET_INTEGER(id) > (1 << 24)) {
+            srt_err_set(err, "%s: added_tokens[%zu]: id %lld out of range", t->name, i, YAJL_GET_INTEGER(id));
             return SRT_ERROR;
         }
         int32_t idv = (int32_t)YAJL_GET_INTEGER(id);
@@ -757,6 +768,13 @@ int srt_tokenizer_load_json_mem(const char *json, size_t len, const char *config
     }
     if (parse_merges(t, obj_get(model, "merges"), err))
         goto out;
+    for (int k = 0; k < t->n_post_pre + t->n_post_post; k++) {
+        int32_t id = k < t->n_post_pre ? t->post_pre[k] : t->post_post[k - t->n_post_pre];
+        if (!srt_tokenizer_token_str(t, id, NULL)) {
+            srt_err_set(err, "%s: post_processor adds token id %d, which is not in the vocabulary", name, id);
+            goto out;
+        }
+    }
     if (config_json && parse_config(t, config_json, config_len, "tokenizer_config.json", err))
         goto out;
     if (t->n_post_pre && t->bos_id >= 0 && t->post_pre[0] == t->bos_id)

@@ -168,6 +168,16 @@ int main(void)
                 NULL, "model.vocab[\"a\"]", NULL);
     expect_fail("negative vocab id", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-5},\"merges\":[]}}", NULL,
                 "-5", "out of range");
+    expect_fail("vocab id beyond int32", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":4294967297},\"merges\":[]}}",
+                NULL, "4294967297", "out of range");
+    expect_fail("post-processor id out of range",
+                "{" MODEL("") ",\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+                "{\"id\":\"<s>\",\"type_id\":0}}],\"special_tokens\":{\"<s>\":{\"ids\":[99999999999]}}}}",
+                NULL, "TemplateProcessing", "bad ids");
+    expect_fail("post-processor id not in the vocab",
+                "{" MODEL("") ",\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+                "{\"id\":\"<s>\",\"type_id\":0}}],\"special_tokens\":{\"<s>\":{\"ids\":[77]}}}}",
+                NULL, "post_processor", "77");
     expect_fail("merge of unknown tokens",
                 "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}}", NULL,
                 "model.merges[0]", "missing from model.vocab");
