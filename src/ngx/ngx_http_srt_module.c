@@ -210,6 +210,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, wait_ready),
       NULL },
 
+    { ngx_string("srt_temp_path"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_srt_main_conf_t, temp_path),
+      NULL },
+
     { ngx_string("srt_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_http_srt_metrics,

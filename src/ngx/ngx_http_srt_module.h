@@ -71,6 +71,7 @@ struct ngx_http_srt_model_s {
 typedef struct {
     ngx_array_t                models;      /* ngx_http_srt_model_t * */
     ngx_path_t                *path;        /* the helper-process trick */
+    ngx_str_t                  temp_path;   /* srt_temp_path: the directory it names */
     ngx_flag_t                 supervised;  /* helper started */
 } ngx_http_srt_main_conf_t;
 

@@ -50,8 +50,12 @@ ngx_http_srt_process_init_path(ngx_conf_t *cf, ngx_http_srt_main_conf_t *smcf)
         return NGX_ERROR;
     }
 
-    /* nginx creates this directory; the helper process itself needs none */
-    ngx_str_set(&path->name, "srt_temp");
+    /* nginx creates this directory (srt_temp_path); the helper itself needs none */
+    if (smcf->temp_path.len) {
+        path->name = smcf->temp_path;
+    } else {
+        ngx_str_set(&path->name, "srt_temp");
+    }
 
     if (ngx_conf_full_name(cf->cycle, &path->name, 0) != NGX_OK) {
         return NGX_ERROR;

@@ -27,3 +27,15 @@ $(NGX_BUILD)/Makefile: config src/ngx/part.mk
 $(NGX_MODULE): $(NGX_BUILD)/Makefile $(NGX_MODULE_SOURCES) $(BUILD)/libsrt.a
 	rm -f $@
 	$(MAKE) -f $(abspath $(NGX_BUILD))/Makefile -C $(NGX_SRC_DIR) modules
+
+# make run: everything README's first command promises, then nginx in the foreground.
+.PHONY: run
+run: deps
+	$(MAKE) all
+	scripts/fetch-model.sh
+	@mkdir -p $(BUILD)/run
+	@echo 'serving SmolLM2-135M-Instruct on http://127.0.0.1:8080 (Ctrl-C stops it); try:'
+	@echo "  curl -s http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\"
+	@echo "    -d '{\"model\":\"smollm2\",\"messages\":[{\"role\":\"user\",\"content\":\"What is nginx?\"}],\"max_tokens\":64}'"
+	@# as root, workers and the scheduler would run as "nobody", who may not read a model under /root
+	nginx -p $(CURDIR) -c conf/nginx.conf -g "daemon off; $$([ "$$(id -u)" = 0 ] && echo 'user root;')"
