@@ -9,15 +9,13 @@ BEGIN {
                                    . "/SmolLM2-135M-Instruct.Q4_1.gguf";
     my $dir = "$ENV{PWD}/t/servroot_srt";
     mkdir $dir;
-    $ENV{TEST_NGINX_SRT_TLS_DIR} = $dir;
+    # a throw-away self-signed certificate for localhost, committed for the tests only
+    $ENV{TEST_NGINX_SRT_TLS_CERT} = "$ENV{PWD}/t/lib/tls/test.crt";
+    $ENV{TEST_NGINX_SRT_TLS_KEY} = "$ENV{PWD}/t/lib/tls/test.key";
+    $ENV{TEST_NGINX_SRT_HTPASSWD} = "$dir/htpasswd";
     $ENV{TEST_NGINX_TLS_PORT} ||= 1985;
-    system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
-           . "-keyout $dir/server.key -out $dir/server.crt >/dev/null 2>&1") == 0
-        or die "openssl req failed";
-    my $hash = `openssl passwd -apr1 wonderland`;
-    chomp $hash;
     open my $fh, '>', "$dir/htpasswd" or die $!;
-    print $fh "alice:$hash\n";
+    print $fh "alice:" . crypt("wonderland", '$6$ngxsrt$') . "\n";
     close $fh;
 }
 
@@ -40,11 +38,11 @@ srt_max_total_tokens 2048;
 
 server {
     listen 127.0.0.1:$TEST_NGINX_TLS_PORT ssl;
-    ssl_certificate $TEST_NGINX_SRT_TLS_DIR/server.crt;
-    ssl_certificate_key $TEST_NGINX_SRT_TLS_DIR/server.key;
+    ssl_certificate $TEST_NGINX_SRT_TLS_CERT;
+    ssl_certificate_key $TEST_NGINX_SRT_TLS_KEY;
     location /v1/ {
         auth_basic "ngx_srt";
-        auth_basic_user_file $TEST_NGINX_SRT_TLS_DIR/htpasswd;
+        auth_basic_user_file $TEST_NGINX_SRT_HTPASSWD;
         srt_model $TEST_NGINX_SRT_MODEL name=smol;
     }
 }
@@ -52,7 +50,7 @@ EOF2
     $block->set_value("config", <<'EOF2') unless defined $block->config;
 location /v1/ {
     auth_basic "ngx_srt";
-    auth_basic_user_file $TEST_NGINX_SRT_TLS_DIR/htpasswd;
+    auth_basic_user_file $TEST_NGINX_SRT_HTPASSWD;
     limit_req zone=llm burst=2 nodelay;
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_wait_ready 60s;
@@ -76,8 +74,10 @@ __DATA__
 --- init
 my $run = "$ENV{PWD}/build/run";
 system("mkdir -p $run");
-system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout $run/server.key -out $run/server.crt >/dev/null 2>&1") unless -e "$run/server.crt";
-system("cp $ENV{TEST_NGINX_SRT_TLS_DIR}/htpasswd $run/htpasswd") unless -e "$run/htpasswd";
+# conf/nginx-secure.conf's files (README there says how to make real ones)
+system("cp $ENV{TEST_NGINX_SRT_TLS_CERT} $run/server.crt") unless -e "$run/server.crt";
+system("cp $ENV{TEST_NGINX_SRT_TLS_KEY} $run/server.key") unless -e "$run/server.key";
+system("cp $ENV{TEST_NGINX_SRT_HTPASSWD} $run/htpasswd") unless -e "$run/htpasswd";
 for my $conf (qw(nginx nginx-secure nginx-two-models)) {
     my $bin = $ENV{TEST_NGINX_BINARY} || 'nginx';
     my $out = `$bin -t -p $ENV{PWD} -c conf/$conf.conf 2>&1`;
