@@ -341,10 +341,8 @@ int srt_detok_push(srt_detok *d, int32_t id, char *out, size_t cap, size_t *n, s
     const srt_tokenizer *t = d->tok;
     writer w = {out, 0, cap, 0};
     *n = 0;
-    if (id < 0 || (uint32_t)id >= t->n_tok || !t->tok[id].str_len) {
-        srt_err_set(err, "%s: token id %d is not in the vocabulary (size %u)", t->name, id, t->n_tok);
-        return SRT_ERROR;
-    }
+    if (id < 0 || (uint32_t)id >= t->n_tok || !t->tok[id].str_len)
+        return SRT_OK; /* HF's decode drops ids it has no token for (e.g. a model's padded vocab rows) */
     const tok_entry *e = &t->tok[id];
     if ((d->flags & SRT_DETOK_SKIP_SPECIAL) && (e->flags & TOKF_SPECIAL))
         return SRT_OK;

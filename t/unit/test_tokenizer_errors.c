@@ -148,8 +148,7 @@ int main(void)
         char out[256];
         size_t k;
         srt_detok_init(&d, tok, 0);
-        ok(srt_detok_push(&d, -1, out, sizeof(out), &k, &err) == SRT_ERROR && strstr(err.msg, "-1"),
-           "detok names a bad id: %s", err.msg);
+        ok(srt_detok_push(&d, -1, out, sizeof(out), &k, &err) == SRT_OK && k == 0, "detok drops id -1");
         srt_detok_init(&d, tok, 0);
         ok(srt_detok_push(&d, 2, out, 1, &k, &err) == SRT_ERROR && strstr(err.msg, "too small"),
            "detok reports a too-small output buffer");

@@ -87,7 +87,8 @@ typedef struct srt_detok {
 
 void srt_detok_init(srt_detok *d, const srt_tokenizer *tok, unsigned flags);
 size_t srt_detok_max_out(const srt_tokenizer *tok);
-/* Appends the newly completed text to out (not NUL-terminated) and sets *n to its length. */
+/* Appends the newly completed text to out (not NUL-terminated) and sets *n to its length. An id with no
+ * token (outside the vocab, or a hole in it) adds nothing, as in HF's decode. */
 int srt_detok_push(srt_detok *d, int32_t id, char *out, size_t cap, size_t *n, srt_err *err);
 /* End of stream: emits what is still held (an incomplete character becomes U+FFFD, as HF does). */
 int srt_detok_flush(srt_detok *d, char *out, size_t cap, size_t *n, srt_err *err);
