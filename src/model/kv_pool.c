@@ -21,7 +21,15 @@ size_t srt_kv_bytes_per_slot(const srt_model_config *cfg, srt_dtype dtype)
 int srt_kv_pool_create(const srt_model_config *cfg, int32_t n_slots, srt_dtype dtype, srt_kv_pool **out,
                        srt_err *err)
 {
+    return srt_kv_pool_create_tp(cfg, 1, n_slots, dtype, out, err);
+}
+
+int srt_kv_pool_create_tp(const srt_model_config *cfg, int32_t tp_size, int32_t n_slots, srt_dtype dtype,
+                          srt_kv_pool **out, srt_err *err)
+{
     *out = NULL;
+    if (tp_size <= 0 || cfg->n_kv_heads % tp_size)
+        return srt_err_set(err, "kv pool: %d KV heads cannot be split over %d ranks", cfg->n_kv_heads, tp_size);
     if (dtype != SRT_F32 && dtype != SRT_F16)
         return srt_err_set(err, "kv pool: dtype %s not supported (F32 or F16)", srt_dtype_name(dtype));
     if (n_slots <= 0)
@@ -31,7 +39,7 @@ int srt_kv_pool_create(const srt_model_config *cfg, int32_t n_slots, srt_dtype d
         return srt_err_set(err, "kv pool: out of memory");
     kv->n_slots = n_slots;
     kv->n_layers = cfg->n_layers;
-    kv->row_elems = cfg->n_kv_heads * cfg->head_dim;
+    kv->row_elems = cfg->n_kv_heads / tp_size * cfg->head_dim;
     kv->dtype = dtype;
     kv->elem_size = dtype == SRT_F16 ? 2 : 4;
     kv->k = calloc((size_t)kv->n_layers, sizeof *kv->k);

@@ -10,6 +10,7 @@ typedef struct srt_linear {
     srt_weight  w;
     const float *bias;        /* f32, NULL when the layer has none */
     int32_t     module;       /* index in the module tree */
+    int32_t     reduce;       /* tensor parallel, split by input columns: all-reduce the output */
 } srt_linear;
 
 typedef struct srt_norm {

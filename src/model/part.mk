@@ -7,3 +7,4 @@ UNIT_TESTS  += $(BUILD)/t/test_golden
 UNIT_TESTS  += $(BUILD)/t/test_loader_gguf
 UNIT_TESTS  += $(BUILD)/t/test_loader_safetensors
 UNIT_TESTS  += $(BUILD)/t/test_model_runner
+UNIT_TESTS  += $(BUILD)/t/test_model_tp

@@ -2,15 +2,20 @@
  * so hooks see exactly what HF modules see. Activations live in buffers the runner
  * allocates once; a forward step allocates nothing. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model_internal.h"
 #include "srt/backend.h"
+#include "srt/comm.h"
 
 struct srt_runner {
     srt_model   *m;
     srt_backend *be;
+    srt_comm    *comm;             /* tensor parallel group, NULL for one rank */
+    srt_layer   *layers;           /* this rank's weight views (all of them for one rank) */
+    int32_t      nh, nkv, ffn;     /* this rank's heads, KV heads, intermediate features */
     int32_t      max_tok, max_seqs;
     int32_t      tp_rank, tp_size;
     /* activations, [max_tok][width] */
@@ -91,7 +96,11 @@ static int linear_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt
 {
     call *c = self;
     const srt_linear *l = c->obj;
-    c->r->be->ops->matmul(c->r->be, &l->w, l->bias, a->inputs[0].data, view_rows(&a->inputs[0]), out->data);
+    int64_t rows = view_rows(&a->inputs[0]);
+    c->r->be->ops->matmul(c->r->be, &l->w, l->bias, a->inputs[0].data, rows, out->data);
+    if (l->reduce && c->r->comm &&
+        srt_comm_all_reduce_sum_f32(c->r->comm, out->data, (size_t)(rows * l->w.rows), c->r->err) != SRT_OK)
+        return SRT_ERROR;
     return SRT_OK;
 }
 
@@ -145,8 +154,8 @@ static int mlp_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_te
 {
     call *c = self;
     srt_runner *r = c->r;
-    const srt_layer *L = &r->m->layers[c->layer];
-    int64_t T = view_rows(&a->inputs[0]), F = r->m->cfg.intermediate_size;
+    const srt_layer *L = &r->layers[c->layer];
+    int64_t T = view_rows(&a->inputs[0]), F = r->ffn;
     srt_module_args la;
     srt_tensor_view g = fview(r->gate, T, F), u = fview(r->up, T, F), h = fview(r->act, T, F);
     call cg = { r, &L->gate, c->layer }, cu = { r, &L->up, c->layer }, cd = { r, &L->down, c->layer };
@@ -175,9 +184,9 @@ static int attn_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_t
     call *c = self;
     srt_runner *r = c->r;
     const srt_model_config *cfg = &r->m->cfg;
-    const srt_layer *L = &r->m->layers[c->layer];
+    const srt_layer *L = &r->layers[c->layer];
     int64_t T = view_rows(&a->inputs[0]);
-    int32_t nh = cfg->n_heads, nkv = cfg->n_kv_heads, hd = cfg->head_dim;
+    int32_t nh = r->nh, nkv = r->nkv, hd = cfg->head_dim;
     int qwen3 = cfg->arch == SRT_ARCH_QWEN3;
     srt_module_args la;
     float *qd = qwen3 ? r->q_raw : r->q, *kd = qwen3 ? r->k_raw : r->k;
@@ -235,7 +244,7 @@ static int layer_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_
 {
     call *c = self;
     srt_runner *r = c->r;
-    const srt_layer *L = &r->m->layers[c->layer];
+    const srt_layer *L = &r->layers[c->layer];
     int64_t T = view_rows(&a->inputs[0]), H = r->m->cfg.hidden_size;
     float *x = a->inputs[0].data, *y = out->data;
     srt_module_args la;
@@ -287,7 +296,7 @@ static int model_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_
         srt_tensor_view in = fview(r->resid[l & 1], T, H), o = fview(r->resid[(l + 1) & 1], T, H);
         args1(&la, in);
         set_pe_kwarg(&la, r, T);
-        if (forward_module(r, m->layers[l].m_layer, layer_fn, &cl, &la, &o))
+        if (forward_module(r, r->layers[l].m_layer, layer_fn, &cl, &la, &o))
             return SRT_ERROR;
     }
     args1(&la, fview(r->resid[m->cfg.n_layers & 1], T, H));
@@ -314,8 +323,68 @@ void srt_runner_free(srt_runner *r)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(r->zero_ids);
+    free(r->layers);
     srt_backend_free(r->be);
     free(r);
+}
+
+/* Output rows [r0, r0+n) of a linear layer: a view, bias included. */
+static void shard_rows(srt_linear *l, int64_t r0, int64_t n)
+{
+    l->w.data = (const char *)l->w.data + (size_t)r0 * l->w.row_stride;
+    l->w.rows = n;
+    if (l->bias)
+        l->bias += r0;
+}
+
+/* Input columns [c0, c0+n): a view with the full row stride; bias only on rank 0, since the
+ * partial outputs are summed. */
+static int shard_cols(srt_linear *l, int64_t c0, int64_t n, int rank, const char *name, srt_err *err)
+{
+    int be = srt_dtype_block_elems(l->w.dtype);
+    if (c0 % be || n % be)
+        return srt_err_set(err, "tensor parallel: %s (%s) cannot be split at column %lld: its blocks are %d columns",
+                           name, srt_dtype_name(l->w.dtype), (long long)c0, be);
+    l->w.data = (const char *)l->w.data + (size_t)(c0 / be) * srt_dtype_block_bytes(l->w.dtype);
+    l->w.cols = n;
+    if (rank != 0)
+        l->bias = NULL;
+    l->reduce = 1;
+    return SRT_OK;
+}
+
+static int shard_layers(srt_runner *r, int rank, int size, srt_err *err)
+{
+    const srt_model_config *c = &r->m->cfg;
+    if (c->n_heads % size || c->n_kv_heads % size || c->intermediate_size % size)
+        return srt_err_set(err, "tensor parallel: %d heads, %d KV heads and intermediate size %d must all divide by %d",
+                           c->n_heads, c->n_kv_heads, c->intermediate_size, size);
+    r->nh = c->n_heads / size;
+    r->nkv = c->n_kv_heads / size;
+    r->ffn = c->intermediate_size / size;
+    r->layers = malloc((size_t)c->n_layers * sizeof *r->layers);
+    if (!r->layers)
+        return srt_err_set(err, "runner: out of memory");
+    memcpy(r->layers, r->m->layers, (size_t)c->n_layers * sizeof *r->layers);
+    if (size == 1)
+        return SRT_OK;
+    int64_t hd = c->head_dim;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        srt_layer *L = &r->layers[l];
+        char name[96];
+        shard_rows(&L->q, rank * r->nh * hd, r->nh * hd);
+        shard_rows(&L->k, rank * r->nkv * hd, r->nkv * hd);
+        shard_rows(&L->v, rank * r->nkv * hd, r->nkv * hd);
+        shard_rows(&L->gate, (int64_t)rank * r->ffn, r->ffn);
+        shard_rows(&L->up, (int64_t)rank * r->ffn, r->ffn);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj", l);
+        if (shard_cols(&L->o, rank * r->nh * hd, r->nh * hd, rank, name, err) != SRT_OK)
+            return SRT_ERROR;
+        snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj", l);
+        if (shard_cols(&L->down, (int64_t)rank * r->ffn, r->ffn, rank, name, err) != SRT_OK)
+            return SRT_ERROR;
+    }
+    return SRT_OK;
 }
 
 int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, srt_err *err)
@@ -331,10 +400,17 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     r->m = m;
     r->max_tok = o->max_batch_tokens;
     r->max_seqs = o->max_seqs;
-    r->tp_rank = o->tp_rank;
-    r->tp_size = o->tp_size > 0 ? o->tp_size : 1;
+    r->comm = o->comm && o->comm->size > 1 ? o->comm : NULL;
+    r->tp_rank = o->comm ? o->comm->rank : o->tp_rank;
+    r->tp_size = o->comm ? o->comm->size : o->tp_size > 0 ? o->tp_size : 1;
+    if (shard_layers(r, r->comm ? r->tp_rank : 0, r->comm ? r->tp_size : 1, err) != SRT_OK) {
+        free(r->layers);
+        free(r);
+        return SRT_ERROR;
+    }
     r->be = srt_cpu_backend_create(o->n_threads, o->precise_matmul, err);
     if (!r->be) {
+        free(r->layers);
         free(r);
         return SRT_ERROR;
     }
@@ -368,7 +444,7 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     const srt_backend_ops *ops = r->be->ops;
     int rc = ops->reserve_matmul(r->be, &m->lm_head.w, r->max_seqs, err);
     for (int32_t l = 0; l < c->n_layers && rc == SRT_OK; l++) {
-        const srt_layer *L = &m->layers[l];
+        const srt_layer *L = &r->layers[l];
         const srt_linear *ls[] = { &L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down };
         for (size_t i = 0; i < 7 && rc == SRT_OK; i++)
             rc = ops->reserve_matmul(r->be, &ls[i]->w, r->max_tok, err);
@@ -394,8 +470,8 @@ static int validate(const srt_runner *r, const srt_kv_pool *kv, const srt_forwar
         return srt_err_set(err, "forward: n_seqs %d outside [1, n_tokens=%d]", b->n_seqs, b->n_tokens);
     if (!b->token_ids || !b->positions || !b->out_slots || !b->seq_start || !b->seq_len || !b->seq_slots)
         return srt_err_set(err, "forward: token_ids, positions, out_slots, seq_start, seq_len and seq_slots are required");
-    if (srt_kv_pool_n_layers(kv) != c->n_layers || srt_kv_pool_row_elems(kv) != c->n_kv_heads * c->head_dim)
-        return srt_err_set(err, "forward: kv pool was made for another model shape");
+    if (srt_kv_pool_n_layers(kv) != c->n_layers || srt_kv_pool_row_elems(kv) != r->nkv * c->head_dim)
+        return srt_err_set(err, "forward: kv pool was made for another model shape or tensor-parallel size");
     int32_t n_rows = b->logit_rows ? b->n_logit_rows : b->n_seqs;
     if (n_rows < 0 || n_rows > r->max_seqs)
         return srt_err_set(err, "forward: %d logit rows, runner holds at most %d", n_rows, r->max_seqs);

@@ -19,13 +19,17 @@ typedef struct srt_kv_pool srt_kv_pool;
 
 int  srt_kv_pool_create(const struct srt_model_config *cfg, int32_t n_slots, srt_dtype dtype,
                         srt_kv_pool **out, srt_err *err);
+/* The pool of one tensor-parallel rank: n_kv_heads / tp_size heads per slot. */
+int  srt_kv_pool_create_tp(const struct srt_model_config *cfg, int32_t tp_size, int32_t n_slots, srt_dtype dtype,
+                           srt_kv_pool **out, srt_err *err);
 void srt_kv_pool_free(srt_kv_pool *kv);
 
 int32_t   srt_kv_pool_n_slots(const srt_kv_pool *kv);
 srt_dtype srt_kv_pool_dtype(const srt_kv_pool *kv);
 int32_t   srt_kv_pool_n_layers(const srt_kv_pool *kv);
 int32_t   srt_kv_pool_row_elems(const srt_kv_pool *kv);   /* n_kv_heads * head_dim */
-/* Bytes one slot costs over all layers, K and V: for sizing a pool from a memory budget. */
+/* Bytes one slot costs over all layers, K and V (tp_size 1): for sizing a pool from a memory
+ * budget. A tensor-parallel rank's pool needs 1/tp_size of it. */
 size_t    srt_kv_bytes_per_slot(const struct srt_model_config *cfg, srt_dtype dtype);
 void     *srt_kv_pool_k(srt_kv_pool *kv, int32_t layer);
 void     *srt_kv_pool_v(srt_kv_pool *kv, int32_t layer);

@@ -81,11 +81,22 @@ const srt_weight *srt_model_weight(const srt_model *m, const char *hf_name);
 /* ---- runner: activations and compute for forward steps ---- */
 typedef struct srt_runner srt_runner;
 
+struct srt_comm;
+
 typedef struct srt_runner_opts {
     int32_t max_batch_tokens;   /* most tokens in one forward step (chunked prefill size) */
     int32_t max_seqs;           /* most sequences / logit rows in one step */
     int32_t n_threads;          /* <= 0: all online cores */
-    int32_t tp_rank, tp_size;   /* reported to hooks; 0/1 for a single device */
+    int32_t tp_rank, tp_size;   /* ignored when comm is set (taken from it); else 0/1 */
+    /* Tensor parallelism (Megatron style, as SGLang): with a communicator of size > 1 this
+     * runner holds rank comm->rank's shard: q/k/v and gate/up split by output rows (heads,
+     * intermediate features), o_proj and down_proj by input columns followed by an all-reduce
+     * of their output. Shards are views into the stored weights, never copies. Every rank
+     * runs the same batches; each returns the full logits. Hooks see their rank's shard of
+     * q/k/v/gate/up/act outputs and full tensors elsewhere. The KV pool of a rank comes from
+     * srt_kv_pool_create_tp(). Needs heads, KV heads and intermediate_size divisible by the
+     * size, and each rank's column slice aligned to the weight's quantization block. */
+    struct srt_comm *comm;
     int32_t precise_matmul;     /* f32 activations x dequantized weights (HF-exact path) instead
                                    of 8-bit quantized activations (fast path, llama.cpp-like) */
 } srt_runner_opts;
