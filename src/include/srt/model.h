@@ -69,6 +69,24 @@ void srt_model_free(srt_model *m);
 const srt_model_config *srt_model_config_of(const srt_model *m);
 const char             *srt_model_path(const srt_model *m);
 
+/* What each module's forward sees (T = tokens in the step, all f32 on the CPU unless noted;
+ * shapes flatten HF's [batch=1, seq] into T, as SGLang's flattened batches do):
+ *   model                   in: input_ids [T] i32, kwarg position_ids [T] i32;  out: [T, hidden] (after model.norm)
+ *   model.embed_tokens      in: input_ids [T] i32                               out: [T, hidden]
+ *   model.rotary_emb        in: [T, hidden], kwarg position_ids                 out: [T, 2, head_dim] (cos, sin)
+ *   model.layers.N          in: [T, hidden], kwarg position_embeddings [T, 2, head_dim]   out: [T, hidden]
+ *   ...input_layernorm, post_attention_layernorm, model.norm: [T, hidden] -> [T, hidden]
+ *   ...self_attn            in: [T, hidden], kwarg position_embeddings          out: [T, hidden] (o_proj output)
+ *   ...q_proj / k_proj / v_proj   [T, hidden] -> [T, heads * head_dim] (KV heads for k/v)
+ *   ...q_norm / k_norm (Qwen3)    [T, heads, head_dim] -> same, before RoPE
+ *   ...o_proj               [T, heads * head_dim] -> [T, hidden]
+ *   ...mlp                  [T, hidden] -> [T, hidden]
+ *   ...gate_proj / up_proj  [T, hidden] -> [T, intermediate];  act_fn: silu, same shape
+ *   ...down_proj            [T, intermediate] -> [T, hidden]
+ *   lm_head                 [R, hidden] -> [R, vocab] for the R logit rows only
+ * Outputs may be modified in place by hooks. With tensor parallelism a rank sees its shard of
+ * q/k/v/gate/up/act (heads, intermediate features) and full tensors elsewhere. */
+
 /* The module tree in HF named_modules() order, without the unnamed root
  * ("model", "model.embed_tokens", "model.layers", "model.layers.0", ...,"lm_head").
  * The hook engine sets modules[i].hooks; the array lives as long as the model. */
