@@ -163,3 +163,58 @@ POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
 --- response_body_like
 "finish_reason":"length"
+
+
+
+=== TEST 10: kill -9 of a worker with a request in flight: the scheduler reclaims its slot
+--- init
+use IO::Socket::INET;
+my $port = Test::Nginx::Socket::server_port();
+my $get = sub {
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or return '';
+    print $s "GET /v1/health HTTP/1.0\r\nHost: x\r\n\r\n";
+    local $/;
+    return <$s> // '';
+};
+my $child = fork();
+if ($child == 0) {
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or POSIX::_exit(1);
+    my $body = '{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true}';
+    print $s "POST /v1/completions HTTP/1.0\r\nHost: x\r\nContent-Length: " . length($body) . "\r\n\r\n$body";
+    local $/;
+    my $r = <$s>;
+    POSIX::_exit(0);
+}
+for (1 .. 200) { last if $get->() =~ /"running":1/; select undef, undef, undef, 0.05 }
+open my $fh, '<', "${\ Test::Nginx::Socket::server_root()}/logs/nginx.pid" or die;
+my $master = <$fh>;
+chomp $master;
+my @workers = grep { /^\d+$/ } map { (split ' ')[0] } grep { /nginx: worker process/ }
+              `ps -o pid=,args= --ppid $master`;
+Test::More::ok(scalar @workers, "found the worker (@workers)");
+kill 'KILL', @workers;
+waitpid($child, 0);
+# reclaim runs once a second; the 900-token request alone would take far longer
+for (1 .. 30) { last if $get->() =~ /"running":0,"queued":0,"slots_free":8,/; select undef, undef, undef, 0.1 }
+--- request
+GET /v1/health
+--- response_body_like
+"running":0,"queued":0,"slots_free":8,
+
+
+
+=== TEST 11: a file that is not a model: the scheduler fails to load it, requests get 503 with the reason
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SERVER_ROOT/conf/nginx.conf name=junk;
+}
+--- init
+select undef, undef, undef, 1.5;
+--- request
+POST /v1/completions
+{"prompt": [1, 2, 3], "max_tokens": 1}
+--- error_code: 503
+--- response_headers
+Retry-After: 1
+--- response_body_like
+"message":"Model \\"junk\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
