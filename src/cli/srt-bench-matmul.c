@@ -3,6 +3,10 @@
  *   srt-bench-matmul [-t threads] [-s portable|avx2|avx512] [-d q4_1,q8_0,...] [-n tok,...]
  *                    [-m ms-per-case] [-c 0|1]
  *
+ * -M 1 instead times the matmuls of whole SmolLM2-135M forward passes (30 layers of
+ * Q4_1 q/k/v/o/gate/up/down with q|k|v and gate|up fused, and the Q8_0 lm_head on the
+ * last token), each layer its own weights: a kernel-only ceiling for tokens/s.
+ *
  * -c 1 ("cold") cycles through enough copies of each weight (>= 256 MB) that every call
  * reads W from DRAM, as a real decode step does (a 135M model is ~100 MB); -c 0 measures
  * a weight that stays in cache.
@@ -67,9 +71,78 @@ static void fill(srt_dtype t, uint8_t *p, size_t bytes, int64_t cols)
     (void)cols;
 }
 
+/* ---- -M: the matmuls of SmolLM2-135M forward passes ---- */
+
+enum { N_LAYER = 30, D_MODEL = 576, D_KV = 192, D_FF = 1536, N_VOCAB = 49152 };
+
+typedef struct { srt_weight q, k, v, o, gate, up, down; } layer_w;
+
+static srt_weight make_weight(srt_dtype t, int64_t rows, int64_t cols)
+{
+    size_t rb = srt_dtype_row_bytes(t, cols);
+    uint8_t *p = aligned_alloc(64, (rows * rb + 63) / 64 * 64);
+    if (p)
+        fill(t, p, rows * rb, cols);
+    return (srt_weight){ t, rows, cols, p, rb };
+}
+
+static int model_sweep(srt_threadpool *tp, int ms)
+{
+    static layer_w L[N_LAYER];
+    for (int l = 0; l < N_LAYER; l++) {
+        L[l].q = make_weight(SRT_Q4_1, D_MODEL, D_MODEL);
+        L[l].k = make_weight(SRT_Q4_1, D_KV, D_MODEL);
+        L[l].v = make_weight(SRT_Q4_1, D_KV, D_MODEL);
+        L[l].o = make_weight(SRT_Q4_1, D_MODEL, D_MODEL);
+        L[l].gate = make_weight(SRT_Q4_1, D_FF, D_MODEL);
+        L[l].up = make_weight(SRT_Q4_1, D_FF, D_MODEL);
+        L[l].down = make_weight(SRT_Q4_1, D_MODEL, D_FF);
+        if (!L[l].q.data || !L[l].k.data || !L[l].v.data || !L[l].o.data || !L[l].gate.data ||
+            !L[l].up.data || !L[l].down.data)
+            return 1;
+    }
+    srt_weight head = make_weight(SRT_Q8_0, N_VOCAB, D_MODEL);
+    if (!head.data)
+        return 1;
+    const int64_t toks[] = { 1, 128 };
+    for (int ti = 0; ti < 2; ti++) {
+        int64_t n = toks[ti];
+        float *x = aligned_alloc(64, n * D_FF * 4), *q = aligned_alloc(64, n * D_MODEL * 4);
+        float *k = aligned_alloc(64, n * D_KV * 4), *v = aligned_alloc(64, n * D_KV * 4);
+        float *g = aligned_alloc(64, n * D_FF * 4), *u = aligned_alloc(64, n * D_FF * 4);
+        float *logits = aligned_alloc(64, N_VOCAB * 4);
+        void *scratch = aligned_alloc(64, (srt_cpu_matmul_scratch_bytes(&L[0].down, n) + 63) / 64 * 64);
+        for (int64_t i = 0; i < n * D_FF; i++)
+            x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+        int iters = 0;
+        double t0 = now_s(), c0 = cpu_s(), el;
+        do {
+            for (int l = 0; l < N_LAYER; l++) {
+                const srt_weight *qkv[3] = { &L[l].q, &L[l].k, &L[l].v };
+                float *qkv_y[3] = { q, k, v };
+                srt_cpu_matmul_multi(tp, 3, qkv, NULL, x, n, qkv_y, scratch);
+                srt_cpu_matmul(tp, &L[l].o, NULL, q, n, x, scratch);
+                const srt_weight *gu[2] = { &L[l].gate, &L[l].up };
+                float *gu_y[2] = { g, u };
+                srt_cpu_matmul_multi(tp, 2, gu, NULL, x, n, gu_y, scratch);
+                srt_cpu_silu_mul(tp, g, u, n * D_FF, g);
+                srt_cpu_matmul(tp, &L[l].down, NULL, g, n, x, scratch);
+            }
+            srt_cpu_matmul(tp, &head, NULL, x + (n - 1) * D_MODEL, 1, logits, scratch);
+            iters++;
+            el = now_s() - t0;
+        } while (el < ms * 1e-3 || iters < 2);
+        double per = el / iters, cper = (cpu_s() - c0) / iters / srt_threadpool_size(tp);
+        printf("forward n_tok=%-4lld %9.2f ms  %8.1f tok/s  (cpu %.2f ms/thread)\n", (long long)n,
+               per * 1e3, n / per, cper * 1e3);
+        free(x); free(q); free(k); free(v); free(g); free(u); free(logits); free(scratch);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int threads = 1, ms = 300, cold = 0;
+    int threads = 1, ms = 300, cold = 0, model = 0;
     const char *dlist = "q4_1,q8_0", *nlist = "1,128";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
@@ -82,8 +155,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-n")) nlist = argv[i + 1];
         else if (!strcmp(argv[i], "-m")) ms = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-c")) cold = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-M")) model = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms] [-c 0|1] [-M 0|1]\n", argv[0]);
             return 1;
         }
     }
@@ -91,6 +165,13 @@ int main(int argc, char **argv)
     if (!tp) {
         fprintf(stderr, "cannot create thread pool\n");
         return 1;
+    }
+    if (model) {
+        printf("simd=%s threads=%d SmolLM2-135M matmuls (Q4_1 layers, Q8_0 lm_head on the last token)\n",
+               srt_cpu_simd_name(), srt_threadpool_size(tp));
+        int rc = model_sweep(tp, ms);
+        srt_threadpool_free(tp);
+        return rc;
     }
     printf("simd=%s threads=%d weights=%s\n", srt_cpu_simd_name(), srt_threadpool_size(tp),
            cold ? "cold (DRAM)" : "warm (cache)");
