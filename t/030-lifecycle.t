@@ -166,6 +166,27 @@ POST /v1/completions
 
 
 
+=== TEST 10a: kill -9 of the helper (supervisor): the master respawns it, its scheduler hands over
+--- init
+open my $fh, '<', "${\ Test::Nginx::Socket::server_root()}/logs/nginx.pid" or die;
+my $master = <$fh>;
+chomp $master;
+my ($helper) = map { (split ' ')[0] } grep { /cache manager process/ } `ps -o pid=,args= --ppid $master`;
+my $old = main::scheduler_pid();
+Test::More::ok($helper && $old, "found the helper ($helper) and its scheduler ($old)");
+kill 'KILL', $helper;
+main::wait_log(qr/scheduler process $old for model "smol" exited/, 20)
+    or Test::More::fail("the orphaned scheduler did not exit");
+main::wait_log(qr/scheduler process (?!$old)\d+ owns model "smol"/, 20)
+    or Test::More::fail("no new scheduler took over");
+--- request
+POST /v1/completions
+{"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
+--- response_body_like
+"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
+
+
+
 === TEST 10: kill -9 of a worker with a request in flight: the scheduler reclaims its slot
 --- init
 use IO::Socket::INET;
