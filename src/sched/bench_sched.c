@@ -1,12 +1,13 @@
 /* srt-bench-sched: offline throughput of the scheduler over a real model, no HTTP.
  *
- *   srt-bench-sched MODEL [--dataset gsp|random] [--radix on|off] [--num N] [--groups G]
+ *   srt-bench-sched MODEL|fake [--dataset gsp|random] [--radix on|off] [--num N] [--groups G]
  *                   [--system-len L] [--question-len Q] [--input-len I] [--output-len O]
  *                   [--max-running R] [--chunk C] [--kv TOKENS] [--page P] [--threads T]
  *                   [--policy fcfs|lpm] [--seed S]
  *
  * All requests are submitted at once (SGLang's offline mode); ignore_eos, greedy. Prints one
- * line of figures: wall time, request and token throughput, cache hit rate, steps. */
+ * line of figures: wall time, request and token throughput, cache hit rate, steps. MODEL
+ * "fake" runs no model at all (constant logits): the time per step is the scheduler's own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,24 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* "fake" model: no compute, one fixed logit row, to time the scheduler itself. */
+static int fake_forward(void *self, const srt_forward_batch *b, float *logits, srt_err *err)
+{
+    (void)self; (void)err;
+    for (int32_t r = 0; r < b->n_logit_rows; r++)
+        logits[(int64_t)r * 1000] = (float)(b->token_ids[b->logit_rows[r]] % 7);
+    return SRT_OK;
+}
+
+static int fake_sample(void *self, int32_t n, float *logits, int32_t vocab, const srt_sched_sample_seq *seqs,
+                       int32_t *out, float *lp, srt_err *err)
+{
+    (void)self; (void)seqs; (void)lp; (void)err;
+    for (int32_t i = 0; i < n; i++)
+        out[i] = 50 + (int32_t)logits[(int64_t)i * vocab];
+    return SRT_OK;
 }
 
 static uint64_t rng = 0x853c49e6748fea9bull;
@@ -67,12 +86,13 @@ int main(int argc, char **argv)
         return 2;
     }
     srt_err err;
-    srt_model *m;
-    if (srt_model_load(path, &m, &err) != SRT_OK) {
+    srt_model *m = NULL;
+    int fake = strcmp(path, "fake") == 0;
+    if (!fake && srt_model_load(path, &m, &err) != SRT_OK) {
         fprintf(stderr, "load: %s\n", err.msg);
         return 1;
     }
-    int32_t vocab = srt_model_config_of(m)->vocab_size;
+    int32_t vocab = fake ? 1000 : srt_model_config_of(m)->vocab_size;
     int gsp = strcmp(dataset, "gsp") == 0;
     int max_prompt = gsp ? sys_len + q_len : in_len;
     int32_t *prompts = malloc(sizeof(int32_t) * (size_t)num * (size_t)max_prompt);
@@ -99,13 +119,16 @@ int main(int argc, char **argv)
         .page_size = page, .chunked_prefill_size = chunk, .policy = lpm ? SRT_SCHED_LPM : SRT_SCHED_FCFS,
         .radix_cache = radix, .vocab_size = vocab, .n_eos = 0,
     };
-    srt_sched_model_runner *mr;
+    srt_sched_model_runner *mr = NULL;
     srt_sched *s;
-    if (srt_sched_model_runner_create(m, &cfg, threads, &mr, &err) != SRT_OK) {
-        fprintf(stderr, "runner: %s\n", err.msg);
-        return 1;
+    srt_sched_runner runner = { NULL, fake_forward, fake_sample };
+    if (!fake) {
+        if (srt_sched_model_runner_create(m, &cfg, threads, &mr, &err) != SRT_OK) {
+            fprintf(stderr, "runner: %s\n", err.msg);
+            return 1;
+        }
+        runner = srt_sched_model_runner_iface(mr);
     }
-    srt_sched_runner runner = srt_sched_model_runner_iface(mr);
     if (srt_sched_create(&cfg, &runner, &s, &err) != SRT_OK) {
         fprintf(stderr, "sched: %s\n", err.msg);
         return 1;
@@ -130,16 +153,18 @@ int main(int argc, char **argv)
     srt_sched_get_metrics(s, &mt);
     printf("dataset=%s radix=%s num=%d prompt_tokens=%llu output_tokens=%llu wall_s=%.3f req_per_s=%.2f "
            "output_tok_per_s=%.1f total_tok_per_s=%.1f cache_hit=%.3f steps=%llu forward_tokens=%llu "
-           "ttft_mean_ms=%.1f itl_mean_ms=%.2f\n",
+           "ttft_mean_ms=%.1f itl_mean_ms=%.2f us_per_step=%.1f\n",
            dataset, radix ? "on" : "off", num, (unsigned long long)mt.prompt_tokens_total,
            (unsigned long long)mt.generation_tokens_total, dt, num / dt, mt.generation_tokens_total / dt,
            (mt.prompt_tokens_total + mt.generation_tokens_total) / dt,
            mt.prompt_tokens_total ? (double)mt.cached_prompt_tokens_total / (double)mt.prompt_tokens_total : 0,
            (unsigned long long)mt.steps, (unsigned long long)mt.forward_tokens_total,
-           mt.ttft.n ? mt.ttft.sum / (double)mt.ttft.n * 1e3 : 0, mt.itl.n ? mt.itl.sum / (double)mt.itl.n * 1e3 : 0);
+           mt.ttft.n ? mt.ttft.sum / (double)mt.ttft.n * 1e3 : 0, mt.itl.n ? mt.itl.sum / (double)mt.itl.n * 1e3 : 0,
+           mt.steps ? dt / (double)mt.steps * 1e6 : 0);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
-    srt_model_free(m);
+    if (m)
+        srt_model_free(m);
     free(prompts);
     free(sys);
     free(plen);

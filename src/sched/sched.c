@@ -648,15 +648,21 @@ static void order_waiting(srt_sched *s)
     }
 }
 
+/* Requests passed over in one admission round (waiting for a prefix in flight) before the
+ * round ends: bounds the scan of a long queue. */
+#define MAX_DEFERRED 64
+
 static void admit(srt_sched *s, int32_t budget)
 {
+    int deferred = 0;
     order_waiting(s);
-    for (int32_t wi = 0; wi < s->n_waiting && budget > 0; ) {
+    for (int32_t wi = 0; wi < s->n_waiting && budget > 0 && deferred < MAX_DEFERRED; ) {
         sreq *r = &s->pool[s->waiting[wi]];
         if (s->n_running >= s->cfg.max_running_requests || s->r2t.n_free == 0)
             break;
         if (group_sibling(s, r, 1)) {   /* share the prompt once a sibling has it */
             wi++;
+            deferred++;
             continue;
         }
         int32_t known = n_known(r);
@@ -664,6 +670,7 @@ static void admit(srt_sched *s, int32_t budget)
             int32_t cached = srt_radix_peek_prefix(&s->cache, r->tokens, known - 1);
             if (!s->cache.disabled && prefix_in_flight(s, r, cached)) {
                 wi++;
+                deferred++;
                 continue;
             }
             int64_t avail = srt_kv_free_tokens(&s->kv) + srt_radix_evictable_size(&s->cache)
