@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_dot.h"
+#include "backend/cpu/cpu_precise.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/backend.h"
 
@@ -24,6 +25,13 @@ typedef struct cpu_backend {
 #define SILU_CHUNK 65536
 
 #define PRECISE_TILE 16   /* weight rows dequantized at once, reused across all tokens */
+#define PRECISE_FUSED 8   /* up to this many tokens, quantized rows are dotted without dequantizing */
+
+static size_t precise_scratch(const cpu_backend *c, const srt_weight *w)
+{
+    return (size_t)srt_threadpool_size(c->tp) * PRECISE_TILE * (size_t)w->cols * sizeof(float) +
+           (size_t)PRECISE_FUSED * (size_t)(w->cols / 32 + 1) * sizeof(float);
+}
 
 static cpu_backend *cpu(srt_backend *be) { return (cpu_backend *)be->impl; }
 
@@ -40,7 +48,7 @@ static int cpu_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_to
 {
     cpu_backend *c = cpu(be);
     size_t need = srt_cpu_matmul_scratch_bytes(w, n_tok);
-    size_t precise = (size_t)srt_threadpool_size(c->tp) * PRECISE_TILE * (size_t)w->cols * sizeof(float);
+    size_t precise = precise_scratch(c, w);
     if (c->precise && precise > need)
         need = precise;
     if (need <= c->scratch_bytes)
@@ -62,7 +70,22 @@ typedef struct precise_job {
     float            *y;
     float            *scratch;
     srt_dot_f32_fn    dot;
+    srt_precise_dot_fn fused;   /* set: few tokens, fused dequant-dot */
+    const float      *xsum;     /* [n_tok][cols/32] block sums of x, for fused */
 } precise_job;
+
+static void precise_fused_worker(void *arg, int ith, int nth)
+{
+    precise_job *j = arg;
+    const srt_weight *w = j->w;
+    int64_t R = w->rows, C = w->cols, nb = C / 32;
+    int64_t r0 = R * ith / nth, r1 = R * (ith + 1) / nth;
+    for (int64_t r = r0; r < r1; r++) {
+        const void *row = (const char *)w->data + (size_t)r * w->row_stride;
+        for (int64_t t = 0; t < j->n_tok; t++)
+            j->y[t * R + r] = j->fused(row, j->x + t * C, j->xsum + t * nb, nb) + (j->bias ? j->bias[r] : 0.0f);
+    }
+}
 
 static void precise_worker(void *arg, int ith, int nth)
 {
@@ -97,8 +120,23 @@ static void cpu_matmul(srt_backend *be, const srt_weight *w, const float *bias, 
     if (c->reference)
         srt_cpu_matmul_ref(w, bias, x, n_tok, y);
     else if (c->precise) {
-        precise_job j = { w, bias, x, n_tok, y, c->scratch, c->dot };
-        srt_threadpool_run(c->tp, precise_worker, &j);
+        precise_job j = { w, bias, x, n_tok, y, c->scratch, c->dot, NULL, NULL };
+        if (n_tok <= PRECISE_FUSED && (j.fused = srt_cpu_precise_dot(w->dtype)) != NULL) {
+            /* block sums of x after the per-thread tiles in scratch */
+            float *xs = (float *)((char *)c->scratch + (size_t)srt_threadpool_size(c->tp) * PRECISE_TILE *
+                                                       (size_t)w->cols * sizeof(float));
+            int64_t nb = w->cols / 32;
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int64_t b = 0; b < nb; b++) {
+                    float s = 0;
+                    for (int k = 0; k < 32; k++)
+                        s += x[t * w->cols + b * 32 + k];
+                    xs[t * nb + b] = s;
+                }
+            j.xsum = xs;
+            srt_threadpool_run(c->tp, precise_fused_worker, &j);
+        } else
+            srt_threadpool_run(c->tp, precise_worker, &j);
     }
     else
         srt_cpu_matmul(c->tp, w, bias, x, n_tok, y, c->scratch);

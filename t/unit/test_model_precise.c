@@ -1,0 +1,90 @@
+/* The precise matmul (f32 activations x weights as stored) against the scalar reference
+ * srt_cpu_matmul_ref, for every weight type, on each SIMD path this CPU has: the fused
+ * dequant-dot kernels (few tokens) and the dequantize-tile path (many tokens). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "srt/backend.h"
+#include "tap.h"
+
+static uint64_t rng = 7;
+static uint32_t rnd(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 33);
+}
+static float frnd(void) { return (float)(rnd() % 20001) / 10000.0f - 1.0f; }
+
+/* random but sane blocks: every f16 scale field small and finite */
+static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
+{
+    size_t bb = srt_dtype_block_bytes(t), nblk = (size_t)(rows * cols / srt_dtype_block_elems(t));
+    for (size_t i = 0; i < nblk * bb; i++)
+        p[i] = (uint8_t)rnd();
+    for (size_t b = 0; b < nblk; b++) {
+        uint8_t *blk = p + b * bb;
+        uint16_t h1 = srt_f32_to_f16(0.01f + 0.02f * (float)(rnd() % 100) / 100.0f);
+        uint16_t h2 = srt_f32_to_f16(-0.05f + 0.1f * (float)(rnd() % 100) / 100.0f);
+        switch (t) {
+        case SRT_Q8_0: case SRT_Q4_0: memcpy(blk, &h1, 2); break;
+        case SRT_Q4_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
+        case SRT_Q4_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h1, 2); break;
+        case SRT_Q6_K: memcpy(blk + 208, &h1, 2); break;
+        case SRT_F32: for (size_t k = 0; k < bb; k += 4) { float f = frnd(); memcpy(blk + k, &f, 4); } break;
+        case SRT_F16: { uint16_t h = srt_f32_to_f16(frnd()); memcpy(blk, &h, 2); } break;
+        case SRT_BF16: { uint16_t h = srt_f32_to_bf16(frnd()); memcpy(blk, &h, 2); } break;
+        default: break;
+        }
+    }
+}
+
+int main(void)
+{
+    static const srt_dtype types[] = { SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q4_K, SRT_Q6_K, SRT_F32, SRT_F16, SRT_BF16 };
+    static const char *paths[] = { "portable", "avx2", "avx512" };
+    const int64_t rows = 48, cols = 512, ntoks[] = { 1, 3, 8, 19 };
+    float *x = malloc(19 * cols * sizeof(float)), *y = malloc(19 * rows * sizeof(float));
+    float *ref = malloc(19 * rows * sizeof(float)), bias[48];
+    for (int64_t i = 0; i < 19 * cols; i++)
+        x[i] = frnd();
+    for (int i = 0; i < rows; i++)
+        bias[i] = frnd();
+    for (size_t p = 0; p < 3; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK) {
+            tap_diag("SIMD path %s not available on this CPU", paths[p]);
+            continue;
+        }
+        srt_err err;
+        srt_backend *be = srt_cpu_backend_create(2, 1, &err);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            srt_dtype t = types[ti];
+            srt_weight w = { .dtype = t, .rows = rows, .cols = cols, .row_stride = srt_dtype_row_bytes(t, cols) };
+            uint8_t *data = malloc(w.row_stride * rows);
+            fill(t, data, rows, cols);
+            w.data = data;
+            be->ops->reserve_matmul(be, &w, 19, &err);
+            double worst = 0, scale = 0;
+            for (size_t k = 0; k < 4; k++) {
+                int64_t n = ntoks[k];
+                be->ops->matmul(be, &w, k & 1 ? bias : NULL, x, n, y);
+                srt_cpu_matmul_ref(&w, k & 1 ? bias : NULL, x, n, ref);
+                for (int64_t i = 0; i < n * rows; i++) {
+                    double d = fabs((double)y[i] - ref[i]);
+                    worst = d > worst || isnan(d) ? (isnan(d) ? INFINITY : d) : worst;
+                    scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
+                }
+            }
+            ok(worst <= 1e-5 * (scale > 1 ? scale : 1) * 16, "%s %s: precise matmul == reference (worst %.2g of max %.3g)",
+               paths[p], srt_dtype_name(t), worst, scale);
+            free(data);
+        }
+        srt_backend_free(be);
+    }
+    free(x);
+    free(y);
+    free(ref);
+    return tap_done();
+}
