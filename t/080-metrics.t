@@ -56,7 +56,15 @@ Content-Type: text/plain; version=0.0.4
 
 
 
-=== TEST 3: srt_metrics takes on|off
+=== TEST 3: ... and the scheduler's own metrics are there (published by the scheduler process)
+--- request
+GET /metrics
+--- response_body_like
+srt:generation_tokens_total\{model_name="smol"\} 2\n.*srt:time_to_first_token_seconds_bucket\{model_name="smol",le="[^"]+"\} \d+
+
+
+
+=== TEST 4: srt_metrics takes on|off
 --- config
 location = /metrics { srt_metrics yes; }
 --- must_die

@@ -24,7 +24,7 @@
 #define NGX_HTTP_SRT_STABLE_SECS   30
 
 
-int srt_sched_run(srt_chan *c, srt_err *err);
+#include "srt/sched.h"
 
 
 static ngx_msec_t ngx_http_srt_manager(void *data);
@@ -323,6 +323,25 @@ ngx_http_srt_log_sink(srt_log_level level, const char *msg, void *user)
 }
 
 
+/* The scheduler's metrics, as Prometheus text, into the channel for srt_metrics. */
+
+static void
+ngx_http_srt_metrics_sink(const srt_sched_metrics *mt, void *user)
+{
+    ngx_http_srt_model_t *m = user;
+
+    size_t       n;
+    static char  buf[SRT_CHAN_METRICS_MAX];
+
+    n = srt_sched_metrics_prometheus(mt, m->cfg.served_name, buf, sizeof(buf));
+    if (n >= sizeof(buf)) {
+        n = sizeof(buf) - 1;    /* truncated, like snprintf */
+    }
+
+    srt_chan_sched_publish_metrics(m->chan, buf, n);
+}
+
+
 static void
 ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
     ngx_pid_t master)
@@ -395,6 +414,8 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
 
     srt_chan_sched_set_state(m->chan, SRT_CHAN_SCHED_LOADING,
                              "model loading", NULL);
+
+    srt_sched_set_metrics_sink(ngx_http_srt_metrics_sink, m);
 
     rc = srt_sched_run(m->chan, &err);
 
