@@ -161,6 +161,101 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
         }
 }
 
+/* Prefill micro-kernel: R rows x 4G tokens. Instead of scaling every vpdpbusd result (8
+ * partial sums per block) in float, the results for 4 tokens are first folded so that each
+ * 128-bit lane holds one partial sum per token: one convert and two FMAs then serve 4
+ * (row, token) pairs. Lanes 0-7 stay block b, lanes 8-15 block b+1, matching the scale
+ * vectors. Q8_0 is taken as unsigned (w + 128) and corrected through the block sums, like
+ * Q4_0's -8. */
+INLINE void kern_p(int fmt, int R, int G, const uint8_t *w, size_t stride, const int8_t *aq,
+                   const q8_scale *ads, int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    const size_t bb = fmt_bytes[fmt];
+    const __m512i zero = _mm512_setzero_si512();
+    /* token j of a group: dx of block b in lanes j and 4+j, of block b+1 in 8+j and 12+j */
+    const __m512i idx_dx = _mm512_set_epi32(14, 10, 6, 2, 14, 10, 6, 2, 12, 8, 4, 0, 12, 8, 4, 0);
+    const __m512i idx_sx = _mm512_set_epi32(15, 11, 7, 3, 15, 11, 7, 3, 13, 9, 5, 1, 13, 9, 5, 1);
+    const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i idx_m = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            acc[r][g] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m512i wv[4];
+        __m512 dw[4], mw[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *b0 = w + r * stride + b * bb, *b1 = b0 + bb;
+            uint32_t h0, h1;
+            memcpy(&h0, b0, 4);
+            memcpy(&h1, b1, 4);
+            __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, (int)h1, (int)h0)));
+            dw[r] = _mm512_permutexvar_ps(idx_d, f);
+            /* the per-block offset goes in lanes 0-3 (block b) and 8-11 (block b+1) only */
+            if (fmt == FMT_Q4_1)
+                mw[r] = _mm512_maskz_permutexvar_ps(0x0F0F, idx_m, f);
+            else
+                mw[r] = _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0x0F0F, idx_d, f),
+                                      _mm512_set1_ps(fmt == FMT_Q4_0 ? -8.0f : -128.0f));
+            if (fmt == FMT_Q8_0)
+                wv[r] = _mm512_xor_si512(load_q8_pair(b0, b1), _mm512_set1_epi8((char)0x80));
+            else {
+                size_t off = fmt == FMT_Q4_1 ? 4 : 2;
+                wv[r] = unpack_q4_pair(b0 + off, b1 + off);
+            }
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            const int8_t *a = aq + 4 * g * qstride + b * QK;
+            const q8_scale *s = ads + 4 * g * nb + b;
+            __m512i xv[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                xv[k] = _mm512_load_si512((const void *)(a + k * qstride));
+            /* [d0 s0 d1 s1] of the 4 tokens, one token per 128-bit lane */
+            __m512 z = _mm512_castps128_ps512(_mm_loadu_ps(&s[0].d));
+            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[nb].d), 1);
+            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[2 * nb].d), 2);
+            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[3 * nb].d), 3);
+            __m512 dx = _mm512_permutexvar_ps(idx_dx, z);
+            __m512 sx = _mm512_maskz_permutexvar_ps(0x0F0F, idx_sx, z);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m512i i0 = _mm512_dpbusd_epi32(zero, wv[r], xv[0]);
+                __m512i i1 = _mm512_dpbusd_epi32(zero, wv[r], xv[1]);
+                __m512i i2 = _mm512_dpbusd_epi32(zero, wv[r], xv[2]);
+                __m512i i3 = _mm512_dpbusd_epi32(zero, wv[r], xv[3]);
+                __m512i p01 = _mm512_add_epi32(_mm512_unpacklo_epi32(i0, i1), _mm512_unpackhi_epi32(i0, i1));
+                __m512i p23 = _mm512_add_epi32(_mm512_unpacklo_epi32(i2, i3), _mm512_unpackhi_epi32(i2, i3));
+                __m512i sum = _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23));
+                acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dx, dw[r]), acc[r][g]);
+                acc[r][g] = _mm512_fmadd_ps(mw[r], sx, acc[r][g]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][g]),
+                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][g]), 1)));
+            __m128 v = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            float out[4];
+            _mm_storeu_ps(out, v);
+            for (int j = 0; j < 4; j++) {
+                int t = 4 * g + j;
+                if (b < nb)
+                    out[j] += block_dot_scalar(fmt, w + r * stride + b * bb, aq + t * qstride + b * QK,
+                                               ads + t * nb + b);
+                y[t * ldy + r] = out[j];
+            }
+        }
+}
+
 #define TILE_ROWS(fmt, R, T)                                                                  \
     do {                                                                                       \
         int r_ = 0;                                                                            \
@@ -180,6 +275,15 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
                          int64_t ldy)                                                          \
     {                                                                                          \
         int t = 0;                                                                             \
+        for (; t + 8 <= nt; t += 8) {                                                          \
+            int r = 0;                                                                         \
+            for (; r + 4 <= nr; r += 4)                                                        \
+                kern_p(fmt, 4, 2, w + r * stride, stride, aq + t * qstride, ads + t * nb,      \
+                       qstride, nb, y + t * ldy + r, ldy);                                     \
+            for (; r < nr; r++)                                                                \
+                kern_p(fmt, 1, 2, w + r * stride, stride, aq + t * qstride, ads + t * nb,      \
+                       qstride, nb, y + t * ldy + r, ldy);                                     \
+        }                                                                                      \
         for (; t + 4 <= nt; t += 4)                                                         \
             TILE_ROWS(fmt, 4, 4);                                                           \
         switch (nt - t) {                                                                      \
