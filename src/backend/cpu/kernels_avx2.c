@@ -114,6 +114,68 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
             y[t * ldy + r] = hsum8(acc[r][t]) + off[r][t];
 }
 
+/* Prefill micro-kernel: R rows x 4 tokens. The four tokens' vpmaddwd results (8 partial
+ * sums of one block each) are folded into one register, lane j and 4+j holding token j,
+ * so one convert and two FMAs serve four (row, token) pairs; the offsets (Q4_1's m,
+ * Q4_0's -8d) go through the block sums in lanes 0-3. */
+INLINE void kern_p(int fmt, int R, const uint8_t *w, size_t stride, const int8_t *aq,
+                   const q8_scale *ads, int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    const size_t bb = fmt_bytes[fmt];
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i idx_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    const __m256i idx_s = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    for (int64_t b = 0; b < nb; b++) {
+        /* [d s] of the four tokens -> dx = [d0..d3 d0..d3], sx = [s0..s3 0 0 0 0] */
+        __m128 s01 = _mm_loadh_pi(_mm_castpd_ps(_mm_load_sd((const double *)&ads[b].d)),
+                                  (const __m64 *)&ads[nb + b].d);
+        __m128 s23 = _mm_loadh_pi(_mm_castpd_ps(_mm_load_sd((const double *)&ads[2 * nb + b].d)),
+                                  (const __m64 *)&ads[3 * nb + b].d);
+        __m256 z = _mm256_set_m128(s23, s01);
+        __m256 dx = _mm256_permutevar8x32_ps(z, idx_d);
+        __m256 sx = _mm256_blend_ps(_mm256_permutevar8x32_ps(z, idx_s), _mm256_setzero_ps(), 0xF0);
+        __m256i xv[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            xv[k] = _mm256_load_si256((const __m256i *)(aq + k * qstride + b * QK));
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * stride + b * bb;
+            float d = half_at(blk);
+            __m256i i[4];
+            if (fmt == FMT_Q8_0) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                __m256i qa = _mm256_abs_epi8(q);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    i[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv[k], q)), ones);
+            } else {
+                __m256i q = unpack_q4(blk + (fmt == FMT_Q4_1 ? 4 : 2));
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    i[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv[k]), ones);
+            }
+            __m256i p01 = _mm256_add_epi32(_mm256_unpacklo_epi32(i[0], i[1]), _mm256_unpackhi_epi32(i[0], i[1]));
+            __m256i p23 = _mm256_add_epi32(_mm256_unpacklo_epi32(i[2], i[3]), _mm256_unpackhi_epi32(i[2], i[3]));
+            __m256i sum = _mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dx, _mm256_set1_ps(d)), acc[r]);
+            if (fmt != FMT_Q8_0) {
+                float m = fmt == FMT_Q4_1 ? half_at(blk + 2) : -8.0f * d;
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), sx, acc[r]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+        float out[4];
+        _mm_storeu_ps(out, v);
+        for (int j = 0; j < 4; j++)
+            y[j * ldy + r] = out[j];
+    }
+}
+
 #define TILE_ROWS(fmt, R, T)                                                                  \
     do {                                                                                       \
         int r_ = 0;                                                                            \
@@ -133,8 +195,15 @@ INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const i
                          int64_t ldy)                                                          \
     {                                                                                          \
         int t = 0;                                                                             \
-        for (; t + 4 <= nt; t += 4)                                                         \
-            TILE_ROWS(fmt, 2, 4);                                                           \
+        for (; t + 4 <= nt; t += 4) {                                                          \
+            int r = 0;                                                                         \
+            for (; r + 2 <= nr; r += 2)                                                        \
+                kern_p(fmt, 2, w + r * stride, stride, aq + t * qstride, ads + t * nb, qstride,\
+                       nb, y + t * ldy + r, ldy);                                              \
+            for (; r < nr; r++)                                                                \
+                kern_p(fmt, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb, qstride,\
+                       nb, y + t * ldy + r, ldy);                                              \
+        }                                                                                      \
         switch (nt - t) {                                                                      \
         case 3: TILE_ROWS(fmt, 2, 3); break;                                            \
         case 2: TILE_ROWS(fmt, 2, 2); break;                                            \
