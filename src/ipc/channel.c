@@ -496,6 +496,7 @@ int srt_chan_sched_open(srt_chan *c, srt_err *err)
             c->sched_fd = fd;
             atomic_store(&c->h->sched_pid, getpid());
             clock_gettime(CLOCK_MONOTONIC, &c->last_reclaim);
+            srt_chan_sched_reclaim(c); /* what a dead predecessor left running */
             return SRT_OK;
         }
         if (errno != EADDRINUSE)
@@ -751,6 +752,14 @@ int srt_chan_sched_reclaim(srt_chan *c)
         if (base == ST_FREE || (st & ST_ABORTED))
             continue;
         owner = atomic_load(&s->owner);
+        if (base == ST_RUNNING) {
+            /* popped by a scheduler that died unsupervised (its helper died first) */
+            pid_t runner = atomic_load(&s->runner);
+            if (runner > 0 && runner != getpid() && pid_gone(runner)) {
+                n += slot_fail(c, s, "scheduler process exited", 0);
+                continue;
+            }
+        }
         if (!pid_gone(owner))
             continue;
         switch (base) {

@@ -237,8 +237,9 @@ int srt_chan_sched_is_aborted(const srt_chan *c, uint32_t slot, uint32_t gen);
 /* Ring every worker that got tokens or finishes since the last flush. Call once per step. */
 void srt_chan_sched_flush(srt_chan *c);
 
-/* Abort slots whose owner process is gone. Returns how many. (Also run by srt_chan_sched_wait
- * at most once a second.) */
+/* Abort slots whose owner process is gone, and fail (FINISH_ERROR) slots still RUNNING for
+ * a scheduler process that is gone. Returns how many. (Also run by srt_chan_sched_open, and
+ * by srt_chan_sched_wait at most once a second.) */
 int srt_chan_sched_reclaim(srt_chan *c);
 
 /* 0 = keep going; 1 = graceful stop (reload/quit: finish running requests, pop no new ones,

@@ -561,8 +561,44 @@ static void test_key_lock(void)
     (void)c1;
 }
 
+/* A scheduler that pops one request and dies without anyone calling srt_chan_sched_crashed. */
+static void popper(int unused1, int unused2)
+{
+    srt_err err;
+    srt_chan *c = srt_chan_attach(mem, mem_size, &err);
+    srt_chan_req r;
+    if (srt_chan_sched_open(c, &err) != SRT_OK || srt_chan_sched_pop_request(c, &r) != 1)
+        _exit(10);
+    kill(getpid(), SIGKILL);
+    _exit(11);
+}
+
+static void test_unsupervised_scheduler_death(void)
+{
+    srt_chan *c = make_chan(2, 32, 0), *succ;
+    srt_err err;
+    srt_chan_sampling sp = greedy(5);
+    int32_t p[2] = { 1, 2 };
+    uint32_t s, g;
+    srt_chan_output o;
+    srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, "ok", NULL);
+    ok(srt_chan_submit(c, p, 2, &sp, 0, &s, &g) == SRT_CHAN_SUBMIT_OK, "submit");
+    is_int(reap(spawn(popper, 0, 0)), 128 + SIGKILL, "its scheduler died holding it");
+    srt_chan_read(c, s, g, &o);
+    is_int(o.finish, SRT_CHAN_FINISH_NONE, "nobody noticed yet");
+    succ = srt_chan_attach(mem, mem_size, &err);
+    ok(srt_chan_sched_open(succ, &err) == SRT_OK, "a successor opens the channel");
+    srt_chan_read(c, s, g, &o);
+    ok(o.finish == SRT_CHAN_FINISH_ERROR && strstr(o.errmsg, "scheduler process exited"),
+       "and fails the orphaned request at once (%s)", o.errmsg);
+    srt_chan_release(c, s, g);
+    srt_chan_detach(succ);
+    srt_chan_detach(c);
+}
+
 int main(void)
 {
+    test_unsupervised_scheduler_death();
     test_key_lock();
     test_metrics();
     test_state_ring();
