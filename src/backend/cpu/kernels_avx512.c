@@ -23,8 +23,7 @@
 #define PF_GROUPS 4
 /* Q8_0 decode (in practice the 30 MB lm_head, always from DRAM) is fastest one row at a
  * time: W is then a single sequential stream for the hardware prefetcher. The 4-bit formats
- * are compute-bound enough that four rows sharing each activation load win. */
-#define DECODE_ROWS(fmt) ((fmt) == FMT_Q8_0 ? 1 : 4)
+ * are compute-bound enough that four rows sharing each activation load win (kern_d). */
 enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
 
 static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0) };
@@ -256,6 +255,67 @@ INLINE void kern_p(int fmt, int R, int G, const uint8_t *w, size_t stride, const
         }
 }
 
+/* Decode micro-kernel for the 4-bit formats: 4 rows x 1 token, folded like kern_p but
+ * across rows (lane j and 4+j of each half hold row j), so the scale work is shared by
+ * four rows. Prefetches the rows after the group as kern does. */
+INLINE void kern_d(int fmt, const uint8_t *w, size_t stride, const int8_t *aq,
+                   const q8_scale *ads, int64_t nb, float *y)
+{
+    const size_t bb = fmt_bytes[fmt];
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i idx_pd = _mm512_set_epi32(14, 10, 6, 2, 14, 10, 6, 2, 12, 8, 4, 0, 12, 8, 4, 0);
+    const __m512i idx_pm = _mm512_set_epi32(15, 11, 7, 3, 15, 11, 7, 3, 13, 9, 5, 1, 13, 9, 5, 1);
+    const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i idx_s = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+    const char *pf = (const char *)w + PF_GROUPS * 4 * stride;
+    int64_t iters = nb / 2 > 0 ? nb / 2 : 1;
+    int64_t pf_lines = ((int64_t)(4 * stride) / 64 + iters - 1) / iters + 1;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        for (int64_t k = 0; k < pf_lines; k++, pf += 64)
+            _mm_prefetch(pf, _MM_HINT_T0);
+        __m512i xv = _mm512_load_si512((const void *)(aq + b * QK));
+        __m512 f = _mm512_castps128_ps512(_mm_loadu_ps(&ads[b].d));
+        __m512 dx = _mm512_permutexvar_ps(idx_d, f);
+        __m512 sx = _mm512_maskz_permutexvar_ps(0x0F0F, idx_s, f);
+        __m512i i[4];
+        __m128 h[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *b0 = w + r * stride + b * bb, *b1 = b0 + bb;
+            uint32_t h0, h1;
+            memcpy(&h0, b0, 4);
+            memcpy(&h1, b1, 4);
+            h[r] = _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)h1, (int)h0));   /* [d0 m0 d1 m1] */
+            size_t off = fmt == FMT_Q4_1 ? 4 : 2;
+            i[r] = _mm512_dpbusd_epi32(zero, unpack_q4_pair(b0 + off, b1 + off), xv);
+        }
+        __m512 z = _mm512_castps128_ps512(h[0]);
+        z = _mm512_insertf32x4(z, h[1], 1);
+        z = _mm512_insertf32x4(z, h[2], 2);
+        z = _mm512_insertf32x4(z, h[3], 3);
+        __m512 dw = _mm512_permutexvar_ps(idx_pd, z);
+        __m512 mw = fmt == FMT_Q4_1 ? _mm512_maskz_permutexvar_ps(0x0F0F, idx_pm, z)
+                                    : _mm512_maskz_mul_ps(0x0F0F, dw, _mm512_set1_ps(-8.0f));
+        __m512i p01 = _mm512_add_epi32(_mm512_unpacklo_epi32(i[0], i[1]), _mm512_unpackhi_epi32(i[0], i[1]));
+        __m512i p23 = _mm512_add_epi32(_mm512_unpacklo_epi32(i[2], i[3]), _mm512_unpackhi_epi32(i[2], i[3]));
+        __m512i sum = _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, dx), acc);
+        acc = _mm512_fmadd_ps(mw, sx, acc);
+    }
+    __m256 hs = _mm256_add_ps(_mm512_castps512_ps256(acc),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(hs), _mm256_extractf128_ps(hs, 1));
+    float out[4];
+    _mm_storeu_ps(out, v);
+    for (int r = 0; r < 4; r++) {
+        if (b < nb)
+            out[r] += block_dot_scalar(fmt, w + r * stride + b * bb, aq + b * QK, ads + b);
+        y[r] = out[r];
+    }
+}
+
 #define TILE_ROWS(fmt, R, T)                                                                  \
     do {                                                                                       \
         int r_ = 0;                                                                            \
@@ -289,7 +349,19 @@ INLINE void kern_p(int fmt, int R, int G, const uint8_t *w, size_t stride, const
         switch (nt - t) {                                                                      \
         case 3: TILE_ROWS(fmt, 4, 3); break;                                            \
         case 2: TILE_ROWS(fmt, 4, 2); break;                                            \
-        case 1: TILE_ROWS(fmt, DECODE_ROWS(fmt), 1); break;                              \
+        case 1:                                                                                \
+            if (fmt == FMT_Q8_0) {                                                             \
+                TILE_ROWS(fmt, 1, 1);                                                          \
+            } else {                                                                           \
+                int r = 0;                                                                     \
+                for (; r + 4 <= nr; r += 4)                                                    \
+                    kern_d(fmt, w + r * stride, stride, aq + t * qstride, ads + t * nb, nb,    \
+                           y + t * ldy + r);                                                   \
+                for (; r < nr; r++)                                                            \
+                    kern(fmt, 1, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb,    \
+                         qstride, nb, y + t * ldy + r, ldy);                                   \
+            }                                                                                  \
+            break;                                                                             \
         default: break;                                                                        \
         }                                                                                      \
     }
