@@ -222,3 +222,53 @@ system($bin, '-p', "$prefix/", '-c', 'conf/nginx.conf', '-s', 'stop');
 GET /v1/models
 --- response_body_like
 "id":"smol"
+
+
+
+=== TEST 6: under load, two reloads in a row fail no request
+--- init
+use Time::HiRes ();
+my $port = Test::Nginx::Socket::server_port();
+my $dir = "$ENV{PWD}/t/servroot_srt";
+unlink glob "$dir/load-*";
+my @kids;
+for my $k (1 .. 6) {
+    my $pid = fork();
+    if ($pid == 0) {
+        my $bad = 0;
+        for my $j (1 .. 3) {
+            my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or do { $bad++; next };
+            my $stream = ($k + $j) % 2 ? 'true' : 'false';
+            my $body = qq({"prompt": "Request $k $j:", "max_tokens": 20, "temperature": 0, "ignore_eos": true, "stream": $stream});
+            print $s "POST /v1/completions HTTP/1.0\r\nHost: x\r\nContent-Length: " . length($body) . "\r\n\r\n$body";
+            local $/;
+            my $r = <$s> // '';
+            my $good = $r =~ m{^HTTP/1\.1 200 } && ($stream eq 'true' ? $r =~ /data: \[DONE\]\n\n\z/ : $r =~ /"completion_tokens":20,/);
+            $bad++ unless $good;
+        }
+        open my $fh, '>', "$dir/load-$k";
+        print $fh $bad;
+        close $fh;
+        POSIX::_exit(0);
+    }
+    push @kids, $pid;
+}
+open my $fh, '<', "${\ Test::Nginx::Socket::server_root()}/logs/nginx.pid" or die;
+my $master = <$fh>;
+chomp $master;
+Time::HiRes::sleep(0.5);
+kill 'HUP', $master;
+Time::HiRes::sleep(1.5);
+kill 'HUP', $master;
+waitpid($_, 0) for @kids;
+my $failed = 0;
+for my $k (1 .. 6) {
+    open my $in, '<', "$dir/load-$k" or do { $failed += 3; next };
+    $failed += <$in>;
+}
+Test::More::is($failed, 0, "18 requests from 6 clients across 2 reloads: none failed");
+--- request
+POST /v1/completions
+{"prompt": "Hello", "max_tokens": 2, "temperature": 0}
+--- response_body_like
+"finish_reason":"length"
