@@ -15,7 +15,7 @@ the engine has to get right:
   tiny-qwen2  Qwen2ForCausalLM, BF16 (round-to-nearest-even), q/k/v biases, tied embeddings
               (no lm_head.weight in the file), GQA 4:2, config.json as transformers 5 writes
               it (rope_parameters).
-  tiny-qwen3  Qwen3ForCausalLM, F16, per-head q_norm/k_norm, head_dim 24 != hidden/heads 16,
+  tiny-qwen3  Qwen3ForCausalLM, F16, per-head q_norm/k_norm, head_dim 24 != hidden/heads (64/8 = 8),
               GQA 8:2, config.json as transformers 5 writes it.
 
 rms_norm_eps and rope_theta are non-default so a loader that ignores them gets wrong logits.
