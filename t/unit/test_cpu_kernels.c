@@ -483,6 +483,7 @@ static void probe_task(void *arg, int ith, int nth)
 static void sigmask_task(void *arg, int ith, int nth)
 {
     int *blocked = arg;
+    (void)nth;
     sigset_t cur;
     pthread_sigmask(SIG_BLOCK, NULL, &cur);
     blocked[ith] = sigismember(&cur, SIGTERM) == 1;
@@ -493,6 +494,7 @@ typedef struct { srt_threadpool *tp; pool_probe inner[64]; } nest_probe;
 static void nested_task(void *arg, int ith, int nth)
 {
     nest_probe *n = arg;
+    (void)nth;
     srt_threadpool_run(n->tp, probe_task, &n->inner[ith]);
 }
 
