@@ -100,7 +100,7 @@ size_t srt_cpu_matmul_scratch_bytes(const srt_weight *w, int64_t n_tok)
 #define PREFILL_MIN_TOK 4         /* from here on, tiles of rows x tokens */
 #define PREFILL_TOK_BLOCK 32
 #define ROW_GRAIN 4               /* the micro-kernels' row count */
-#define PARALLEL_MIN_MACS (128 * 1024)
+#define PARALLEL_MIN_MACS (64 * 1024)   /* below this a pool wake-up (~1-2 us) costs more than it saves */
 #define MAX_MULTI SRT_CPU_MATMUL_MAX_MULTI
 
 /* One or more weights sharing the input x: their rows are one index space
