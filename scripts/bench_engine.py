@@ -44,18 +44,24 @@ def make_llama(model, threads, n_ctx, n_batch):
                            n_batch=n_batch, n_ubatch=n_batch, verbose=False, logits_all=False)
 
 
+def last_logits(llm):
+    # with logits_all=False llama-cpp-python keeps only llama.cpp's own buffer (last row)
+    import numpy as np
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+
+
 def run_llama(llm, ids, n_decode):
     import numpy as np
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(ids)
     t_pre = time.perf_counter() - t0
-    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    tok = int(np.argmax(last_logits(llm)))
     out = [tok]
     t0 = time.perf_counter()
     for _ in range(n_decode):
         llm.eval([tok])
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(last_logits(llm)))
         out.append(tok)
     t_dec = time.perf_counter() - t0
     return len(ids) / t_pre, n_decode / t_dec, [str(t) for t in out]
