@@ -19,6 +19,9 @@ typedef struct tw_tensor {
     int      ndim;
     int64_t  shape[2];
     float   *data;
+    uint32_t ggml_type;      /* GGUF type when raw is set (else F32 from data) */
+    uint8_t *raw;            /* quantized bytes, rows of row_bytes */
+    size_t   row_bytes;
 } tw_tensor;
 
 typedef struct tw_model {
@@ -60,15 +63,15 @@ static tw_tensor *tw_add(tw_model *m, const char *name, int64_t rows, int64_t co
     return t;
 }
 
-static void tw_make(tw_model *m, const char *arch, uint64_t seed)
+static void tw_make_dims(tw_model *m, const char *arch, uint64_t seed, int hidden, int ffn, int heads, int kv_heads,
+                         int head_dim)
 {
     char n[128];
     memset(m, 0, sizeof *m);
     tw_rng = seed;
     m->arch = arch;
-    m->hidden = 64, m->ffn = 96, m->layers = 2, m->heads = 4, m->kv_heads = 2, m->head_dim = 16, m->vocab = 96;
-    if (strcmp(arch, "qwen3") == 0)
-        m->head_dim = 32;   /* explicit head_dim != hidden / heads */
+    m->hidden = hidden, m->ffn = ffn, m->layers = 2, m->heads = heads, m->kv_heads = kv_heads;
+    m->head_dim = head_dim, m->vocab = 96;
     m->tied = strcmp(arch, "qwen2") == 0;
     int H = m->hidden, qd = m->heads * m->head_dim, kd = m->kv_heads * m->head_dim;
     tw_add(m, "model.embed_tokens.weight", m->vocab, H, 2.0f, 0);
@@ -99,10 +102,18 @@ static void tw_make(tw_model *m, const char *arch, uint64_t seed)
         tw_add(m, "lm_head.weight", m->vocab, H, 0.5f, 0);
 }
 
+static void tw_make(tw_model *m, const char *arch, uint64_t seed)
+{
+    /* qwen3 gets an explicit head_dim != hidden / heads */
+    tw_make_dims(m, arch, seed, 64, 96, 4, 2, strcmp(arch, "qwen3") == 0 ? 32 : 16);
+}
+
 static void tw_free(tw_model *m)
 {
-    for (int i = 0; i < m->n; i++)
+    for (int i = 0; i < m->n; i++) {
         free(m->t[i].data);
+        free(m->t[i].raw);
+    }
     m->n = 0;
 }
 
@@ -308,10 +319,11 @@ static void tw_write_gguf(const tw_model *m, const char *path, int permute, cons
         } else
             tw_w_u64(f, (uint64_t)t->shape[0]);
         lay->tinfo_type_off[k] = ftell(f);
-        tw_w_u32(f, 0);
+        tw_w_u32(f, t->raw ? t->ggml_type : 0);
         lay->tinfo_offset_off[k] = ftell(f);
         tw_w_u64(f, off);
-        off += ((uint64_t)tw_numel(t) * 4 + 31) / 32 * 32;
+        uint64_t nbytes = t->raw ? (uint64_t)t->row_bytes * (uint64_t)t->shape[0] : (uint64_t)tw_numel(t) * 4;
+        off += (nbytes + 31) / 32 * 32;
         k++;
     }
     lay->n_tensors = k;
@@ -327,18 +339,19 @@ static void tw_write_gguf(const tw_model *m, const char *path, int permute, cons
             continue;
         int is_q = strstr(t->name, "q_proj") != NULL, is_k = strstr(t->name, "k_proj") != NULL;
         int64_t n = tw_numel(t);
+        size_t rb = t->raw ? t->row_bytes : (size_t)(t->ndim == 2 ? t->shape[1] : 1) * 4;
+        const uint8_t *src = t->raw ? t->raw : (const uint8_t *)t->data;
         if (permute && (is_q || is_k)) {
             int heads = is_q ? m->heads : m->kv_heads, hd = m->head_dim;
-            int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
             for (int h = 0; h < heads; h++)
                 for (int g = 0; g < hd; g++) {
                     /* GGUF row g of a head holds HF row (g odd ? hd/2 : 0) + g/2 */
                     int hf = (g & 1) * (hd / 2) + g / 2;
-                    fwrite(t->data + ((int64_t)h * hd + hf) * cols, 4, (size_t)cols, f);
+                    fwrite(src + ((size_t)h * hd + hf) * rb, 1, rb, f);
                 }
         } else
-            fwrite(t->data, 4, (size_t)n, f);
-        for (int64_t p = n * 4; p % 32; p++)
+            fwrite(src, 1, t->raw ? rb * (size_t)t->shape[0] : (size_t)n * 4, f);
+        for (int64_t p = t->raw ? (int64_t)(rb * (size_t)t->shape[0]) : n * 4; p % 32; p++)
             fputc(0, f);
     }
     lay->size = ftell(f);
