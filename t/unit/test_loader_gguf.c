@@ -229,6 +229,49 @@ static void quantized_model(void)
     tw_free(&m);
 }
 
+/* Llama 3 rope scaling: config.json rope_scaling in HF, per-frequency divisors in the GGUF
+ * tensor rope_freqs.weight (as llama.cpp's converter writes them). */
+static void llama3_rope(void)
+{
+    tw_model m;
+    tw_gguf_layout lay;
+    char dir[512], gg[512], gg_none[512], msg[1024];
+    tw_make(&m, "llama", 53);
+    snprintf(dir, sizeof dir, "%s/llama3-hf", tmpdir);
+    snprintf(gg, sizeof gg, "%s/llama3.gguf", tmpdir);
+    snprintf(gg_none, sizeof gg_none, "%s/llama3-noscale.gguf", tmpdir);
+    tw_write_hf(&m, dir, 1, "F32");
+    tw_write_config(&m, dir, "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                             "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}");
+    tw_write_gguf(&m, gg_none, 1, NULL, &lay);
+    int half = m.head_dim / 2;
+    tw_tensor *rf = tw_add(&m, "rope_freqs.weight", 0, half, 0, 0);
+    for (int i = 0; i < half; i++) {
+        double freq = 1.0 / pow(10000.0, 2.0 * i / m.head_dim), wl = 2 * M_PI / freq;
+        double old = 16, lowf = 1, highf = 4, factor = 8;
+        if (wl < old / highf)
+            rf->data[i] = 1.0f;
+        else if (wl > old / lowf)
+            rf->data[i] = (float)factor;
+        else {
+            double smooth = (old / wl - lowf) / (highf - lowf);
+            rf->data[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+    tw_write_gguf(&m, gg, 1, NULL, &lay);
+    int V = m.vocab;
+    float *a = calloc((size_t)4 * V, sizeof(float)), *b = calloc((size_t)4 * V, sizeof(float));
+    int ra = run_logits(dir, a, V, msg), rb = run_logits(gg, b, V, msg);
+    double d = max_diff(a, b, 4 * V);
+    ok(ra == SRT_OK && rb == SRT_OK && d < 1e-4, "llama3 rope: GGUF rope_freqs.weight == HF rope_scaling (diff %.2g)", d);
+    rb = run_logits(gg_none, b, V, msg);
+    d = max_diff(a, b, 4 * V);
+    ok(rb == SRT_OK && d > 1e-3, "without rope_freqs.weight the logits differ (diff %.3g): the scaling is applied", d);
+    free(a);
+    free(b);
+    tw_free(&m);
+}
+
 static void quant_types(void)
 {
     /* one tensor of each supported type, sized exactly */
@@ -404,6 +447,7 @@ int main(void)
     equivalence("qwen3");
     quant_types();
     quantized_model();
+    llama3_rope();
     corruption();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
