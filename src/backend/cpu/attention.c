@@ -21,6 +21,9 @@ typedef struct attn_job {
     srt_dot_f32_fn       dot;
     srt_axpy_f32_fn      axpy;
     srt_f16_row_fn       f16;
+    srt_exp_sum_fn       exp_sum;
+    srt_dot_rows_fn      dot_rows;
+    srt_axpy_rows_fn     axpy_rows;
     int32_t              run;      /* query heads per item */
     int32_t              runs;     /* items per (token, kv head) */
 } attn_job;
@@ -56,9 +59,20 @@ static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int3
         mx[i] = -INFINITY;
         sum[i] = 0.0f;
     }
+    const float *rows[KEY_BLOCK];
     for (int32_t j0 = 0; j0 < n_keys; j0 += KEY_BLOCK) {
         int32_t nb = n_keys - j0 < KEY_BLOCK ? n_keys - j0 : KEY_BLOCK;
-        for (int32_t j = 0; j < nb; j++) {
+        if (f32) {
+            /* K rows of the block once, each head's query held in registers across them */
+            for (int32_t j = 0; j < nb; j++)
+                rows[j] = (const float *)a->k_cache + (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
+            for (int32_t i = 0; i < nh; i++) {
+                job->dot_rows(q[i], rows, nb, hd, score[i]);
+                for (int32_t j = 0; j < nb; j++)
+                    score[i][j] *= a->scale;
+            }
+        }
+        for (int32_t j = 0; j < nb && !f32; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
             const float *k = (const float *)a->k_cache + off;
             if (!f32) {
@@ -79,12 +93,15 @@ static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int3
                     acc[i][d] *= corr;
                 mx[i] = bmx;
             }
-            for (int32_t j = 0; j < nb; j++) {
-                score[i][j] = expf(score[i][j] - mx[i]);
-                sum[i] += score[i][j];
-            }
+            sum[i] += job->exp_sum(score[i], nb, mx[i]);
         }
-        for (int32_t j = 0; j < nb; j++) {
+        if (f32) {
+            for (int32_t j = 0; j < nb; j++)
+                rows[j] = (const float *)a->v_cache + (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
+            for (int32_t i = 0; i < nh; i++)
+                job->axpy_rows(acc[i], score[i], rows, nb, hd);
+        }
+        for (int32_t j = 0; j < nb && !f32; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
             const float *v = (const float *)a->v_cache + off;
             if (!f32) {
@@ -108,8 +125,8 @@ static void attn_worker(void *arg, int ith, int nth)
     const srt_attn_args *a = job->a;
     int32_t group = a->n_heads / a->n_kv_heads;
     int64_t per_tok = (int64_t)a->n_kv_heads * job->runs, n = (int64_t)a->batch->n_tokens * per_tok;
-    int64_t lo = n * ith / nth, hi = n * (ith + 1) / nth;
-    for (int64_t i = lo; i < hi; i++) {
+    /* interleaved: causal items grow with position, so contiguous ranges would be uneven */
+    for (int64_t i = ith; i < n; i += nth) {
         int32_t t = (int32_t)(i / per_tok), rem = (int32_t)(i % per_tok);
         int32_t kvh = rem / job->runs, r = rem % job->runs;
         int32_t h0 = kvh * group + r * job->run;
@@ -125,7 +142,8 @@ void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a)
     /* shorter runs when tokens x kv heads leave threads idle */
     while (run > 1 && (int64_t)a->batch->n_tokens * a->n_kv_heads * ((group + run - 1) / run) < 4 * (int64_t)nth)
         run = (run + 1) / 2;
-    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row(), run, (group + run - 1) / run };
+    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(), run,
+                     (group + run - 1) / run };
     if (tp && nth > 1 && (int64_t)a->batch->n_tokens * a->n_heads > 1)
         srt_threadpool_run(tp, attn_worker, &job);
     else

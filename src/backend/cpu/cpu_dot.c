@@ -1,5 +1,6 @@
 /* f32 dot and axpy for attention and the precise matmul, with AVX2/AVX-512 twins of the
  * portable loops. The choice follows SRT_CPU_SIMD like the matmul kernels. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +37,67 @@ static void f32_to_f16_portable(const float *x, uint16_t *out, int64_t n)
         out[i] = srt_f32_to_f16(x[i]);
 }
 
+static void dot_rows_portable(const float *q, const float *const *rows, int nb, int64_t n, float *out)
+{
+    for (int j = 0; j < nb; j++)
+        out[j] = dot_portable(q, rows[j], n);
+}
+
+static void axpy_rows_portable(float *acc, const float *p, const float *const *rows, int nb, int64_t n)
+{
+    for (int j = 0; j < nb; j++)
+        axpy_portable(acc, p[j], rows[j], n);
+}
+
+static float exp_sum_portable(float *x, int64_t n, float m)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (x[i] = expf(x[i] - m));
+    return s;
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+/* exp for x <= 0 (softmax arguments): Cody-Waite reduction by ln 2 and a degree-6
+ * polynomial, relative error ~2e-7; below -87 the result is 0. */
+__attribute__((target("avx2,fma"))) static inline __m256 exp256(__m256 x)
+{
+    __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+__attribute__((target("avx2,fma"))) static float exp_sum_avx2(float *x, int64_t n, float m)
+{
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float s = _mm_cvtss_f32(h);
+    for (; i < n; i++)
+        s += (x[i] = expf(x[i] - m));
+    return s;
+}
 
 __attribute__((target("avx2,f16c"))) static void f16_row_f16c(const uint16_t *h, float *out, int64_t n)
 {
@@ -87,6 +147,63 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, con
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++)
         y[i] += a * x[i];
+}
+
+__attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n);
+
+/* head_dim chunks of 64 held in 4 registers (AVX-512) */
+__attribute__((target("avx512f"))) static void dot_rows_avx512(const float *q, const float *const *rows, int nb,
+                                                               int64_t n, float *out)
+{
+    if (n % 16) {
+        for (int j = 0; j < nb; j++)
+            out[j] = dot_avx512(q, rows[j], n);
+        return;
+    }
+    for (int j = 0; j < nb; j++)
+        out[j] = 0;
+    for (int64_t c = 0; c < n; c += 64) {
+        int64_t w = n - c < 64 ? n - c : 64;
+        __m512 q0 = _mm512_loadu_ps(q + c), q1 = w > 16 ? _mm512_loadu_ps(q + c + 16) : _mm512_setzero_ps();
+        __m512 q2 = w > 32 ? _mm512_loadu_ps(q + c + 32) : _mm512_setzero_ps();
+        __m512 q3 = w > 48 ? _mm512_loadu_ps(q + c + 48) : _mm512_setzero_ps();
+        for (int j = 0; j < nb; j++) {
+            const float *k = rows[j] + c;
+            __m512 s = _mm512_mul_ps(q0, _mm512_loadu_ps(k));
+            if (w > 16) s = _mm512_fmadd_ps(q1, _mm512_loadu_ps(k + 16), s);
+            if (w > 32) s = _mm512_fmadd_ps(q2, _mm512_loadu_ps(k + 32), s);
+            if (w > 48) s = _mm512_fmadd_ps(q3, _mm512_loadu_ps(k + 48), s);
+            out[j] += _mm512_reduce_add_ps(s);
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void axpy_rows_avx512(float *acc, const float *p, const float *const *rows,
+                                                                int nb, int64_t n)
+{
+    if (n % 16) {
+        for (int j = 0; j < nb; j++)
+            axpy_avx2(acc, p[j], rows[j], n);
+        return;
+    }
+    for (int64_t c = 0; c < n; c += 64) {
+        int64_t w = n - c < 64 ? n - c : 64;
+        __m512 a0 = _mm512_loadu_ps(acc + c), a1 = w > 16 ? _mm512_loadu_ps(acc + c + 16) : _mm512_setzero_ps();
+        __m512 a2 = w > 32 ? _mm512_loadu_ps(acc + c + 32) : _mm512_setzero_ps();
+        __m512 a3 = w > 48 ? _mm512_loadu_ps(acc + c + 48) : _mm512_setzero_ps();
+        for (int j = 0; j < nb; j++) {
+            const float *v = rows[j] + c;
+            __m512 pj = _mm512_set1_ps(p[j]);
+            a0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v), a0);
+            if (w > 16) a1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16), a1);
+            if (w > 32) a2 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 32), a2);
+            if (w > 48) a3 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 48), a3);
+        }
+        _mm512_storeu_ps(acc + c, a0);
+        if (w > 16) _mm512_storeu_ps(acc + c + 16, a1);
+        if (w > 32) _mm512_storeu_ps(acc + c + 32, a2);
+        if (w > 48) _mm512_storeu_ps(acc + c + 48, a3);
+    }
 }
 
 __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n)
@@ -153,4 +270,31 @@ srt_f32_to_f16_row_fn srt_cpu_f32_to_f16_row(void)
         return f32_to_f16_f16c;
 #endif
     return f32_to_f16_portable;
+}
+
+srt_exp_sum_fn srt_cpu_exp_sum(void)
+{
+#if defined(__x86_64__)
+    if (use_level() >= 1)
+        return exp_sum_avx2;
+#endif
+    return exp_sum_portable;
+}
+
+srt_dot_rows_fn srt_cpu_dot_rows(void)
+{
+#if defined(__x86_64__)
+    if (use_level() == 2)
+        return dot_rows_avx512;
+#endif
+    return dot_rows_portable;
+}
+
+srt_axpy_rows_fn srt_cpu_axpy_rows(void)
+{
+#if defined(__x86_64__)
+    if (use_level() == 2)
+        return axpy_rows_avx512;
+#endif
+    return axpy_rows_portable;
 }

@@ -10,6 +10,17 @@ srt_dot_f32_fn srt_cpu_dot_f32(void);
 typedef void (*srt_axpy_f32_fn)(float *y, float a, const float *x, int64_t n);
 srt_axpy_f32_fn srt_cpu_axpy_f32(void);
 
+/* Attention blocks: out[j] = q . rows[j] for j < nb; acc += sum_j p[j] * rows[j].
+ * The query / accumulator stay in registers across the block. n: head_dim. */
+typedef void (*srt_dot_rows_fn)(const float *q, const float *const *rows, int nb, int64_t n, float *out);
+typedef void (*srt_axpy_rows_fn)(float *acc, const float *p, const float *const *rows, int nb, int64_t n);
+srt_dot_rows_fn  srt_cpu_dot_rows(void);
+srt_axpy_rows_fn srt_cpu_axpy_rows(void);
+
+/* x[i] = exp(x[i] - m) for i < n, returns the sum (softmax numerators) */
+typedef float (*srt_exp_sum_fn)(float *x, int64_t n, float m);
+srt_exp_sum_fn srt_cpu_exp_sum(void);
+
 /* n f16 values to f32 (F16C where present) */
 typedef void (*srt_f16_row_fn)(const uint16_t *h, float *out, int64_t n);
 srt_f16_row_fn srt_cpu_f16_row(void);
