@@ -161,7 +161,7 @@ __global__ void sample_kernel(float *logits, int vocab, const srt_cuda_sampling 
     }
 }
 
-extern "C" int srt_cuda_sample(float *logits, int n_seqs, int vocab,
+extern "C" int srt_cuda_launch_sample(float *logits, int n_seqs, int vocab,
                                const srt_cuda_sampling *params, const int32_t *counts,
                                void *workspace, int32_t *out_ids, void *stream)
 {

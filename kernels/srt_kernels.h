@@ -1,6 +1,7 @@
-/* CUDA kernels of the engine, callable from C. Activations that feed GEMMs are bf16; the residual
- * stream, softmax and every accumulation are f32. Each kernel has a CPU twin in src/backend/cpu
- * that scripts/gpu-check holds it against.
+/* CUDA kernels of the engine, callable from C (by src/backend/cuda/cuda_backend.c). Activations
+ * are f32 as in the backend ops table; GEMM inputs are cast to bf16; softmax and every
+ * accumulation are f32. Each kernel has a CPU twin in src/backend/cpu that t/gpu/test_kernels.c
+ * (run by scripts/gpu-check) holds it against.
  *
  * All launchers are asynchronous on `stream` (a cudaStream_t; NULL = legacy default stream) and
  * return 0, or a cudaError_t code for a failed launch. None allocates. */
@@ -19,60 +20,6 @@ typedef uint16_t srt_bf16_bits;   /* bf16 as raw bits on the C side */
 int srt_cuda_embedding(const srt_bf16_bits *table, int64_t vocab, int dim, const int32_t *ids,
                        int n_tok, float *out, void *stream);
 
-/* residual += add (when add != NULL); out = bf16(residual / rms(residual) * w) */
-int srt_cuda_rmsnorm_residual(float *residual, const float *add, const srt_bf16_bits *w,
-                              float eps, int n_tok, int dim, srt_bf16_bits *out, void *stream);
-
-/* Per-head RMSNorm in place over [n_tok][n_heads][head_dim] (Qwen3's q_norm / k_norm). */
-int srt_cuda_head_rmsnorm(srt_bf16_bits *x, const srt_bf16_bits *w, float eps, int n_tok,
-                          int n_heads, int head_dim, void *stream);
-
-/* NeoX (rotate_half) RoPE in place on q [n_tok][n_q_heads][hd] and k [n_tok][n_kv_heads][hd].
- * inv_freq[hd/2] is precomputed on the host (llama3 scaling folds into it). */
-int srt_cuda_rope(srt_bf16_bits *q, srt_bf16_bits *k, const int32_t *positions,
-                  const float *inv_freq, int n_tok, int n_q_heads, int n_kv_heads, int head_dim,
-                  int q_stride, int k_stride, void *stream);
-
-/* out[t][i] = bf16(silu(gate_up[t][i]) * gate_up[t][inter + i]) */
-int srt_cuda_silu_mul(const srt_bf16_bits *gate_up, int n_tok, int inter, srt_bf16_bits *out,
-                      void *stream);
-
-/* k_cache[slots[t]][:] = k[t][:], likewise v; kv_dim = n_kv_heads * head_dim. */
-int srt_cuda_kv_write(const srt_bf16_bits *k, const srt_bf16_bits *v, int k_stride, int v_stride,
-                      const int32_t *slots, int n_tok, int kv_dim, srt_bf16_bits *k_cache,
-                      srt_bf16_bits *v_cache, void *stream);
-
-/* Ragged batch description shared by the attention kernels.
- * Sequence s has its new tokens at rows [q_start[s], q_start[s+1]) of q, and its whole context
- * (cached prefix then new tokens) at KV slots slot_table[slot_start[s] .. slot_start[s]+seq_len[s]).
- * New token j of sequence s sits at context position seq_len[s] - n_new + j (causal). */
-typedef struct srt_attn_batch {
-    int            n_seqs;
-    int            n_tokens;    /* rows of q: q_start[n_seqs], known on the host */
-    const int32_t *q_start;     /* [n_seqs + 1], device */
-    const int32_t *seq_len;     /* [n_seqs], device */
-    const int32_t *slot_start;  /* [n_seqs], device */
-    const int32_t *slot_table;  /* device */
-    int            max_seq_len; /* host-side bound, sizes the split-K grid */
-    int            max_new;     /* host-side bound on new tokens per sequence */
-} srt_attn_batch;
-
-/* Decode attention (one new token per sequence), split-K flash-decoding.
- * q [n_seqs][n_heads][hd] with row stride q_stride; out [n_seqs][n_heads][hd] bf16.
- * workspace: srt_cuda_decode_attention_workspace_bytes(...) bytes of device memory. */
-size_t srt_cuda_decode_attention_workspace_bytes(int n_seqs, int n_heads, int head_dim,
-                                                 int max_seq_len);
-int srt_cuda_decode_attention(const srt_bf16_bits *q, int q_stride, const srt_bf16_bits *k_cache,
-                              const srt_bf16_bits *v_cache, const srt_attn_batch *b, int n_heads,
-                              int n_kv_heads, int head_dim, float scale, void *workspace,
-                              srt_bf16_bits *out, void *stream);
-
-/* Extend/prefill attention: new tokens attend to the cached prefix plus the new tokens, causal. */
-int srt_cuda_extend_attention(const srt_bf16_bits *q, int q_stride, const srt_bf16_bits *k_cache,
-                              const srt_bf16_bits *v_cache, const srt_attn_batch *b, int n_heads,
-                              int n_kv_heads, int head_dim, float scale, srt_bf16_bits *out,
-                              void *stream);
-
 /* Per-sequence sampling parameters, on the device. */
 typedef struct srt_cuda_sampling {
     float    temperature;        /* <= 0: greedy */
@@ -87,9 +34,60 @@ typedef struct srt_cuda_sampling {
 } srt_cuda_sampling;
 
 /* Applies penalties from token counts (counts[s][vocab], may be NULL) and samples one token per
- * row of logits [n_seqs][vocab] (modified in place). workspace: n_seqs * vocab * 8 bytes. */
-int srt_cuda_sample(float *logits, int n_seqs, int vocab, const srt_cuda_sampling *params,
-                    const int32_t *counts, void *workspace, int32_t *out_ids, void *stream);
+ * row of logits [n_seqs][vocab] (modified in place); params on the device. workspace: unused. */
+int srt_cuda_launch_sample(float *logits, int n_seqs, int vocab, const srt_cuda_sampling *params,
+                           const int32_t *counts, void *workspace, int32_t *out_ids, void *stream);
+
+/* ---- the f32 ops of the backend table (kernels/ops.cu) ---- */
+
+/* KV cache element types of the slot-indexed caches (values of srt_dtype: F32, F16, BF16). */
+enum { SRT_KV_F32 = 0, SRT_KV_F16 = 1, SRT_KV_BF16 = 2 };
+
+#define SRT_ATTN_MAX_SPLITS 64
+
+/* A forward batch's metadata on the device (token-level KV slots, src/include/srt/batch.h).
+ * Token t of sequence s (seq_start[s] <= t < seq_start[s+1]) attends to context positions
+ * 0..positions[t] at slots slot_table[slot_start[s] + j]. A token with position -1 (padding of
+ * a graph-replayed batch) attends to nothing and outputs zeros. */
+typedef struct srt_cuda_slot_batch {
+    int            n_tokens;     /* host-side: grid size */
+    int            n_seqs;       /* host-side */
+    const int32_t *positions;    /* [n_tokens] */
+    const int32_t *seq_start;    /* [n_seqs + 1] */
+    const int32_t *slot_start;   /* [n_seqs] offsets into slot_table */
+    const int32_t *slot_table;
+} srt_cuda_slot_batch;
+
+int srt_cuda_f32_to_bf16(const float *x, int64_t n, srt_bf16_bits *out, void *stream);
+int srt_cuda_add_f32(float *y, const float *x, int64_t n, void *stream);          /* y += x */
+int srt_cuda_mul_f32(float *y, const float *x, int64_t n, void *stream);          /* y *= x */
+int srt_cuda_add3_f32(float *out, const float *a, const float *b, int64_t n, void *stream);
+int srt_cuda_silu_f32(const float *x, int64_t n, float *out, void *stream);
+int srt_cuda_silu_mul_f32(const float *gate, const float *up, int64_t n, float *out, void *stream);
+/* y[t][r] += bias[r] */
+int srt_cuda_bias_add_f32(float *y, const float *bias, int64_t n_tok, int64_t rows, void *stream);
+/* out = x / sqrt(mean(x^2) + eps) * w, rows of width dim; w f32 */
+int srt_cuda_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n_rows, int64_t dim,
+                         float *out, void *stream);
+/* cos_sin[t] = { cos(pos*inv_freq[i]) x2 halves, sin(...) x2 halves }: [n_tok][2][head_dim] */
+int srt_cuda_rope_cos_sin(const int32_t *positions, const float *inv_freq, int64_t n_tok,
+                          int head_dim, float *cos_sin, void *stream);
+/* NeoX RoPE in place on x[n_tok][n_heads][head_dim] from the cos_sin table above */
+int srt_cuda_rope_f32(float *x, int64_t n_tok, int n_heads, int head_dim, const float *cos_sin,
+                      void *stream);
+/* k/v [n_tok][row_elems] f32 into cache rows slots[t] (negative slot: skipped) */
+int srt_cuda_kv_store_f32(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
+                          int row_elems, int kv_type, void *k_cache, void *v_cache, void *stream);
+/* Splits per (token, head) that fill n_sm multiprocessors; depends on counts only. */
+int    srt_cuda_attention_splits(int n_tok, int n_heads, int n_sm);
+size_t srt_cuda_attention_workspace_bytes(int n_tok, int n_heads, int head_dim, int n_splits);
+/* q/out [n_tokens][n_heads][head_dim] f32; caches [slots][n_kv_heads][head_dim] of kv_type */
+int srt_cuda_attention_f32(const float *q, const void *k_cache, const void *v_cache, int kv_type,
+                           const srt_cuda_slot_batch *b, int n_heads, int n_kv_heads, int head_dim,
+                           float scale, int n_splits, void *workspace, float *out, void *stream);
+/* dst[i][:] = src[rows[i]][:] */
+int srt_cuda_gather_rows_f32(const float *src, const int32_t *rows, int n_rows, int64_t width,
+                             float *dst, void *stream);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,39 @@ typedef struct srt_backend_ops {
                      void *k_cache, void *v_cache, srt_dtype kv_dtype, int32_t row_elems);
     void (*attention)(srt_backend *be, const srt_attn_args *a);
     int  (*n_threads)(const srt_backend *be);
+
+    /* ---- Optional: backends whose memory is not the host's (CUDA). NULL on the CPU backend,
+     * where host pointers are the backend's memory. See src/include/srt/backend_cuda.h for the
+     * runner's side of the contract. The ops above take pointers in the backend's memory for
+     * activations, ids, positions, cos_sin and the KV cache; srt_weight and bias pointers stay
+     * the host's: the backend finds its own copy, made by load_weight. ---- */
+    /* Backend memory (aligned to 256 bytes) from the backend's pool; NULL and err when full. */
+    void *(*alloc)(srt_backend *be, size_t bytes, srt_err *err);
+    void  (*free)(srt_backend *be, void *p);
+    /* host -> backend, in order with the ops (the host buffer may be reused on return) */
+    int   (*upload)(srt_backend *be, void *dst, const void *src, size_t bytes, srt_err *err);
+    /* backend -> host; waits for every op queued before it and reports their errors */
+    int   (*download)(srt_backend *be, void *dst, const void *src, size_t bytes, srt_err *err);
+    /* backend -> backend, in order with the ops */
+    void  (*copy)(srt_backend *be, void *dst, const void *src, size_t bytes);
+    /* Makes the backend's copy of a weight (quantized ones dequantized) once, at load time;
+     * f32 1-D arrays passed to ops by host pointer (biases, inv_freq) are registered as
+     * srt_weight { SRT_F32, rows 1, cols n, data, row_stride n*4 }. Idempotent. */
+    int   (*load_weight)(srt_backend *be, const srt_weight *w, srt_err *err);
+    /* Announces the batch of the next step: copies its slot metadata (out_slots, positions,
+     * seq_start, flattened seq_slots) to backend memory, so kv_store and attention called with
+     * this same batch pointer use that copy. Must be called before them, once per step. */
+    int   (*begin_batch)(srt_backend *be, const srt_forward_batch *b, srt_err *err);
+    /* cos_sin[t] = {cos, sin}(positions[t] * inv_freq) in the rope layout; positions and
+     * cos_sin in backend memory, inv_freq a registered host array of head_dim/2 floats */
+    void  (*rope_cos_sin)(srt_backend *be, const int32_t *positions, int64_t n_tok,
+                          const float *inv_freq, int32_t head_dim, float *cos_sin);
+    /* dst[i] = src[rows[i]], rows of width floats; rows in backend memory */
+    void  (*gather_rows)(srt_backend *be, float *dst, const float *src, const int32_t *rows,
+                         int32_t n_rows, int64_t width);
+    /* Waits for the queued ops; returns the first error any op met since the last sync
+     * (the void ops above cannot return one) and clears it. */
+    int   (*sync)(srt_backend *be, srt_err *err);
 } srt_backend_ops;
 
 struct srt_backend {

@@ -1,0 +1,118 @@
+/* The CUDA backend: the ops table of srt/backend.h over device memory, kernels from kernels/,
+ * GEMMs through cuBLASLt (bf16 x bf16 -> f32, f32 compute), one device memory pool, CUDA graphs
+ * for decode batch sizes.
+ *
+ * Linking. libsrt never links the CUDA runtime: the backend lives in a plugin,
+ * build/lib/libsrt_cuda.so (built by `make` when nvcc is found), that these functions dlopen on
+ * first use. So one libsrt.a serves CPU-only machines and GPU machines, and the nginx module
+ * needs no CUDA libraries at link time. The plugin is looked up at $SRT_CUDA_PLUGIN, then at
+ * the path compiled in by the build that made it, then as "libsrt_cuda.so" on the loader path.
+ * Never call these in the nginx master: CUDA is initialised only in the scheduler process.
+ *
+ * Memory. srt_cuda_backend_create takes mem_fraction of the device's total memory in ONE
+ * cudaMalloc (srt_mem_fraction_static); weights, the KV cache, activations, the cuBLASLt
+ * workspace and the graph buffers all come from it (ops->alloc). Nothing else is allocated on
+ * the device after creation, so an out-of-memory shows up at load time with a clear message.
+ *
+ * Weights. ops->load_weight(w) makes the device copy of a host weight once: 2-D weights
+ * become bf16 (GGUF quantized rows dequantized on the host, row by row, with
+ * srt_cpu_dequant_row), 1-D weights (norms, biases, inv_freq) stay f32. The ops find the copy
+ * by the host srt_weight's (data, rows, cols), so the runner keeps passing its srt_weight
+ * views unchanged. An op given a weight that was never loaded records an error that
+ * ops->sync / ops->download report.
+ *
+ * Numerics. Activations are f32 in device memory, as the ops table says. A matmul casts its
+ * input to bf16 (round to nearest even), multiplies by the bf16 weight on the tensor cores with
+ * f32 accumulation, and adds the f32 bias. Norms, RoPE, softmax and attention run in f32
+ * (the KV cache may be f32, f16 or bf16: SRT_F32 / SRT_F16 / SRT_BF16).
+ *
+ * ---- What the runner must do (src/model/runner.c) to run on this backend ----
+ *  1. At create: srt_cuda_backend_create instead of srt_cpu_backend_create when
+ *     srt_device is cuda (or auto and srt_cuda_probe() > 0); ops->load_weight for every
+ *     srt_weight it will pass to an op (embed, norms, q/k/v/o/gate/up/down, lm_head, q_norm /
+ *     k_norm) and for every bias and m->inv_freq wrapped as an F32 1-D weight; reserve_matmul
+ *     as today. Activation buffers from ops->alloc (falloc today), plus device buffers for
+ *     token_ids, positions [max_tok] int32, cos_sin, the logit row indices [max_seqs] and
+ *     logits [max_seqs][vocab]. The KV pool's K/V arrays from ops->alloc (kv_pool.c uses
+ *     malloc today) in SRT_F16 or SRT_BF16 (bf16 is the CUDA default).
+ *  2. Each step: ops->upload the token ids and positions; ops->begin_batch(b); call the ops
+ *     with the device buffers (embed gets device ids; the rotary module computes cos_sin with
+ *     ops->rope_cos_sin instead of the host loop); gather the logit rows with ops->gather_rows
+ *     (or skip it when the rows are every token in order) and bring logits back with
+ *     ops->download, which also reports any op's error. Validation stays on the host batch.
+ *  3. Hooks: tensor views get device = SRT_HOOK_DEVICE_CUDA and device pointers.
+ *     A step any hook matches runs EAGERLY, never from a graph (SGLang's hooks silently stop
+ *     under graphs; ours do not): the runner checks "any module has hooks" before replaying.
+ *  4. CUDA graphs (decode only: one token per sequence, no hooks):
+ *       bs = srt_cuda_graph_bucket(n_seqs)  (1,2,4,8,16,24,...,256; -1: run eagerly)
+ *       pad the batch to bs sequences on the host: padded tokens get position -1 and
+ *       out_slot -1 and their sequences no slots (they write no KV and attend to nothing);
+ *       upload ids/positions into the SAME device buffers every step, then
+ *       ops->begin_batch(padded batch)  -- outside the graph, eagerly, every step;
+ *       if (!srt_cuda_graph_ready(be, bs)) srt_cuda_graph_capture(be, bs, body, ctx, err);
+ *       srt_cuda_graph_replay(be, bs, err); then gather/download as in 2.
+ *     body() issues exactly the ops of the eager forward for n_tokens = n_seqs = bs and nothing
+ *     else: no upload, download, begin_batch, sync, alloc or host-side reads of device data.
+ *     Every buffer it touches must be the same device address at every replay (the runner's
+ *     activation buffers, the KV pool, the backend's batch metadata). The backend drops all
+ *     graphs itself when its batch-metadata buffers had to grow (srt_cuda_graph_ready then
+ *     says 0 and the runner captures again), and srt_cuda_graph_clear drops them on demand
+ *     (e.g. after hooks are installed, or KV pool reallocation).
+ */
+#ifndef SRT_BACKEND_CUDA_H
+#define SRT_BACKEND_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "srt/backend.h"
+
+/* Number of usable CUDA devices (> 0), or 0 with the reason in why: no plugin in this build,
+ * the CUDA runtime's cudaGetDeviceCount error text, or no device. For `srt_device auto`. */
+int srt_cuda_probe(char *why, size_t why_len);
+
+/* The CUDA backend on device device_index with a pool of mem_fraction (0, 1] of the device's
+ * total memory. NULL and err on any failure (no plugin, no device, pool too large...). */
+srt_backend *srt_cuda_backend_create(int device_index, double mem_fraction, srt_err *err);
+
+/* 1 when be is a CUDA backend (its memory is the device's). */
+int srt_backend_is_cuda(const srt_backend *be);
+
+/* Pool size and bytes in use. */
+int srt_cuda_backend_mem(srt_backend *be, size_t *pool_bytes, size_t *used_bytes);
+
+/* ---- CUDA graphs for decode batch sizes ---- */
+#define SRT_CUDA_GRAPH_MAX_BS 256
+/* Smallest captured size >= n_seqs among 1, 2, 4, 8, 16, 24, 32, ..., 256 (steps of 8 after
+ * 8, as SGLang); -1 when n_seqs is outside [1, 256]. */
+int32_t srt_cuda_graph_bucket(int32_t n_seqs);
+typedef int (*srt_cuda_graph_body)(void *user, srt_err *err);
+/* Runs body once under stream capture and keeps the instantiated graph for key bs
+ * (replacing an older one). body's ops are NOT executed by the capture itself. */
+int  srt_cuda_graph_capture(srt_backend *be, int32_t bs, srt_cuda_graph_body body, void *user,
+                            srt_err *err);
+int  srt_cuda_graph_ready(srt_backend *be, int32_t bs);
+/* Launches the graph of bs on the backend's stream (asynchronous, in order with the ops). */
+int  srt_cuda_graph_replay(srt_backend *be, int32_t bs, srt_err *err);
+void srt_cuda_graph_clear(srt_backend *be);
+
+/* ---- sampling on the device ---- */
+typedef struct srt_cuda_sample_params {
+    float    temperature;        /* <= 0: greedy */
+    int32_t  top_k;              /* <= 0: off */
+    float    top_p;              /* >= 1: off */
+    float    min_p;              /* <= 0: off */
+    float    repetition_penalty; /* 1: off */
+    float    frequency_penalty;
+    float    presence_penalty;
+    uint64_t seed;
+    uint64_t step;
+} srt_cuda_sample_params;
+#define SRT_CUDA_SAMPLE_MAX_ROWS 1024
+/* One token per row of logits [n_rows][vocab] (device memory, modified in place); params and
+ * out_ids on the host; counts (device, [n_rows][vocab] int32) may be NULL. Waits for the ids. */
+int srt_cuda_sample(srt_backend *be, float *logits, int32_t n_rows, int32_t vocab,
+                    const srt_cuda_sample_params *params, const int32_t *counts, int32_t *out_ids,
+                    srt_err *err);
+
+#endif

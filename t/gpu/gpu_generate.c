@@ -1,0 +1,547 @@
+/* gpu_generate: a model's forward over the backend ops table on the CPU or CUDA backend, for
+ * the end-to-end comparison and the decode benchmarks of scripts/gpu-check.
+ *
+ * It walks the loaded model's own weight views (model/model_internal.h, read only) with the ops
+ * the runner uses, in the runner's order, and follows the CUDA runner contract of
+ * srt/backend_cuda.h (load_weight, device buffers, begin_batch, rope_cos_sin, graphs), so it
+ * is also the executable specification of the runner changes that contract asks for.
+ *
+ *   gpu_generate MODEL --device cpu|cuda --ids 1,2,3 [--n 32]
+ *       greedy continuation; prints {"tokens":[...],"margins":[...],"top0":[[id,logit],...]}
+ *       (margins: top1 - top2 logit at each step; top0: the first step's 16 largest logits)
+ *   gpu_generate MODEL --device cuda --bench --batch B [--prompt P] [--n N] [--no-graphs]
+ *       B sequences of P random tokens, one prefill, then N decode steps (greedy, all B
+ *       sequences each step, CUDA graphs unless --no-graphs); prints a JSON line with decode
+ *       tokens/s, bytes read per step and the fraction of the HBM roofline (--hbm GB/s, 4800).
+ *   common: --kv f16|bf16|f32 (default f16 on cuda, f32 on cpu), --mem FRACTION (0.9)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/model_internal.h"
+#include "srt/backend.h"
+#include "srt/backend_cuda.h"
+
+typedef struct eng {
+    srt_model   *m;
+    srt_backend *be;
+    int          cuda;
+    srt_dtype    kvt;
+    int32_t      max_tok, max_seqs, n_slots;
+    int32_t      H, F, nh, nkv, hd, V, L;
+    /* backend memory */
+    float   *x, *xn, *q, *k, *v, *q_raw, *k_raw, *attn, *proj, *gate, *up, *act, *cs, *rows, *logits;
+    int32_t *ids, *pos, *rowidx;
+    void   **kc, **vc;
+    /* host copies of the converted biases, keyed by the backend as f32 arrays */
+    float  **bias_owned;
+    int      n_bias_owned;
+    const srt_forward_batch *b;   /* the step in flight */
+    int32_t  n_rows;
+} eng;
+
+static void die(const char *what, const srt_err *err)
+{
+    fprintf(stderr, "gpu_generate: %s: %s\n", what, err ? err->msg : "");
+    exit(1);
+}
+
+static void *balloc(eng *e, size_t bytes)
+{
+    srt_err err = { { 0 } };
+    void *p;
+    if (e->be->ops->alloc)
+        p = e->be->ops->alloc(e->be, bytes ? bytes : 4, &err);
+    else {
+        p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+        if (p)
+            memset(p, 0, bytes);
+        else
+            srt_err_set(&err, "out of memory");
+    }
+    if (!p)
+        die("alloc", &err);
+    return p;
+}
+
+static void bup(eng *e, void *dst, const void *src, size_t bytes)
+{
+    srt_err err = { { 0 } };
+    if (!e->be->ops->upload)
+        memcpy(dst, src, bytes);
+    else if (e->be->ops->upload(e->be, dst, src, bytes, &err) != SRT_OK)
+        die("upload", &err);
+}
+
+static void bdown(eng *e, void *dst, const void *src, size_t bytes)
+{
+    srt_err err = { { 0 } };
+    if (!e->be->ops->download)
+        memcpy(dst, src, bytes);
+    else if (e->be->ops->download(e->be, dst, src, bytes, &err) != SRT_OK)
+        die("download", &err);
+}
+
+static void load(eng *e, const srt_weight *w)
+{
+    srt_err err = { { 0 } };
+    if (e->be->ops->load_weight && e->be->ops->load_weight(e->be, w, &err) != SRT_OK)
+        die("load_weight", &err);
+}
+
+static void load_array(eng *e, const float *p, int64_t n)
+{
+    srt_weight w = { SRT_F32, 1, n, p, (size_t)n * sizeof(float) };
+    load(e, &w);
+}
+
+static void reserve(eng *e, const srt_weight *w, int64_t n)
+{
+    srt_err err = { { 0 } };
+    if (e->be->ops->reserve_matmul(e->be, w, n, &err) != SRT_OK)
+        die("reserve_matmul", &err);
+}
+
+static void setup(eng *e, const char *path, const char *device, srt_dtype kvt, double mem, int max_tok, int max_seqs,
+                  int n_slots)
+{
+    srt_err err = { { 0 } };
+    if (srt_model_load(path, &e->m, &err) != SRT_OK)
+        die("model load", &err);
+    const srt_model_config *c = &e->m->cfg;
+    e->cuda = strcmp(device, "cuda") == 0;
+    e->be = e->cuda ? srt_cuda_backend_create(0, mem, &err) : srt_cpu_backend_create(0, 1, &err);
+    if (!e->be)
+        die("backend", &err);
+    e->kvt = kvt;
+    e->max_tok = max_tok;
+    e->max_seqs = max_seqs;
+    e->n_slots = n_slots;
+    e->H = c->hidden_size;
+    e->F = c->intermediate_size;
+    e->nh = c->n_heads;
+    e->nkv = c->n_kv_heads;
+    e->hd = c->head_dim;
+    e->V = c->vocab_size;
+    e->L = c->n_layers;
+    srt_model *m = e->m;
+    load(e, &m->embed);
+    load(e, &m->final_norm.w);
+    reserve(e, &m->lm_head.w, max_tok);
+    load_array(e, m->inv_freq, e->hd / 2);
+    for (int l = 0; l < e->L; l++) {
+        srt_layer *ly = &m->layers[l];
+        load(e, &ly->input_norm.w);
+        load(e, &ly->post_attn_norm.w);
+        if (c->arch == SRT_ARCH_QWEN3) {
+            load(e, &ly->q_norm.w);
+            load(e, &ly->k_norm.w);
+        }
+        srt_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down };
+        for (int i = 0; i < 7; i++) {
+            reserve(e, &ls[i]->w, max_tok);
+            if (ls[i]->bias)
+                load_array(e, ls[i]->bias, ls[i]->w.rows);
+        }
+    }
+    if (m->lm_head.bias)
+        load_array(e, m->lm_head.bias, e->V);
+    size_t T = (size_t)max_tok, QD = (size_t)e->nh * e->hd, KD = (size_t)e->nkv * e->hd;
+    e->x = balloc(e, T * e->H * 4);
+    e->xn = balloc(e, T * e->H * 4);
+    e->proj = balloc(e, T * e->H * 4);
+    e->q = balloc(e, T * QD * 4);
+    e->q_raw = balloc(e, T * QD * 4);
+    e->k = balloc(e, T * KD * 4);
+    e->k_raw = balloc(e, T * KD * 4);
+    e->v = balloc(e, T * KD * 4);
+    e->attn = balloc(e, T * QD * 4);
+    e->gate = balloc(e, T * e->F * 4);
+    e->up = balloc(e, T * e->F * 4);
+    e->act = balloc(e, T * e->F * 4);
+    e->cs = balloc(e, T * 2 * e->hd * 4);
+    e->rows = balloc(e, (size_t)max_seqs * e->H * 4);
+    e->logits = balloc(e, (size_t)(max_tok > max_seqs ? max_tok : max_seqs) * e->V * 4);
+    e->ids = balloc(e, T * 4);
+    e->pos = balloc(e, T * 4);
+    e->rowidx = balloc(e, (size_t)max_seqs * 4);
+    e->kc = calloc(e->L, sizeof *e->kc);
+    e->vc = calloc(e->L, sizeof *e->vc);
+    size_t kvb = (size_t)n_slots * KD * (kvt == SRT_F32 ? 4 : 2);
+    for (int l = 0; l < e->L; l++) {
+        e->kc[l] = balloc(e, kvb);
+        e->vc[l] = balloc(e, kvb);
+    }
+}
+
+static void linear(eng *e, const srt_linear *l, const float *x, int64_t T, float *y)
+{
+    e->be->ops->matmul(e->be, &l->w, l->bias, x, T, y);
+}
+
+/* The ops of one step after the inputs are in place (ids, pos uploaded; batch announced);
+ * logits of every token (n_rows = T, decode) or of the gathered rows. Graph-capturable. */
+static int forward_ops(eng *e, int32_t T, int gather)
+{
+    const srt_backend_ops *o = e->be->ops;
+    srt_backend *be = e->be;
+    srt_model *m = e->m;
+    const srt_model_config *c = &m->cfg;
+    int64_t H = e->H, F = e->F;
+    int qwen3 = c->arch == SRT_ARCH_QWEN3;
+    o->embed(be, &m->embed, e->ids, T, e->x);
+    if (e->cuda)
+        o->rope_cos_sin(be, e->pos, T, m->inv_freq, e->hd, e->cs);
+    for (int l = 0; l < e->L; l++) {
+        const srt_layer *ly = &m->layers[l];
+        o->rmsnorm(be, e->x, &ly->input_norm.w, c->rms_norm_eps, T, H, e->xn);
+        linear(e, &ly->q, e->xn, T, qwen3 ? e->q_raw : e->q);
+        linear(e, &ly->k, e->xn, T, qwen3 ? e->k_raw : e->k);
+        linear(e, &ly->v, e->xn, T, e->v);
+        if (qwen3) {
+            o->rmsnorm(be, e->q_raw, &ly->q_norm.w, c->rms_norm_eps, (int64_t)T * e->nh, e->hd, e->q);
+            o->rmsnorm(be, e->k_raw, &ly->k_norm.w, c->rms_norm_eps, (int64_t)T * e->nkv, e->hd, e->k);
+        }
+        o->rope(be, e->q, T, e->nh, e->hd, e->cs);
+        o->rope(be, e->k, T, e->nkv, e->hd, e->cs);
+        o->kv_store(be, e->b, e->k, e->v, e->kc[l], e->vc[l], e->kvt, e->nkv * e->hd);
+        srt_attn_args aa = { .batch = e->b, .q = e->q, .out = e->attn, .k_cache = e->kc[l], .v_cache = e->vc[l],
+                             .kv_dtype = e->kvt, .n_heads = e->nh, .n_kv_heads = e->nkv, .head_dim = e->hd,
+                             .scale = 1.0f / sqrtf((float)e->hd) };
+        o->attention(be, &aa);
+        linear(e, &ly->o, e->attn, T, e->proj);
+        o->add(be, e->x, e->proj, T * H);
+        o->rmsnorm(be, e->x, &ly->post_attn_norm.w, c->rms_norm_eps, T, H, e->xn);
+        linear(e, &ly->gate, e->xn, T, e->gate);
+        linear(e, &ly->up, e->xn, T, e->up);
+        o->silu_mul(be, e->gate, e->up, T * F, e->act);
+        linear(e, &ly->down, e->act, T, e->proj);
+        o->add(be, e->x, e->proj, T * H);
+    }
+    o->rmsnorm(be, e->x, &m->final_norm.w, c->rms_norm_eps, T, H, e->xn);
+    if (gather) {
+        o->gather_rows(be, e->rows, e->xn, e->rowidx, e->n_rows, H);
+        linear(e, &m->lm_head, e->rows, e->n_rows, e->logits);
+    } else
+        linear(e, &m->lm_head, e->xn, T, e->logits);
+    return SRT_OK;
+}
+
+/* host-side preparation of one step, then the ops eagerly */
+static void step_inputs(eng *e, const srt_forward_batch *b)
+{
+    srt_err err = { { 0 } };
+    e->b = b;
+    bup(e, e->ids, b->token_ids, (size_t)b->n_tokens * 4);
+    bup(e, e->pos, b->positions, (size_t)b->n_tokens * 4);
+    if (e->cuda) {
+        if (e->be->ops->begin_batch(e->be, b, &err) != SRT_OK)
+            die("begin_batch", &err);
+    } else {   /* the runner's rotary module on the host */
+        int32_t hd = e->hd, half = hd / 2;
+        for (int32_t t = 0; t < b->n_tokens; t++)
+            for (int32_t i = 0; i < half; i++) {
+                float f = (float)b->positions[t] * e->m->inv_freq[i];
+                float *co = e->cs + (size_t)t * 2 * hd, *si = co + hd;
+                co[i] = co[i + half] = cosf(f);
+                si[i] = si[i + half] = sinf(f);
+            }
+    }
+}
+
+static void forward_gather_last(eng *e, const srt_forward_batch *b)
+{
+    int32_t *rows = malloc((size_t)b->n_seqs * 4);
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        rows[s] = b->seq_start[s + 1] - 1;
+    e->n_rows = b->n_seqs;
+    step_inputs(e, b);
+    if (e->cuda) {
+        bup(e, e->rowidx, rows, (size_t)b->n_seqs * 4);
+        forward_ops(e, b->n_tokens, 1);
+    } else {
+        forward_ops(e, b->n_tokens, 0);   /* CPU: logits of every token, rows picked on the host */
+        for (int32_t s = 0; s < b->n_seqs; s++)
+            memmove(e->logits + (size_t)s * e->V, e->logits + (size_t)rows[s] * e->V, (size_t)e->V * 4);
+    }
+    free(rows);
+}
+
+static int argmax2(const float *l, int V, float *margin)
+{
+    int best = 0, second = -1;
+    for (int i = 1; i < V; i++)
+        if (l[i] > l[best]) {
+            second = best;
+            best = i;
+        } else if (second < 0 || l[i] > l[second])
+            second = i;
+    if (margin)
+        *margin = second >= 0 ? l[best] - l[second] : INFINITY;
+    return best;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- greedy continuation of one prompt ---- */
+static void run_greedy(eng *e, const int32_t *prompt, int n_prompt, int n_new)
+{
+    int total = n_prompt + n_new;
+    int32_t *slots = malloc(total * 4), *ctx = malloc(total * 4), *pos = malloc(total * 4);
+    for (int i = 0; i < total; i++)
+        slots[i] = i;   /* slot = position */
+    memcpy(ctx, prompt, n_prompt * 4);
+    float *lg = malloc((size_t)e->V * 4);
+    printf("{\"tokens\":[");
+    int n = n_prompt;
+    float margins[4096], top_val[16];
+    int top_ids[16];
+    for (int step = 0; step < n_new; step++) {
+        int32_t t0 = step == 0 ? 0 : n - 1, nt = step == 0 ? n : 1;
+        for (int i = 0; i < nt; i++)
+            pos[i] = t0 + i;
+        int32_t ss[2] = { 0, nt }, len = n;
+        const int32_t *sl[1] = { slots };
+        srt_forward_batch b = { .n_tokens = nt, .token_ids = ctx + t0, .positions = pos, .out_slots = slots + t0,
+                                .n_seqs = 1, .seq_start = ss, .seq_len = &len, .seq_slots = sl };
+        forward_gather_last(e, &b);
+        bdown(e, lg, e->logits, (size_t)e->V * 4);
+        int tok = argmax2(lg, e->V, &margins[step < 4096 ? step : 4095]);
+        if (step == 0) {   /* the first step's 16 best logits, for the logit comparison */
+            char *used = calloc(e->V, 1);
+            for (int k = 0; k < 16 && k < e->V; k++) {
+                int bi = -1;
+                for (int i = 0; i < e->V; i++)
+                    if (!used[i] && (bi < 0 || lg[i] > lg[bi]))
+                        bi = i;
+                used[bi] = 1;
+                top_ids[k] = bi;
+                top_val[k] = lg[bi];
+            }
+            free(used);
+        }
+        printf("%s%d", step ? "," : "", tok);
+        ctx[n++] = tok;
+    }
+    printf("],\"margins\":[");
+    for (int i = 0; i < n_new && i < 4096; i++)
+        printf("%s%.5f", i ? "," : "", margins[i]);
+    printf("],\"top0\":[");
+    for (int k = 0; k < 16 && k < e->V; k++)
+        printf("%s[%d,%.6f]", k ? "," : "", top_ids[k], top_val[k]);
+    printf("]}\n");
+    free(lg);
+    free(slots);
+    free(ctx);
+    free(pos);
+}
+
+/* ---- decode benchmark ---- */
+typedef struct gbody {
+    eng *e;
+    int32_t bs;
+} gbody;
+
+static int body_fn(void *user, srt_err *err)
+{
+    gbody *g = user;
+    return forward_ops(g->e, g->bs, 0);
+}
+
+static size_t weight_bytes_bf16(const srt_weight *w)
+{
+    return (size_t)w->rows * (size_t)w->cols * 2;
+}
+
+static void run_bench(eng *e, int B, int P, int N, int graphs, double hbm_gbs)
+{
+    srt_err err = { { 0 } };
+    int ctx_max = P + N + 1;
+    int32_t **slots = malloc(B * sizeof *slots);
+    for (int s = 0; s < B; s++) {
+        slots[s] = malloc(ctx_max * 4);
+        for (int j = 0; j < ctx_max; j++)
+            slots[s][j] = s * ctx_max + j;
+    }
+    /* prefill, one sequence per step (chunk = P) */
+    int32_t *ptoks = malloc(P * 4), *ppos = malloc(P * 4);
+    for (int s = 0; s < B; s++) {
+        for (int j = 0; j < P; j++) {
+            ptoks[j] = (int32_t)((s * 7919 + j * 104729) % e->V);
+            ppos[j] = j;
+        }
+        int32_t ss[2] = { 0, P }, len = P;
+        const int32_t *sl[1] = { slots[s] };
+        srt_forward_batch b = { .n_tokens = P, .token_ids = ptoks, .positions = ppos, .out_slots = slots[s],
+                                .n_seqs = 1, .seq_start = ss, .seq_len = &len, .seq_slots = sl };
+        forward_gather_last(e, &b);
+    }
+    if (e->be->ops->sync && e->be->ops->sync(e->be, &err) != SRT_OK)
+        die("prefill", &err);
+    /* decode: bs = graph bucket, padded sequences write nothing */
+    int bs = e->cuda && graphs ? srt_cuda_graph_bucket(B) : B;
+    if (bs < 0)
+        bs = B;
+    int32_t *ids = calloc(bs, 4), *pos = malloc(bs * 4), *outs = malloc(bs * 4), *ss = malloc((bs + 1) * 4);
+    int32_t *len = malloc(bs * 4), *next = malloc(B * 4);
+    const int32_t **sl = malloc(bs * sizeof *sl);
+    float *lg = malloc((size_t)e->V * 4);
+    for (int s = 0; s < B; s++)
+        next[s] = (int32_t)((s * 31) % e->V);
+    double t_start = 0;
+    int captured = 0;
+    gbody g = { e, bs };
+    int32_t *host_ids = malloc(bs * 4);
+    for (int step = 0; step <= N; step++) {   /* step 0: warm-up, not timed */
+        if (step == 1) {
+            if (e->be->ops->sync)
+                e->be->ops->sync(e->be, &err);
+            t_start = now();
+        }
+        for (int s = 0; s < bs; s++) {
+            ss[s] = s;
+            if (s < B) {
+                int p = P + step;
+                ids[s] = next[s];
+                pos[s] = p;
+                outs[s] = slots[s][p];
+                len[s] = p + 1;
+                sl[s] = slots[s];
+            } else {   /* padding */
+                ids[s] = 0;
+                pos[s] = -1;
+                outs[s] = -1;
+                len[s] = 0;
+                sl[s] = slots[0];
+            }
+        }
+        ss[bs] = bs;
+        srt_forward_batch b = { .n_tokens = bs, .token_ids = ids, .positions = pos, .out_slots = outs,
+                                .n_seqs = bs, .seq_start = ss, .seq_len = len,
+                                .seq_slots = (const int32_t *const *)sl };
+        step_inputs(e, &b);
+        if (e->cuda && graphs) {
+            if (!captured) {
+                forward_ops(e, bs, 0);   /* eager once: plans made, kernels loaded */
+                if (srt_cuda_graph_capture(e->be, bs, body_fn, &g, &err) != SRT_OK)
+                    die("graph capture", &err);
+                captured = 1;
+            }
+            if (srt_cuda_graph_replay(e->be, bs, &err) != SRT_OK)
+                die("graph replay", &err);
+        } else
+            forward_ops(e, bs, 0);
+        /* greedy on the device: logits rows of the real sequences */
+        if (e->cuda) {
+            srt_cuda_sample_params *sp = calloc(B, sizeof *sp);
+            for (int s = 0; s < B; s++)
+                sp[s].repetition_penalty = 1.0f;
+            if (srt_cuda_sample(e->be, e->logits, B, e->V, sp, NULL, host_ids, &err) != SRT_OK)
+                die("sample", &err);
+            free(sp);
+            memcpy(next, host_ids, B * 4);
+        } else
+            for (int s = 0; s < B; s++) {
+                memcpy(lg, e->logits + (size_t)s * e->V, (size_t)e->V * 4);
+                next[s] = argmax2(lg, e->V, NULL);
+            }
+    }
+    double dt = now() - t_start;
+    /* bytes read per decode step: every GEMM weight in bf16 once, one embedding row per
+     * sequence, the norms, and each sequence's K and V over all layers */
+    size_t wb = 0;
+    const srt_model *m = e->m;
+    for (int l = 0; l < e->L; l++) {
+        const srt_layer *ly = &m->layers[l];
+        const srt_linear *ls[] = { &ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down };
+        for (int i = 0; i < 7; i++)
+            wb += weight_bytes_bf16(&ls[i]->w);
+        wb += (size_t)2 * e->H * 4;
+    }
+    wb += weight_bytes_bf16(&m->lm_head.w) + (size_t)B * e->H * 2;
+    double avg_ctx = P + (N + 1) / 2.0;
+    size_t kvb = (size_t)(avg_ctx * B) * 2 * e->L * (size_t)e->nkv * e->hd * (e->kvt == SRT_F32 ? 4 : 2);
+    double step_s = dt / N, bytes = (double)wb + (double)kvb;
+    double roof_s = bytes / (hbm_gbs * 1e9);
+    printf("{\"batch\":%d,\"graph_bs\":%d,\"prompt\":%d,\"new\":%d,\"graphs\":%d,\"decode_tok_s\":%.2f,"
+           "\"step_ms\":%.4f,\"bytes_per_step\":%.0f,\"weight_bytes\":%zu,\"kv_bytes\":%zu,"
+           "\"roofline_step_ms\":%.4f,\"roofline_fraction\":%.4f}\n",
+           B, bs, P, N, e->cuda && graphs, B / step_s, step_s * 1e3, bytes, wb, kvb, roof_s * 1e3, roof_s / step_s);
+    for (int s = 0; s < B; s++)
+        free(slots[s]);
+    free(slots);
+    free(ptoks);
+    free(ppos);
+    free(ids);
+    free(pos);
+    free(outs);
+    free(ss);
+    free(len);
+    free(next);
+    free(sl);
+    free(lg);
+    free(host_ids);
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *device = "cpu", *ids_arg = NULL, *kv = NULL;
+    int n_new = 32, bench = 0, B = 1, P = 128, graphs = 1;
+    double mem = 0.9, hbm = 4800;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--device") && v) device = argv[++i];
+        else if (!strcmp(a, "--ids") && v) ids_arg = argv[++i];
+        else if (!strcmp(a, "--n") && v) n_new = atoi(argv[++i]);
+        else if (!strcmp(a, "--kv") && v) kv = argv[++i];
+        else if (!strcmp(a, "--mem") && v) mem = atof(argv[++i]);
+        else if (!strcmp(a, "--batch") && v) B = atoi(argv[++i]);
+        else if (!strcmp(a, "--prompt") && v) P = atoi(argv[++i]);
+        else if (!strcmp(a, "--hbm") && v) hbm = atof(argv[++i]);
+        else if (!strcmp(a, "--bench")) bench = 1;
+        else if (!strcmp(a, "--no-graphs")) graphs = 0;
+        else if (a[0] != '-' && !model) model = a;
+        else {
+            fprintf(stderr, "gpu_generate: unknown or incomplete argument %s\n", a);
+            return 2;
+        }
+    }
+    if (!model || (!bench && !ids_arg) || n_new < 1 || n_new > 4000 || B < 1 || B > 4096 || P < 1) {
+        fprintf(stderr, "usage: gpu_generate MODEL --device cpu|cuda (--ids 1,2,3 [--n 32] | --bench --batch B "
+                        "[--prompt P] [--n N] [--no-graphs]) [--kv f16|bf16|f32] [--mem F]\n");
+        return 2;
+    }
+    int is_cuda = strcmp(device, "cuda") == 0;
+    srt_dtype kvt = is_cuda ? SRT_F16 : SRT_F32;
+    if (kv)
+        kvt = !strcmp(kv, "f32") ? SRT_F32 : !strcmp(kv, "bf16") ? SRT_BF16 : SRT_F16;
+    eng e;
+    memset(&e, 0, sizeof e);
+    if (bench) {
+        int bs = srt_cuda_graph_bucket(B) > 0 ? srt_cuda_graph_bucket(B) : B;
+        int max_tok = P > bs ? P : bs;
+        setup(&e, model, device, kvt, mem, max_tok, max_tok, B * (P + n_new + 1));
+        run_bench(&e, B, P, n_new, graphs, hbm);
+    } else {
+        int32_t prompt[4096];
+        int n_prompt = 0;
+        for (const char *p = ids_arg; *p && n_prompt < 4096;) {
+            prompt[n_prompt++] = (int32_t)strtol(p, (char **)&p, 10);
+            if (*p == ',')
+                p++;
+        }
+        setup(&e, model, device, kvt, mem, n_prompt, 1, n_prompt + n_new + 1);
+        run_greedy(&e, prompt, n_prompt, n_new);
+    }
+    srt_backend_free(e.be);
+    srt_model_free(e.m);
+    return 0;
+}
