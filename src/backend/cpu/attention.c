@@ -15,6 +15,8 @@
 
 #define KEY_BLOCK 64
 #define MAX_RUN   8      /* query heads per item */
+#define SPLIT_PARTIALS 256   /* most (item, key range) partial results of a split decode */
+#define SPLIT_MIN_KEYS 128   /* shortest key range worth its own work item */
 
 typedef struct attn_job {
     const srt_attn_args *a;
@@ -26,6 +28,8 @@ typedef struct attn_job {
     srt_axpy_rows_fn     axpy_rows;
     int32_t              run;      /* query heads per item */
     int32_t              runs;     /* items per (token, kv head) */
+    int32_t              chunks;   /* key ranges per item (split decode), 1 otherwise */
+    float               *partial;  /* split decode: per (item, chunk) acc[run][hd], mx[run], sum[run] */
 } attn_job;
 
 static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
@@ -41,12 +45,15 @@ static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
     return lo;
 }
 
-/* query heads h0 .. h0+nh-1 of token t, all on KV head kvh */
-static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh)
+/* query heads h0 .. h0+nh-1 of token t, all on KV head kvh, over keys [k0, k1) of the
+ * token's causal range [0, position]. part == NULL: writes the normalised output; else the
+ * unnormalised state (acc, max, sum) for a later merge. */
+static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t k0, int32_t k1,
+                   float *part)
 {
     const srt_attn_args *a = job->a;
     const srt_forward_batch *b = a->batch;
-    int32_t hd = a->head_dim, s = seq_of_token(b, t), n_keys = b->positions[t] + 1;
+    int32_t hd = a->head_dim, s = seq_of_token(b, t);
     size_t row = (size_t)a->n_kv_heads * hd;
     const int32_t *slots = b->seq_slots[s];
     float acc[MAX_RUN][1024], score[MAX_RUN][KEY_BLOCK], kbuf[1024], mx[MAX_RUN], sum[MAX_RUN];
@@ -60,8 +67,8 @@ static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int3
         sum[i] = 0.0f;
     }
     const float *rows[KEY_BLOCK];
-    for (int32_t j0 = 0; j0 < n_keys; j0 += KEY_BLOCK) {
-        int32_t nb = n_keys - j0 < KEY_BLOCK ? n_keys - j0 : KEY_BLOCK;
+    for (int32_t j0 = k0; j0 < k1; j0 += KEY_BLOCK) {
+        int32_t nb = k1 - j0 < KEY_BLOCK ? k1 - j0 : KEY_BLOCK;
         if (f32) {
             /* K rows of the block once, each head's query held in registers across them */
             for (int32_t j = 0; j < nb; j++)
@@ -112,6 +119,14 @@ static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int3
                 job->axpy(acc[i], score[i][j], v, hd);
         }
     }
+    if (part) {
+        for (int32_t i = 0; i < nh; i++) {
+            memcpy(part + (size_t)i * hd, acc[i], (size_t)hd * sizeof(float));
+            part[(size_t)job->run * hd + i] = mx[i];
+            part[(size_t)job->run * hd + job->run + i] = sum[i];
+        }
+        return;
+    }
     for (int32_t i = 0; i < nh; i++) {
         float inv = 1.0f / sum[i], *out = a->out + ((size_t)t * a->n_heads + h0 + i) * hd;
         for (int32_t d = 0; d < hd; d++)
@@ -119,33 +134,114 @@ static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int3
     }
 }
 
+/* (token, kv head, run) of base item i */
+static void item_heads(const attn_job *job, int64_t i, int32_t *t, int32_t *kvh, int32_t *h0, int32_t *nh)
+{
+    const srt_attn_args *a = job->a;
+    int32_t group = a->n_heads / a->n_kv_heads;
+    int64_t per_tok = (int64_t)a->n_kv_heads * job->runs;
+    int32_t rem = (int32_t)(i % per_tok), r;
+    *t = (int32_t)(i / per_tok);
+    *kvh = rem / job->runs;
+    r = rem % job->runs;
+    *h0 = *kvh * group + r * job->run;
+    *nh = group - r * job->run < job->run ? group - r * job->run : job->run;
+}
+
+static size_t part_stride(const attn_job *job) { return (size_t)job->run * (size_t)(job->a->head_dim + 2); }
+
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *job = arg;
     const srt_attn_args *a = job->a;
-    int32_t group = a->n_heads / a->n_kv_heads;
-    int64_t per_tok = (int64_t)a->n_kv_heads * job->runs, n = (int64_t)a->batch->n_tokens * per_tok;
+    int64_t n = (int64_t)a->batch->n_tokens * a->n_kv_heads * job->runs * job->chunks;
     /* interleaved: causal items grow with position, so contiguous ranges would be uneven */
     for (int64_t i = ith; i < n; i += nth) {
-        int32_t t = (int32_t)(i / per_tok), rem = (int32_t)(i % per_tok);
-        int32_t kvh = rem / job->runs, r = rem % job->runs;
-        int32_t h0 = kvh * group + r * job->run;
-        int32_t nh = group - r * job->run < job->run ? group - r * job->run : job->run;
-        attend(job, t, kvh, h0, nh);
+        int32_t t, kvh, h0, nh, c = (int32_t)(i % job->chunks);
+        item_heads(job, i / job->chunks, &t, &kvh, &h0, &nh);
+        int32_t n_keys = a->batch->positions[t] + 1;
+        if (job->chunks == 1)
+            attend(job, t, kvh, h0, nh, 0, n_keys, NULL);
+        else
+            attend(job, t, kvh, h0, nh, (int32_t)((int64_t)n_keys * c / job->chunks),
+                   (int32_t)((int64_t)n_keys * (c + 1) / job->chunks), job->partial + (size_t)i * part_stride(job));
     }
 }
 
-void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a)
+/* split decode: combine each item's key ranges (log-sum-exp) into the output */
+static void merge_worker(void *arg, int ith, int nth)
+{
+    const attn_job *job = arg;
+    const srt_attn_args *a = job->a;
+    int32_t hd = a->head_dim, run = job->run;
+    int64_t n = (int64_t)a->batch->n_tokens * a->n_kv_heads * job->runs;
+    for (int64_t i = ith; i < n; i += nth) {
+        int32_t t, kvh, h0, nh;
+        item_heads(job, i, &t, &kvh, &h0, &nh);
+        for (int32_t h = 0; h < nh; h++) {
+            float m = -INFINITY, sum = 0, *out = a->out + ((size_t)t * a->n_heads + h0 + h) * hd;
+            for (int32_t c = 0; c < job->chunks; c++) {
+                const float *p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
+                m = p[(size_t)run * hd + h] > m ? p[(size_t)run * hd + h] : m;
+            }
+            memset(out, 0, (size_t)hd * sizeof(float));
+            for (int32_t c = 0; c < job->chunks; c++) {
+                const float *p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
+                float pm = p[(size_t)run * hd + h];
+                if (pm == -INFINITY)
+                    continue;   /* empty range */
+                float w = expf(pm - m);
+                sum += w * p[(size_t)run * hd + run + h];
+                for (int32_t d = 0; d < hd; d++)
+                    out[d] += w * p[(size_t)h * hd + d];
+            }
+            float inv = 1.0f / sum;
+            for (int32_t d = 0; d < hd; d++)
+                out[d] *= inv;
+        }
+    }
+}
+
+size_t srt_cpu_attention_scratch_floats(int n_threads, int32_t head_dim)
+{
+    (void)n_threads;
+    return (size_t)SPLIT_PARTIALS * MAX_RUN * (size_t)(head_dim + 2);
+}
+
+void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a, float *scratch, size_t scratch_floats)
 {
     int32_t group = a->n_heads / a->n_kv_heads, nth = srt_threadpool_size(tp);
-    int32_t run = group < MAX_RUN ? group : MAX_RUN;
-    /* shorter runs when tokens x kv heads leave threads idle */
-    while (run > 1 && (int64_t)a->batch->n_tokens * a->n_kv_heads * ((group + run - 1) / run) < 4 * (int64_t)nth)
+    int32_t run = group < MAX_RUN ? group : MAX_RUN, chunks = 1;
+    int64_t base = (int64_t)a->batch->n_tokens * a->n_kv_heads;
+    int32_t max_keys = 0;
+    for (int32_t t = 0; t < a->batch->n_tokens; t++)
+        max_keys = a->batch->positions[t] + 1 > max_keys ? a->batch->positions[t] + 1 : max_keys;
+    if (nth > 1 && base < 2 * nth && max_keys >= 2 * SPLIT_MIN_KEYS && scratch &&
+        scratch_floats >= srt_cpu_attention_scratch_floats(nth, a->head_dim)) {
+        /* few (token, KV head) pairs over a long context (decode): keep whole head groups, so
+         * each K/V row is read once, and split the keys across threads instead */
+        int64_t items = base * ((group + run - 1) / run);
+        chunks = (int32_t)((4 * nth + items - 1) / items);
+        if (chunks > max_keys / SPLIT_MIN_KEYS)
+            chunks = max_keys / SPLIT_MIN_KEYS;
+        if (items * chunks > SPLIT_PARTIALS)
+            chunks = (int32_t)(SPLIT_PARTIALS / items);
+        if (chunks < 2)
+            chunks = 1;
+    }
+    /* shorter runs when tokens x kv heads leave threads idle (and keys are not split) */
+    while (chunks == 1 && run > 1 && base * ((group + run - 1) / run) < 4 * (int64_t)nth)
         run = (run + 1) / 2;
     attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(), run,
-                     (group + run - 1) / run };
-    if (tp && nth > 1 && (int64_t)a->batch->n_tokens * a->n_heads > 1)
+                     (group + run - 1) / run, chunks, scratch };
+    if (tp && nth > 1 && (int64_t)a->batch->n_tokens * a->n_heads * chunks > 1)
         srt_threadpool_run(tp, attn_worker, &job);
     else
         attn_worker(&job, 0, 1);
+    if (chunks > 1) {
+        if (tp && nth > 1 && base * job.runs > 1)
+            srt_threadpool_run(tp, merge_worker, &job);
+        else
+            merge_worker(&job, 0, 1);
+    }
 }

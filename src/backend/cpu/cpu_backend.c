@@ -20,9 +20,12 @@ typedef struct cpu_backend {
     srt_dot_f32_fn  dot;
     srt_f32_to_f16_row_fn to_f16;
     float          *ones;         /* SILU_CHUNK ones: silu(x) = silu_mul(x, 1), bit for bit as fused */
+    float          *attn_scratch; /* split-decode partials, for head_dim <= ATTN_MAX_HD */
+    size_t          attn_floats;
 } cpu_backend;
 
 #define SILU_CHUNK 65536
+#define ATTN_MAX_HD 256
 
 #define PRECISE_TILE 16   /* weight rows dequantized at once, reused across all tokens */
 #define PRECISE_FUSED 8   /* up to this many tokens, quantized rows are dotted without dequantizing */
@@ -41,6 +44,7 @@ static void cpu_destroy(srt_backend *be)
     srt_threadpool_free(c->tp);
     free(c->scratch);
     free(c->ones);
+    free(c->attn_scratch);
     free(c);
 }
 
@@ -253,7 +257,9 @@ static void cpu_kv_store(srt_backend *be, const srt_forward_batch *b, const floa
 
 static void cpu_attention(srt_backend *be, const srt_attn_args *a)
 {
-    srt_cpu_attention(cpu(be)->tp, a);
+    cpu_backend *c = cpu(be);
+    size_t need = srt_cpu_attention_scratch_floats(srt_threadpool_size(c->tp), a->head_dim);
+    srt_cpu_attention(c->tp, a, need <= c->attn_floats ? c->attn_scratch : NULL, c->attn_floats);
 }
 
 static int cpu_n_threads(const srt_backend *be)
@@ -288,9 +294,12 @@ srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *
     }
     c->tp = srt_threadpool_create(n_threads);
     c->ones = malloc(SILU_CHUNK * sizeof(float));
-    if (!c->tp || !c->ones) {
+    c->attn_floats = srt_cpu_attention_scratch_floats(c->tp ? srt_threadpool_size(c->tp) : 1, ATTN_MAX_HD);
+    c->attn_scratch = malloc(c->attn_floats * sizeof(float));
+    if (!c->tp || !c->ones || !c->attn_scratch) {
         srt_threadpool_free(c->tp);
         free(c->ones);
+        free(c->attn_scratch);
         free(c);
         srt_err_set(err, "cpu backend: cannot start %d threads", n_threads);
         return NULL;
