@@ -193,6 +193,19 @@ int srt_config_from_json(const char *dir, srt_model_config *c, srt_err *err)
     /* transformers 4 writes rope_scaling; 5 writes rope_parameters (with rope_theta inside) */
     if (parse_rope(jget(root, "rope_scaling"), c, path, err) || parse_rope(jget(root, "rope_parameters"), c, path, err))
         goto out;
+    yajl_val act = jget(root, "hidden_act");
+    const char *act_name = act && YAJL_IS_STRING(act) ? act->u.string : NULL;
+    if (act_name && strcmp(act_name, "silu") != 0) {
+        srt_err_set(err, "%s: hidden_act \"%s\" is not supported (silu)", path, act_name);
+        goto out;
+    }
+    /* Qwen2 sliding-window attention changes results past the window: refuse it rather than
+     * compute something else (windowless configs set use_sliding_window false) */
+    yajl_val usw = jget(root, "use_sliding_window");
+    if (usw && YAJL_IS_TRUE(usw)) {
+        srt_err_set(err, "%s: use_sliding_window is true; sliding-window attention is not supported", path);
+        goto out;
+    }
     yajl_val tie = jget(root, "tie_word_embeddings");
     c->tie_word_embeddings = tie ? YAJL_IS_TRUE(tie) : 0;
     if (srt_config_check(c, path, err) != SRT_OK)

@@ -225,6 +225,10 @@ static void corrupt(void)
           "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
           "\"tie_word_embeddings\": false}", "model.embed_tokens.weight" },
         { "{\"architectures\": [\"LlamaForCausalLM\"], ", "config.json" },
+        { "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 96, \"hidden_size\": 64, \"intermediate_size\": 96, "
+          "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"hidden_act\": \"gelu\"}", "gelu" },
+        { "{\"architectures\": [\"Qwen2ForCausalLM\"], \"vocab_size\": 96, \"hidden_size\": 64, \"intermediate_size\": 96, "
+          "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"use_sliding_window\": true}", "sliding" },
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         write_file(cfg, cfgs[i].json, strlen(cfgs[i].json));
