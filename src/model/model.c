@@ -275,6 +275,8 @@ static int bind_all(srt_model *m, srt_err *err)
     } else if (c->tie_word_embeddings || c->is_gguf) {
         m->lm_head.w = m->embed;     /* tied: GGUF omits output.weight when tied */
         m->lm_head.bias = NULL;
+        if (remember_weight(m, "lm_head.weight", &m->embed) != SRT_OK)
+            return srt_err_set(err, "%s: out of memory", m->path);
     } else
         return srt_err_set(err, "%s: tensor 'lm_head.weight' is missing and tie_word_embeddings is false", m->path);
 
