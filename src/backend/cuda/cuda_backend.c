@@ -164,6 +164,7 @@ typedef struct dev_weight {
 /* ---------------------------------------------------------------- GEMM plans ------------ */
 typedef struct gemm_plan {
     int64_t                   m, n, k;   /* m = weight rows, n = tokens, k = cols; 0: empty */
+    int64_t                   align;     /* byte alignment the output pointer is known to have */
     cublasLtMatrixLayout_t    a, b, c;
     cublasLtMatmulAlgo_t      algo;
 } gemm_plan;
@@ -325,6 +326,9 @@ static int cuda_load_weight(srt_backend *be, const srt_weight *w, srt_err *err)
         return errf(err, "cuda backend: load_weight: empty weight");
     if (wfind(c, w->data, w->rows, w->cols))
         return SRT_OK;
+    cudaError_t se = cudaSetDevice(c->device);
+    if (se != cudaSuccess)
+        return errf(err, "cuda backend: cudaSetDevice(%d): %s", c->device, cudaGetErrorString(se));
     if (w->dtype == SRT_I32 || w->dtype >= SRT_DTYPE_COUNT)
         return errf(err, "cuda backend: load_weight: dtype %d is not a weight type", (int)w->dtype);
     dev_weight d = { w->data, w->rows, w->cols, NULL, w->rows == 1 };
@@ -421,13 +425,16 @@ static int cuda_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_t
     return SRT_OK;
 }
 
-static gemm_plan *plan_for(cuda_backend *c, int64_t m, int64_t n, int64_t k)
+/* align: 256 when the output pointer is 256-byte aligned (every pool allocation), else 4;
+ * cuBLASLt's heuristics assume 256 unless told, and a kernel chosen so fails on a view. */
+static gemm_plan *plan_for(cuda_backend *c, int64_t m, int64_t n, int64_t k, int64_t align)
 {
-    uint64_t h = ((uint64_t)m * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)n * 0xC2B2AE3D27D4EB4Full) ^ (uint64_t)k;
+    uint64_t h = ((uint64_t)m * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)n * 0xC2B2AE3D27D4EB4Full) ^ (uint64_t)k ^
+                 (uint64_t)align << 40;
     size_t i = (size_t)(h ^ (h >> 31)) & (GEMM_PLANS - 1);
     for (size_t probe = 0; probe < GEMM_PLANS; probe++, i = (i + 1) & (GEMM_PLANS - 1)) {
         gemm_plan *p = &c->plans[i];
-        if (p->m == m && p->n == n && p->k == k)
+        if (p->m == m && p->n == n && p->k == k && p->align == align)
             return p;
         if (p->m == 0) {
             /* y^T[m][n] (column-major, ld m) = op(W)[m][k] * x^T[k][n]: W is row-major [m][k],
@@ -443,6 +450,11 @@ static gemm_plan *plan_for(cuda_backend *c, int64_t m, int64_t n, int64_t k)
             if (s == CUBLAS_STATUS_SUCCESS)
                 s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &c->lt_ws_bytes, sizeof c->lt_ws_bytes);
+            uint32_t al = (uint32_t)align;
+            if (s == CUBLAS_STATUS_SUCCESS)
+                s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+            if (s == CUBLAS_STATUS_SUCCESS)
+                s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
             cublasLtMatmulHeuristicResult_t res;
             int found = 0;
             if (s == CUBLAS_STATUS_SUCCESS)
@@ -459,6 +471,7 @@ static gemm_plan *plan_for(cuda_backend *c, int64_t m, int64_t n, int64_t k)
                 return NULL;
             }
             p->algo = res.algo;
+            p->align = align;
             p->m = m;
             p->n = n;
             p->k = k;
@@ -487,7 +500,7 @@ static void cuda_matmul(srt_backend *be, const srt_weight *w, const float *bias,
     if (bias && !db)
         return;
     check_launch(c, srt_cuda_f32_to_bf16(x, n_tok * w->cols, c->xbf, c->stream), "matmul input cast");
-    gemm_plan *p = plan_for(c, w->rows, n_tok, w->cols);
+    gemm_plan *p = plan_for(c, w->rows, n_tok, w->cols, ((uintptr_t)y & 255) ? 4 : 256);
     if (!p)
         return;
     float alpha = 1.0f, beta = 0.0f;
@@ -626,6 +639,9 @@ static int cuda_begin_batch(srt_backend *be, const srt_forward_batch *b, srt_err
 {
     cuda_backend *c = cb(be);
     c->cur = NULL;
+    cudaError_t se = cudaSetDevice(c->device);   /* the current device is per host thread */
+    if (se != cudaSuccess)
+        return errf(err, "cuda backend: cudaSetDevice(%d): %s", c->device, cudaGetErrorString(se));
     if (!b || b->n_tokens <= 0 || b->n_seqs <= 0 || !b->out_slots || !b->positions || !b->seq_start ||
         !b->seq_len || !b->seq_slots)
         return errf(err, "cuda backend: begin_batch: incomplete batch");

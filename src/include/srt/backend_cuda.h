@@ -26,6 +26,13 @@
  * f32 accumulation, and adds the f32 bias. Norms, RoPE, softmax and attention run in f32
  * (the KV cache may be f32, f16 or bf16: SRT_F32 / SRT_F16 / SRT_BF16).
  *
+ * Threads. One host thread at a time drives a backend (as a runner today); begin_batch and
+ * load_weight bind the calling thread to the backend's device (cudaSetDevice), so a step may
+ * run on another thread than the one that created the backend.
+ *
+ * Debugging. SRT_CUDA_POOL=separate gives every allocation its own exact-size cudaMalloc
+ * (still counted against the pool size), so compute-sanitizer sees every buffer's bounds.
+ *
  * ---- What the runner must do (src/model/runner.c) to run on this backend ----
  *  1. At create: srt_cuda_backend_create instead of srt_cpu_backend_create when
  *     srt_device is cuda (or auto and srt_cuda_probe() > 0); ops->load_weight for every
