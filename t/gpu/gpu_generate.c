@@ -6,8 +6,8 @@
  * srt/backend_cuda.h (load_weight, device buffers, begin_batch, rope_cos_sin, graphs), so it
  * is also the executable specification of the runner changes that contract asks for.
  *
- *   gpu_generate MODEL --device cpu|cuda --ids 1,2,3 [--n 32]
- *       greedy continuation; prints {"tokens":[...],"margins":[...],"top0":[[id,logit],...]}
+ *   gpu_generate MODEL --device cpu|cuda --ids 1,2,3 [--n 32] [--graphs]
+ *       greedy continuation (--graphs, cuda: decode steps replay a CUDA graph); prints {"tokens":[...],"margins":[...],"top0":[[id,logit],...]}
  *       (margins: top1 - top2 logit at each step; top0: the first step's 16 largest logits)
  *   gpu_generate MODEL --device cuda --bench --batch B [--prompt P] [--n N] [--no-graphs]
  *       B sequences of P random tokens, one prefill, then N decode steps (greedy, all B
@@ -292,8 +292,23 @@ static double now(void)
 }
 
 /* ---- greedy continuation of one prompt ---- */
-static void run_greedy(eng *e, const int32_t *prompt, int n_prompt, int n_new)
+typedef struct gbody {
+    eng *e;
+    int32_t bs;
+} gbody;
+
+static int body_fn(void *user, srt_err *err)
 {
+    gbody *g = user;
+    return forward_ops(g->e, g->bs, 0);
+}
+
+/* graphs: decode steps (one token) replay a graph of batch 1 captured at the first one */
+static void run_greedy(eng *e, const int32_t *prompt, int n_prompt, int n_new, int graphs)
+{
+    int captured = 0;
+    gbody g = { e, 1 };
+    srt_err err = { { 0 } };
     int total = n_prompt + n_new;
     int32_t *slots = malloc(total * 4), *ctx = malloc(total * 4), *pos = malloc(total * 4);
     for (int i = 0; i < total; i++)
@@ -312,7 +327,18 @@ static void run_greedy(eng *e, const int32_t *prompt, int n_prompt, int n_new)
         const int32_t *sl[1] = { slots };
         srt_forward_batch b = { .n_tokens = nt, .token_ids = ctx + t0, .positions = pos, .out_slots = slots + t0,
                                 .n_seqs = 1, .seq_start = ss, .seq_len = &len, .seq_slots = sl };
-        forward_gather_last(e, &b);
+        if (graphs && e->cuda && nt == 1) {
+            step_inputs(e, &b);
+            if (!captured) {
+                forward_ops(e, 1, 0);   /* eager once, then capture */
+                if (srt_cuda_graph_capture(e->be, 1, body_fn, &g, &err) != SRT_OK)
+                    die("graph capture", &err);
+                captured = 1;
+            }
+            if (srt_cuda_graph_replay(e->be, 1, &err) != SRT_OK)
+                die("graph replay", &err);
+        } else
+            forward_gather_last(e, &b);
         bdown(e, lg, e->logits, (size_t)e->V * 4);
         int tok = argmax2(lg, e->V, &margins[step < 4096 ? step : 4095]);
         if (step == 0) {   /* the first step's 16 best logits, for the logit comparison */
@@ -345,17 +371,6 @@ static void run_greedy(eng *e, const int32_t *prompt, int n_prompt, int n_new)
 }
 
 /* ---- decode benchmark ---- */
-typedef struct gbody {
-    eng *e;
-    int32_t bs;
-} gbody;
-
-static int body_fn(void *user, srt_err *err)
-{
-    gbody *g = user;
-    return forward_ops(g->e, g->bs, 0);
-}
-
 static size_t weight_bytes_bf16(const srt_weight *w)
 {
     return (size_t)w->rows * (size_t)w->cols * 2;
@@ -494,7 +509,7 @@ static void run_bench(eng *e, int B, int P, int N, int graphs, double hbm_gbs)
 int main(int argc, char **argv)
 {
     const char *model = NULL, *device = "cpu", *ids_arg = NULL, *kv = NULL;
-    int n_new = 32, bench = 0, B = 1, P = 128, graphs = 1;
+    int n_new = 32, bench = 0, B = 1, P = 128, graphs = 1, graphs_greedy = 0;
     double mem = 0.9, hbm = 4800;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -508,6 +523,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--hbm") && v) hbm = atof(argv[++i]);
         else if (!strcmp(a, "--bench")) bench = 1;
         else if (!strcmp(a, "--no-graphs")) graphs = 0;
+        else if (!strcmp(a, "--graphs")) graphs_greedy = 1;
         else if (a[0] != '-' && !model) model = a;
         else {
             fprintf(stderr, "gpu_generate: unknown or incomplete argument %s\n", a);
@@ -539,7 +555,7 @@ int main(int argc, char **argv)
                 p++;
         }
         setup(&e, model, device, kvt, mem, n_prompt, 1, n_prompt + n_new + 1);
-        run_greedy(&e, prompt, n_prompt, n_new);
+        run_greedy(&e, prompt, n_prompt, n_new, graphs_greedy);
     }
     srt_backend_free(e.be);
     srt_model_free(e.m);

@@ -192,6 +192,12 @@ typedef struct cuda_backend {
     gemm_plan          *plans;
     uint16_t           *xbf;             /* bf16 copy of a matmul input */
     size_t              xbf_elems;
+    /* Inside a graph capture, consecutive matmuls of the same input (q/k/v, gate/up) share
+     * one cast: xbf holds bf16(xbf_src[0..xbf_n)) until any other op runs (every launch through
+     * check_launch, and every copy, forgets it). Eager steps always cast: a hook may have
+     * written the input between two ops. */
+    const float        *xbf_src;
+    int64_t             xbf_n;
     /* attention split-K workspace (fixed size, see srt_cuda_attention_splits) */
     void               *att_ws;
     size_t              att_ws_bytes;
@@ -231,6 +237,7 @@ static void fail(cuda_backend *c, const char *fmt, ...)
 
 static void check_launch(cuda_backend *c, int rc, const char *what)
 {
+    c->xbf_src = NULL;
     if (rc != 0)
         fail(c, "%s: %s", what, cudaGetErrorString((cudaError_t)rc));
 }
@@ -415,6 +422,7 @@ static int cuda_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_t
         return SRT_ERROR;
     if (need <= c->xbf_elems)
         return SRT_OK;
+    c->xbf_src = NULL;
     void *p = dalloc(c, need * 2, "the matmul input buffer", err);
     if (!p)
         return SRT_ERROR;
@@ -499,7 +507,11 @@ static void cuda_matmul(srt_backend *be, const srt_weight *w, const float *bias,
     const float *db = bias ? need_array(c, bias, w->rows, "matmul bias") : NULL;
     if (bias && !db)
         return;
-    check_launch(c, srt_cuda_f32_to_bf16(x, n_tok * w->cols, c->xbf, c->stream), "matmul input cast");
+    int64_t n = n_tok * w->cols;
+    int reuse = c->capturing && c->xbf_src == x && c->xbf_n == n;
+    if (!reuse)
+        check_launch(c, srt_cuda_f32_to_bf16(x, n, c->xbf, c->stream), "matmul input cast");
+    c->xbf_src = NULL;
     gemm_plan *p = plan_for(c, w->rows, n_tok, w->cols, ((uintptr_t)y & 255) ? 4 : 256);
     if (!p)
         return;
@@ -513,6 +525,12 @@ static void cuda_matmul(srt_backend *be, const srt_weight *w, const float *bias,
     }
     if (db)
         check_launch(c, srt_cuda_bias_add_f32(y, db, n_tok, w->rows, c->stream), "bias add");
+    /* the output must not overlap the input for the cast to stay valid */
+    const char *xb = (const char *)x, *xe = xb + n * 4, *yb = (const char *)y, *ye = yb + n_tok * w->rows * 4;
+    if (ye <= xb || yb >= xe) {
+        c->xbf_src = x;
+        c->xbf_n = n;
+    }
 }
 
 static void cuda_embed(srt_backend *be, const srt_weight *table, const int32_t *ids, int64_t n_tok, float *out)
@@ -639,6 +657,7 @@ static int cuda_begin_batch(srt_backend *be, const srt_forward_batch *b, srt_err
 {
     cuda_backend *c = cb(be);
     c->cur = NULL;
+    c->xbf_src = NULL;
     cudaError_t se = cudaSetDevice(c->device);   /* the current device is per host thread */
     if (se != cudaSuccess)
         return errf(err, "cuda backend: cudaSetDevice(%d): %s", c->device, cudaGetErrorString(se));
@@ -760,6 +779,7 @@ static void cuda_free_op(srt_backend *be, void *p)
 static int cuda_upload(srt_backend *be, void *dst, const void *src, size_t bytes, srt_err *err)
 {
     cuda_backend *c = cb(be);
+    c->xbf_src = NULL;
     if (bytes == 0)
         return SRT_OK;
     if (c->capturing)
@@ -784,6 +804,7 @@ static int cuda_sync(srt_backend *be, srt_err *err)
 static int cuda_download(srt_backend *be, void *dst, const void *src, size_t bytes, srt_err *err)
 {
     cuda_backend *c = cb(be);
+    c->xbf_src = NULL;
     if (c->capturing)
         return errf(err, "cuda backend: download inside a graph capture");
     if (bytes) {
@@ -797,6 +818,7 @@ static int cuda_download(srt_backend *be, void *dst, const void *src, size_t byt
 static void cuda_copy(srt_backend *be, void *dst, const void *src, size_t bytes)
 {
     cuda_backend *c = cb(be);
+    c->xbf_src = NULL;
     if (bytes)
         CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), "copy");
 }
@@ -887,6 +909,7 @@ static void cuda_graph_clear(srt_backend *be)
 static int cuda_graph_capture(srt_backend *be, int32_t bs, srt_cuda_graph_body body, void *user, srt_err *err)
 {
     cuda_backend *c = cb(be);
+    c->xbf_src = NULL;
     if (bs < 1 || bs > SRT_CUDA_GRAPH_MAX_BS)
         return errf(err, "cuda graphs: batch size %d outside [1, %d]", bs, SRT_CUDA_GRAPH_MAX_BS);
     if (c->failed)
