@@ -450,7 +450,8 @@ static int key_lock(srt_chan *c, srt_err *err)
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             return srt_err_set(err, "channel: lock socket: %s", strerror(errno));
-        if (bind(fd, (struct sockaddr *)&a, len) == 0 && listen(fd, 1) == 0) {
+        /* waiters connect (never accepted) to learn our pid: room for many of them */
+        if (bind(fd, (struct sockaddr *)&a, len) == 0 && listen(fd, SOMAXCONN) == 0) {
             c->lock_fd = fd;
             return SRT_OK;
         }

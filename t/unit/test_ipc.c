@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,13 +112,40 @@ static void echo_scheduler(int count, int expect_order)
     _exit(expect_order && bad_order ? 12 : 0);
 }
 
+/* Children die with the test, even when a timeout kills it mid-way. */
+static void child_dies_with_parent(pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+}
+
 static pid_t spawn(void (*fn)(int, int), int a, int b)
 {
+    pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid == 0)
+    if (pid == 0) {
+        child_dies_with_parent(parent);
         fn(a, b);
+    }
     return pid;
 }
+
+/* Test only: wait (bounded) for a forked scheduler to come up. */
+static void wait_ready(srt_chan *c)
+{
+    int i;
+    for (i = 0; i < 10000; i++) {
+        if (srt_chan_sched_state_get(c, NULL, 0) == SRT_CHAN_SCHED_READY)
+            return;
+        usleep(1000);
+    }
+    printf("Bail out! a forked scheduler never became ready\n");
+    exit(1);
+}
+
+/* A lock key of this run only: concurrent runs of this test must not meet. */
+static char lock_key[64];
 
 static int reap(pid_t pid)
 {
@@ -255,8 +283,7 @@ static void test_generation_reuse(void)
     pid_t sched;
 
     sched = spawn(echo_scheduler, 2, 0);
-    while (srt_chan_sched_state_get(c, NULL, 0) != SRT_CHAN_SCHED_READY)
-        usleep(1000); /* test only: wait for the child to come up */
+    wait_ready(c);
     ok(srt_chan_submit(c, p, 2, &sp, 0, &s1, &g1) == SRT_CHAN_SUBMIT_OK, "submit A");
     ok(wait_done(c, fd, s1, g1, &o) == 0 && o.n_out == 2, "A done");
     srt_chan_release(c, s1, g1);
@@ -315,8 +342,7 @@ static void test_abort(void)
     pid_t sched = spawn(slow_scheduler, 0, 0);
     int i;
 
-    while (srt_chan_sched_state_get(c, NULL, 0) != SRT_CHAN_SCHED_READY)
-        usleep(1000);
+    wait_ready(c);
     ok(srt_chan_submit(c, p, 2, &sp, 0, &s, &g) == SRT_CHAN_SUBMIT_OK, "submit long request");
     for (i = 0; i < 100; i++) {
         wait_bell(c, fd, 2000);
@@ -386,8 +412,7 @@ static void test_dead_scheduler_and_lock(void)
     pid_t sched = spawn(slow_scheduler, 0, 0), second;
     int i;
 
-    while (srt_chan_sched_state_get(c, NULL, 0) != SRT_CHAN_SCHED_READY)
-        usleep(1000);
+    wait_ready(c);
     ok(srt_chan_submit(c, p, 2, &sp, 0, &s, &g) == SRT_CHAN_SUBMIT_OK, "submit");
     for (i = 0; i < 50; i++) {
         wait_bell(c, fd, 2000);
@@ -448,8 +473,7 @@ static void test_stop(void)
     srt_chan_sampling sp = greedy(1);
     int32_t p[1] = { 1 };
     uint32_t s, g;
-    while (srt_chan_sched_state_get(c, NULL, 0) != SRT_CHAN_SCHED_READY)
-        usleep(1000);
+    wait_ready(c);
     kill(sched, SIGQUIT);
     is_int(reap(sched), 0, "graceful stop wakes a scheduler blocked in wait(-1)");
     is_int(srt_chan_sched_state_get(c, NULL, 0), SRT_CHAN_SCHED_HANDOVER,
@@ -520,7 +544,7 @@ static void key_holder(int unused1, int unused2)
 {
     srt_err err;
     srt_chan *c = srt_chan_attach(mem, mem_size, &err);
-    srt_chan_sched_set_lock_key(c, "test-key-lock");
+    srt_chan_sched_set_lock_key(c, lock_key);
     if (srt_chan_sched_open(c, &err) != SRT_OK)
         _exit(10);
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, "ready", NULL);
@@ -534,16 +558,18 @@ static void test_key_lock(void)
     void *mem1 = mem;
     size_t size1 = mem_size;
     srt_err err;
-    pid_t holder = spawn(key_holder, 0, 0), waiter;
-    while (srt_chan_sched_state_get(c1, NULL, 0) != SRT_CHAN_SCHED_READY)
-        usleep(1000);
+    pid_t holder, waiter;
+    snprintf(lock_key, sizeof(lock_key), "test-key-lock-%d", (int)getpid());
+    holder = spawn(key_holder, 0, 0);
+    wait_ready(c1);
     /* a reload that changed the geometry: a new channel, the same model */
     mem = NULL;
     c2 = make_chan(4, 64, 0);
     waiter = fork();
     if (waiter == 0) {
         srt_chan *w = srt_chan_attach(mem, mem_size, &err);
-        srt_chan_sched_set_lock_key(w, "test-key-lock");
+        child_dies_with_parent(getppid());
+        srt_chan_sched_set_lock_key(w, lock_key);
         if (srt_chan_sched_open(w, &err) != SRT_OK)
             _exit(10);
         srt_chan_sched_set_state(w, SRT_CHAN_SCHED_READY, "ready", NULL);
