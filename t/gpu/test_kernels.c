@@ -722,6 +722,40 @@ static void test_sampling(void)
         for (int i = 0; i < N; i++)   /* p_i / p_max = exp((l_i - 2)/0.7) >= 0.5 keeps id 2 alone */
             in_minp &= exp((base[ids[i]] - 2.0) / 0.7) >= 0.5;
         ok(in_minp, "min_p=0.5 keeps only tokens within half of the top probability");
+        /* top_p = 0.6: softmax(l/0.7) is .49 (id 2), .24 (id 5), .12 (id 0), ...: keeps {2, 5} */
+        for (int i = 0; i < N; i++) {
+            memcpy(l + i * V, base, sizeof base);
+            p[i].min_p = 0;
+            p[i].top_p = 0.6f;
+        }
+        G->ops->upload(G, dl, l, (size_t)N * V * 4, &err);
+        srt_cuda_sample(G, dl, N, V, p, NULL, ids, &err);
+        int in_p = 1;
+        seen2 = seen5 = 0;
+        for (int i = 0; i < N; i++) {
+            in_p &= ids[i] == 2 || ids[i] == 5;
+            seen2 |= ids[i] == 2;
+            seen5 |= ids[i] == 5;
+        }
+        ok(in_p && seen2 && seen5, "top_p=0.6 draws from the smallest set reaching 60%% ({2, 5})");
+        /* penalties from device counts, greedy: frequency 1.5 on id 2 (seen once) -> 0.5, so id 5
+         * (1.5) wins; repetition 2 on id 5 as well -> 0.75, so id 0 (1.0) wins */
+        int32_t *cnt = calloc((size_t)2 * V, 4);
+        cnt[2] = 1;
+        cnt[V + 2] = 1;
+        cnt[V + 5] = 1;
+        srt_cuda_sample_params pp[2] = { { .temperature = 0, .repetition_penalty = 1.0f, .frequency_penalty = 1.5f },
+                                         { .temperature = 0, .repetition_penalty = 2.0f, .frequency_penalty = 1.5f } };
+        memcpy(l, base, sizeof base);
+        memcpy(l + V, base, sizeof base);
+        G->ops->upload(G, dl, l, (size_t)2 * V * 4, &err);
+        int32_t *dcnt = up(cnt, (size_t)2 * V * 4);
+        int prc = srt_cuda_sample(G, dl, 2, V, pp, dcnt, ids, &err);
+        /* row 1: id 2 -> 2/2 - 1.5 = -0.5, id 5 -> 1.5/2 - 1.5 = -0.75: id 0 (1.0) is the best */
+        ok(prc == SRT_OK && ids[0] == 5 && ids[1] == 0, "penalties from device counts (got %d, %d; want 5, 0)", ids[0],
+           ids[1]);
+        G->ops->free(G, dcnt);
+        free(cnt);
         free(ids2);
         free(l);
         free(p);

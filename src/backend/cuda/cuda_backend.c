@@ -190,6 +190,7 @@ typedef struct cuda_backend {
     void               *lt_ws;
     size_t              lt_ws_bytes;
     gemm_plan          *plans;
+    size_t              n_plans;
     uint16_t           *xbf;             /* bf16 copy of a matmul input */
     size_t              xbf_elems;
     /* Inside a graph capture, consecutive matmuls of the same input (q/k/v, gate/up) share
@@ -433,10 +434,27 @@ static int cuda_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_t
     return SRT_OK;
 }
 
+static void plans_clear(cuda_backend *c)
+{
+    for (size_t i = 0; i < GEMM_PLANS; i++)
+        if (c->plans[i].m) {
+            cublasLtMatrixLayoutDestroy(c->plans[i].a);
+            cublasLtMatrixLayoutDestroy(c->plans[i].b);
+            cublasLtMatrixLayoutDestroy(c->plans[i].c);
+        }
+    memset(c->plans, 0, GEMM_PLANS * sizeof *c->plans);
+}
+
 /* align: 256 when the output pointer is 256-byte aligned (every pool allocation), else 4;
- * cuBLASLt's heuristics assume 256 unless told, and a kernel chosen so fails on a view. */
+ * cuBLASLt's heuristics assume 256 unless told, and a kernel chosen so fails on a view.
+ * Token counts vary from step to step (prefill chunks), so the table fills up in a long run:
+ * then it starts over (the layouts are host objects; captured graphs do not use them). */
 static gemm_plan *plan_for(cuda_backend *c, int64_t m, int64_t n, int64_t k, int64_t align)
 {
+    if (c->n_plans >= GEMM_PLANS / 2) {
+        plans_clear(c);
+        c->n_plans = 0;
+    }
     uint64_t h = ((uint64_t)m * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)n * 0xC2B2AE3D27D4EB4Full) ^ (uint64_t)k ^
                  (uint64_t)align << 40;
     size_t i = (size_t)(h ^ (h >> 31)) & (GEMM_PLANS - 1);
@@ -480,6 +498,7 @@ static gemm_plan *plan_for(cuda_backend *c, int64_t m, int64_t n, int64_t k, int
             }
             p->algo = res.algo;
             p->align = align;
+            c->n_plans++;
             p->m = m;
             p->n = n;
             p->k = k;
@@ -830,12 +849,7 @@ static void cuda_destroy(srt_backend *be)
     cudaStreamSynchronize(c->stream);
     cuda_graph_clear(be);
     if (c->plans) {
-        for (size_t i = 0; i < GEMM_PLANS; i++)
-            if (c->plans[i].m) {
-                cublasLtMatrixLayoutDestroy(c->plans[i].a);
-                cublasLtMatrixLayoutDestroy(c->plans[i].b);
-                cublasLtMatrixLayoutDestroy(c->plans[i].c);
-            }
+        plans_clear(c);
         free(c->plans);
     }
     if (c->mm)
