@@ -55,3 +55,4 @@ $(BUILD)/t/gpu/%: t/gpu/%.c $(BUILD)/libsrt.a
 
 .PHONY: gpu-tests
 gpu-tests: $(GPU_TESTS) $(if $(NVCC),$(CUDA_PLUGIN))
+-include $(GPU_TESTS:=.d)
