@@ -41,6 +41,20 @@ static int fake_sample(void *self, int32_t n, float *logits, int32_t vocab, cons
     return SRT_OK;
 }
 
+/* SRT_BENCH_TRACE=1: one line per forward (tokens, sequences, logit rows, ms) on stderr. */
+static srt_sched_runner inner;
+static int trace_forward(void *self, const srt_forward_batch *b, float *logits, srt_err *err)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = inner.forward(self, b, logits, err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "forward tokens=%d seqs=%d rows=%d mode=%d ms=%.1f\n", b->n_tokens, b->n_seqs,
+            b->n_logit_rows, b->forward_mode,
+            (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    return rc;
+}
+
 static uint64_t rng = 0x853c49e6748fea9bull;
 static uint32_t next_u32(void)
 {
@@ -128,6 +142,10 @@ int main(int argc, char **argv)
             return 1;
         }
         runner = srt_sched_model_runner_iface(mr);
+    }
+    if (getenv("SRT_BENCH_TRACE")) {
+        inner = runner;
+        runner.forward = trace_forward;
     }
     if (srt_sched_create(&cfg, &runner, &s, &err) != SRT_OK) {
         fprintf(stderr, "sched: %s\n", err.msg);
