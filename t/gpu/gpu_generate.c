@@ -52,16 +52,7 @@ static void die(const char *what, const srt_err *err)
 static void *balloc(eng *e, size_t bytes)
 {
     srt_err err = { { 0 } };
-    void *p;
-    if (e->be->ops->alloc)
-        p = e->be->ops->alloc(e->be, bytes ? bytes : 4, &err);
-    else {
-        p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-        if (p)
-            memset(p, 0, bytes);
-        else
-            srt_err_set(&err, "out of memory");
-    }
+    void *p = srt_backend_alloc(e->be, bytes ? bytes : 4, &err);
     if (!p)
         die("alloc", &err);
     return p;
@@ -70,18 +61,14 @@ static void *balloc(eng *e, size_t bytes)
 static void bup(eng *e, void *dst, const void *src, size_t bytes)
 {
     srt_err err = { { 0 } };
-    if (!e->be->ops->upload)
-        memcpy(dst, src, bytes);
-    else if (e->be->ops->upload(e->be, dst, src, bytes, &err) != SRT_OK)
+    if (srt_backend_upload(e->be, dst, src, bytes, &err) != SRT_OK)
         die("upload", &err);
 }
 
 static void bdown(eng *e, void *dst, const void *src, size_t bytes)
 {
     srt_err err = { { 0 } };
-    if (!e->be->ops->download)
-        memcpy(dst, src, bytes);
-    else if (e->be->ops->download(e->be, dst, src, bytes, &err) != SRT_OK)
+    if (srt_backend_download(e->be, dst, src, bytes, &err) != SRT_OK)
         die("download", &err);
 }
 

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "srt/batch.h"
 #include "srt/common.h"
@@ -104,5 +106,41 @@ struct srt_backend {
  * SRT_CPU_MATMUL=precise (or =reference, the scalar test kernel) forces it. */
 srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *err);
 static inline void srt_backend_free(srt_backend *be) { if (be) be->ops->destroy(be); }
+
+/* Memory helpers for code that drives either kind of backend: the backend's own memory when it
+ * has some (ops->alloc set: CUDA), host memory otherwise (CPU: 64-byte aligned, zeroed). */
+static inline void *srt_backend_alloc(srt_backend *be, size_t bytes, srt_err *err)
+{
+    if (be->ops->alloc)
+        return be->ops->alloc(be, bytes, err);
+    size_t n = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (p)
+        memset(p, 0, n ? n : 64);
+    else
+        srt_err_set(err, "out of memory for %zu bytes", bytes);
+    return p;
+}
+static inline void srt_backend_release(srt_backend *be, void *p)
+{
+    if (be->ops->free)
+        be->ops->free(be, p);
+    else
+        free(p);
+}
+static inline int srt_backend_upload(srt_backend *be, void *dst, const void *src, size_t bytes, srt_err *err)
+{
+    if (be->ops->upload)
+        return be->ops->upload(be, dst, src, bytes, err);
+    memcpy(dst, src, bytes);
+    return SRT_OK;
+}
+static inline int srt_backend_download(srt_backend *be, void *dst, const void *src, size_t bytes, srt_err *err)
+{
+    if (be->ops->download)
+        return be->ops->download(be, dst, src, bytes, err);
+    memcpy(dst, src, bytes);
+    return SRT_OK;
+}
 
 #endif
