@@ -675,6 +675,8 @@ static int grow_meta(cuda_backend *c, int32_t tok, int32_t seq, int64_t slots, s
 static int cuda_begin_batch(srt_backend *be, const srt_forward_batch *b, srt_err *err)
 {
     cuda_backend *c = cb(be);
+    if (c->capturing)
+        return errf(err, "cuda backend: begin_batch inside a graph capture (announce the batch before capturing)");
     c->cur = NULL;
     c->xbf_src = NULL;
     cudaError_t se = cudaSetDevice(c->device);   /* the current device is per host thread */
