@@ -18,7 +18,13 @@ KERNEL_SRCS := $(wildcard kernels/*.cu)
 KERNEL_OBJS := $(KERNEL_SRCS:%.cu=$(BUILD)/obj/%.o)
 CUDA_PLUGIN := $(BUILD)/lib/libsrt_cuda.so
 CUDA_PLUGIN_OBJS := $(KERNEL_OBJS) $(BUILD)/obj-cuda/src/backend/cuda/cuda_backend.o
-CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++ -lm -lpthread -ldl
+# cuBLASLt from the toolkit by default; scripts/gpu-check points these at a pip wheel's copy
+# (nvidia-cublas) when the toolkit on a machine has none.
+CUBLAS_INC    ?= $(CUDA_HOME)/include
+CUBLAS_LIBDIR ?= $(CUDA_HOME)/lib64
+CUBLAS_LIB    ?= -lcublasLt
+CUDA_LDLIBS := -L$(CUBLAS_LIBDIR) -Wl,-rpath,$(CUBLAS_LIBDIR) $(CUBLAS_LIB) \
+               -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -lm -lpthread -ldl
 
 ifneq ($(NVCC),)
 EXTRA_ALL += $(CUDA_PLUGIN)
@@ -32,7 +38,7 @@ $(BUILD)/obj/kernels/%.o: kernels/%.cu kernels/common.cuh kernels/srt_kernels.h
 # The backend is C, compiled by $(CC) against the CUDA headers, hidden except the plugin entry.
 $(BUILD)/obj-cuda/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fvisibility=hidden -I$(CUDA_HOME)/include -Ikernels -c $< -o $@
+	$(CC) $(CFLAGS) -fvisibility=hidden -I$(CUDA_HOME)/include -I$(CUBLAS_INC) -Ikernels -c $< -o $@
 
 # -z defs: the plugin must not lean on symbols of the process that loads it
 $(CUDA_PLUGIN): $(CUDA_PLUGIN_OBJS)
