@@ -156,6 +156,39 @@ extern "C" int srt_cuda_rmsnorm_f32(const float *x, const float *w, float eps, i
     return launch_status();
 }
 
+/* sum = a + b (sum may be a: in place); out = rmsnorm(sum) * w. The residual add fused with the
+ * next norm: one pass over the row instead of three. */
+__global__ void add_rmsnorm_f32_kernel(float *sum, const float *a, const float *b, const float *w, float eps,
+                                       int64_t dim, float *out)
+{
+    __shared__ float scratch[32];
+    int64_t base = blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = a[base + i] + b[base + i];
+        sum[base + i] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, scratch);
+    float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+        out[base + i] = sum[base + i] * scale * w[i];
+}
+
+extern "C" int srt_cuda_add_rmsnorm_f32(float *sum, const float *a, const float *b, const float *w, float eps,
+                                        int64_t n_rows, int64_t dim, float *out, void *stream)
+{
+    if (n_rows <= 0 || dim <= 0)
+        return 0;
+    if (n_rows > 0x7fffffff)
+        return (int)cudaErrorInvalidValue;
+    int threads = dim >= 1024 ? 1024 : (int)((dim + 31) / 32) * 32;
+    if (threads > 256 && dim < 4096)
+        threads = 256;
+    add_rmsnorm_f32_kernel<<<(unsigned)n_rows, threads, 0, SRT_STREAM(stream)>>>(sum, a, b, w, eps, dim, out);
+    return launch_status();
+}
+
 /* ---- embedding from a bf16 table into f32 rows (ids outside the table give zeros) ---- */
 /* srt_cuda_embedding in elementwise.cu. */
 

@@ -69,6 +69,9 @@ int srt_cuda_bias_add_f32(float *y, const float *bias, int64_t n_tok, int64_t ro
 /* out = x / sqrt(mean(x^2) + eps) * w, rows of width dim; w f32 */
 int srt_cuda_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n_rows, int64_t dim,
                          float *out, void *stream);
+/* sum = a + b (sum may alias a); out = sum / sqrt(mean(sum^2) + eps) * w */
+int srt_cuda_add_rmsnorm_f32(float *sum, const float *a, const float *b, const float *w, float eps,
+                             int64_t n_rows, int64_t dim, float *out, void *stream);
 /* cos_sin[t] = { cos(pos*inv_freq[i]) x2 halves, sin(...) x2 halves }: [n_tok][2][head_dim] */
 int srt_cuda_rope_cos_sin(const int32_t *positions, const float *inv_freq, int64_t n_tok,
                           int head_dim, float *cos_sin, void *stream);

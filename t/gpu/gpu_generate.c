@@ -184,7 +184,8 @@ static int forward_ops(eng *e, int32_t T, int gather)
         o->rope_cos_sin(be, e->pos, T, m->inv_freq, e->hd, e->cs);
     for (int l = 0; l < e->L; l++) {
         const srt_layer *ly = &m->layers[l];
-        o->rmsnorm(be, e->x, &ly->input_norm.w, c->rms_norm_eps, T, H, e->xn);
+        if (l == 0 || !o->add_rmsnorm)   /* else fused into the previous layer's last add */
+            o->rmsnorm(be, e->x, &ly->input_norm.w, c->rms_norm_eps, T, H, e->xn);
         linear(e, &ly->q, e->xn, T, qwen3 ? e->q_raw : e->q);
         linear(e, &ly->k, e->xn, T, qwen3 ? e->k_raw : e->k);
         linear(e, &ly->v, e->xn, T, e->v);
@@ -200,15 +201,24 @@ static int forward_ops(eng *e, int32_t T, int gather)
                              .scale = 1.0f / sqrtf((float)e->hd) };
         o->attention(be, &aa);
         linear(e, &ly->o, e->attn, T, e->proj);
-        o->add(be, e->x, e->proj, T * H);
-        o->rmsnorm(be, e->x, &ly->post_attn_norm.w, c->rms_norm_eps, T, H, e->xn);
+        if (o->add_rmsnorm)
+            o->add_rmsnorm(be, e->x, e->x, e->proj, &ly->post_attn_norm.w, c->rms_norm_eps, T, H, e->xn);
+        else {
+            o->add(be, e->x, e->proj, T * H);
+            o->rmsnorm(be, e->x, &ly->post_attn_norm.w, c->rms_norm_eps, T, H, e->xn);
+        }
         linear(e, &ly->gate, e->xn, T, e->gate);
         linear(e, &ly->up, e->xn, T, e->up);
         o->silu_mul(be, e->gate, e->up, T * F, e->act);
         linear(e, &ly->down, e->act, T, e->proj);
-        o->add(be, e->x, e->proj, T * H);
+        const srt_weight *next = l + 1 < e->L ? &m->layers[l + 1].input_norm.w : &m->final_norm.w;
+        if (o->add_rmsnorm)
+            o->add_rmsnorm(be, e->x, e->x, e->proj, next, c->rms_norm_eps, T, H, e->xn);
+        else
+            o->add(be, e->x, e->proj, T * H);
     }
-    o->rmsnorm(be, e->x, &m->final_norm.w, c->rms_norm_eps, T, H, e->xn);
+    if (!o->add_rmsnorm)
+        o->rmsnorm(be, e->x, &m->final_norm.w, c->rms_norm_eps, T, H, e->xn);
     if (gather) {
         o->gather_rows(be, e->rows, e->xn, e->rowidx, e->n_rows, H);
         linear(e, &m->lm_head, e->rows, e->n_rows, e->logits);

@@ -7,7 +7,7 @@
  * Tolerance policy (bf16 GEMMs, f32 everything else):
  *  - add, mul, add3, embed of a bf16 table, kv_store to F32/F16 (both round to nearest even),
  *    gather: bit-exact.
- *  - silu, silu_mul, rmsnorm, rope, cos_sin: |d| <= 1e-5 * |ref| + 1e-6 (the same f32 formula;
+ *  - silu, silu_mul, rmsnorm, add_rmsnorm (its sum bit-exact), rope, cos_sin: |d| <= 1e-5 * |ref| + 1e-6 (the same f32 formula;
  *    only expf/sqrtf ulps and summation order differ). cos_sin at positions up to 32k: 2e-6
  *    absolute on top, as sinf/cosf of a large argument differ by ulps of the argument.
  *  - matmul: x and W are rounded to bf16 (relative error <= 2^-8 each) then multiplied with f32
@@ -237,6 +237,39 @@ static void test_rmsnorm(void)
         free(x);
         free(ref);
         G->ops->free(G, dx);
+        G->ops->free(G, dout);
+    }
+}
+
+/* ---- add + rmsnorm fused vs add3 then rmsnorm on the CPU, in place and not ---- */
+static void test_add_rmsnorm(void)
+{
+    int64_t dims[] = { 24, 576, 896, 4096 };
+    for (size_t di = 0; di < 4; di++) {
+        int64_t dim = dims[di], rows = 1 + irand(50);
+        srt_weight w = make_weight(di & 1 ? SRT_BF16 : SRT_F32, 1, dim, 2.0f);
+        srt_err err = { { 0 } };
+        G->ops->load_weight(G, &w, &err);
+        float *a = randv(rows * dim, 3.0f), *b = randv(rows * dim, 3.0f);
+        float *sum = malloc(rows * dim * 4), *ref = malloc(rows * dim * 4);
+        C->ops->add3(C, sum, a, b, rows * dim);
+        C->ops->rmsnorm(C, sum, &w, 1e-5f, rows, dim, ref);
+        float *da = up(a, rows * dim * 4), *db = up(b, rows * dim * 4), *dout = up(a, rows * dim * 4);
+        G->ops->add_rmsnorm(G, da, da, db, &w, 1e-5f, rows, dim, dout);   /* in place: a += b */
+        float *gsum = down(da, rows * dim * 4), *gout = down(dout, rows * dim * 4);
+        char name[80];
+        snprintf(name, sizeof name, "add_rmsnorm %lld x %lld: the sum bit-exact", (long long)rows, (long long)dim);
+        ok(memcmp(gsum, sum, rows * dim * 4) == 0, "%s", name);
+        snprintf(name, sizeof name, "add_rmsnorm %lld x %lld: the norm", (long long)rows, (long long)dim);
+        close_enough(name, gout, ref, rows * dim, 1e-5, 1e-6);
+        free(a);
+        free(b);
+        free(sum);
+        free(ref);
+        free(gsum);
+        free(gout);
+        G->ops->free(G, da);
+        G->ops->free(G, db);
         G->ops->free(G, dout);
     }
 }
@@ -958,6 +991,7 @@ int main(void)
     ok(srt_backend_is_cuda(G) && !srt_backend_is_cuda(C), "srt_backend_is_cuda");
     test_elementwise();
     test_rmsnorm();
+    test_add_rmsnorm();
     test_embed();
     test_matmul();
     test_rope();

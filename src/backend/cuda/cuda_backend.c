@@ -575,6 +575,20 @@ static void cuda_rmsnorm(srt_backend *be, const float *x, const srt_weight *w, f
     check_launch(c, srt_cuda_rmsnorm_f32(x, d->dev, eps, n_rows, dim, out, c->stream), "rmsnorm");
 }
 
+static void cuda_add_rmsnorm(srt_backend *be, float *sum, const float *a, const float *b, const srt_weight *w,
+                             float eps, int64_t n_rows, int64_t dim, float *out)
+{
+    cuda_backend *c = cb(be);
+    const dev_weight *d = need_weight(c, w, 1, "add_rmsnorm");
+    if (!d)
+        return;
+    if (d->cols != dim) {
+        fail(c, "add_rmsnorm: weight of %lld for rows of %lld", (long long)d->cols, (long long)dim);
+        return;
+    }
+    check_launch(c, srt_cuda_add_rmsnorm_f32(sum, a, b, d->dev, eps, n_rows, dim, out, c->stream), "add_rmsnorm");
+}
+
 static void cuda_silu(srt_backend *be, const float *x, int64_t n, float *out)
 {
     check_launch(cb(be), srt_cuda_silu_f32(x, n, out, cb(be)->stream), "silu");
@@ -909,6 +923,7 @@ static const srt_backend_ops cuda_ops = {
     .rope_cos_sin = cuda_rope_cos_sin,
     .gather_rows = cuda_gather_rows,
     .sync = cuda_sync,
+    .add_rmsnorm = cuda_add_rmsnorm,
 };
 
 /* ---------------------------------------------------------------- graphs ---------------- */

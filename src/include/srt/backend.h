@@ -93,6 +93,10 @@ typedef struct srt_backend_ops {
     /* Waits for the queued ops; returns the first error any op met since the last sync
      * (the void ops above cannot return one) and clears it. */
     int   (*sync)(srt_backend *be, srt_err *err);
+    /* Optional fusion (NULL: call add3 then rmsnorm): sum = a + b (sum may be a), then
+     * out = rmsnorm(sum) * w, rows of width dim. The same numbers as the two ops. */
+    void  (*add_rmsnorm)(srt_backend *be, float *sum, const float *a, const float *b, const srt_weight *w,
+                         float eps, int64_t n_rows, int64_t dim, float *out);
 } srt_backend_ops;
 
 struct srt_backend {

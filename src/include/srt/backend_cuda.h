@@ -47,6 +47,9 @@
  *     ops->rope_cos_sin instead of the host loop); gather the logit rows with ops->gather_rows
  *     (or skip it when the rows are every token in order) and bring logits back with
  *     ops->download, which also reports any op's error. Validation stays on the host batch.
+ *     Where no hook is on the modules involved, use ops->add_rmsnorm for "residual add, then
+ *     the next RMSNorm" (post_attention_layernorm, and the next layer's input_layernorm or the
+ *     final norm after the MLP): one kernel instead of two passes (t/gpu/gpu_generate.c).
  *  3. Hooks: tensor views get device = SRT_HOOK_DEVICE_CUDA and device pointers.
  *     A step any hook matches runs EAGERLY, never from a graph (SGLang's hooks silently stop
  *     under graphs; ours do not): the runner checks "any module has hooks" before replaying.
