@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Output tokens/s of ngx_srt against llama.cpp's server (llama-cpp-python) at concurrency 1, 4, 16
+# and 64: same GGUF, same machine, same run, same thread count. The two servers run side by side
+# (an idle server costs nothing) and take turns at each concurrency, so both see the same machine.
+#
+#   scripts/bench_vs_llamacpp.sh [--model GGUF] [--threads 2] [--input-len 128] [--output-len 32]
+#                                [--concurrency "1 4 16 64"] [--prompts-per-conc 2] [--min-prompts 8]
+#                                [--port 28650] [--out FILE.jsonl]
+#
+# Needs: build/nginx/ngx_http_srt_module.so (make), /usr/sbin/nginx, and llama-cpp-python with its
+# server extras (uvicorn fastapi sse-starlette starlette-context pydantic-settings; see
+# scripts/install-bench-deps.sh). Every request is streamed, greedy, with exactly --output-len
+# output tokens: ignore_eos for ngx_srt; llama.cpp's server has no ignore_eos, so its EOS ids
+# (0 <|endoftext|>, 2 <|im_end|> for SmolLM2) are banned with logit_bias instead.
+#
+# llama-cpp-python's server: one Llama object, one sequence at a time (requests queue on a lock);
+# interrupt_requests False, or every new request would cancel the running stream.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MODEL=$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+THREADS=2 IN=128 OUT=32 CONCS="1 4 16 64" PER=2 MINP=8 PORT=28650 OUTF=""
+while [ $# -gt 0 ]; do
+    case $1 in
+        --model) MODEL=$2; shift 2 ;;
+        --threads) THREADS=$2; shift 2 ;;
+        --input-len) IN=$2; shift 2 ;;
+        --output-len) OUT=$2; shift 2 ;;
+        --concurrency) CONCS=$2; shift 2 ;;
+        --prompts-per-conc) PER=$2; shift 2 ;;
+        --min-prompts) MINP=$2; shift 2 ;;
+        --port) PORT=$2; shift 2 ;;
+        --out) OUTF=$2; shift 2 ;;
+        *) sed -n '2,17p' "$0"; exit 2 ;;
+    esac
+done
+LPORT=$((PORT + 1))
+NGINX=${NGINX:-/usr/sbin/nginx}
+SO=$ROOT/build/nginx/ngx_http_srt_module.so
+TOKJ=$ROOT/t/fixtures/tokenizers/smollm2/tokenizer.json
+[ -f "$SO" ] || { echo "bench_vs_llamacpp: build the module first (make)" >&2; exit 1; }
+[ -f "$MODEL" ] || { echo "bench_vs_llamacpp: no model $MODEL (scripts/fetch-model.sh)" >&2; exit 1; }
+python3 -c 'import llama_cpp.server.app' 2>/dev/null ||
+    { echo "bench_vs_llamacpp: llama-cpp-python server extras missing" >&2; exit 1; }
+
+PFX=$(mktemp -d /tmp/srt-bench-vs-llamacpp.XXXXXX)
+[ -n "$OUTF" ] || OUTF=$PFX/results.jsonl
+LPID=""
+cleanup() {  # stop both servers and wait until nginx's master and its children (the scheduler) are gone
+    local pids=""
+    if [ -f "$PFX/nginx.pid" ]; then
+        local m; m=$(cat "$PFX/nginx.pid")
+        pids="$m $(pgrep -P "$m" | tr '\n' ' ')"
+        "$NGINX" -p "$PFX" -c "$PFX/nginx.conf" -s stop 2>/dev/null || true
+    fi
+    [ -n "$LPID" ] && kill "$LPID" 2>/dev/null && wait "$LPID" 2>/dev/null || true
+    for _ in $(seq 100); do
+        local alive=""
+        for p in $pids; do [ -d /proc/$p ] && [ "$(cut -d' ' -f3 /proc/$p/stat)" != Z ] && alive=1; done
+        [ -z "$alive" ] && break
+        sleep 0.1
+    done
+}
+trap cleanup EXIT INT TERM
+
+CTX=$(( (IN + OUT + 64) > 2048 ? IN + OUT + 64 : 2048 ))
+cat > "$PFX/nginx.conf" <<EOF
+load_module $SO;
+master_process on;
+worker_processes 1;
+pid $PFX/nginx.pid;
+error_log $PFX/error.log notice;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $PFX/client_body_temp;
+    proxy_temp_path $PFX/proxy_temp;
+    fastcgi_temp_path $PFX/fastcgi_temp;
+    uwsgi_temp_path $PFX/uwsgi_temp;
+    scgi_temp_path $PFX/scgi_temp;
+    srt_temp_path $PFX/srt_temp;
+    server {
+        listen 127.0.0.1:$PORT;
+        keepalive_requests 100000;
+        location / {
+            srt_model $MODEL name=smollm2;
+            srt_device cpu;
+            srt_threads $THREADS;
+            srt_context_length $CTX;
+            srt_max_total_tokens 65536;
+            srt_max_running_requests 64;
+            srt_max_queued_requests 1024;
+            srt_chunked_prefill_size 1024;
+        }
+    }
+}
+EOF
+"$NGINX" -p "$PFX" -c "$PFX/nginx.conf" -g 'user root;'
+LLAMA_ARGS=(--model "$MODEL" --model_alias smollm2 --host 127.0.0.1 --port "$LPORT"
+            --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_ctx "$CTX" --n_batch 512 --n_ubatch 512
+            --n_gpu_layers 0 --interrupt_requests False --verbose False)
+python3 -m llama_cpp.server "${LLAMA_ARGS[@]}" > "$PFX/llama.log" 2>&1 &
+LPID=$!
+
+wait_up() {  # url
+    for _ in $(seq 600); do
+        curl -sf -o /dev/null "$1" && return 0
+        sleep 0.2
+    done
+    echo "bench_vs_llamacpp: $1 did not come up" >&2
+    return 1
+}
+wait_up "http://127.0.0.1:$PORT/health"
+wait_up "http://127.0.0.1:$LPORT/v1/models"
+
+echo "# ngx_srt: nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), srt_threads $THREADS, srt_context_length $CTX," \
+     "srt_max_running_requests 64, srt_chunked_prefill_size 1024"
+echo "# llama.cpp: python3 -m llama_cpp.server ${LLAMA_ARGS[*]}" \
+     "(llama-cpp-python $(python3 -c 'import llama_cpp; print(llama_cpp.__version__)'))"
+echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for C in $CONCS; do
+    N=$(( C * PER > MINP ? C * PER : MINP ))
+    COMMON=(--model smollm2 --dataset-name random --num-prompts "$N" --random-input-len "$IN"
+            --random-output-len "$OUT" --max-concurrency "$C" --tokenizer "$TOKJ" --output-file "$OUTF")
+    echo "## concurrency $C, $N prompts, load average $(cut -d' ' -f1 /proc/loadavg)"
+    python3 "$ROOT/scripts/bench_serving.py" --base-url "http://127.0.0.1:$PORT" "${COMMON[@]}" --tag "srt c=$C" || echo "(ngx_srt: failed requests at c=$C)"
+    python3 "$ROOT/scripts/bench_serving.py" --base-url "http://127.0.0.1:$LPORT" "${COMMON[@]}" --tag "llama.cpp c=$C" \
+        --disable-ignore-eos --extra-body '{"logit_bias": {"0": -100, "2": -100}}' || echo "(llama.cpp: failed requests at c=$C)"
+done
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 - "$OUTF" "$CONCS" "$IN" "$OUT" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = {r["tag"]: r for r in rows}
+print(f"\nrandom dataset, {sys.argv[3]} prompt tokens, {sys.argv[4]} output tokens per request")
+print("| concurrency | ngx_srt output tok/s | llama.cpp output tok/s | ratio | ngx_srt median TTFT / ITL ms | llama.cpp median TTFT / ITL ms | failed (srt / llama.cpp) |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for c in sys.argv[2].split():
+    s, l = by.get(f"srt c={c}"), by.get(f"llama.cpp c={c}")
+    if not s or not l:
+        continue
+    ratio = s["output_throughput"] / l["output_throughput"] if l["output_throughput"] else float("inf")
+    print(f"| {c} | {s['output_throughput']:.1f} | {l['output_throughput']:.1f} | {ratio:.2f}x | "
+          f"{s['median_ttft_ms']:.0f} / {s['median_itl_ms']:.1f} | {l['median_ttft_ms']:.0f} / {l['median_itl_ms']:.1f} | "
+          f"{s['failed']} / {l['failed']} |")
+EOF
+echo "(raw metrics: $OUTF)"
