@@ -15,8 +15,7 @@
 
 #define KEY_BLOCK 64
 #define MAX_RUN   8      /* query heads per item */
-#define SPLIT_PARTIALS 256   /* most (item, key range) partial results of a split decode */
-#define SPLIT_MIN_KEYS 128   /* shortest key range worth its own work item */
+#define SPLIT_PARTIALS 512   /* most (item, key chunk) partial results of a split decode */
 
 typedef struct attn_job {
     const srt_attn_args *a;
@@ -45,18 +44,40 @@ static int32_t seq_of_token(const srt_forward_batch *b, int32_t t)
     return lo;
 }
 
-/* query heads h0 .. h0+nh-1 of token t, all on KV head kvh, over keys [k0, k1) of the
- * token's causal range [0, position]. part == NULL: writes the normalised output; else the
- * unnormalised state (acc, max, sum) for a later merge. */
-static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t k0, int32_t k1,
-                   float *part)
+/* The causal keys [0, position] of a token are taken in fixed chunks of ATTN_CHUNK keys
+ * from key 0, each reduced (online softmax over KEY_BLOCK blocks) to a state (acc, max,
+ * sum) and the states merged in chunk order by merge_state. Chunk boundaries and the merge
+ * order depend only on the token's position, never on the batch, the thread count, how
+ * the prompt was chunked or whether the keys were a cached prefix, so a token's output
+ * is the same bits in every batch; a split decode computes the same chunks on several
+ * threads and merges them the same way. */
+#define ATTN_CHUNK 256
+
+static int32_t n_chunks_of(int32_t n_keys) { return (n_keys + ATTN_CHUNK - 1) / ATTN_CHUNK; }
+
+/* state (o, *m, *s) = merge of itself and chunk state (oc, mc, sc); noinline so both
+ * callers run exactly the same instructions */
+__attribute__((noinline)) static void merge_state(float *o, float *m, float *s, const float *oc, float mc,
+                                                  float sc, int32_t hd)
+{
+    float nm = mc > *m ? mc : *m, a = expf(*m - nm), b = expf(mc - nm);
+    *s = *s * a + sc * b;
+    for (int32_t d = 0; d < hd; d++)
+        o[d] = o[d] * a + oc[d] * b;
+    *m = nm;
+}
+
+/* query heads h0 .. h0+nh-1 of token t, all on KV head kvh, over keys [k0, k1): the
+ * unnormalised state acc[i][hd], mx[i], sum[i] of each head */
+static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t k0,
+                         int32_t k1, float (*acc)[1024], float *mx, float *sum)
 {
     const srt_attn_args *a = job->a;
     const srt_forward_batch *b = a->batch;
     int32_t hd = a->head_dim, s = seq_of_token(b, t);
     size_t row = (size_t)a->n_kv_heads * hd;
     const int32_t *slots = b->seq_slots[s];
-    float acc[MAX_RUN][1024], score[MAX_RUN][KEY_BLOCK], kbuf[1024], mx[MAX_RUN], sum[MAX_RUN];
+    float score[MAX_RUN][KEY_BLOCK], kbuf[1024];
     const float *q[MAX_RUN];
     int f32 = a->kv_dtype == SRT_F32;
 
@@ -81,13 +102,9 @@ static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int3
         }
         for (int32_t j = 0; j < nb && !f32; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            const float *k = (const float *)a->k_cache + off;
-            if (!f32) {
-                job->f16((const uint16_t *)a->k_cache + off, kbuf, hd);
-                k = kbuf;
-            }
+            job->f16((const uint16_t *)a->k_cache + off, kbuf, hd);
             for (int32_t i = 0; i < nh; i++)
-                score[i][j] = job->dot(q[i], k, hd) * a->scale;
+                score[i][j] = job->dot(q[i], kbuf, hd) * a->scale;
         }
         for (int32_t i = 0; i < nh; i++) {
             float bmx = -INFINITY;
@@ -110,16 +127,23 @@ static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int3
         }
         for (int32_t j = 0; j < nb && !f32; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            const float *v = (const float *)a->v_cache + off;
-            if (!f32) {
-                job->f16((const uint16_t *)a->v_cache + off, kbuf, hd);
-                v = kbuf;
-            }
+            job->f16((const uint16_t *)a->v_cache + off, kbuf, hd);
             for (int32_t i = 0; i < nh; i++)
-                job->axpy(acc[i], score[i][j], v, hd);
+                job->axpy(acc[i], score[i][j], kbuf, hd);
         }
     }
+}
+
+/* Chunk c of the token's keys alone (part != NULL: its state, for a later merge), or, with
+ * c < 0, every chunk merged and normalised into the output. */
+static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t c, float *part)
+{
+    const srt_attn_args *a = job->a;
+    int32_t hd = a->head_dim, n_keys = a->batch->positions[t] + 1;
+    float acc[MAX_RUN][1024], mx[MAX_RUN], sum[MAX_RUN];
     if (part) {
+        int32_t k0 = c * ATTN_CHUNK, k1 = k0 + ATTN_CHUNK < n_keys ? k0 + ATTN_CHUNK : n_keys;
+        attend_range(job, t, kvh, h0, nh, k0, k1, acc, mx, sum);
         for (int32_t i = 0; i < nh; i++) {
             memcpy(part + (size_t)i * hd, acc[i], (size_t)hd * sizeof(float));
             part[(size_t)job->run * hd + i] = mx[i];
@@ -127,10 +151,23 @@ static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int3
         }
         return;
     }
+    float tot[MAX_RUN][1024], tm[MAX_RUN], ts[MAX_RUN];
+    int32_t nc = n_chunks_of(n_keys);
+    for (int32_t ci = 0; ci < nc; ci++) {
+        int32_t k0 = ci * ATTN_CHUNK, k1 = k0 + ATTN_CHUNK < n_keys ? k0 + ATTN_CHUNK : n_keys;
+        if (nc == 1) {
+            attend_range(job, t, kvh, h0, nh, k0, k1, tot, tm, ts);
+            break;
+        }
+        attend_range(job, t, kvh, h0, nh, k0, k1, ci == 0 ? tot : acc, ci == 0 ? tm : mx, ci == 0 ? ts : sum);
+        if (ci > 0)
+            for (int32_t i = 0; i < nh; i++)
+                merge_state(tot[i], &tm[i], &ts[i], acc[i], mx[i], sum[i], hd);
+    }
     for (int32_t i = 0; i < nh; i++) {
-        float inv = 1.0f / sum[i], *out = a->out + ((size_t)t * a->n_heads + h0 + i) * hd;
+        float inv = 1.0f / ts[i], *out = a->out + ((size_t)t * a->n_heads + h0 + i) * hd;
         for (int32_t d = 0; d < hd; d++)
-            out[d] = acc[i][d] * inv;
+            out[d] = tot[i][d] * inv;
     }
 }
 
@@ -159,16 +196,14 @@ static void attn_worker(void *arg, int ith, int nth)
     for (int64_t i = ith; i < n; i += nth) {
         int32_t t, kvh, h0, nh, c = (int32_t)(i % job->chunks);
         item_heads(job, i / job->chunks, &t, &kvh, &h0, &nh);
-        int32_t n_keys = a->batch->positions[t] + 1;
         if (job->chunks == 1)
-            attend(job, t, kvh, h0, nh, 0, n_keys, NULL);
-        else
-            attend(job, t, kvh, h0, nh, (int32_t)((int64_t)n_keys * c / job->chunks),
-                   (int32_t)((int64_t)n_keys * (c + 1) / job->chunks), job->partial + (size_t)i * part_stride(job));
+            attend(job, t, kvh, h0, nh, -1, NULL);
+        else if (c < n_chunks_of(a->batch->positions[t] + 1))
+            attend(job, t, kvh, h0, nh, c, job->partial + (size_t)i * part_stride(job));
     }
 }
 
-/* split decode: combine each item's key ranges (log-sum-exp) into the output */
+/* split decode: each item's chunk states merged in chunk order, as attend does */
 static void merge_worker(void *arg, int ith, int nth)
 {
     const attn_job *job = arg;
@@ -178,24 +213,17 @@ static void merge_worker(void *arg, int ith, int nth)
     for (int64_t i = ith; i < n; i += nth) {
         int32_t t, kvh, h0, nh;
         item_heads(job, i, &t, &kvh, &h0, &nh);
+        int32_t nc = n_chunks_of(a->batch->positions[t] + 1);
         for (int32_t h = 0; h < nh; h++) {
-            float m = -INFINITY, sum = 0, *out = a->out + ((size_t)t * a->n_heads + h0 + h) * hd;
-            for (int32_t c = 0; c < job->chunks; c++) {
-                const float *p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
-                m = p[(size_t)run * hd + h] > m ? p[(size_t)run * hd + h] : m;
+            float *out = a->out + ((size_t)t * a->n_heads + h0 + h) * hd;
+            const float *p = job->partial + (size_t)(i * job->chunks) * part_stride(job);
+            float m = p[(size_t)run * hd + h], s = p[(size_t)run * hd + run + h];
+            memcpy(out, p + (size_t)h * hd, (size_t)hd * sizeof(float));
+            for (int32_t c = 1; c < nc; c++) {
+                p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
+                merge_state(out, &m, &s, p + (size_t)h * hd, p[(size_t)run * hd + h], p[(size_t)run * hd + run + h], hd);
             }
-            memset(out, 0, (size_t)hd * sizeof(float));
-            for (int32_t c = 0; c < job->chunks; c++) {
-                const float *p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
-                float pm = p[(size_t)run * hd + h];
-                if (pm == -INFINITY)
-                    continue;   /* empty range */
-                float w = expf(pm - m);
-                sum += w * p[(size_t)run * hd + run + h];
-                for (int32_t d = 0; d < hd; d++)
-                    out[d] += w * p[(size_t)h * hd + d];
-            }
-            float inv = 1.0f / sum;
+            float inv = 1.0f / s;
             for (int32_t d = 0; d < hd; d++)
                 out[d] *= inv;
         }
@@ -216,17 +244,14 @@ void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a, float *scratc
     int32_t max_keys = 0;
     for (int32_t t = 0; t < a->batch->n_tokens; t++)
         max_keys = a->batch->positions[t] + 1 > max_keys ? a->batch->positions[t] + 1 : max_keys;
-    if (nth > 1 && base < 2 * nth && max_keys >= 2 * SPLIT_MIN_KEYS && scratch &&
+    if (nth > 1 && base < 2 * nth && max_keys > ATTN_CHUNK && scratch &&
         scratch_floats >= srt_cpu_attention_scratch_floats(nth, a->head_dim)) {
         /* few (token, KV head) pairs over a long context (decode): keep whole head groups, so
-         * each K/V row is read once, and split the keys across threads instead */
+         * each K/V row is read once, and spread the key chunks over the threads instead; the
+         * result is the same bits as unsplit */
         int64_t items = base * ((group + run - 1) / run);
-        chunks = (int32_t)((4 * nth + items - 1) / items);
-        if (chunks > max_keys / SPLIT_MIN_KEYS)
-            chunks = max_keys / SPLIT_MIN_KEYS;
+        chunks = n_chunks_of(max_keys);
         if (items * chunks > SPLIT_PARTIALS)
-            chunks = (int32_t)(SPLIT_PARTIALS / items);
-        if (chunks < 2)
             chunks = 1;
     }
     /* shorter runs when tokens x kv heads leave threads idle (and keys are not split) */

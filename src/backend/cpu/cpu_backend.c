@@ -28,12 +28,16 @@ typedef struct cpu_backend {
 #define ATTN_MAX_HD 256
 
 #define PRECISE_TILE 16   /* weight rows dequantized at once, reused across all tokens */
-#define PRECISE_FUSED 8   /* up to this many tokens, quantized rows are dotted without dequantizing */
 
-static size_t precise_scratch(const cpu_backend *c, const srt_weight *w)
+/* Precise matmul, batch-invariant: a (row, token) output is one function of that row and
+ * that token whatever the batch: the fused dequant-dot kernel for the formats that have
+ * one (at every token count, so decode and prefill agree bit for bit), else
+ * dequantize-then-dot. Scratch: the per-thread dequantized tiles, then the block sums of
+ * x for the fused kernels. */
+static size_t precise_scratch(const cpu_backend *c, const srt_weight *w, int64_t n_tok)
 {
     return (size_t)srt_threadpool_size(c->tp) * PRECISE_TILE * (size_t)w->cols * sizeof(float) +
-           (size_t)PRECISE_FUSED * (size_t)(w->cols / 32 + 1) * sizeof(float);
+           (size_t)(n_tok > 0 ? n_tok : 1) * (size_t)(w->cols / 32 + 1) * sizeof(float);
 }
 
 static cpu_backend *cpu(srt_backend *be) { return (cpu_backend *)be->impl; }
@@ -52,7 +56,7 @@ static int cpu_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_to
 {
     cpu_backend *c = cpu(be);
     size_t need = srt_cpu_matmul_scratch_bytes(w, n_tok);
-    size_t precise = precise_scratch(c, w);
+    size_t precise = precise_scratch(c, w, n_tok);
     if (c->precise && precise > need)
         need = precise;
     if (need <= c->scratch_bytes)
@@ -74,7 +78,7 @@ typedef struct precise_job {
     float            *y;
     float            *scratch;
     srt_dot_f32_fn    dot;
-    srt_precise_dot_fn fused;   /* set: few tokens, fused dequant-dot */
+    srt_precise_dot_fn fused;   /* set: fused dequant-dot for this format */
     const float      *xsum;     /* [n_tok][cols/32] block sums of x, for fused */
 } precise_job;
 
@@ -125,7 +129,7 @@ static void cpu_matmul(srt_backend *be, const srt_weight *w, const float *bias, 
         srt_cpu_matmul_ref(w, bias, x, n_tok, y);
     else if (c->precise) {
         precise_job j = { w, bias, x, n_tok, y, c->scratch, c->dot, NULL, NULL };
-        if (n_tok <= PRECISE_FUSED && (j.fused = srt_cpu_precise_dot(w->dtype)) != NULL) {
+        if ((j.fused = srt_cpu_precise_dot(w->dtype)) != NULL) {
             /* block sums of x after the per-thread tiles in scratch */
             float *xs = (float *)((char *)c->scratch + (size_t)srt_threadpool_size(c->tp) * PRECISE_TILE *
                                                        (size_t)w->cols * sizeof(float));

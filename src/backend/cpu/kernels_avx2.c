@@ -20,10 +20,6 @@
  * prefetcher, so the kernel prefetches the rows PF_GROUPS groups ahead as one sequential
  * run, spread over its loop. */
 #define PF_GROUPS 4
-/* Q8_0 decode (in practice the 30 MB lm_head, always from DRAM) is fastest one row at a
- * time: W is then a single sequential stream for the hardware prefetcher. The 4-bit formats
- * are compute-bound enough that four rows sharing each activation load win. */
-#define DECODE_ROWS(fmt) ((fmt) == FMT_Q8_0 ? 1 : 4)
 
 enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
 
@@ -50,116 +46,70 @@ INLINE __m256i unpack_q4(const uint8_t *qs)
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(a, 4), a), _mm256_set1_epi8(0x0F));
 }
 
-/* The R x T micro-kernel over a whole row. */
-INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const int8_t *aq,
-                 const q8_scale *ads, int64_t qstride, int64_t nb, float *y, int64_t ldy)
+/* Batch invariance: every (row, token) output of the 32-wide formats is computed with the
+ * one reduction order of kern_p, whatever the tile: per block, the 8 vpmaddwd sums are
+ * folded (exactly, in integers) to two, lanes j and 4+j; those are scaled and accumulated
+ * in float block by block (the offset m*s joins lane j after the block's scale), and the
+ * result is lane j + lane 4+j. Decode folds four rows instead of four tokens (kern_d), and
+ * a short tile pads its token or row group with copies of its first member, so a token
+ * gets the same bits alone, in a decode batch, or anywhere in a prefill tile. */
+
+/* fold of four vpmaddwd results: lane j and 4+j hold the sums of i[j]'s low and high halves */
+INLINE __m256 fold4(__m256i i0, __m256i i1, __m256i i2, __m256i i3)
 {
-    const size_t bb = fmt_bytes[fmt];
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
-    const char *pf = (const char *)w + PF_GROUPS * R * stride;
-    int64_t pf_lines = T < 4 && R > 1 ? ((int64_t)(R * stride) / 64 + nb - 1) / (nb > 0 ? nb : 1) + 1 : 0;
-    for (int64_t b = 0; b < nb; b++) {
-        for (int64_t k = 0; k < pf_lines; k++, pf += 64)
-            _mm_prefetch(pf, _MM_HINT_T0);
-        __m256i wv[4], ws[4];
-        float dw[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = w + r * stride + b * bb;
-            dw[r] = half_at(blk);
-            if (fmt == FMT_Q8_0) {
-                ws[r] = _mm256_loadu_si256((const __m256i *)(blk + 2));
-                wv[r] = _mm256_abs_epi8(ws[r]);
-            } else {
-                wv[r] = unpack_q4(blk + (fmt == FMT_Q4_1 ? 4 : 2));
-            }
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            __m256i xv = _mm256_load_si256((const __m256i *)(aq + t * qstride + b * QK));
-            float dx = ads[t * nb + b].d;
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                __m256i xs = fmt == FMT_Q8_0 ? _mm256_sign_epi8(xv, ws[r]) : xv;
-                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xs), ones);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx),
-                                            acc[r][t]);
-            }
-        }
-    }
-    float off[4][4] = { { 0 } };
-    if (fmt != FMT_Q8_0) {
-        /* sum over blocks of m * (dx * sum(qx)); Q4_0's m is -8d */
-        for (int64_t b = 0; b < nb; b++) {
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const uint8_t *blk = w + r * stride + b * bb;
-                float m = fmt == FMT_Q4_1 ? half_at(blk + 2) : -8.0f * half_at(blk);
-#pragma GCC unroll 4
-                for (int t = 0; t < T; t++)
-                    off[r][t] += m * ads[t * nb + b].s;
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
-            y[t * ldy + r] = hsum8(acc[r][t]) + off[r][t];
+    __m256i p01 = _mm256_add_epi32(_mm256_unpacklo_epi32(i0, i1), _mm256_unpackhi_epi32(i0, i1));
+    __m256i p23 = _mm256_add_epi32(_mm256_unpacklo_epi32(i2, i3), _mm256_unpackhi_epi32(i2, i3));
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23)));
 }
 
-/* Prefill micro-kernel: R rows x 4 tokens. The four tokens' vpmaddwd results (8 partial
- * sums of one block each) are folded into one register, lane j and 4+j holding token j,
- * so one convert and two FMAs serve four (row, token) pairs; the offsets (Q4_1's m,
- * Q4_0's -8d) go through the block sums in lanes 0-3. */
-INLINE void kern_p(int fmt, int R, const uint8_t *w, size_t stride, const int8_t *aq,
-                   const q8_scale *ads, int64_t qstride, int64_t nb, float *y, int64_t ldy)
+INLINE __m256i block_isum(int fmt, const uint8_t *blk, __m256i xv)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (fmt == FMT_Q8_0) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q)), ones);
+    }
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(unpack_q4(blk + (fmt == FMT_Q4_1 ? 4 : 2)), xv), ones);
+}
+
+INLINE void store_fold(__m256 acc, float *y, int64_t ldy, int n)
+{
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    float out[4];
+    _mm_storeu_ps(out, v);
+    for (int j = 0; j < n; j++)
+        y[j * ldy] = out[j];
+}
+
+/* Prefill micro-kernel: R rows x 4 tokens (a[k], s[k]: token k's activations and scales;
+ * the first nt are stored). One convert and two FMAs serve four (row, token) pairs. */
+INLINE void kern_p(int fmt, int R, const uint8_t *w, size_t stride, const int8_t *const *a,
+                   const q8_scale *const *s, int nt, int64_t nb, float *y, int64_t ldy)
 {
     const size_t bb = fmt_bytes[fmt];
-    const __m256i ones = _mm256_set1_epi16(1);
     const __m256i idx_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
     const __m256i idx_s = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
     __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
     for (int64_t b = 0; b < nb; b++) {
         /* [d s] of the four tokens -> dx = [d0..d3 d0..d3], sx = [s0..s3 0 0 0 0] */
-        __m128 s01 = _mm_loadh_pi(_mm_castpd_ps(_mm_load_sd((const double *)&ads[b].d)),
-                                  (const __m64 *)&ads[nb + b].d);
-        __m128 s23 = _mm_loadh_pi(_mm_castpd_ps(_mm_load_sd((const double *)&ads[2 * nb + b].d)),
-                                  (const __m64 *)&ads[3 * nb + b].d);
+        __m128 s01 = _mm_loadh_pi(_mm_castpd_ps(_mm_load_sd((const double *)&s[0][b].d)),
+                                  (const __m64 *)&s[1][b].d);
+        __m128 s23 = _mm_loadh_pi(_mm_castpd_ps(_mm_load_sd((const double *)&s[2][b].d)),
+                                  (const __m64 *)&s[3][b].d);
         __m256 z = _mm256_set_m128(s23, s01);
         __m256 dx = _mm256_permutevar8x32_ps(z, idx_d);
         __m256 sx = _mm256_blend_ps(_mm256_permutevar8x32_ps(z, idx_s), _mm256_setzero_ps(), 0xF0);
         __m256i xv[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
-            xv[k] = _mm256_load_si256((const __m256i *)(aq + k * qstride + b * QK));
+            xv[k] = _mm256_load_si256((const __m256i *)(a[k] + b * QK));
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * stride + b * bb;
             float d = half_at(blk);
-            __m256i i[4];
-            if (fmt == FMT_Q8_0) {
-                __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 2));
-                __m256i qa = _mm256_abs_epi8(q);
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++)
-                    i[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv[k], q)), ones);
-            } else {
-                __m256i q = unpack_q4(blk + (fmt == FMT_Q4_1 ? 4 : 2));
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++)
-                    i[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv[k]), ones);
-            }
-            __m256i p01 = _mm256_add_epi32(_mm256_unpacklo_epi32(i[0], i[1]), _mm256_unpackhi_epi32(i[0], i[1]));
-            __m256i p23 = _mm256_add_epi32(_mm256_unpacklo_epi32(i[2], i[3]), _mm256_unpackhi_epi32(i[2], i[3]));
-            __m256i sum = _mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dx, _mm256_set1_ps(d)), acc[r]);
+            __m256 f = fold4(block_isum(fmt, blk, xv[0]), block_isum(fmt, blk, xv[1]),
+                             block_isum(fmt, blk, xv[2]), block_isum(fmt, blk, xv[3]));
+            acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(dx, _mm256_set1_ps(d)), acc[r]);
             if (fmt != FMT_Q8_0) {
                 float m = fmt == FMT_Q4_1 ? half_at(blk + 2) : -8.0f * d;
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), sx, acc[r]);
@@ -167,25 +117,41 @@ INLINE void kern_p(int fmt, int R, const uint8_t *w, size_t stride, const int8_t
         }
     }
 #pragma GCC unroll 2
-    for (int r = 0; r < R; r++) {
-        __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
-        float out[4];
-        _mm_storeu_ps(out, v);
-        for (int j = 0; j < 4; j++)
-            y[j * ldy + r] = out[j];
-    }
+    for (int r = 0; r < R; r++)
+        store_fold(acc[r], y + r, ldy, nt);
 }
 
-#define TILE_ROWS(fmt, R, T)                                                                  \
-    do {                                                                                       \
-        int r_ = 0;                                                                            \
-        for (; r_ + (R) <= nr; r_ += (R))                                                       \
-            kern(fmt, R, T, w + r_ * stride, stride, aq + t * qstride, ads + t * nb, qstride,  \
-                 nb, y + t * ldy + r_, ldy);                                                 \
-        for (; r_ < nr; r_++)                                                                  \
-            kern(fmt, 1, T, w + r_ * stride, stride, aq + t * qstride, ads + t * nb, qstride,  \
-                 nb, y + t * ldy + r_, ldy);                                                 \
-    } while (0)
+/* Decode micro-kernel: 4 rows (wr[j]; the first nr are stored) x 1 token, folded across
+ * rows with the same per-lane arithmetic as kern_p. Prefetches the rows PF_GROUPS groups
+ * ahead as one sequential run. */
+INLINE void kern_d(int fmt, const uint8_t *const *wr, int nr, size_t stride, const int8_t *aq,
+                   const q8_scale *ads, int64_t nb, float *y)
+{
+    const size_t bb = fmt_bytes[fmt];
+    const char *pf = (const char *)wr[0] + PF_GROUPS * 4 * stride;
+    int64_t pf_lines = nr == 4 ? ((int64_t)(4 * stride) / 64 + nb - 1) / (nb > 0 ? nb : 1) + 1 : 0;
+    const __m256 lo_mask = _mm256_castsi256_ps(_mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        for (int64_t k = 0; k < pf_lines; k++, pf += 64)
+            _mm_prefetch(pf, _MM_HINT_T0);
+        __m256i xv = _mm256_load_si256((const __m256i *)(aq + b * QK));
+        const uint8_t *blk[4] = { wr[0] + b * bb, wr[1] + b * bb, wr[2] + b * bb, wr[3] + b * bb };
+        __m256 f = fold4(block_isum(fmt, blk[0], xv), block_isum(fmt, blk[1], xv),
+                         block_isum(fmt, blk[2], xv), block_isum(fmt, blk[3], xv));
+        __m128 d4 = _mm_setr_ps(half_at(blk[0]), half_at(blk[1]), half_at(blk[2]), half_at(blk[3]));
+        __m256 dw = _mm256_set_m128(d4, d4);
+        acc = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(ads[b].d)), acc);
+        if (fmt != FMT_Q8_0) {
+            __m128 m4 = fmt == FMT_Q4_1
+                ? _mm_setr_ps(half_at(blk[0] + 2), half_at(blk[1] + 2), half_at(blk[2] + 2), half_at(blk[3] + 2))
+                : _mm_mul_ps(_mm_set1_ps(-8.0f), d4);
+            __m256 sx = _mm256_and_ps(_mm256_set1_ps(ads[b].s), lo_mask);
+            acc = _mm256_fmadd_ps(_mm256_set_m128(m4, m4), sx, acc);
+        }
+    }
+    store_fold(acc, y, 1, nr);
+}
 
 /* Every token of a tile is handled in one pass over the rows, so a small batch (2-3
  * tokens) streams W once, not once per token. */
@@ -194,21 +160,30 @@ INLINE void kern_p(int fmt, int R, const uint8_t *w, size_t stride, const int8_t
                          const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,  \
                          int64_t ldy)                                                          \
     {                                                                                          \
-        int t = 0;                                                                             \
-        for (; t + 4 <= nt; t += 4) {                                                          \
+        if (nt == 1) {                                                                         \
+            for (int r = 0; r < nr; r += 4) {                                                  \
+                int n = nr - r < 4 ? nr - r : 4;                                               \
+                const uint8_t *wr[4];                                                          \
+                for (int j = 0; j < 4; j++)                                                    \
+                    wr[j] = w + (size_t)(r + (j < n ? j : 0)) * stride;                        \
+                kern_d(fmt, wr, n, stride, aq, ads, nb, y + r);                                \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        for (int t = 0; t < nt; t += 4) {                                                      \
+            int n = nt - t < 4 ? nt - t : 4;                                                   \
+            const int8_t *a[4];                                                                \
+            const q8_scale *s[4];                                                              \
+            for (int k = 0; k < 4; k++) {                                                      \
+                int tk = t + (k < n ? k : 0);                                                  \
+                a[k] = aq + tk * qstride;                                                      \
+                s[k] = ads + tk * nb;                                                          \
+            }                                                                                  \
             int r = 0;                                                                         \
             for (; r + 2 <= nr; r += 2)                                                        \
-                kern_p(fmt, 2, w + r * stride, stride, aq + t * qstride, ads + t * nb, qstride,\
-                       nb, y + t * ldy + r, ldy);                                              \
+                kern_p(fmt, 2, w + r * stride, stride, a, s, n, nb, y + t * ldy + r, ldy);     \
             for (; r < nr; r++)                                                                \
-                kern_p(fmt, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb, qstride,\
-                       nb, y + t * ldy + r, ldy);                                              \
-        }                                                                                      \
-        switch (nt - t) {                                                                      \
-        case 3: TILE_ROWS(fmt, 2, 3); break;                                            \
-        case 2: TILE_ROWS(fmt, 2, 2); break;                                            \
-        case 1: TILE_ROWS(fmt, DECODE_ROWS(fmt), 1); break;                              \
-        default: break;                                                                        \
+                kern_p(fmt, 1, w + r * stride, stride, a, s, n, nb, y + t * ldy + r, ldy);     \
         }                                                                                      \
     }
 

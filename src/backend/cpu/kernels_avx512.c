@@ -16,14 +16,8 @@
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512dq,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-/* Decode reads W once, four rows at a time. Four interleaved short runs defeat the
- * hardware prefetcher (measured: half the DRAM bandwidth of one sequential run), so the
- * kernel prefetches the rows PF_GROUPS groups ahead as one sequential run, spread over its
- * loop. */
+/* Decode reads W once, four rows at a time (kern_d), prefetching PF_GROUPS groups ahead. */
 #define PF_GROUPS 4
-/* Q8_0 decode (in practice the 30 MB lm_head, always from DRAM) is fastest one row at a
- * time: W is then a single sequential stream for the hardware prefetcher. The 4-bit formats
- * are compute-bound enough that four rows sharing each activation load win (kern_d). */
 enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
 
 static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0) };
@@ -52,35 +46,6 @@ static float block_dot_scalar(int fmt, const uint8_t *blk, const int8_t *a, cons
     return d * (s->d * (float)isum - 8.0f * s->s);
 }
 
-/* Weight scales of blocks b and b+1 as [d0 x8, d1 x8] (dv) and the offset term as
- * [m0, 0 x7, m1, 0 x7] (mv), so mv * [s0 .. s1 ..] adds m*s once per block. */
-INLINE void load_wscales(int fmt, const uint8_t *b0, const uint8_t *b1, __m512 *dv, __m512 *mv)
-{
-    uint32_t h0, h1;
-    memcpy(&h0, b0, 4);   /* d and, for Q4_1, m; for the others the next bytes are ignored */
-    memcpy(&h1, b1, 4);
-    __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, (int)h1, (int)h0)));
-    const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i idx_m = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
-    *dv = _mm512_permutexvar_ps(idx_d, f);
-    if (fmt == FMT_Q4_1)
-        *mv = _mm512_maskz_permutexvar_ps(0x0101, idx_m, f);
-    else if (fmt == FMT_Q4_0)
-        *mv = _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0x0101, idx_d, f), _mm512_set1_ps(-8.0f));
-    else
-        *mv = _mm512_setzero_ps();
-}
-
-/* Activation scales of blocks b, b+1: [dx0 x8, dx1 x8] and [s0, 0.., s1, 0..]. */
-INLINE void load_ascales(const q8_scale *s, __m512 *dv, __m512 *sv)
-{
-    __m512 f = _mm512_castps128_ps512(_mm_loadu_ps(&s->d));
-    const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i idx_s = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
-    *dv = _mm512_permutexvar_ps(idx_d, f);
-    *sv = _mm512_maskz_permutexvar_ps(0x0101, idx_s, f);
-}
-
 /* 64 weights of blocks b0, b1 as bytes in element order: nibbles 0..15 (low) 16..31 (high). */
 INLINE __m512i unpack_q4_pair(const uint8_t *qs0, const uint8_t *qs1)
 {
@@ -97,77 +62,43 @@ INLINE __m512i load_q8_pair(const uint8_t *b0, const uint8_t *b1)
                               _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
 }
 
-/* The R x T micro-kernel over a whole row. */
-INLINE void kern(int fmt, int R, int T, const uint8_t *w, size_t stride, const int8_t *aq,
-                 const q8_scale *ads, int64_t qstride, int64_t nb, float *y, int64_t ldy)
+/* Batch invariance: every (row, token) output is computed with the one reduction order of
+ * kern_p, whatever the tile. Per pair of blocks the 16 vpdpbusd sums are folded (exactly,
+ * in integers) to four lanes, j, 4+j (block b) and 8+j, 12+j (block b+1); those are scaled
+ * and accumulated in float pair by pair, the offset m*s joining lanes j and 8+j after the
+ * scale; the result is (l[j] + l[8+j]) + (l[4+j] + l[12+j]), plus an odd last block in
+ * scalar. Decode folds four rows instead of four tokens (kern_d); a short tile pads its
+ * token or row group with copies of its first member. A token therefore gets the same bits
+ * alone, in a decode batch, or anywhere in a prefill tile.
+ *
+ * Q8_0 is taken as unsigned (w + 128) and corrected through the block sums, like Q4_0's -8. */
+
+INLINE __m512i pair_weights(int fmt, const uint8_t *b0, const uint8_t *b1)
 {
-    const size_t bb = fmt_bytes[fmt];
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm512_setzero_ps();
-    const __m512i zero = _mm512_setzero_si512();
-    const char *pf = (const char *)w + PF_GROUPS * R * stride;
-    int64_t iters = nb / 2 > 0 ? nb / 2 : 1;
-    int64_t pf_lines = T < 4 && R > 1 ? ((int64_t)(R * stride) / 64 + iters - 1) / iters + 1 : 0;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        for (int64_t k = 0; k < pf_lines; k++, pf += 64)
-            _mm_prefetch(pf, _MM_HINT_T0);
-        __m512i wv[4];
-        __mmask64 neg[4];
-        __m512 dw[4], mw[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *b0 = w + r * stride + b * bb, *b1 = b0 + bb;
-            load_wscales(fmt, b0, b1, &dw[r], &mw[r]);
-            if (fmt == FMT_Q8_0) {
-                __m512i q = load_q8_pair(b0, b1);
-                neg[r] = _mm512_movepi8_mask(q);
-                wv[r] = _mm512_abs_epi8(q);
-            } else {
-                size_t off = fmt == FMT_Q4_1 ? 4 : 2;
-                wv[r] = unpack_q4_pair(b0 + off, b1 + off);
-                neg[r] = 0;
-            }
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            __m512i xv = _mm512_load_si512((const void *)(aq + t * qstride + b * QK));
-            __m512 dx, sx;
-            load_ascales(ads + t * nb + b, &dx, &sx);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                __m512i xs = fmt == FMT_Q8_0 ? _mm512_mask_sub_epi8(xv, neg[r], zero, xv) : xv;
-                __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, wv[r], xs));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(f, dw[r]), dx, acc[r][t]);
-                if (fmt != FMT_Q8_0)
-                    acc[r][t] = _mm512_fmadd_ps(mw[r], sx, acc[r][t]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            float v = _mm512_reduce_add_ps(acc[r][t]);
-            if (b < nb)
-                v += block_dot_scalar(fmt, w + r * stride + b * bb, aq + t * qstride + b * QK,
-                                      ads + t * nb + b);
-            y[t * ldy + r] = v;
-        }
+    if (fmt == FMT_Q8_0)
+        return _mm512_xor_si512(load_q8_pair(b0, b1), _mm512_set1_epi8((char)0x80));
+    size_t off = fmt == FMT_Q4_1 ? 4 : 2;
+    return unpack_q4_pair(b0 + off, b1 + off);
 }
 
-/* Prefill micro-kernel: R rows x 4G tokens. Instead of scaling every vpdpbusd result (8
- * partial sums per block) in float, the results for 4 tokens are first folded so that each
- * 128-bit lane holds one partial sum per token: one convert and two FMAs then serve 4
- * (row, token) pairs. Lanes 0-7 stay block b, lanes 8-15 block b+1, matching the scale
- * vectors. Q8_0 is taken as unsigned (w + 128) and corrected through the block sums, like
- * Q4_0's -8. */
-INLINE void kern_p(int fmt, int R, int G, const uint8_t *w, size_t stride, const int8_t *aq,
-                   const q8_scale *ads, int64_t qstride, int64_t nb, float *y, int64_t ldy)
+INLINE __m512 fold4(__m512i i0, __m512i i1, __m512i i2, __m512i i3)
+{
+    __m512i p01 = _mm512_add_epi32(_mm512_unpacklo_epi32(i0, i1), _mm512_unpackhi_epi32(i0, i1));
+    __m512i p23 = _mm512_add_epi32(_mm512_unpacklo_epi32(i2, i3), _mm512_unpackhi_epi32(i2, i3));
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23)));
+}
+
+INLINE void fold_out(__m512 acc, float out[4])
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
+/* Prefill micro-kernel: R rows x 4G tokens (a[k], s[k]: token k's activations and scales;
+ * the first nt are stored). One convert and two FMAs serve four (row, token) pairs. */
+INLINE void kern_p(int fmt, int R, int G, const uint8_t *w, size_t stride, const int8_t *const *a,
+                   const q8_scale *const *s, int nt, int64_t nb, float *y, int64_t ldy)
 {
     const size_t bb = fmt_bytes[fmt];
     const __m512i zero = _mm512_setzero_si512();
@@ -198,40 +129,27 @@ INLINE void kern_p(int fmt, int R, int G, const uint8_t *w, size_t stride, const
             if (fmt == FMT_Q4_1)
                 mw[r] = _mm512_maskz_permutexvar_ps(0x0F0F, idx_m, f);
             else
-                mw[r] = _mm512_mul_ps(_mm512_maskz_permutexvar_ps(0x0F0F, idx_d, f),
-                                      _mm512_set1_ps(fmt == FMT_Q4_0 ? -8.0f : -128.0f));
-            if (fmt == FMT_Q8_0)
-                wv[r] = _mm512_xor_si512(load_q8_pair(b0, b1), _mm512_set1_epi8((char)0x80));
-            else {
-                size_t off = fmt == FMT_Q4_1 ? 4 : 2;
-                wv[r] = unpack_q4_pair(b0 + off, b1 + off);
-            }
+                mw[r] = _mm512_maskz_mul_ps(0x0F0F, dw[r], _mm512_set1_ps(fmt == FMT_Q4_0 ? -8.0f : -128.0f));
+            wv[r] = pair_weights(fmt, b0, b1);
         }
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
-            const int8_t *a = aq + 4 * g * qstride + b * QK;
-            const q8_scale *s = ads + 4 * g * nb + b;
             __m512i xv[4];
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++)
-                xv[k] = _mm512_load_si512((const void *)(a + k * qstride));
+                xv[k] = _mm512_load_si512((const void *)(a[4 * g + k] + b * QK));
             /* [d0 s0 d1 s1] of the 4 tokens, one token per 128-bit lane */
-            __m512 z = _mm512_castps128_ps512(_mm_loadu_ps(&s[0].d));
-            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[nb].d), 1);
-            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[2 * nb].d), 2);
-            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[3 * nb].d), 3);
+            __m512 z = _mm512_castps128_ps512(_mm_loadu_ps(&s[4 * g][b].d));
+            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[4 * g + 1][b].d), 1);
+            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[4 * g + 2][b].d), 2);
+            z = _mm512_insertf32x4(z, _mm_loadu_ps(&s[4 * g + 3][b].d), 3);
             __m512 dx = _mm512_permutexvar_ps(idx_dx, z);
             __m512 sx = _mm512_maskz_permutexvar_ps(0x0F0F, idx_sx, z);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                __m512i i0 = _mm512_dpbusd_epi32(zero, wv[r], xv[0]);
-                __m512i i1 = _mm512_dpbusd_epi32(zero, wv[r], xv[1]);
-                __m512i i2 = _mm512_dpbusd_epi32(zero, wv[r], xv[2]);
-                __m512i i3 = _mm512_dpbusd_epi32(zero, wv[r], xv[3]);
-                __m512i p01 = _mm512_add_epi32(_mm512_unpacklo_epi32(i0, i1), _mm512_unpackhi_epi32(i0, i1));
-                __m512i p23 = _mm512_add_epi32(_mm512_unpacklo_epi32(i2, i3), _mm512_unpackhi_epi32(i2, i3));
-                __m512i sum = _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23));
-                acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dx, dw[r]), acc[r][g]);
+                __m512 f = fold4(_mm512_dpbusd_epi32(zero, wv[r], xv[0]), _mm512_dpbusd_epi32(zero, wv[r], xv[1]),
+                                 _mm512_dpbusd_epi32(zero, wv[r], xv[2]), _mm512_dpbusd_epi32(zero, wv[r], xv[3]));
+                acc[r][g] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw[r], dx), acc[r][g]);
                 acc[r][g] = _mm512_fmadd_ps(mw[r], sx, acc[r][g]);
             }
         }
@@ -240,25 +158,22 @@ INLINE void kern_p(int fmt, int R, int G, const uint8_t *w, size_t stride, const
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
-            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][g]),
-                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][g]), 1)));
-            __m128 v = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
             float out[4];
-            _mm_storeu_ps(out, v);
-            for (int j = 0; j < 4; j++) {
-                int t = 4 * g + j;
+            fold_out(acc[r][g], out);
+            for (int j = 0; j < 4 && 4 * g + j < nt; j++) {
+                int k = 4 * g + j;
                 if (b < nb)
-                    out[j] += block_dot_scalar(fmt, w + r * stride + b * bb, aq + t * qstride + b * QK,
-                                               ads + t * nb + b);
-                y[t * ldy + r] = out[j];
+                    out[j] += block_dot_scalar(fmt, w + r * stride + b * bb, a[k] + b * QK, &s[k][b]);
+                y[k * ldy + r] = out[j];
             }
         }
 }
 
-/* Decode micro-kernel for the 4-bit formats: 4 rows x 1 token, folded like kern_p but
- * across rows (lane j and 4+j of each half hold row j), so the scale work is shared by
- * four rows. Prefetches the rows after the group as kern does. */
-INLINE void kern_d(int fmt, const uint8_t *w, size_t stride, const int8_t *aq,
+/* Decode micro-kernel: 4 rows (wr[j]; the first nr are stored) x 1 token, folded across
+ * rows with the same per-lane arithmetic as kern_p, so the scale work is shared by four
+ * rows. Four interleaved short runs defeat the hardware prefetcher, so the rows PF_GROUPS
+ * groups ahead are prefetched as one sequential run, spread over the loop. */
+INLINE void kern_d(int fmt, const uint8_t *const *wr, int nr, size_t stride, const int8_t *aq,
                    const q8_scale *ads, int64_t nb, float *y)
 {
     const size_t bb = fmt_bytes[fmt];
@@ -267,9 +182,9 @@ INLINE void kern_d(int fmt, const uint8_t *w, size_t stride, const int8_t *aq,
     const __m512i idx_pm = _mm512_set_epi32(15, 11, 7, 3, 15, 11, 7, 3, 13, 9, 5, 1, 13, 9, 5, 1);
     const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i idx_s = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
-    const char *pf = (const char *)w + PF_GROUPS * 4 * stride;
+    const char *pf = (const char *)wr[0] + PF_GROUPS * 4 * stride;
     int64_t iters = nb / 2 > 0 ? nb / 2 : 1;
-    int64_t pf_lines = ((int64_t)(4 * stride) / 64 + iters - 1) / iters + 1;
+    int64_t pf_lines = nr == 4 ? ((int64_t)(4 * stride) / 64 + iters - 1) / iters + 1 : 0;
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
@@ -283,13 +198,12 @@ INLINE void kern_d(int fmt, const uint8_t *w, size_t stride, const int8_t *aq,
         __m128 h[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            const uint8_t *b0 = w + r * stride + b * bb, *b1 = b0 + bb;
+            const uint8_t *b0 = wr[r] + b * bb, *b1 = b0 + bb;
             uint32_t h0, h1;
             memcpy(&h0, b0, 4);
             memcpy(&h1, b1, 4);
             h[r] = _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)h1, (int)h0));   /* [d0 m0 d1 m1] */
-            size_t off = fmt == FMT_Q4_1 ? 4 : 2;
-            i[r] = _mm512_dpbusd_epi32(zero, unpack_q4_pair(b0 + off, b1 + off), xv);
+            i[r] = _mm512_dpbusd_epi32(zero, pair_weights(fmt, b0, b1), xv);
         }
         __m512 z = _mm512_castps128_ps512(h[0]);
         z = _mm512_insertf32x4(z, h[1], 1);
@@ -297,72 +211,58 @@ INLINE void kern_d(int fmt, const uint8_t *w, size_t stride, const int8_t *aq,
         z = _mm512_insertf32x4(z, h[3], 3);
         __m512 dw = _mm512_permutexvar_ps(idx_pd, z);
         __m512 mw = fmt == FMT_Q4_1 ? _mm512_maskz_permutexvar_ps(0x0F0F, idx_pm, z)
-                                    : _mm512_maskz_mul_ps(0x0F0F, dw, _mm512_set1_ps(-8.0f));
-        __m512i p01 = _mm512_add_epi32(_mm512_unpacklo_epi32(i[0], i[1]), _mm512_unpackhi_epi32(i[0], i[1]));
-        __m512i p23 = _mm512_add_epi32(_mm512_unpacklo_epi32(i[2], i[3]), _mm512_unpackhi_epi32(i[2], i[3]));
-        __m512i sum = _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, dx), acc);
+                                    : _mm512_maskz_mul_ps(0x0F0F, dw, _mm512_set1_ps(fmt == FMT_Q4_0 ? -8.0f : -128.0f));
+        acc = _mm512_fmadd_ps(fold4(i[0], i[1], i[2], i[3]), _mm512_mul_ps(dw, dx), acc);
         acc = _mm512_fmadd_ps(mw, sx, acc);
     }
-    __m256 hs = _mm256_add_ps(_mm512_castps512_ps256(acc),
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(hs), _mm256_extractf128_ps(hs, 1));
     float out[4];
-    _mm_storeu_ps(out, v);
-    for (int r = 0; r < 4; r++) {
+    fold_out(acc, out);
+    for (int r = 0; r < nr; r++) {
         if (b < nb)
-            out[r] += block_dot_scalar(fmt, w + r * stride + b * bb, aq + b * QK, ads + b);
+            out[r] += block_dot_scalar(fmt, wr[r] + b * bb, aq + b * QK, ads + b);
         y[r] = out[r];
     }
 }
 
-#define TILE_ROWS(fmt, R, T)                                                                  \
-    do {                                                                                       \
-        int r_ = 0;                                                                            \
-        for (; r_ + (R) <= nr; r_ += (R))                                                       \
-            kern(fmt, R, T, w + r_ * stride, stride, aq + t * qstride, ads + t * nb, qstride,  \
-                 nb, y + t * ldy + r_, ldy);                                                 \
-        for (; r_ < nr; r_++)                                                                  \
-            kern(fmt, 1, T, w + r_ * stride, stride, aq + t * qstride, ads + t * nb, qstride,  \
-                 nb, y + t * ldy + r_, ldy);                                                 \
-    } while (0)
-
-/* Every token of a tile is handled in one pass over the rows, so a small batch (2-3
+/* Every token of a tile is handled in one pass over the rows, so a small batch (2-7
  * tokens) streams W once, not once per token. */
 #define DEFINE_TILE(name, fmt)                                                                 \
     TGT static void name(const uint8_t *w, size_t stride, int nr, const int8_t *aq,           \
                          const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,  \
                          int64_t ldy)                                                          \
     {                                                                                          \
-        int t = 0;                                                                             \
-        for (; t + 8 <= nt; t += 8) {                                                          \
-            int r = 0;                                                                         \
-            for (; r + 4 <= nr; r += 4)                                                        \
-                kern_p(fmt, 4, 2, w + r * stride, stride, aq + t * qstride, ads + t * nb,      \
-                       qstride, nb, y + t * ldy + r, ldy);                                     \
-            for (; r < nr; r++)                                                                \
-                kern_p(fmt, 1, 2, w + r * stride, stride, aq + t * qstride, ads + t * nb,      \
-                       qstride, nb, y + t * ldy + r, ldy);                                     \
-        }                                                                                      \
-        for (; t + 4 <= nt; t += 4)                                                         \
-            TILE_ROWS(fmt, 4, 4);                                                           \
-        switch (nt - t) {                                                                      \
-        case 3: TILE_ROWS(fmt, 4, 3); break;                                            \
-        case 2: TILE_ROWS(fmt, 4, 2); break;                                            \
-        case 1:                                                                                \
-            if (fmt == FMT_Q8_0) {                                                             \
-                TILE_ROWS(fmt, 1, 1);                                                          \
-            } else {                                                                           \
-                int r = 0;                                                                     \
-                for (; r + 4 <= nr; r += 4)                                                    \
-                    kern_d(fmt, w + r * stride, stride, aq + t * qstride, ads + t * nb, nb,    \
-                           y + t * ldy + r);                                                   \
-                for (; r < nr; r++)                                                            \
-                    kern(fmt, 1, 1, w + r * stride, stride, aq + t * qstride, ads + t * nb,    \
-                         qstride, nb, y + t * ldy + r, ldy);                                   \
+        if (nt == 1) {                                                                         \
+            for (int r = 0; r < nr; r += 4) {                                                  \
+                int n = nr - r < 4 ? nr - r : 4;                                               \
+                const uint8_t *wr[4];                                                          \
+                for (int j = 0; j < 4; j++)                                                    \
+                    wr[j] = w + (size_t)(r + (j < n ? j : 0)) * stride;                        \
+                kern_d(fmt, wr, n, stride, aq, ads, nb, y + r);                                \
             }                                                                                  \
-            break;                                                                             \
-        default: break;                                                                        \
+            return;                                                                            \
+        }                                                                                      \
+        for (int t = 0; t < nt; t += 8) {                                                      \
+            int n = nt - t < 8 ? nt - t : 8;                                                   \
+            const int8_t *a[8];                                                                \
+            const q8_scale *s[8];                                                              \
+            for (int k = 0; k < 8; k++) {                                                      \
+                int tk = t + (k < n ? k : 0);                                                  \
+                a[k] = aq + tk * qstride;                                                      \
+                s[k] = ads + tk * nb;                                                          \
+            }                                                                                  \
+            float *yt = y + t * ldy;                                                           \
+            int r = 0;                                                                         \
+            if (n > 4) {                                                                       \
+                for (; r + 4 <= nr; r += 4)                                                    \
+                    kern_p(fmt, 4, 2, w + r * stride, stride, a, s, n, nb, yt + r, ldy);       \
+                for (; r < nr; r++)                                                            \
+                    kern_p(fmt, 1, 2, w + r * stride, stride, a, s, n, nb, yt + r, ldy);       \
+            } else {                                                                           \
+                for (; r + 4 <= nr; r += 4)                                                    \
+                    kern_p(fmt, 4, 1, w + r * stride, stride, a, s, n, nb, yt + r, ldy);       \
+                for (; r < nr; r++)                                                            \
+                    kern_p(fmt, 1, 1, w + r * stride, stride, a, s, n, nb, yt + r, ldy);       \
+            }                                                                                  \
         }                                                                                      \
     }
 
