@@ -1,5 +1,6 @@
 /* CPU kernels: format decoders against hand-built blocks, every matmul path against the
- * f64 reference, the thread pool, and the elementwise ops. */
+ * f64 reference, batch invariance (a token's row is the same bits in any batch), the thread
+ * pool, and the elementwise ops. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -374,6 +375,69 @@ static void test_matmul_dtype(srt_dtype t, srt_threadpool *tp)
 
 /* A quantized matmul must actually use its activations' quantization: fewer bits than
  * Q8 would blow the 1e-2 bound, so check the bound is not trivially loose. */
+/* Batch invariance: a token's output row is the same bits whatever else is in the batch
+ * and wherever it sits (decode sizes, every tail of the prefill tiles, row counts that are
+ * not a multiple of the micro-kernels', odd block counts), on every SIMD path and with or
+ * without the thread pool, and through matmul_multi too. */
+static void test_matmul_batch_invariance(srt_dtype t, srt_threadpool *tp)
+{
+    int is_k = srt_dtype_block_elems(t) == 256;
+    const int64_t shapes[][2] = { { 259, is_k ? 512 : 288 }, { 6, is_k ? 256 : 64 } };
+    const int64_t sizes[] = { 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 31, 32, 33, 47, 64 };
+    enum { POOL = 64 };
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1];
+        size_t stride = srt_dtype_row_bytes(t, cols);
+        uint8_t *wd = calloc((size_t)rows, stride);
+        for (int64_t r = 0; r < rows; r++)
+            fill_random_weight(t, wd + r * stride, cols);
+        srt_weight w = { t, rows, cols, wd, stride };
+        float *pool = malloc(sizeof(float) * POOL * cols), *alone = malloc(sizeof(float) * POOL * rows);
+        float *x = malloc(sizeof(float) * POOL * cols), *y = malloc(sizeof(float) * POOL * rows);
+        float *y2 = malloc(sizeof(float) * POOL * rows);
+        for (int64_t i = 0; i < POOL * cols; i++)
+            pool[i] = frand(-2, 2) * (i % 97 == 0 ? 30.0f : 1.0f);
+        void *scratch = malloc(srt_cpu_matmul_scratch_bytes(&w, POOL) + 64);
+        for (int p = 0; p < 3; p++) {
+            if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+                continue;
+            for (int k = 0; k < POOL; k++)
+                srt_cpu_matmul(NULL, &w, NULL, pool + k * cols, 1, alone + k * rows, scratch);
+            int bad = 0, first_n = 0, first_i = 0;
+            for (size_t ni = 0; ni < sizeof(sizes) / sizeof(sizes[0]) + 1; ni++) {
+                /* the last round: each token alone again, on the pool (decode split over threads) */
+                int64_t n = ni < sizeof(sizes) / sizeof(sizes[0]) ? sizes[ni] : 1;
+                for (int rep = 0; rep < (n == 1 ? POOL : 1); rep++) {
+                    int which[POOL];
+                    for (int64_t i = 0; i < n; i++) {
+                        which[i] = n == 1 ? rep : (int)((i * 7 + ni * 5) % POOL);
+                        memcpy(x + i * cols, pool + which[i] * cols, sizeof(float) * cols);
+                    }
+                    srt_threadpool *use = (ni & 1) || n == 1 ? tp : NULL;
+                    srt_cpu_matmul(use, &w, NULL, x, n, y, scratch);
+                    /* multi: the same weight twice, the second output must match too */
+                    const srt_weight *ws[2] = { &w, &w };
+                    float *ys[2] = { y2, y2 + n * rows };
+                    int multi = n * 2 <= POOL && srt_cpu_matmul_multi(use, 2, ws, NULL, x, n, ys, scratch) == SRT_OK;
+                    for (int64_t i = 0; i < n; i++) {
+                        const float *want = alone + which[i] * rows;
+                        int diff = memcmp(y + i * rows, want, sizeof(float) * rows) != 0 ||
+                                   (multi && memcmp(y2 + (n + i) * rows, want, sizeof(float) * rows) != 0);
+                        if (diff && !bad++) {
+                            first_n = (int)n;
+                            first_i = (int)i;
+                        }
+                    }
+                }
+            }
+            if (!ok(bad == 0, "batch invariance %s %s %lldx%lld: every token's row memcmp-equal alone and in batches of 2..64",
+                    srt_dtype_name(t), paths[p], (long long)rows, (long long)cols))
+                tap_diag("%d mismatching rows, first: batch of %d, token %d", bad, first_n, first_i);
+        }
+        free(scratch); free(pool); free(alone); free(x); free(y); free(y2); free(wd);
+    }
+}
+
 static void test_matmul_tolerance_is_meaningful(void)
 {
     int64_t rows = 16, cols = 256;
@@ -624,6 +688,8 @@ int main(void)
     const srt_dtype all[] = { SRT_F32, SRT_F16, SRT_BF16, SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q4_K, SRT_Q6_K };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         test_matmul_dtype(all[i], tp);
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        test_matmul_batch_invariance(all[i], tp);
     test_matmul_tolerance_is_meaningful();
     test_matmul_multi(tp);
     ok(srt_cpu_force_simd("nonsense") == SRT_ERROR, "unknown SIMD path is refused");
