@@ -52,6 +52,8 @@
 #define SRT_CHAN_NAME_MAX          128
 #define SRT_CHAN_MAX_WORKERS       128  /* worker doorbells rung on scheduler state changes */
 #define SRT_CHAN_METRICS_MAX       32768 /* Prometheus text published by the scheduler */
+#define SRT_CHAN_ADMIN_REQ_MAX     1024  /* one admin command (srt_admin) */
+#define SRT_CHAN_ADMIN_RESP_MAX    65536 /* its JSON answer */
 
 /* ---- configuration: directive values, written by nginx, read by the scheduler ---- */
 
@@ -70,6 +72,7 @@ typedef struct srt_chan_config {
     char     model_path[SRT_CHAN_PATH_MAX];   /* srt_model PATH */
     char     served_name[SRT_CHAN_NAME_MAX];  /* srt_model ... name=X (default: file stem) */
     char     hooks_path[SRT_CHAN_PATH_MAX];   /* srt_forward_hooks FILE, "" if none */
+    char     hooks_search[SRT_CHAN_PATH_MAX]; /* srt_hooks_path DIRS, "" = $SRT_HOOKS_PATH */
     char     chat_template[SRT_CHAN_PATH_MAX];/* srt_chat_template FILE, "" = the model's own */
     int32_t  device;                          /* srt_chan_device */
     int32_t  threads;                         /* srt_threads, 0 = auto */
@@ -265,6 +268,33 @@ void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why);
 /* A consistent copy of the last published metrics text into buf (cap bytes, not
  * NUL-terminated); returns its length, 0 when none was published yet. */
 size_t srt_chan_metrics_read(const srt_chan *c, char *buf, size_t cap);
+
+/* ---- admin mailbox (srt_admin): one command at a time, worker -> scheduler ----
+ *
+ * The scheduler owns state that has no lock (the hook registry), so admin commands are
+ * carried to it and applied between forward passes. One mailbox per channel:
+ *
+ *   FREE --worker post--> POSTED --scheduler take--> TAKEN --scheduler reply--> DONE
+ *   DONE --worker result--> FREE
+ *
+ * The worker rings the scheduler's doorbell on post; the scheduler rings the worker's on
+ * reply. A worker that gives up (client gone, timeout) cancels: whichever side comes second
+ * frees the mailbox. A mailbox left by a dead worker is reclaimed by the next post/take. */
+
+/* Worker: post a command (text, len < SRT_CHAN_ADMIN_REQ_MAX). Returns SRT_OK with *ticket
+ * set, 1 when another command is in flight (try again), SRT_ERROR when too long. */
+int srt_chan_admin_post(srt_chan *c, const char *req, size_t len, uint64_t *ticket);
+/* Worker: 1 = answered (status and up to cap bytes of body copied, *len set; the mailbox
+ * is free again), 0 = not yet, SRT_ERROR = the ticket is not this mailbox's any more. */
+int srt_chan_admin_result(srt_chan *c, uint64_t ticket, int *status, char *body, size_t cap,
+                          size_t *len);
+/* Worker: give up on the command (never blocks). */
+void srt_chan_admin_cancel(srt_chan *c, uint64_t ticket);
+
+/* Scheduler: take a posted command into req (NUL-terminated): its length, or 0 if none. */
+size_t srt_chan_sched_admin_take(srt_chan *c, char *req, size_t cap);
+/* Scheduler: answer the taken command and ring its worker. */
+void srt_chan_sched_admin_reply(srt_chan *c, int status, const char *body, size_t len);
 
 /* ---- worker side (nginx worker; src/ngx) ---- */
 

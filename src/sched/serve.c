@@ -12,6 +12,7 @@
 
 #include "cache/kv_alloc.h"
 #include "hooks/registry.h"
+#include "ipc/hook_admin.h"
 #include "srt/model.h"
 #include "srt/sched.h"
 
@@ -183,7 +184,8 @@ static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live
     }
 }
 
-static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_err *err)
+static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hook_registry *hooks,
+                 srt_err *err)
 {
     int n_live = cfg->max_running_requests + cfg->max_queued_requests;
     live_req *live = calloc((size_t)n_live, sizeof *live);
@@ -205,6 +207,11 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_err
             srt_chan_sched_flush(c);
             break;
         }
+        /* srt_admin commands touch the hook registry: only here, between forward passes.
+         * KV cached under other hooks would replay their effect: drop it on a change. */
+        uint64_t hook_gen = hooks ? srt_hook_registry_generation(hooks) : 0;
+        if (srt_chan_sched_admin_serve(c, hooks) && hooks && srt_hook_registry_generation(hooks) != hook_gen)
+            srt_sched_flush_cache(s);
         /* New requests, while the scheduler has room to hold them. */
         srt_chan_req rq;
         while (stop == 0 && srt_sched_num_waiting(s) < cfg->max_queued_requests &&
@@ -285,7 +292,8 @@ int srt_sched_run(srt_chan *c, srt_err *err)
         int n_mod;
         srt_module *mods = srt_model_modules(m, &n_mod);
         hooks = srt_hook_registry_create(mods, n_mod, err);
-        if (!hooks || srt_hook_registry_load_file(hooks, cc->hooks_path, err) != SRT_OK)
+        if (!hooks || srt_hook_registry_set_search_path(hooks, cc->hooks_search[0] ? cc->hooks_search : NULL, err) != SRT_OK ||
+            srt_hook_registry_load_file(hooks, cc->hooks_path, err) != SRT_OK)
             goto fail;
     }
     if (srt_sched_model_runner_create(m, &cfg, cc->threads, &mr, err) != SRT_OK)
@@ -310,7 +318,7 @@ int srt_sched_run(srt_chan *c, srt_err *err)
             cc->model_path, cfg.context_length, cfg.max_running_requests, (long long)cfg.max_total_tokens,
             cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
             cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs");
-    rc = serve(c, s, &cfg, err);
+    rc = serve(c, s, &cfg, hooks, err);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
     srt_hook_registry_free(hooks);
