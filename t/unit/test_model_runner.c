@@ -5,7 +5,9 @@
  *   - logit_rows give the logits of any token,
  *   - an F16 KV pool stays close to F32,
  *   - the slow module path (hooks attached everywhere, none firing) == the fast path,
- *   - malformed batches are refused with a message, never a crash. */
+ *   - malformed batches are refused with a message, never a crash,
+ *   - bit-exact batch invariance (tiny llama and SmolLM2, fast and precise matmuls): chunked,
+ *     prefix-cached, decoded and batched logits memcmp-equal to one prefill's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,107 @@ static int step(srt_runner *r, srt_kv_pool *kv, const seqdesc *sd, int ns, float
     srt_forward_batch b = { .n_tokens = t, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = ns,
                             .seq_start = start, .seq_len = len, .seq_slots = ss, .forward_mode = SRT_FORWARD_MIXED };
     return srt_runner_forward(r, kv, &b, logits, err);
+}
+
+/* ---- bit-exact batch invariance (a token's logits are the same bits in any batch) ---- */
+
+/* one step like step(), for up to 512 tokens; logits [ns][voc] */
+static int step_big(srt_runner *r, srt_kv_pool *kv, const seqdesc *sd, int ns, float *logits, srt_err *err)
+{
+    static int32_t tok[512], pos[512], outs[512];
+    int32_t start[9], len[8];
+    const int32_t *ss[8];
+    int t = 0;
+    for (int s = 0; s < ns; s++) {
+        start[s] = t;
+        for (int i = 0; i < sd[s].n; i++, t++) {
+            tok[t] = sd[s].ids[i];
+            pos[t] = sd[s].pos0 + i;
+            outs[t] = sd[s].slots[pos[t]];
+        }
+        len[s] = sd[s].pos0 + sd[s].n;
+        ss[s] = sd[s].slots;
+    }
+    start[ns] = t;
+    srt_forward_batch b = { .n_tokens = t, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = ns,
+                            .seq_start = start, .seq_len = len, .seq_slots = ss, .forward_mode = SRT_FORWARD_MIXED };
+    return srt_runner_forward(r, kv, &b, logits, err);
+}
+
+static int same(const float *a, const float *b, int n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
+
+/* A 300-token prompt (past the attention's 256-key chunk) prefilled at once is the
+ * reference; chunked prefill, a prefix-cache hit, decode of the last token, and mixed
+ * batches (decodes + a prefill chunk) must all give memcmp-equal logits. */
+static void bit_invariance(const char *label, srt_model *m, int precise)
+{
+    enum { L = 300, REG = 320, NREG = 6 };
+    srt_err err = { { 0 } };
+    int voc = srt_model_config_of(m)->vocab_size;
+    const char *path = precise ? "precise" : "fast";
+    srt_runner *r = NULL;
+    srt_kv_pool *kv = NULL;
+    srt_runner_opts o = { .max_batch_tokens = 320, .max_seqs = 8, .n_threads = 2, .precise_matmul = precise };
+    if (!ok(srt_runner_create(m, &o, &r, &err) == SRT_OK &&
+            srt_kv_pool_create(srt_model_config_of(m), REG * NREG, SRT_F32, &kv, &err) == SRT_OK,
+            "%s %s: runner and kv pool", label, path)) {
+        tap_diag("%s", err.msg);
+        srt_runner_free(r);
+        return;
+    }
+    int32_t ids[L + 1], slots[NREG][REG];
+    for (int i = 0; i <= L; i++)
+        ids[i] = (i * 37 + 11) % voc;
+    for (int g = 0; g < NREG; g++)
+        for (int i = 0; i < REG; i++)
+            slots[g][i] = g * REG + (i * 7) % REG;   /* scattered, distinct */
+    float *ref = malloc(sizeof(float) * (size_t)voc), *got = malloc(sizeof(float) * 3 * (size_t)voc);
+    float *alone = malloc(sizeof(float) * 3 * (size_t)voc);
+
+    seqdesc whole = { ids, L, 0, slots[0] };
+    int rc = step_big(r, kv, &whole, 1, ref, &err);
+
+    /* chunks 64 + 200 + 36 over the cached prefix */
+    int okc = rc == SRT_OK;
+    const int cuts[] = { 0, 64, 264, L };
+    for (int c = 0; c < 3; c++) {
+        seqdesc ch = { ids + cuts[c], cuts[c + 1] - cuts[c], cuts[c], slots[1] };
+        okc &= step_big(r, kv, &ch, 1, got, &err) == SRT_OK;
+    }
+    ok(okc && same(ref, got, voc), "%s %s: chunked prefill (64+200+36) == one prefill, bit for bit", label, path);
+
+    /* prefix-cache hit: the first 270 positions are sequence 0's slots */
+    for (int i = 0; i < 270; i++)
+        slots[2][i] = slots[0][i];
+    seqdesc tail = { ids + 270, L - 270, 270, slots[2] };
+    ok(step_big(r, kv, &tail, 1, got, &err) == SRT_OK && same(ref, got, voc),
+       "%s %s: prefill over a cached prefix == one prefill, bit for bit", label, path);
+
+    /* decode of the last position after a prefill of the others */
+    seqdesc pre = { ids, L - 1, 0, slots[3] }, dec = { ids + L - 1, 1, L - 1, slots[3] };
+    ok(step_big(r, kv, &pre, 1, got, &err) == SRT_OK && step_big(r, kv, &dec, 1, got, &err) == SRT_OK &&
+       same(ref, got, voc), "%s %s: decode of a position == its logits in a prefill, bit for bit", label, path);
+
+    /* mixed batch: decode for sequence 0 at L, a 40-token prefill of a new sequence, decode
+     * for sequence 1 (same tokens as 0, other slots) at L; each alone, then together */
+    seqdesc a1 = { ids + L, 1, L, slots[0] }, e1 = { ids + 5, 40, 0, slots[4] }, b1 = { ids + L, 1, L, slots[1] };
+    int okm = step_big(r, kv, &a1, 1, alone, &err) == SRT_OK &&
+              step_big(r, kv, &e1, 1, alone + voc, &err) == SRT_OK &&
+              step_big(r, kv, &b1, 1, alone + 2 * (size_t)voc, &err) == SRT_OK;
+    seqdesc mix[3] = { a1, e1, b1 };
+    okm &= step_big(r, kv, mix, 3, got, &err) == SRT_OK;
+    ok(okm && same(alone, got, voc) && same(alone + voc, got + voc, voc) &&
+       same(alone + 2 * (size_t)voc, got + 2 * (size_t)voc, voc) && same(alone, alone + 2 * (size_t)voc, voc),
+       "%s %s: mixed batch (decode + 40-token prefill + decode) == each alone, bit for bit", label, path);
+    seqdesc mix2[2] = { e1, a1 };
+    okm = step_big(r, kv, mix2, 2, got, &err) == SRT_OK;
+    ok(okm && same(alone + voc, got, voc) && same(alone, got + voc, voc),
+       "%s %s: the same sequences in another order and batch, bit for bit", label, path);
+    free(ref);
+    free(got);
+    free(alone);
+    srt_kv_pool_free(kv);
+    srt_runner_free(r);
 }
 
 int main(void)
@@ -279,8 +382,38 @@ int main(void)
     srt_kv_pool_free(kv16);
     srt_runner_free(r);
     srt_model_free(model);
-    tw_free(&tm);
     char cmd[300];
+
+    /* bit-exact invariance on a tiny llama (f32 weights) and on SmolLM2 (Q4_1 GGUF), fast
+     * and precise matmuls */
+    {
+        tw_model tl;
+        char ldir[256], gpath[1024];
+        snprintf(ldir, sizeof ldir, "/tmp/srt_test_runner_llama_%d", (int)getpid());
+        tw_make(&tl, "llama", 33);
+        tw_write_hf(&tl, ldir, 1, "F32");
+        srt_model *lm = NULL;
+        if (ok(srt_model_load(ldir, &lm, &err) == SRT_OK, "tiny llama loads")) {
+            bit_invariance("tiny-llama", lm, 0);
+            bit_invariance("tiny-llama", lm, 1);
+            srt_model_free(lm);
+        }
+        tw_free(&tl);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", ldir);
+        if (system(cmd) != 0)
+            tap_diag("cannot remove %s", ldir);
+        const char *mdir = getenv("SRT_MODEL_DIR") ? getenv("SRT_MODEL_DIR") : ".cache/models";
+        snprintf(gpath, sizeof gpath, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", mdir);
+        if (access(gpath, R_OK) == 0 && !getenv("SRT_TEST_FAST")) {
+            if (ok(srt_model_load(gpath, &lm, &err) == SRT_OK, "SmolLM2 loads")) {
+                bit_invariance("SmolLM2 Q4_1", lm, 0);
+                bit_invariance("SmolLM2 Q4_1", lm, 1);
+                srt_model_free(lm);
+            }
+        } else
+            tap_diag("SmolLM2 GGUF not present (scripts/fetch-model.sh) or SRT_TEST_FAST set: tiny llama only");
+    }
+    tw_free(&tm);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         tap_diag("cannot remove %s", dir);
