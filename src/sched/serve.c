@@ -12,6 +12,7 @@
 
 #include "cache/kv_alloc.h"
 #include "hooks/registry.h"
+#include "sched/tp_group.h"
 #include "ipc/hook_admin.h"
 #include "srt/model.h"
 #include "srt/sched.h"
@@ -19,18 +20,30 @@
 /* ---------------- the model as a runner ---------------- */
 
 struct srt_sched_model_runner {
-    srt_runner  *runner;
-    srt_kv_pool *kv;
+    srt_runner   *runner;
+    srt_kv_pool  *kv;
+    srt_tp_group *tp;   /* tp > 1: rank 0 of this group (not owned) */
 };
 
 static int model_forward(void *self, const srt_forward_batch *b, float *logits, srt_err *err)
 {
     srt_sched_model_runner *mr = self;
+    if (mr->tp)
+        return srt_tp_group_forward(mr->tp, mr->runner, mr->kv, b, logits, err);
     return srt_runner_forward(mr->runner, mr->kv, b, logits, err);
 }
 
+static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
+                               srt_sched_model_runner **out, srt_err *err);
+
 int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
                                   srt_sched_model_runner **out, srt_err *err)
+{
+    return model_runner_create(m, cfg, n_threads, NULL, out, err);
+}
+
+static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
+                               srt_sched_model_runner **out, srt_err *err)
 {
     srt_sched_model_runner *mr = calloc(1, sizeof *mr);
     *out = NULL;
@@ -42,7 +55,13 @@ int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int
         .n_threads = n_threads,
         .tp_rank = 0, .tp_size = 1,
     };
-    if (srt_runner_create(m, &o, &mr->runner, err) != SRT_OK ||
+    mr->tp = tp;
+    if (tp) {
+        if (srt_tp_group_setup(tp, m, &o, (int32_t)cfg->max_total_tokens, &mr->runner, &mr->kv, err) != SRT_OK) {
+            srt_sched_model_runner_free(mr);
+            return SRT_ERROR;
+        }
+    } else if (srt_runner_create(m, &o, &mr->runner, err) != SRT_OK ||
         srt_kv_pool_create(srt_model_config_of(m), (int32_t)cfg->max_total_tokens, SRT_F32, &mr->kv, err) != SRT_OK) {
         srt_sched_model_runner_free(mr);
         return SRT_ERROR;
@@ -184,8 +203,22 @@ static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live
     }
 }
 
+/* A tensor-parallel rank died: fail every live request now, and leave so that the
+ * supervisor restarts the whole group. */
+static int tp_group_lost(srt_chan *c, live_req *live, int n_live, srt_err *err)
+{
+    srt_log(SRT_LOG_ERROR, "tensor-parallel group lost (%s): failing in-flight requests, restarting", err->msg);
+    for (int k = 0; k < n_live; k++)
+        if (live[k].used)
+            srt_chan_sched_finish(c, (uint32_t)live[k].id, (uint32_t)(live[k].id >> 32), SRT_CHAN_FINISH_ERROR, -1,
+                                  0, "a tensor-parallel rank died; the model is restarting");
+    srt_chan_sched_flush(c);
+    free(live);
+    return SRT_ERROR;
+}
+
 static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hook_registry *hooks,
-                 srt_err *err)
+                 srt_tp_group *tp, srt_err *err)
 {
     int n_live = cfg->max_running_requests + cfg->max_queued_requests;
     live_req *live = calloc((size_t)n_live, sizeof *live);
@@ -195,6 +228,8 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
     if (!live)
         return srt_err_set(err, "out of memory");
     for (;;) {
+        if (tp && srt_tp_group_check(tp, err) != SRT_OK)
+            return tp_group_lost(c, live, n_live, err);
         int stop = srt_chan_sched_stopping(c);
         if (stop == 2) {
             for (int k = 0; k < n_live; k++)
@@ -244,6 +279,8 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
             if (srt_sched_step(s, err) < 0)
                 srt_log(SRT_LOG_ERROR, "scheduler step: %s", err->msg);
             publish_events(c, s, live, n_live);
+            if (tp && srt_tp_group_check(tp, err) != SRT_OK)
+                return tp_group_lost(c, live, n_live, err);
             srt_chan_sched_flush(c);
             publish_metrics(s, &last_publish, 0);
             /* Busy: drain doorbells and reclaim dead workers' slots now and then, without blocking. */
@@ -274,6 +311,7 @@ int srt_sched_run(srt_chan *c, srt_err *err)
     srt_sched_model_runner *mr = NULL;
     srt_sched *s = NULL;
     srt_hook_registry *hooks = NULL;
+    srt_tp_group *tp = NULL;
     srt_sched_config cfg;
     int rc = SRT_ERROR;
 
@@ -281,6 +319,13 @@ int srt_sched_run(srt_chan *c, srt_err *err)
     if (cc->device == SRT_CHAN_DEVICE_CUDA) {
         srt_err_set(err, "srt_device cuda: this build's scheduler runs on the CPU");
         goto fail;
+    }
+    if (cc->tp_size > 1) {
+        /* the ranks fork before anything is loaded or any device is touched */
+        srt_tp_group_opts to = { .size = cc->tp_size, .model_path = cc->model_path, .hooks_path = cc->hooks_path,
+                                 .hooks_search = cc->hooks_search, .n_threads = cc->threads };
+        if (srt_tp_group_start(&to, &tp, err) != SRT_OK)
+            goto fail;
     }
     if (srt_model_load(cc->model_path, &m, err) != SRT_OK)
         goto fail;
@@ -292,11 +337,13 @@ int srt_sched_run(srt_chan *c, srt_err *err)
         int n_mod;
         srt_module *mods = srt_model_modules(m, &n_mod);
         hooks = srt_hook_registry_create(mods, n_mod, err);
+        if (hooks && tp)
+            srt_hook_registry_set_tp(hooks, 0, cc->tp_size);
         if (!hooks || srt_hook_registry_set_search_path(hooks, cc->hooks_search[0] ? cc->hooks_search : NULL, err) != SRT_OK ||
             srt_hook_registry_load_file(hooks, cc->hooks_path, err) != SRT_OK)
             goto fail;
     }
-    if (srt_sched_model_runner_create(m, &cfg, cc->threads, &mr, err) != SRT_OK)
+    if (model_runner_create(m, &cfg, cc->threads, tp, &mr, err) != SRT_OK)
         goto fail;
     srt_sched_runner runner = srt_sched_model_runner_iface(mr);
     if (srt_sched_create(&cfg, &runner, &s, err) != SRT_OK)
@@ -318,9 +365,10 @@ int srt_sched_run(srt_chan *c, srt_err *err)
             cc->model_path, cfg.context_length, cfg.max_running_requests, (long long)cfg.max_total_tokens,
             cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
             cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs");
-    rc = serve(c, s, &cfg, hooks, err);
+    rc = serve(c, s, &cfg, hooks, tp, err);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
+    srt_tp_group_stop(tp);
     srt_hook_registry_free(hooks);
     srt_model_free(m);
     return rc;
@@ -328,6 +376,7 @@ fail:
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_FAILED, err->msg, NULL);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
+    srt_tp_group_stop(tp);
     if (hooks)
         srt_hook_registry_free(hooks);
     if (m)

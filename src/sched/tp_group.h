@@ -1,0 +1,68 @@
+/* A tensor-parallel rank group inside the scheduler process (issue 8).
+ *
+ * The scheduler process is rank 0. Before it loads the model (and so before any device is
+ * initialised) srt_tp_group_start() creates the CPU communicator group and forks ranks
+ * 1..size-1. Each rank loads the model, loads the forward hooks with its rank, receives the
+ * runner shape from rank 0, builds its runner and its KV pool shard, then serves batches:
+ * per step rank 0 broadcasts the srt_forward_batch arrays and every rank runs
+ * srt_runner_forward() (the all-reduces inside it keep the ranks in lock step). Rank 0
+ * samples from the gathered logits.
+ *
+ * A rank that dies breaks the group: the communicator returns an error, and
+ * srt_tp_group_check() notices the exit of a child. The scheduler then fails what it was
+ * running and exits; its supervisor restarts the whole group. Ranks die with rank 0
+ * (PR_SET_PDEATHSIG). */
+#ifndef SRT_SCHED_TP_GROUP_H
+#define SRT_SCHED_TP_GROUP_H
+
+#include <sys/types.h>
+
+#include "srt/batch.h"
+#include "srt/comm.h"
+#include "srt/common.h"
+#include "srt/kv.h"
+#include "srt/model.h"
+
+typedef struct srt_tp_group srt_tp_group;
+
+typedef struct srt_tp_group_opts {
+    int         size;         /* ranks, >= 2 */
+    const char *model_path;
+    const char *hooks_path;   /* "" or NULL: none */
+    const char *hooks_search; /* "" or NULL: $SRT_HOOKS_PATH */
+    int         n_threads;    /* CPU threads per rank */
+} srt_tp_group_opts;
+
+/* In rank 0 (the caller): creates the group and forks the other ranks, which never return
+ * from this call (they _exit). Call before loading the model. */
+int  srt_tp_group_start(const srt_tp_group_opts *o, srt_tp_group **out, srt_err *err);
+
+/* Rank 0's communicator (rank 0, size o->size). */
+srt_comm *srt_tp_group_comm(srt_tp_group *g);
+int       srt_tp_group_size(const srt_tp_group *g);
+pid_t     srt_tp_group_pid(const srt_tp_group *g, int rank);   /* 0 for rank 0 */
+
+/* Rank 0: sends the runner shape to the ranks and creates rank 0's runner and KV shard
+ * (n_slots KV slots). Waits for every rank to be ready. */
+int  srt_tp_group_setup(srt_tp_group *g, srt_model *m, const srt_runner_opts *ro, int32_t n_slots,
+                        srt_runner **runner, srt_kv_pool **kv, srt_err *err);
+
+/* Rank 0: broadcasts the batch, then runs rank 0's share of the forward. */
+int  srt_tp_group_forward(srt_tp_group *g, srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b,
+                          float *logits, srt_err *err);
+
+/* SRT_ERROR (err says which rank) when a rank has exited or the group is broken. */
+int  srt_tp_group_check(srt_tp_group *g, srt_err *err);
+
+/* Tells the ranks to exit (when the group still works), kills the rest, reaps them all and
+ * frees the group. */
+void srt_tp_group_stop(srt_tp_group *g);
+
+/* The wire form of a batch, shared with tests: encode returns the bytes needed (writes
+ * only when cap suffices); decode points b's arrays into buf after checking that every
+ * count fits the buffer (srt_runner_forward validates the values themselves). */
+size_t srt_tp_batch_encode(const srt_forward_batch *b, void *buf, size_t cap);
+int    srt_tp_batch_decode(const void *buf, size_t len, int32_t max_seqs, const int32_t **seq_ptrs,
+                           srt_forward_batch *b, srt_err *err);   /* seq_ptrs: max_seqs entries */
+
+#endif
