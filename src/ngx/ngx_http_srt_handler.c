@@ -521,6 +521,8 @@ ngx_http_srt_doorbell_handler(ngx_event_t *ev)
 
     srt_chan_worker_drain(m->chan);
 
+    ngx_http_srt_admin_wake(m);
+
     if (!ngx_queue_empty(&m->parked)
         && srt_chan_sched_state_get(m->chan, NULL, 0) == SRT_CHAN_SCHED_READY)
     {

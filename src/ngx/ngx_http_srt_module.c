@@ -8,7 +8,7 @@
 
 #include "ngx_http_srt_module.h"
 
-#include "hooks/hooks_internal.h"
+#include "hooks/registry.h"
 
 
 typedef struct {
@@ -31,6 +31,8 @@ static void ngx_http_srt_exit_process(ngx_cycle_t *cycle);
 static char *ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_srt_admin(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -217,6 +219,20 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_main_conf_t, temp_path),
       NULL },
 
+    { ngx_string("srt_hooks_path"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, hooks_search),
+      NULL },
+
+    { ngx_string("srt_admin"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_http_srt_admin,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("srt_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_http_srt_metrics,
@@ -345,6 +361,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_core_loc_conf_t  *clcf;
 
     ngx_conf_merge_str_value(conf->hooks, prev->hooks, "");
+    ngx_conf_merge_str_value(conf->hooks_search, prev->hooks_search, "");
     ngx_conf_merge_str_value(conf->chat_template, prev->chat_template, "");
     ngx_conf_merge_value(conf->device, prev->device, SRT_CHAN_DEVICE_AUTO);
     ngx_conf_merge_value(conf->threads, prev->threads, 0);
@@ -429,6 +446,10 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         || ngx_http_srt_copy_cstr(m->cfg.hooks_path,
                                   sizeof(m->cfg.hooks_path), &conf->hooks)
            != NGX_OK
+        || ngx_http_srt_copy_cstr(m->cfg.hooks_search,
+                                  sizeof(m->cfg.hooks_search),
+                                  &conf->hooks_search)
+           != NGX_OK
         || ngx_http_srt_copy_cstr(m->cfg.chat_template,
                                   sizeof(m->cfg.chat_template),
                                   &conf->chat_template)
@@ -438,6 +459,26 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                            "srt_model \"%V\": a path or name is too long",
                            &m->path);
         return NGX_CONF_ERROR;
+    }
+
+    /*
+     * Resolve every hook factory now (dlopen, dlsym, ABI check; no factory is
+     * called), so that nginx -t and startup refuse a broken spec file; the
+     * hooks themselves are made in the scheduler process.
+     */
+    if (m->cfg.hooks_path[0]) {
+        srt_err  err;
+
+        if (srt_hook_spec_check_file(m->cfg.hooks_path,
+                                     m->cfg.hooks_search[0]
+                                     ? m->cfg.hooks_search : NULL, &err)
+            != SRT_OK)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"srt_forward_hooks\": %s (srt_model \"%V\")",
+                               err.msg, &m->path);
+            return NGX_CONF_ERROR;
+        }
     }
 
     m->cfg.device = (int32_t) conf->device;
@@ -685,6 +726,32 @@ ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 static char *
+ngx_http_srt_admin(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_str_t                 *value;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "on") == 0) {
+        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+        clcf->handler = ngx_http_srt_admin_handler;
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        return NGX_CONF_OK;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"srt_admin\" must be \"on\" or \"off\", not \"%V\"",
+                       &value[1]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
 ngx_http_srt_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_str_t                 *value;
@@ -920,22 +987,16 @@ ngx_http_srt_set_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
-/* Check the hook spec document now (types, required fields), so nginx -t reports it;
- * the factories themselves are dlopen'ed only in the scheduler process. */
+/* The spec file's path, made absolute; it is checked (parsed, every factory
+ * resolved) where a model takes it, with the srt_hooks_path in effect there. */
 
 static char *
 ngx_http_srt_set_hooks(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     char  *p = conf;
 
-    char                *rv;
-    u_char              *buf;
-    ssize_t              n;
-    srt_err              err;
-    ngx_fd_t             fd;
-    ngx_str_t           *field;
-    ngx_file_info_t      fi;
-    srt_hook_spec_list   list;
+    char        *rv;
+    ngx_str_t   *field;
 
     rv = ngx_http_srt_set_file(cf, cmd, conf);
     if (rv != NGX_CONF_OK) {
@@ -944,50 +1005,11 @@ ngx_http_srt_set_hooks(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     field = (ngx_str_t *) (p + cmd->offset);
 
-    fd = ngx_open_file(field->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
-    if (fd == NGX_INVALID_FILE) {
+    if (access((char *) field->data, R_OK) != 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
                            "\"%V\": cannot read \"%V\"", &cmd->name, field);
         return NGX_CONF_ERROR;
     }
-
-    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR
-        || ngx_file_size(&fi) > 16 * 1024 * 1024)
-    {
-        ngx_close_file(fd);
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"%V\": \"%V\" is not a readable spec file",
-                           &cmd->name, field);
-        return NGX_CONF_ERROR;
-    }
-
-    buf = ngx_pnalloc(cf->temp_pool, ngx_file_size(&fi) + 1);
-    if (buf == NULL) {
-        ngx_close_file(fd);
-        return NGX_CONF_ERROR;
-    }
-
-    n = read(fd, buf, ngx_file_size(&fi));
-    ngx_close_file(fd);
-
-    if (n != ngx_file_size(&fi)) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-                           "\"%V\": cannot read \"%V\"", &cmd->name, field);
-        return NGX_CONF_ERROR;
-    }
-
-    buf[n] = '\0';
-
-    if (srt_hook_spec_parse((char *) buf, (size_t) n, (char *) field->data,
-                            &list, &err)
-        != SRT_OK)
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\": %s",
-                           &cmd->name, err.msg);
-        return NGX_CONF_ERROR;
-    }
-
-    srt_hook_spec_list_free(&list);
 
     return NGX_CONF_OK;
 }

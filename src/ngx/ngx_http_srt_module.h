@@ -6,6 +6,7 @@
  *   ngx_http_srt_handler.c   endpoints, request life cycle, doorbell, client disconnect
  *   ngx_http_srt_request.c   body -> validated request -> prompt token ids
  *   ngx_http_srt_response.c  token ids -> detokenized text, stop strings -> JSON or SSE
+ *   ngx_http_srt_admin.c     srt_admin: hook registry commands through the channel
  */
 
 #ifndef _NGX_HTTP_SRT_MODULE_H_INCLUDED_
@@ -82,6 +83,7 @@ typedef struct {
     ngx_str_t                  model_path;  /* set where srt_model appears */
     ngx_str_t                  model_name;
     ngx_str_t                  hooks;
+    ngx_str_t                  hooks_search; /* srt_hooks_path */
     ngx_str_t                  chat_template;
     ngx_int_t                  device;
     ngx_int_t                  threads;
@@ -203,6 +205,10 @@ ngx_int_t ngx_http_srt_worker_init(ngx_cycle_t *cycle,
     ngx_http_srt_model_t *m);
 ngx_int_t ngx_http_srt_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *param, const char *code, const char *fmt, ...);
+
+/* ngx_http_srt_admin.c */
+ngx_int_t ngx_http_srt_admin_handler(ngx_http_request_t *r);
+void ngx_http_srt_admin_wake(ngx_http_srt_model_t *m);
 
 /* ngx_http_srt_request.c */
 ngx_int_t ngx_http_srt_parse_request(ngx_http_request_t *r,
