@@ -169,27 +169,63 @@ def scrape(port):
     return out
 
 
+def cpu_ns(pid):
+    """CPU time of every thread of a process, in ns (schedstat: exact, not tick-rounded)."""
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0])
+        except OSError:
+            pass
+    return total
+
+
+def procs_of(master):
+    """(worker pid, scheduler pid) among nginx master's descendants, by their titles (the scheduler
+    is a child of the master's helper process)."""
+    worker = sched = None
+    todo, seen = [str(master)], []
+    while todo:
+        kids = subprocess.run(["pgrep", "-P", todo.pop()], capture_output=True, text=True).stdout.split()
+        todo += kids
+        seen += kids
+    for p in seen:
+        title = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ")
+        if b"worker process" in title:
+            worker = int(p)
+        elif b"srt scheduler" in title:
+            sched = int(p)
+    return worker, sched
+
+
 def hist_mean_us(before, after, name):
     s0, c0 = before.get(name, (0, 0))
     s1, c1 = after.get(name, (0, 0))
     return (s1 - s0) / (c1 - c0) * 1e6 if c1 > c0 else float("nan")
 
 
-def run_case(port, raw, conc, duration, warm=1.0):
+def run_case(port, raw, conc, duration, warm=1.0, pids=()):
     t0 = time.monotonic() + warm
+    cpu = []
     with mp.get_context("fork").Pool(conc) as pool:
-        res = pool.map(client, [(port, raw, t0, t0 + duration)] * conc)
+        job = pool.map_async(client, [(port, raw, t0, t0 + duration)] * conc)
+        time.sleep(max(0.0, t0 - time.monotonic()))
+        cpu0 = [cpu_ns(p) for p in pids]
+        time.sleep(max(0.0, t0 + duration - time.monotonic()))
+        cpu = [(cpu_ns(p) - c) for p, c in zip(pids, cpu0)]
+        res = job.get()
     lat = [x for r in res for x in r[0]]
     errors = sum(r[1] for r in res)
     first = next((r[2] for r in res if r[2]), "")
     return {"requests": len(lat), "errors": errors, "first_error": first, "rps": len(lat) / duration,
-            "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3, "mean_us": statistics.fmean(lat) / 1e3 if lat else float("nan")}
+            "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3, "mean_us": statistics.fmean(lat) / 1e3 if lat else float("nan"),
+            "cpu_us_per_req": [c / 1e3 / max(1, len(lat)) for c in cpu]}
 
 
 def stream_case(port, raw, n_req):
     """Streamed requests one at a time: ITL between SSE token events, tokens per event."""
     c = Conn(port)
-    itl, events, e2e = [], 0, []
+    itl, events, e2e, tpot, tokens = [], 0, [], [], 0
     for _ in range(n_req):
         stamps = []
 
@@ -203,10 +239,15 @@ def stream_case(port, raw, n_req):
         e2e.append(time.perf_counter_ns() - s)
         if status != 200:
             sys.exit(f"bench_http: streamed request failed: HTTP {status} {body[:200]!r}")
+        n = int(re.findall(rb'"completion_tokens":\s*(\d+)', body)[-1])
+        tokens += n
         events += len(stamps)
         itl += [(b - a) / 1e3 for a, b in zip(stamps, stamps[1:])]
-    return {"events": events, "itl_p50_us": pct(itl, 50), "itl_p99_us": pct(itl, 99),
-            "itl_mean_us": statistics.fmean(itl) if itl else float("nan"), "e2e_p50_ms": pct(e2e, 50) / 1e6}
+        if n > 1 and len(stamps) > 1:
+            tpot.append((stamps[-1] - stamps[0]) / 1e3 / (n - 1))
+    return {"events": events, "tokens": tokens, "itl_p50_us": pct(itl, 50), "itl_p99_us": pct(itl, 99),
+            "itl_mean_us": statistics.fmean(itl) if itl else float("nan"), "tpot_p50_us": pct(tpot, 50),
+            "e2e_p50_ms": pct(e2e, 50) / 1e6}
 
 
 def bench_sched(args, input_len, output_len, num):
@@ -291,6 +332,9 @@ def main():
             except OSError:
                 pass
             time.sleep(0.1)
+        worker, sched = procs_of(master)
+        if not worker or not sched:
+            sys.exit("bench_http: cannot find the nginx worker and the scheduler process")
         ids = [1] + [100 + (i * 7919) % 40000 for i in range(1, args.prompt_ids)]
         bodies = {
             "return200": ("/return200", {"model": "tiny", "prompt": ids, "max_tokens": 1, "temperature": 0}),
@@ -313,24 +357,26 @@ def main():
         for name in ("return200", "completions", "chat"):
             for conc in concs:
                 before = scrape(args.port)
-                r = run_case(args.port, http_request(*bodies[name]), conc, args.duration)
+                r = run_case(args.port, http_request(*bodies[name]), conc, args.duration, pids=(worker, sched))
                 after = scrape(args.port)
                 if name != "return200":
                     r["sched_e2e_mean_us"] = hist_mean_us(before, after, "e2e_request_latency_seconds")
                 R["cases"][f"{name} c={conc}"] = r
                 print(f"{name:12} c={conc}: {r['rps']:8.0f} req/s  p50 {r['p50_us']:8.1f} us  p99 {r['p99_us']:8.1f} us"
                       f"  errors {r['errors']}" + (f"  sched e2e mean {r['sched_e2e_mean_us']:.1f} us" if 'sched_e2e_mean_us' in r else ""),
-                      flush=True)
+                      f"  cpu us/req worker {r['cpu_us_per_req'][0]:.1f} scheduler {r['cpu_us_per_req'][1]:.1f}", flush=True)
                 if r["errors"]:
                     print(f"  first error: {r['first_error']}", flush=True)
 
         sbody = {"model": "tiny", "prompt": ids, "max_tokens": args.stream_tokens, "temperature": 0,
-                 "ignore_eos": True, "stream": True}
+                 "ignore_eos": True, "stream": True,
+                 "stream_options": {"include_usage": True}}
         before = scrape(args.port)
         R["stream"] = stream_case(args.port, http_request("/v1/completions", sbody), args.stream_requests)
         after = scrape(args.port)
         R["stream"]["sched_itl_mean_us"] = hist_mean_us(before, after, "inter_token_latency_seconds")
         nbody = dict(sbody, stream=False)
+        del nbody["stream_options"]
         R["nostream"] = run_case(args.port, http_request("/v1/completions", nbody), 1, 2.0, warm=0.5)
     finally:
         subprocess.run(ngx + ["-s", "stop"], check=False)
@@ -353,13 +399,14 @@ def main():
     cs = R["cases"]
     print(f"\nmodel {args.model}, srt_threads {args.threads}, {args.duration:g} s per case, load average "
           f"{' '.join(R['load_before'])} -> {' '.join(R['load_after'])}")
-    print("| case | concurrency | req/s | p50 us | p99 us | req/s vs return 200 | scheduler e2e mean us (in run) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| case | concurrency | req/s | p50 us | p99 us | req/s vs return 200 | scheduler e2e mean us (in run) | nginx worker CPU us/request | scheduler CPU us/request |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for key, r in cs.items():
         name, conc = key.split(" c=")
         base = cs[f"return200 c={conc}"]
         print(f"| {name} | {conc} | {r['rps']:.0f} | {r['p50_us']:.1f} | {r['p99_us']:.1f} | "
-              f"{r['rps'] / base['rps']:.3f} | {r.get('sched_e2e_mean_us', float('nan')):.1f} |")
+              f"{r['rps'] / base['rps']:.3f} | {r.get('sched_e2e_mean_us', float('nan')):.1f} | "
+              f"{r['cpu_us_per_req'][0]:.1f} | {r['cpu_us_per_req'][1] if name != 'return200' else 0:.1f} |")
     print("\nmodule's added latency at concurrency 1 (p50 - p50(return 200) - model time):")
     print("| case | prompt tokens | p50 - return200 p50 us | offline model us/request | module adds (offline anchor) us | module adds (in-run scheduler e2e) us |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -373,9 +420,22 @@ def main():
         added[name] = {"http_minus_anchor_us": d, "offline_us": off, "added_offline_us": d - off, "added_inrun_us": d - inrun}
         print(f"| {name} | {plen} | {d:.1f} | {off:.1f} | **{d - off:.1f}** | {d - inrun:.1f} |")
     R["added"] = added
+    print("\nnginx worker CPU per request, module minus return 200 (concurrency 1; load-independent):")
+    for name in ("completions", "chat"):
+        if f"{name} c=1" in cs:
+            w = cs[f"{name} c=1"]["cpu_us_per_req"][0] - cs["return200 c=1"]["cpu_us_per_req"][0]
+            sc = cs[f"{name} c=1"]["cpu_us_per_req"][1]
+            off = R["offline"][name]["per_request_us"]
+            added[name]["worker_cpu_added_us"] = w
+            print(f"  {name}: worker +{w:.1f} us; scheduler process {sc:.1f} us/request vs offline {off:.1f} us "
+                  f"(+{sc - off:.1f} us: channel pick-up, result hand-off, wake-ups)")
     s, dec, ns = R["stream"], R["offline"]["decode"], R["nostream"]
     print(f"\nSSE: {args.stream_requests} streamed requests x {args.stream_tokens} tokens, one at a time "
-          f"({s['events']} token events)")
+          f"({s['tokens']} tokens in {s['events']} SSE events: a token that ends inside a UTF-8 character is held "
+          f"back and sent with the next)")
+    print(f"client time per output token (first to last event / (tokens - 1)) p50 {s['tpot_p50_us']:.1f} us vs offline "
+          f"decode {dec['itl_mean_us']:.1f} us: streaming path adds {s['tpot_p50_us'] - dec['itl_mean_us']:.1f} us per token "
+          f"({s['tpot_p50_us'] - s['sched_itl_mean_us']:.1f} us vs the in-run scheduler ITL)")
     print(f"client ITL p50 {s['itl_p50_us']:.1f} us, p99 {s['itl_p99_us']:.1f} us, mean {s['itl_mean_us']:.1f} us; "
           f"scheduler ITL in run (mean) {s['sched_itl_mean_us']:.1f} us; offline decode per token (mean) {dec['itl_mean_us']:.1f} us")
     print(f"streaming adds {s['itl_p50_us'] - dec['itl_mean_us']:.1f} us per token (client ITL p50 - offline decode); "
