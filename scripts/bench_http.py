@@ -25,6 +25,8 @@ Model time, two anchors:
   in-run   the scheduler's own e2e latency histogram (/metrics, difference over the case): from the
            request's arrival in the scheduler to its finish.
 "module adds" = p50(model request) - p50(return200) - model time (concurrency 1).
+CPU time per request of the nginx worker and of the scheduler process (/proc/PID/task/*/schedstat
+over each case) is reported too: unlike latency, it does not grow when the machine is busy.
 
 SSE: --stream-requests streamed completions of --stream-tokens tokens (ignore_eos), one at a time.
 Inter-token latency as the client sees it (time between SSE events) against the per-token decode
