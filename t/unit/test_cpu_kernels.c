@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/common.h"
 #include "tap.h"
@@ -438,6 +439,79 @@ static void test_matmul_batch_invariance(srt_dtype t, srt_threadpool *tp)
     }
 }
 
+/* Attention: a token's output is the same bits decoded alone (unsplit, or with its keys
+ * split over the threads), as the last token of a prefill chunk, and next to another
+ * sequence, for F32 and F16 KV on every SIMD path. */
+static void test_attention_invariance(srt_threadpool *tp)
+{
+    enum { NH = 6, NKV = 2, HD = 64, NSLOT = 1024, S = 700, CH = 40 };
+    float *kc = malloc(sizeof(float) * NSLOT * NKV * HD), *vc = malloc(sizeof(float) * NSLOT * NKV * HD);
+    uint16_t *kh = malloc(2 * NSLOT * NKV * HD), *vh = malloc(2 * NSLOT * NKV * HD);
+    for (int i = 0; i < NSLOT * NKV * HD; i++) {
+        kc[i] = frand(-1.5f, 1.5f);
+        vc[i] = frand(-1, 1);
+        kh[i] = srt_f32_to_f16(kc[i]);
+        vh[i] = srt_f32_to_f16(vc[i]);
+    }
+    int32_t slots[S], oslots[8];
+    for (int i = 0; i < S; i++)
+        slots[i] = (i * 13) % NSLOT;
+    for (int i = 0; i < 8; i++)
+        oslots[i] = (S * 13 + i * 13) % NSLOT;
+    float *q = malloc(sizeof(float) * (CH + 8) * NH * HD), *qb = malloc(sizeof(float) * (CH + 8) * NH * HD);
+    for (int i = 0; i < (CH + 8) * NH * HD; i++)
+        q[i] = frand(-2, 2);
+    float *ref = malloc(sizeof(float) * NH * HD), *out = malloc(sizeof(float) * (CH + 8) * NH * HD);
+    size_t nsc = srt_cpu_attention_scratch_floats(srt_threadpool_size(tp), HD);
+    float *scratch = malloc(sizeof(float) * nsc);
+    const float *qlast = q + (size_t)(CH - 1) * NH * HD;   /* the query of position S-1 */
+    for (int kd = 0; kd < 2; kd++)
+        for (int p = 0; p < 3; p++) {
+            if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+                continue;
+            int32_t pos[CH + 8], outs[CH + 8], start[3], len[2];
+            const int32_t *ss[2];
+            srt_forward_batch b = { .positions = pos, .out_slots = outs, .seq_start = start, .seq_len = len,
+                                    .seq_slots = ss };
+            srt_attn_args a = { &b, qb, out, kd ? (const void *)kh : kc, kd ? (const void *)vh : vc,
+                                kd ? SRT_F16 : SRT_F32, NH, NKV, HD, 0.125f };
+            /* decode alone, one thread */
+            memcpy(qb, qlast, sizeof(float) * NH * HD);
+            pos[0] = S - 1, start[0] = 0, start[1] = 1, len[0] = S, ss[0] = slots;
+            b.n_tokens = 1, b.n_seqs = 1;
+            srt_cpu_attention(NULL, &a, NULL, 0);
+            memcpy(ref, out, sizeof(float) * NH * HD);
+            /* decode alone on the pool: the keys split over the threads */
+            memset(out, 0xff, sizeof(float) * (CH + 8) * NH * HD);   /* NaNs: every output must be written */
+            srt_cpu_attention(tp, &a, scratch, nsc);
+            int same_split = !memcmp(ref, out, sizeof(float) * NH * HD);
+            /* last token of a prefill chunk of CH positions */
+            memcpy(qb, q, sizeof(float) * CH * NH * HD);
+            for (int i = 0; i < CH; i++)
+                pos[i] = S - CH + i;
+            b.n_tokens = CH, start[1] = CH;
+            memset(out, 0xff, sizeof(float) * (CH + 8) * NH * HD);
+            srt_cpu_attention(tp, &a, scratch, nsc);
+            int same_chunk = !memcmp(ref, out + (size_t)(CH - 1) * NH * HD, sizeof(float) * NH * HD);
+            /* next to another sequence's 5-token prefill */
+            memcpy(qb, q + (size_t)CH * NH * HD, sizeof(float) * 5 * NH * HD);
+            memcpy(qb + (size_t)5 * NH * HD, qlast, sizeof(float) * NH * HD);
+            for (int i = 0; i < 5; i++)
+                pos[i] = i;
+            pos[5] = S - 1;
+            start[0] = 0, start[1] = 5, start[2] = 6, len[0] = 5, len[1] = S, ss[0] = oslots, ss[1] = slots;
+            b.n_tokens = 6, b.n_seqs = 2;
+            memset(out, 0xff, sizeof(float) * (CH + 8) * NH * HD);
+            srt_cpu_attention(tp, &a, scratch, nsc);
+            int same_mix = !memcmp(ref, out + (size_t)5 * NH * HD, sizeof(float) * NH * HD);
+            ok(same_split && same_chunk && same_mix,
+               "attention %s %s, %d keys: decode alone == split over threads (%d) == in a prefill chunk (%d) == "
+               "next to another sequence (%d), bit for bit", kd ? "f16" : "f32", paths[p], S, same_split, same_chunk,
+               same_mix);
+        }
+    free(kc); free(vc); free(kh); free(vh); free(q); free(qb); free(ref); free(out); free(scratch);
+}
+
 static void test_matmul_tolerance_is_meaningful(void)
 {
     int64_t rows = 16, cols = 256;
@@ -690,6 +764,7 @@ int main(void)
         test_matmul_dtype(all[i], tp);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         test_matmul_batch_invariance(all[i], tp);
+    test_attention_invariance(tp);
     test_matmul_tolerance_is_meaningful();
     test_matmul_multi(tp);
     ok(srt_cpu_force_simd("nonsense") == SRT_ERROR, "unknown SIMD path is refused");
