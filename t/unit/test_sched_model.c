@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "srt/model.h"
+#include "srt_hooks.h"
 #include "srt/sched.h"
 #include "tap.h"
 
@@ -190,6 +191,78 @@ static void suite(const char *name, int n, int max_shared, int max_own, int max_
        (unsigned long long)m.steps, why);
 }
 
+/* The engine alone: a sequence's logits must not depend on what else is in the batch. The
+ * scheduler's batch invariance rests on this; a failure here is the model runner's. */
+static void runner_invariance(const char *name)
+{
+    srt_err err = {{0}};
+    const srt_model_config *mc = srt_model_config_of(model);
+    srt_runner *r;
+    srt_kv_pool *kv;
+    srt_runner_opts o = { .max_batch_tokens = 512, .max_seqs = 4, .n_threads = 2 };
+    if (srt_runner_create(model, &o, &r, &err) != SRT_OK || srt_kv_pool_create(mc, 1024, SRT_F32, &kv, &err) != SRT_OK) {
+        ok(0, "%s: runner: %s", name, err.msg);
+        return;
+    }
+    enum { NA = 14 };
+    static const int companions[] = { 0, 1, 2, 3, 5, 37, 100, 333 };
+    float *ref = malloc(sizeof(float) * (size_t)mc->vocab_size);
+    float *got = malloc(sizeof(float) * 3 * (size_t)mc->vocab_size);
+    int32_t tok[512], pos[512], out[512], slots_a[NA], slots_b[512];
+    int bad_at = -1, rc_all = SRT_OK;
+    float maxdiff = 0;
+    for (size_t k = 0; k < sizeof companions / sizeof companions[0]; k++) {
+        int nb = companions[k], n = 0;
+        for (int i = 0; i < nb; i++) {
+            slots_b[i] = 600 + i;
+            tok[n] = 300 + 11 * i; pos[n] = i; out[n] = slots_b[i]; n++;
+        }
+        for (int i = 0; i < NA; i++) {
+            slots_a[i] = (int32_t)(k * 20) + i;   /* fresh slots each time */
+            tok[n] = 100 + 7 * i; pos[n] = i; out[n] = slots_a[i]; n++;
+        }
+        /* and a companion after it too, from the second case on */
+        int nc = k ? 5 : 0;
+        int32_t slots_c[8];
+        for (int i = 0; i < nc; i++) {
+            slots_c[i] = 950 + i;
+            tok[n] = 900 + 3 * i; pos[n] = i; out[n] = slots_c[i]; n++;
+        }
+        int32_t start[4], len[3];
+        const int32_t *ss[3];
+        int ns = 0, probe;
+        start[0] = 0;
+        if (nb) { len[ns] = nb; ss[ns] = slots_b; start[ns + 1] = nb; ns++; }
+        probe = ns;
+        len[ns] = NA; ss[ns] = slots_a; start[ns + 1] = start[ns] + NA; ns++;
+        if (nc) { len[ns] = nc; ss[ns] = slots_c; start[ns + 1] = n; ns++; }
+        srt_forward_batch bt = { .n_tokens = n, .token_ids = tok, .positions = pos, .out_slots = out, .n_seqs = ns,
+                                 .seq_start = start, .seq_len = len, .seq_slots = ss, .forward_mode = SRT_FORWARD_PREFILL };
+        if (srt_runner_forward(r, kv, &bt, got, &err) != SRT_OK) {
+            rc_all = SRT_ERROR;
+            break;
+        }
+        float *mine = got + (size_t)probe * (size_t)mc->vocab_size;
+        if (k == 0) {
+            memcpy(ref, mine, sizeof(float) * (size_t)mc->vocab_size);
+            continue;
+        }
+        for (int v = 0; v < mc->vocab_size; v++) {
+            float d = ref[v] - mine[v];
+            if (d < 0) d = -d;
+            if (d > maxdiff) maxdiff = d;
+            if (d != 0 && bad_at < 0) bad_at = nb;
+        }
+    }
+    ok(rc_all == SRT_OK && bad_at < 0,
+       "%s: runner batch invariance: a 14-token prompt's logits alone == between companions of 1..333 and 5 tokens "
+       "(first differing companion %d, max |diff| %g)%s", name, bad_at, (double)maxdiff, err.msg);
+    free(ref);
+    free(got);
+    srt_kv_pool_free(kv);
+    srt_runner_free(r);
+}
+
 static int exists(const char *p)
 {
     struct stat st;
@@ -209,6 +282,7 @@ int main(void)
         return tap_done();
     }
     vocab = srt_model_config_of(model)->vocab_size;
+    runner_invariance("tiny-llama");
     suite("tiny-llama", 32, 120, 40, 24, 600);
     srt_model_free(model);
 
@@ -219,6 +293,7 @@ int main(void)
             return tap_done();
         }
         vocab = srt_model_config_of(model)->vocab_size;
+        runner_invariance("SmolLM2 Q4_1");
         suite("SmolLM2 Q4_1", 12, 60, 20, 16, 240);
         srt_model_free(model);
     } else {
