@@ -4,8 +4,9 @@
  * K/V row is read once for all of them. Items are spread evenly over the threads; runs
  * are shortened when there would be too few items to keep every thread busy (decode of
  * one sequence). Each item walks its sequence's keys 0..position (causal; earlier
- * positions may be a cached prefix), block by block with an online softmax, so no score
- * buffer grows with the context. */
+ * positions may be a cached prefix) in fixed chunks, block by block with an online
+ * softmax, so no score buffer grows with the context; see ATTN_CHUNK for why the result
+ * is the same bits in any batch. */
 #include <math.h>
 #include <string.h>
 
