@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "srt/comm.h"
@@ -161,7 +162,14 @@ static int peer_dead(group_header *h)
 {
     for (uint32_t r = 0; r < h->size; r++) {
         int32_t pid = atomic_load(&h->pids[r]);
-        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+        if (pid <= 0)
+            continue;
+        if (kill(pid, 0) != 0 && errno == ESRCH)
+            return (int)r;
+        /* a dead child of ours is a zombie until reaped, and kill() still reaches it */
+        siginfo_t si;
+        si.si_pid = 0;
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
             return (int)r;
     }
     return -1;

@@ -346,7 +346,7 @@ static void
 ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
     ngx_pid_t master)
 {
-    int                 rc;
+    int                 rc, state;
     char                title[256], key[96];
     srt_err             err;
     sigset_t            set;
@@ -426,9 +426,11 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
                       "srt: scheduler for model \"%V\" failed: %s",
                       &m->name, err.msg);
 
-        if (srt_chan_sched_state_get(m->chan, NULL, 0)
-            != SRT_CHAN_SCHED_FAILED)
-        {
+        /* DOWN: the scheduler gave up on a broken tensor-parallel group and
+         * wants the respawn (requests wait for it), not a "failed" model */
+        state = srt_chan_sched_state_get(m->chan, NULL, 0);
+
+        if (state != SRT_CHAN_SCHED_FAILED && state != SRT_CHAN_SCHED_DOWN) {
             srt_chan_sched_set_state(m->chan, SRT_CHAN_SCHED_FAILED, err.msg,
                                      NULL);
         }

@@ -213,6 +213,8 @@ static int tp_group_lost(srt_chan *c, live_req *live, int n_live, srt_err *err)
             srt_chan_sched_finish(c, (uint32_t)live[k].id, (uint32_t)(live[k].id >> 32), SRT_CHAN_FINISH_ERROR, -1,
                                   0, "a tensor-parallel rank died; the model is restarting");
     srt_chan_sched_flush(c);
+    /* DOWN, not FAILED: new requests wait for the restarted group (srt_wait_ready) */
+    srt_chan_sched_set_state(c, SRT_CHAN_SCHED_DOWN, "restarting the tensor-parallel group", NULL);
     free(live);
     return SRT_ERROR;
 }

@@ -197,6 +197,7 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
     srt_err e2;
     if (srt_comm_all_reduce_sum_f32(comm, &okf, 1, &e2) != SRT_OK || !ok)
         goto out;
+    srt_log(SRT_LOG_INFO, "tp rank %d of %d ready (pid %d)", rank, o->size, (int)getpid());
     int32_t vocab = srt_model_config_of(m)->vocab_size;
     seq_ptrs = calloc((size_t)su.max_seqs + 1, sizeof *seq_ptrs);
     if (!seq_ptrs)
