@@ -8,3 +8,4 @@ TOOLS += $(BUILD)/bin/srt-bench-sched
 $(BUILD)/bin/srt-bench-sched: $(BUILD)/obj/src/sched/bench_sched.o $(LIBSRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBSRT) $(LDLIBS)
+UNIT_TESTS  += $(BUILD)/t/test_tp_group

@@ -37,6 +37,7 @@ struct srt_tp_group {
     pid_t               pids[TP_MAX_RANKS];
     int                 exited[TP_MAX_RANKS];
     int                 broken;
+    int                 ready;     /* setup done: the ranks are in their batch loop */
     void               *buf;
     size_t              buf_cap;
 };
@@ -350,6 +351,7 @@ int srt_tp_group_setup(srt_tp_group *g, srt_model *m, const srt_runner_opts *ro,
                     g->size);
         goto fail;
     }
+    g->ready = 1;
     return SRT_OK;
 broken:
     g->broken = 1;
@@ -386,6 +388,8 @@ void srt_tp_group_stop(srt_tp_group *g)
 {
     if (!g)
         return;
+    if (!g->ready)
+        g->broken = 1;   /* ranks wait for their setup, not for an exit message */
     if (g->comm && !g->broken) {
         srt_err e;
         srt_err dummy;
@@ -396,7 +400,8 @@ void srt_tp_group_stop(srt_tp_group *g)
                 g->broken = 1;
         }
     }
-    if (g->group)
+    /* ranks still inside the exit broadcast would read an abort as a failure */
+    if (g->group && g->broken)
         srt_cpu_comm_group_abort(g->group);
     for (int rank = 1; rank < g->size; rank++) {
         if (g->pids[rank] <= 0 || g->exited[rank])
@@ -410,6 +415,7 @@ void srt_tp_group_stop(srt_tp_group *g)
                 usleep(10000);
         }
         if (!waited) {
+            srt_cpu_comm_group_abort(g->group);
             kill(g->pids[rank], SIGKILL);
             waitpid(g->pids[rank], &st, 0);
         }
