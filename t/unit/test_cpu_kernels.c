@@ -741,6 +741,16 @@ static void test_elementwise(srt_threadpool *tp)
                 if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
             }
             ok(worst < 2e-6, "silu_mul %s n=%lld rel err %.2e", paths[p], (long long)m, worst);
+            if (pass) {
+                /* batch invariance: each of the first 256 elements alone (all tail) == mid-array */
+                int diff = 0;
+                for (int64_t i = 0; i < 256 && i < n; i++) {
+                    float one;
+                    srt_cpu_silu_mul(NULL, g + i, up + i, 1, &one);
+                    diff += memcmp(&one, &out[i], sizeof one) != 0;
+                }
+                ok(diff == 0, "silu_mul %s: an element alone == the same element mid-array (%d differ)", paths[p], diff);
+            }
             memcpy(y, up, m * sizeof(float));
             srt_cpu_add(tp, y, x, m);
             int bad = 0;

@@ -432,8 +432,15 @@ TGT static void silu_mul(const float *gate, const float *up, int64_t n, float *o
         __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g)));
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, den), _mm256_loadu_ps(up + i)));
     }
-    if (i < n)
-        srt_cpu_silu_mul_portable(gate + i, up + i, n - i, out + i);
+    if (i < n) {
+        /* the tail through the same vector code (zero-padded), so an element's result does
+         * not depend on where the array ends (batch invariance) */
+        float g[8] = { 0 }, u[8] = { 0 }, o[8];
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        silu_mul(g, u, 8, o);
+        memcpy(out + i, o, sizeof(float) * (size_t)(n - i));
+    }
 }
 
 /* Same rounding as the portable quantizer (round to nearest even), so results match. */

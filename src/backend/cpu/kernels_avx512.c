@@ -382,8 +382,15 @@ TGT static void silu_mul(const float *gate, const float *up, int64_t n, float *o
         __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g)));
         _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, den), _mm512_loadu_ps(up + i)));
     }
-    if (i < n)
-        srt_cpu_silu_mul_portable(gate + i, up + i, n - i, out + i);
+    if (i < n) {
+        /* the tail through the same vector code (zero-padded), so an element's result does
+         * not depend on where the array ends (batch invariance) */
+        float g[16] = { 0 }, u[16] = { 0 }, o[16];
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        silu_mul(g, u, 16, o);
+        memcpy(out + i, o, sizeof(float) * (size_t)(n - i));
+    }
 }
 
 /* Same rounding as the portable quantizer (round to nearest even), so results match. */
