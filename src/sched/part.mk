@@ -9,3 +9,9 @@ $(BUILD)/bin/srt-bench-sched: $(BUILD)/obj/src/sched/bench_sched.o $(LIBSRT)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIBSRT) $(LDLIBS)
 UNIT_TESTS  += $(BUILD)/t/test_tp_group
+
+# srt-bench-tp: tensor-parallel decode throughput and all-reduce cost on the CPU communicator
+TOOLS += $(BUILD)/bin/srt-bench-tp
+$(BUILD)/bin/srt-bench-tp: $(BUILD)/obj/src/sched/bench_tp.o $(LIBSRT)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBSRT) $(LDLIBS)
