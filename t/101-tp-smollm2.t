@@ -1,0 +1,63 @@
+# Tensor parallelism end to end on the real model: SmolLM2-135M-Instruct (Q4_1 GGUF) has 9
+# heads / 3 KV heads, so it splits over 3 ranks (not 2 or 4). Greedy continuations at
+# srt_tp_size 3 equal HF transformers' (t/fixtures/golden/smollm2.json, as t/020 checks at tp=1).
+use Test::Nginx::Socket 'no_plan';
+
+BEGIN {
+    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
+    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
+                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+master_on();
+use_hup();
+log_level('info');
+
+add_block_preprocessor(sub {
+    my $block = shift;
+    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
+        unless defined $block->main_config;
+    $block->set_value("config", <<'EOF2') unless defined $block->config;
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 1;
+    srt_tp_size 3;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_wait_ready 120s;
+}
+EOF2
+    $block->set_value("timeout", 120) unless defined $block->timeout;
+});
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: tp=3 greedy = HF (token ids)
+--- request
+POST /v1/completions
+{"model": "smol", "prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
+--- response_body_like
+"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"\}\],"usage":\{"prompt_tokens":17,"completion_tokens":12,
+--- error_log eval
+[qr/tp rank 2 of 3 ready \(pid \d+\)/]
+
+
+
+=== TEST 2: tp=3 greedy = HF (string prompt)
+--- request
+POST /v1/completions
+{"prompt": ["Once upon a time, in a small village by the sea, there lived an old fisherman who"], "max_tokens": 12, "temperature": 0}
+--- response_body_like
+"text":" had a daughter named Elara. She was a kind and","logprobs":null,"finish_reason":"length"
+
+
+
+=== TEST 3: tp=3 greedy = HF (code)
+--- request
+POST /v1/completions
+{"prompt": "def add(a, b):\n    return", "max_tokens": 12, "temperature": 0}
+--- response_body_like
+"text":" a \+ b\\n\\n# Example usage:\\nadd_","logprobs":null,"finish_reason":"length"
