@@ -61,3 +61,26 @@ POST /v1/completions
 {"prompt": "def add(a, b):\n    return", "max_tokens": 12, "temperature": 0}
 --- response_body_like
 "text":" a \+ b\\n\\n# Example usage:\\nadd_","logprobs":null,"finish_reason":"length"
+
+
+
+=== TEST 4: srt_tp_size 2 does not divide 3 KV heads: a clear refusal in the log, 503 for requests, no hang
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 1;
+    srt_tp_size 2;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+}
+--- init
+select undef, undef, undef, 3;
+--- request
+POST /v1/completions
+{"prompt": "Hello", "max_tokens": 2, "temperature": 0}
+--- error_code: 503
+--- response_body_like
+"message":"Model \\"smol\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
+--- error_log eval
+[qr/scheduler for model "smol" failed: [^\n]*divide/]
