@@ -2,11 +2,29 @@
 # heads / 3 KV heads, so it splits over 3 ranks (not 2 or 4). Greedy continuations at
 # srt_tp_size 3 equal HF transformers' (t/fixtures/golden/smollm2.json, as t/020 checks at tp=1).
 use Test::Nginx::Socket 'no_plan';
+use JSON::PP ();
 
 BEGIN {
     $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
     $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
                                    . "/SmolLM2-135M-Instruct.Q4_1.gguf";
+    # every rank loads the same hook file: an activation logger on a column-parallel module
+    # (q_proj: each rank sees its 192 of 576 features) and on a full one (the MLP's output,
+    # after the all-reduce)
+    my $lib = $ENV{TEST_NGINX_SRT_HOOK_LIB} || "$ENV{PWD}/build/lib";
+    my $dir = "$ENV{PWD}/t/servroot_srt/hooks_tp";
+    require File::Path;
+    File::Path::make_path($dir);
+    chmod 01777, $dir;   # the scheduler and its ranks run as the worker user
+    unlink "$dir/act.jsonl";
+    $ENV{TEST_NGINX_TP_HOOKS} = "$dir/hooks.json";
+    $ENV{TEST_NGINX_TP_ACT} = "$dir/act.jsonl";
+    open my $fh, '>', "$dir/hooks.json" or die "$dir/hooks.json: $!";
+    print $fh JSON::PP->new->canonical->encode({ forward_hooks => [
+        { name => 'log', target_modules => ['model.layers.0.self_attn.q_proj', 'model.layers.0.mlp'],
+          hook_factory => "$lib/libsrt_hook_actlog.so:srt_actlog_factory",
+          config => { path => "$dir/act.jsonl" } } ] });
+    close $fh;
 }
 
 master_on();
@@ -84,3 +102,54 @@ POST /v1/completions
 "message":"Model \\"smol\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
 --- error_log eval
 [qr/scheduler for model "smol" failed: [^\n]*divide/]
+
+
+
+=== TEST 5: forward hooks at tp=3: every rank loads them and sees its shard, with its rank
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 1;
+    srt_tp_size 3;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_forward_hooks $TEST_NGINX_TP_HOOKS;
+    srt_wait_ready 120s;
+}
+--- request
+POST /v1/completions
+{"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 3, "temperature": 0}
+--- response_body_like
+"finish_reason":"length"
+--- no_error_log
+[alert]
+
+
+
+=== TEST 6: ... the activation log has each rank's lines: q_proj 192 wide, the MLP 576 and equal on all ranks
+--- init
+my $file = $ENV{TEST_NGINX_TP_ACT};
+open my $fh, '<', $file or die "$file: $!";
+my (%seen, %mlp);
+for my $l (<$fh>) {
+    my $j = eval { JSON::PP::decode_json($l) } or do { Test::More::ok(0, "JSON line: $l"); next };
+    my $m = $j->{module};
+    $seen{"$m/$j->{tp_rank}"}++;
+    if ($m =~ /q_proj$/) {
+        Test::More::is($j->{shape}[1], 192, "rank $j->{tp_rank}: q_proj shard is 576/3 wide") if $seen{"$m/$j->{tp_rank}"} == 1;
+    } else {
+        Test::More::is($j->{shape}[1], 576, "rank $j->{tp_rank}: the MLP output is full width") if $seen{"$m/$j->{tp_rank}"} == 1;
+        push @{ $mlp{$j->{tp_rank}} }, "$j->{mode} $j->{mean} $j->{std}";
+    }
+}
+for my $r (0 .. 2) {
+    Test::More::ok($seen{"model.layers.0.self_attn.q_proj/$r"} >= 3, "rank $r logged q_proj (prefill + decode)");
+    Test::More::ok($seen{"model.layers.0.mlp/$r"} >= 3, "rank $r logged the MLP");
+}
+Test::More::is(join('|', @{ $mlp{1} || [] }), join('|', @{ $mlp{0} || [] }), "rank 1's MLP output = rank 0's");
+Test::More::is(join('|', @{ $mlp{2} || [] }), join('|', @{ $mlp{0} || [] }), "rank 2's MLP output = rank 0's");
+--- request
+GET /v1/models
+--- response_body_like
+"smol"
