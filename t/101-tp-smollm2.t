@@ -3,6 +3,7 @@
 # srt_tp_size 3 equal HF transformers' (t/fixtures/golden/smollm2.json, as t/020 checks at tp=1).
 use Test::Nginx::Socket 'no_plan';
 use JSON::PP ();
+use IO::Socket::INET ();
 
 BEGIN {
     $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
@@ -26,6 +27,23 @@ BEGIN {
           config => { path => "$dir/act.jsonl" } } ] });
     close $fh;
 }
+
+sub http {
+    my ($method, $uri, $body) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => server_port(),
+                                  Timeout => 120) or die "connect: $!";
+    my $req = "$method $uri HTTP/1.0\r\nHost: localhost\r\n";
+    $req .= "Content-Type: application/json\r\nContent-Length: " . length($body) . "\r\n"
+        if defined $body;
+    print $s $req, "\r\n", $body // '';
+    local $/;
+    my $resp = <$s> // '';
+    my ($head, $b) = split /\r\n\r\n/, $resp, 2;
+    my ($status) = ($head // '') =~ m{^HTTP/\S+ (\d+)};
+    return ($status // 0, $b // '');
+}
+
+sub act_lines { open my $fh, '<', $ENV{TEST_NGINX_TP_ACT} or return 0; my @l = <$fh>; return scalar @l }
 
 master_on();
 use_hup();
@@ -153,3 +171,41 @@ Test::More::is(join('|', @{ $mlp{2} || [] }), join('|', @{ $mlp{0} || [] }), "ra
 GET /v1/models
 --- response_body_like
 "smol"
+
+
+
+=== TEST 7: srt_admin at tp=3: removing the hook removes it on every rank (no rank logs any more)
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 1;
+    srt_tp_size 3;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_forward_hooks $TEST_NGINX_TP_HOOKS;
+    srt_wait_ready 120s;
+}
+location /admin/hooks { srt_admin on; }
+--- init
+my $req = '{"prompt": [33, 28, 216], "max_tokens": 2, "temperature": 0}';
+my ($st, $b) = main::http('POST', '/v1/completions', $req);
+Test::More::is($st, 200, "a completion with the hooks on") or Test::More::diag($b);
+my $n0 = main::act_lines();
+($st, $b) = main::http('POST', '/v1/completions', $req);
+my $n1 = main::act_lines();
+Test::More::ok($n1 - $n0 >= 6, "3 ranks x 2 modules log each step: " . ($n1 - $n0) . " lines");
+($st, $b) = main::http('POST', '/admin/hooks?action=remove&name=log');
+Test::More::is($st, 200, "remove by name") or Test::More::diag($b);
+($st, $b) = main::http('POST', '/v1/completions', $req);
+Test::More::is($st, 200, "a completion after the removal") or Test::More::diag($b);
+Test::More::is(main::act_lines(), $n1, "no rank logged after the removal");
+($st, $b) = main::http('POST', '/admin/hooks?action=readd&name=log');
+Test::More::is($st, 200, "re-add by name") or Test::More::diag($b);
+($st, $b) = main::http('POST', '/v1/completions', $req);
+Test::More::ok(main::act_lines() - $n1 >= 6, "every rank logs again after the re-add");
+--- request
+POST /v1/completions
+{"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
+--- response_body_like
+"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"

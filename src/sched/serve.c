@@ -247,7 +247,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
         /* srt_admin commands touch the hook registry: only here, between forward passes.
          * KV cached under other hooks would replay their effect: drop it on a change. */
         uint64_t hook_gen = hooks ? srt_hook_registry_generation(hooks) : 0;
-        if (srt_chan_sched_admin_serve(c, hooks) && hooks && srt_hook_registry_generation(hooks) != hook_gen)
+        if ((tp ? srt_tp_group_admin_serve(tp, c, hooks) : srt_chan_sched_admin_serve(c, hooks)) && hooks && srt_hook_registry_generation(hooks) != hook_gen)
             srt_sched_flush_cache(s);
         /* New requests, while the scheduler has room to hold them. */
         srt_chan_req rq;

@@ -10,13 +10,14 @@
 #include <unistd.h>
 
 #include "hooks/registry.h"
+#include "ipc/hook_admin.h"
 #include "sched/tp_group.h"
 
 #define TP_MAX_RANKS      8
 #define TP_BATCH_MAGIC    0x54504231u   /* "TPB1" */
 #define TP_MAX_PAYLOAD    ((size_t)1 << 30)
 
-enum { TP_OP_FORWARD = 1, TP_OP_EXIT = 2 };
+enum { TP_OP_FORWARD = 1, TP_OP_EXIT = 2, TP_OP_ADMIN = 3 };
 
 /* What rank 0 sends before every step. */
 typedef struct tp_control {
@@ -210,6 +211,18 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
             goto out;
         if (ctl.op == TP_OP_EXIT)
             break;
+        if (ctl.op == TP_OP_ADMIN && ctl.payload_bytes > 0 && ctl.payload_bytes <= SRT_CHAN_ADMIN_REQ_MAX) {
+            /* the same hook command on every rank keeps the registries (and ids) identical */
+            char cmd[SRT_CHAN_ADMIN_REQ_MAX + 1];
+            char *body = NULL;
+            size_t blen = 0;
+            if (srt_comm_broadcast(comm, cmd, (size_t)ctl.payload_bytes, 0, err) != SRT_OK)
+                goto out;
+            cmd[ctl.payload_bytes - 1] = 0;
+            srt_hook_admin_apply(hooks, cmd, &body, &blen);
+            free(body);
+            continue;
+        }
         if (ctl.op != TP_OP_FORWARD || ctl.payload_bytes > TP_MAX_PAYLOAD ||
             grow(&buf, &cap, (size_t)ctl.payload_bytes) != SRT_OK) {
             srt_err_set(err, "tp rank %d: bad control message (op %d, %llu bytes)", rank, ctl.op,
@@ -425,4 +438,45 @@ void srt_tp_group_stop(srt_tp_group *g)
     srt_cpu_comm_group_free(g->group);
     free(g->buf);
     free(g);
+}
+
+int srt_tp_group_admin_serve(srt_tp_group *g, srt_chan *c, srt_hook_registry *reg)
+{
+    char cmd[SRT_CHAN_ADMIN_REQ_MAX];
+    char *body = NULL;
+    size_t len = 0;
+    srt_err err;
+    int status;
+
+    size_t n = srt_chan_sched_admin_take(c, cmd, sizeof cmd);
+    if (n == 0)
+        return 0;
+    cmd[sizeof cmd - 1] = 0;
+    tp_control ctl = { .op = TP_OP_ADMIN, .payload_bytes = strlen(cmd) + 1 };
+    if (g->broken || srt_tp_group_check(g, &err) != SRT_OK ||
+        srt_comm_broadcast(g->comm, &ctl, sizeof ctl, 0, &err) != SRT_OK ||
+        srt_comm_broadcast(g->comm, cmd, (size_t)ctl.payload_bytes, 0, &err) != SRT_OK) {
+        g->broken = 1;
+        srt_cpu_comm_group_abort(g->group);
+        static const char down[] = "{\"error\":{\"message\":\"a tensor-parallel rank died; the model is restarting\","
+                                   "\"type\":\"server_error\",\"param\":null,\"code\":503}}";
+        srt_chan_sched_admin_reply(c, 503, down, sizeof down - 1);
+        return 1;
+    }
+    status = srt_hook_admin_apply(reg, cmd, &body, &len);
+    if (!body) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                  "\"param\":null,\"code\":500}}";
+        srt_chan_sched_admin_reply(c, 500, oom, sizeof oom - 1);
+        return 1;
+    }
+    if (len > SRT_CHAN_ADMIN_RESP_MAX) {
+        static const char big[] = "{\"error\":{\"message\":\"the hook listing is too large\","
+                                  "\"type\":\"server_error\",\"param\":null,\"code\":500}}";
+        srt_chan_sched_admin_reply(c, 500, big, sizeof big - 1);
+    } else {
+        srt_chan_sched_admin_reply(c, status, body, len);
+    }
+    free(body);
+    return 1;
 }

@@ -54,6 +54,12 @@ int  srt_tp_group_forward(srt_tp_group *g, srt_runner *r, srt_kv_pool *kv, const
 /* SRT_ERROR (err says which rank) when a rank has exited or the group is broken. */
 int  srt_tp_group_check(srt_tp_group *g, srt_err *err);
 
+/* Scheduler loop, tp > 1: answers the pending srt_admin hook command, if any, after sending
+ * it to every rank so that all registries change together. Returns 1 if one was served. */
+struct srt_chan;
+struct srt_hook_registry;
+int  srt_tp_group_admin_serve(srt_tp_group *g, struct srt_chan *c, struct srt_hook_registry *reg);
+
 /* Tells the ranks to exit (when the group still works), kills the rest, reaps them all and
  * frees the group. */
 void srt_tp_group_stop(srt_tp_group *g);
