@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "srt/backend.h"
 #include "srt/kv.h"
 #include "srt/model.h"
 
@@ -10,11 +11,12 @@ struct srt_kv_pool {
     srt_dtype dtype;
     size_t    elem_size;
     void    **k, **v;
+    srt_backend *be;   /* whose memory k/v are in; NULL: the host's */
 };
 
 size_t srt_kv_bytes_per_slot(const srt_model_config *cfg, srt_dtype dtype)
 {
-    size_t es = dtype == SRT_F16 ? 2 : 4;
+    size_t es = dtype == SRT_F16 || dtype == SRT_BF16 ? 2 : 4;
     return 2 * (size_t)cfg->n_layers * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * es;
 }
 
@@ -27,10 +29,18 @@ int srt_kv_pool_create(const srt_model_config *cfg, int32_t n_slots, srt_dtype d
 int srt_kv_pool_create_tp(const srt_model_config *cfg, int32_t tp_size, int32_t n_slots, srt_dtype dtype,
                           srt_kv_pool **out, srt_err *err)
 {
+    return srt_kv_pool_create_on(cfg, tp_size, n_slots, dtype, NULL, out, err);
+}
+
+int srt_kv_pool_create_on(const srt_model_config *cfg, int32_t tp_size, int32_t n_slots, srt_dtype dtype,
+                          srt_backend *be, srt_kv_pool **out, srt_err *err)
+{
     *out = NULL;
+    if (be && !be->ops->alloc)
+        be = NULL;   /* the CPU backend's memory is the host's */
     if (tp_size <= 0 || cfg->n_kv_heads % tp_size)
         return srt_err_set(err, "kv pool: %d KV heads cannot be split over %d ranks", cfg->n_kv_heads, tp_size);
-    if (dtype != SRT_F32 && dtype != SRT_F16)
+    if (dtype != SRT_F32 && dtype != SRT_F16 && !(be && dtype == SRT_BF16))
         return srt_err_set(err, "kv pool: dtype %s not supported (F32 or F16)", srt_dtype_name(dtype));
     if (n_slots <= 0)
         return srt_err_set(err, "kv pool: n_slots must be positive (got %d)", n_slots);
@@ -41,14 +51,22 @@ int srt_kv_pool_create_tp(const srt_model_config *cfg, int32_t tp_size, int32_t 
     kv->n_layers = cfg->n_layers;
     kv->row_elems = cfg->n_kv_heads / tp_size * cfg->head_dim;
     kv->dtype = dtype;
-    kv->elem_size = dtype == SRT_F16 ? 2 : 4;
+    kv->be = be;
+    kv->elem_size = dtype == SRT_F32 ? 4 : 2;
     kv->k = calloc((size_t)kv->n_layers, sizeof *kv->k);
     kv->v = calloc((size_t)kv->n_layers, sizeof *kv->v);
     if (!kv->k || !kv->v)
         goto oom;
     size_t bytes = (size_t)n_slots * (size_t)kv->row_elems * kv->elem_size;
     bytes = (bytes + 63) / 64 * 64;
-    for (int32_t l = 0; l < kv->n_layers; l++) {
+    for (int32_t l = 0; l < kv->n_layers && be; l++) {
+        /* not zeroed: validation keeps every slot a step reads written by an earlier kv_store */
+        kv->k[l] = srt_backend_alloc(be, bytes, err);
+        kv->v[l] = kv->k[l] ? srt_backend_alloc(be, bytes, err) : NULL;
+        if (!kv->k[l] || !kv->v[l])
+            goto oom;
+    }
+    for (int32_t l = 0; l < kv->n_layers && !be; l++) {
         kv->k[l] = aligned_alloc(64, bytes);
         kv->v[l] = aligned_alloc(64, bytes);
         if (!kv->k[l] || !kv->v[l])
@@ -70,6 +88,13 @@ void srt_kv_pool_free(srt_kv_pool *kv)
     if (!kv)
         return;
     for (int32_t l = 0; l < kv->n_layers; l++) {
+        if (kv->be) {
+            if (kv->k && kv->k[l])
+                srt_backend_release(kv->be, kv->k[l]);
+            if (kv->v && kv->v[l])
+                srt_backend_release(kv->be, kv->v[l]);
+            continue;
+        }
         if (kv->k)
             free(kv->k[l]);
         if (kv->v)
@@ -92,7 +117,13 @@ int srt_kv_pool_copy_slot(srt_kv_pool *kv, int32_t dst, int32_t src)
     if (dst < 0 || src < 0 || dst >= kv->n_slots || src >= kv->n_slots)
         return SRT_ERROR;
     size_t row = (size_t)kv->row_elems * kv->elem_size;
-    for (int32_t l = 0; l < kv->n_layers; l++) {
+    for (int32_t l = 0; l < kv->n_layers && kv->be; l++) {   /* in order with the ops */
+        if (dst == src)
+            break;
+        kv->be->ops->copy(kv->be, (char *)kv->k[l] + (size_t)dst * row, (char *)kv->k[l] + (size_t)src * row, row);
+        kv->be->ops->copy(kv->be, (char *)kv->v[l] + (size_t)dst * row, (char *)kv->v[l] + (size_t)src * row, row);
+    }
+    for (int32_t l = 0; l < kv->n_layers && !kv->be; l++) {
         memmove((char *)kv->k[l] + (size_t)dst * row, (char *)kv->k[l] + (size_t)src * row, row);
         memmove((char *)kv->v[l] + (size_t)dst * row, (char *)kv->v[l] + (size_t)src * row, row);
     }

@@ -8,6 +8,7 @@
 
 #include "model/model_internal.h"
 #include "srt/backend.h"
+#include "srt/backend_cuda.h"
 #include "srt/comm.h"
 
 struct srt_runner {
@@ -25,6 +26,12 @@ struct srt_runner {
     float *cos_sin;            /* [max_tok][2][head_dim] */
     float *rows;               /* [max_seqs][hidden]: hidden states of logit rows */
     uint64_t *zero_ids;
+    /* a backend with memory of its own (CUDA): the step's ids, positions and logit row indices
+     * are uploaded there, logits computed there and downloaded; NULL on the CPU backend */
+    int      on_dev;
+    const int32_t *ids, *pos;   /* the step's ids and positions in backend memory */
+    int32_t *d_ids, *d_pos, *d_rows, *h_rows;
+    float   *d_logits;
     /* the step in flight */
     srt_batch_ctx            ctx;
     const srt_forward_batch *b;
@@ -75,6 +82,13 @@ static int forward_module(srt_runner *r, int32_t idx, srt_module_fn fn, void *se
                           srt_tensor_view *out)
 {
     srt_module *mod = &r->m->modules[idx];
+    if (r->on_dev) {   /* hooks see device pointers, and are told so */
+        for (int i = 0; i < args->n_inputs; i++)
+            args->inputs[i].device = SRT_HOOK_DEVICE_CUDA;
+        for (int i = 0; i < args->n_kwargs; i++)
+            args->kwargs[i].device = SRT_HOOK_DEVICE_CUDA;
+        out->device = SRT_HOOK_DEVICE_CUDA;
+    }
     if (srt_module_forward(mod, &r->ctx, fn, self, args, out) != SRT_OK) {
         if (r->err && !r->err->msg[0])
             srt_err_set(r->err, "forward of module '%s' failed", mod->info.name);
@@ -137,6 +151,10 @@ static int rotary_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt
     int64_t n = a->kwargs[0].shape[0];
     int32_t hd = m->cfg.head_dim, half = hd / 2;
     float *cs = out->data;
+    if (c->r->be->ops->rope_cos_sin) {   /* positions and cos_sin in backend memory */
+        c->r->be->ops->rope_cos_sin(c->r->be, pos, n, m->inv_freq, hd, cs);
+        return SRT_OK;
+    }
     for (int64_t t = 0; t < n; t++) {
         float *co = cs + t * 2 * hd, *si = co + hd;
         for (int32_t i = 0; i < half; i++) {
@@ -305,13 +323,51 @@ static int model_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_
 
 /* ---- runner ---- */
 
-static float *falloc(size_t n)
+/* n zeroed floats in the backend's memory (64-byte aligned host memory on the CPU backend) */
+static float *balloc(srt_runner *r, size_t n)
 {
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    float *p = aligned_alloc(64, bytes ? bytes : 64);
-    if (p)
-        memset(p, 0, bytes);
-    return p;
+    srt_err e;
+    return srt_backend_alloc(r->be, n * sizeof(float), &e);
+}
+
+static int load_f32(srt_runner *r, const float *p, int64_t n, srt_err *err)
+{
+    srt_weight w = { .dtype = SRT_F32, .rows = 1, .cols = n, .data = p, .row_stride = (size_t)n * sizeof(float) };
+    return p ? r->be->ops->load_weight(r->be, &w, err) : SRT_OK;
+}
+
+/* The backend's copies of every weight, bias and inv_freq the ops will be given (CUDA). */
+static int load_weights(srt_runner *r, srt_err *err)
+{
+    const srt_model *m = r->m;
+    const srt_backend_ops *ops = r->be->ops;
+    int rc = ops->load_weight(r->be, &m->embed, err);
+    if (rc == SRT_OK)
+        rc = ops->load_weight(r->be, &m->final_norm.w, err);
+    if (rc == SRT_OK)
+        rc = ops->load_weight(r->be, &m->lm_head.w, err);
+    if (rc == SRT_OK)
+        rc = load_f32(r, m->lm_head.bias, m->lm_head.w.rows, err);
+    if (rc == SRT_OK)
+        rc = load_f32(r, m->inv_freq, m->cfg.head_dim / 2, err);
+    for (int32_t l = 0; l < m->cfg.n_layers && rc == SRT_OK; l++) {
+        const srt_layer *L = &r->layers[l];
+        const srt_linear *ls[] = { &L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down };
+        for (size_t i = 0; i < 7 && rc == SRT_OK; i++) {
+            rc = ops->load_weight(r->be, &ls[i]->w, err);
+            if (rc == SRT_OK)
+                rc = load_f32(r, ls[i]->bias, ls[i]->w.rows, err);
+        }
+        if (rc == SRT_OK)
+            rc = ops->load_weight(r->be, &L->input_norm.w, err);
+        if (rc == SRT_OK)
+            rc = ops->load_weight(r->be, &L->post_attn_norm.w, err);
+        if (rc == SRT_OK && m->cfg.arch == SRT_ARCH_QWEN3)
+            rc = ops->load_weight(r->be, &L->q_norm.w, err);
+        if (rc == SRT_OK && m->cfg.arch == SRT_ARCH_QWEN3)
+            rc = ops->load_weight(r->be, &L->k_norm.w, err);
+    }
+    return rc;
 }
 
 void srt_runner_free(srt_runner *r)
@@ -320,8 +376,14 @@ void srt_runner_free(srt_runner *r)
         return;
     float *bufs[] = { r->resid[0], r->resid[1], r->xn, r->final, r->proj, r->q, r->k, r->v, r->q_raw,
                       r->k_raw, r->attn, r->gate, r->up, r->act, r->cos_sin, r->rows };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    void *dbufs[] = { r->d_ids, r->d_pos, r->d_rows, r->d_logits };
+    for (size_t i = 0; r->be && i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i])
+            srt_backend_release(r->be, bufs[i]);
+    for (size_t i = 0; r->be && i < sizeof dbufs / sizeof dbufs[0]; i++)
+        if (dbufs[i])
+            srt_backend_release(r->be, dbufs[i]);
+    free(r->h_rows);
     free(r->zero_ids);
     free(r->layers);
     srt_backend_free(r->be);
@@ -408,7 +470,14 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
         free(r);
         return SRT_ERROR;
     }
-    r->be = srt_cpu_backend_create(o->n_threads, o->precise_matmul, err);
+    if (o->device == SRT_RUNNER_CUDA && r->comm)
+        srt_err_set(err, "runner: tensor parallelism on the CUDA backend is not wired (needs NCCL)");
+    else if (o->device == SRT_RUNNER_CUDA)
+        r->be = srt_cuda_backend_create(o->device_index, o->mem_fraction > 0 ? o->mem_fraction : 0.85, err);
+    else if (o->device != SRT_RUNNER_CPU)
+        srt_err_set(err, "runner: unknown device %d", o->device);
+    else
+        r->be = srt_cpu_backend_create(o->n_threads, o->precise_matmul, err);
     if (!r->be) {
         free(r->layers);
         free(r);
@@ -417,23 +486,36 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     size_t T = (size_t)r->max_tok, H = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
     size_t R = (size_t)r->max_seqs;
-    r->resid[0] = falloc(T * H);
-    r->resid[1] = falloc(T * H);
-    r->xn = falloc(T * H);
-    r->final = falloc(T * H);
-    r->proj = falloc(T * H);
-    r->q = falloc(T * QD);
-    r->k = falloc(T * KD);
-    r->v = falloc(T * KD);
-    r->q_raw = c->arch == SRT_ARCH_QWEN3 ? falloc(T * QD) : NULL;
-    r->k_raw = c->arch == SRT_ARCH_QWEN3 ? falloc(T * KD) : NULL;
-    r->attn = falloc(T * QD);
-    r->gate = falloc(T * F);
-    r->up = falloc(T * F);
-    r->act = falloc(T * F);
-    r->cos_sin = falloc(T * 2 * (size_t)c->head_dim);
-    r->rows = falloc(R * H);
+    r->resid[0] = balloc(r, T * H);
+    r->resid[1] = balloc(r, T * H);
+    r->xn = balloc(r, T * H);
+    r->final = balloc(r, T * H);
+    r->proj = balloc(r, T * H);
+    r->q = balloc(r, T * QD);
+    r->k = balloc(r, T * KD);
+    r->v = balloc(r, T * KD);
+    r->q_raw = c->arch == SRT_ARCH_QWEN3 ? balloc(r, T * QD) : NULL;
+    r->k_raw = c->arch == SRT_ARCH_QWEN3 ? balloc(r, T * KD) : NULL;
+    r->attn = balloc(r, T * QD);
+    r->gate = balloc(r, T * F);
+    r->up = balloc(r, T * F);
+    r->act = balloc(r, T * F);
+    r->cos_sin = balloc(r, T * 2 * (size_t)c->head_dim);
+    r->rows = balloc(r, R * H);
     r->zero_ids = calloc(T, sizeof *r->zero_ids);
+    r->on_dev = r->be->ops->alloc != NULL;
+    if (r->on_dev) {
+        r->d_ids = srt_backend_alloc(r->be, T * sizeof(int32_t), err);
+        r->d_pos = srt_backend_alloc(r->be, T * sizeof(int32_t), err);
+        r->d_rows = srt_backend_alloc(r->be, R * sizeof(int32_t), err);
+        r->d_logits = srt_backend_alloc(r->be, R * (size_t)c->vocab_size * sizeof(float), err);
+        r->h_rows = malloc(R * sizeof(int32_t));
+        if (!r->d_ids || !r->d_pos || !r->d_rows || !r->d_logits || !r->h_rows) {
+            srt_runner_free(r);
+            return srt_err_set(err, "runner: backend memory for %d batch tokens: %s", o->max_batch_tokens,
+                               err && err->msg[0] ? err->msg : "out of memory");
+        }
+    }
     if (!r->resid[0] || !r->resid[1] || !r->xn || !r->final || !r->proj || !r->q || !r->k || !r->v ||
         (c->arch == SRT_ARCH_QWEN3 && (!r->q_raw || !r->k_raw)) || !r->attn || !r->gate || !r->up ||
         !r->act || !r->cos_sin || !r->rows || !r->zero_ids) {
@@ -449,6 +531,8 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
         for (size_t i = 0; i < 7 && rc == SRT_OK; i++)
             rc = ops->reserve_matmul(r->be, &ls[i]->w, r->max_tok, err);
     }
+    if (rc == SRT_OK && ops->load_weight)
+        rc = load_weights(r, err);
     if (rc != SRT_OK) {
         srt_runner_free(r);
         return SRT_ERROR;
@@ -458,6 +542,8 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
 }
 
 int srt_runner_n_threads(const srt_runner *r) { return r->be->ops->n_threads(r->be); }
+
+srt_backend *srt_runner_backend(srt_runner *r) { return r->be; }
 
 static int validate(const srt_runner *r, const srt_kv_pool *kv, const srt_forward_batch *b, srt_err *err)
 {
@@ -506,6 +592,29 @@ static int validate(const srt_runner *r, const srt_kv_pool *kv, const srt_forwar
     return SRT_OK;
 }
 
+/* Backend memory: gather the logit rows' hidden states on the device, lm_head there, one download
+ * (which also reports any op's error of the step). */
+static int logits_on_device(srt_runner *r, const srt_forward_batch *b, float *logits, srt_err *err)
+{
+    srt_model *m = r->m;
+    int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    int32_t n_rows = b->logit_rows ? b->n_logit_rows : b->n_seqs;
+    if (n_rows <= 0)
+        return r->be->ops->sync(r->be, err);
+    for (int32_t i = 0; i < n_rows; i++)
+        r->h_rows[i] = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
+    if (r->be->ops->upload(r->be, r->d_rows, r->h_rows, (size_t)n_rows * sizeof(int32_t), err) != SRT_OK)
+        return SRT_ERROR;
+    r->be->ops->gather_rows(r->be, r->rows, r->final, r->d_rows, n_rows, H);
+    call cl = { r, &m->lm_head, -1 };
+    srt_module_args a;
+    srt_tensor_view lo = fview(r->d_logits, n_rows, V);
+    args1(&a, fview(r->rows, n_rows, H));
+    if (forward_module(r, m->lm_head.module, linear_fn, &cl, &a, &lo) != SRT_OK)
+        return SRT_ERROR;
+    return r->be->ops->download(r->be, logits, r->d_logits, (size_t)n_rows * (size_t)V * sizeof(float), err);
+}
+
 int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b, float *logits, srt_err *err)
 {
     srt_model *m = r->m;
@@ -515,23 +624,38 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
     if (validate(r, kv, b, err) != SRT_OK)
         return SRT_ERROR;
     T = b->n_tokens;
-    r->b = b;
-    r->kv = kv;
-    r->err = err;
     r->ctx = (srt_batch_ctx){
         .forward_mode = b->forward_mode, .n_tokens = b->n_tokens,
         .request_ids = b->request_ids ? b->request_ids : r->zero_ids, .positions = b->positions,
         .n_seqs = b->n_seqs, .tp_rank = r->tp_rank, .tp_size = r->tp_size,
     };
+    if (r->on_dev) {
+        /* validated on the host; the ops read the device copies */
+        const srt_backend_ops *ops = r->be->ops;
+        if (ops->upload(r->be, r->d_ids, b->token_ids, (size_t)T * sizeof(int32_t), err) != SRT_OK ||
+            ops->upload(r->be, r->d_pos, b->positions, (size_t)T * sizeof(int32_t), err) != SRT_OK ||
+            ops->begin_batch(r->be, b, err) != SRT_OK)
+            return SRT_ERROR;
+        r->ids = r->d_ids;
+        r->pos = r->d_pos;
+    } else {
+        r->ids = b->token_ids;
+        r->pos = b->positions;
+    }
+    r->b = b;
+    r->kv = kv;
+    r->err = err;
     srt_module_args a;
     srt_tensor_view fin = fview(r->final, T, H);
     call cm = { r, NULL, -1 };
-    args1(&a, view((void *)b->token_ids, 1, T, 0, 0, SRT_HOOK_DTYPE_I32));
+    args1(&a, view((void *)r->ids, 1, T, 0, 0, SRT_HOOK_DTYPE_I32));
     a.n_kwargs = 1;
     a.kwarg_names[0] = "position_ids";
-    a.kwargs[0] = view((void *)b->positions, 1, T, 0, 0, SRT_HOOK_DTYPE_I32);
+    a.kwargs[0] = view((void *)r->pos, 1, T, 0, 0, SRT_HOOK_DTYPE_I32);
     int rc = forward_module(r, m->m_model, model_fn, &cm, &a, &fin);
-    if (rc == SRT_OK) {
+    if (rc == SRT_OK && r->on_dev) {
+        rc = logits_on_device(r, b, logits, err);
+    } else if (rc == SRT_OK) {
         int32_t n_rows = b->logit_rows ? b->n_logit_rows : b->n_seqs;
         for (int32_t i = 0; i < n_rows; i++) {
             int32_t t = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;

@@ -14,6 +14,7 @@
 #include "hooks/registry.h"
 #include "sched/tp_group.h"
 #include "ipc/hook_admin.h"
+#include "srt/backend_cuda.h"
 #include "srt/model.h"
 #include "srt/sched.h"
 
@@ -34,16 +35,17 @@ static int model_forward(void *self, const srt_forward_batch *b, float *logits, 
 }
 
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
-                               srt_sched_model_runner **out, srt_err *err);
+                               int cuda, double mem_fraction, srt_sched_model_runner **out, srt_err *err);
 
 int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
                                   srt_sched_model_runner **out, srt_err *err)
 {
-    return model_runner_create(m, cfg, n_threads, NULL, out, err);
+    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, out, err);
 }
 
+/* cuda: the runner and its KV pool (bf16) on the CUDA backend, one rank only */
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
-                               srt_sched_model_runner **out, srt_err *err)
+                               int cuda, double mem_fraction, srt_sched_model_runner **out, srt_err *err)
 {
     srt_sched_model_runner *mr = calloc(1, sizeof *mr);
     *out = NULL;
@@ -54,6 +56,7 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
         .max_seqs = cfg->max_running_requests,
         .n_threads = n_threads,
         .tp_rank = 0, .tp_size = 1,
+        .device = cuda ? SRT_RUNNER_CUDA : SRT_RUNNER_CPU, .mem_fraction = mem_fraction,
     };
     mr->tp = tp;
     if (tp) {
@@ -62,7 +65,8 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
             return SRT_ERROR;
         }
     } else if (srt_runner_create(m, &o, &mr->runner, err) != SRT_OK ||
-        srt_kv_pool_create(srt_model_config_of(m), (int32_t)cfg->max_total_tokens, SRT_F32, &mr->kv, err) != SRT_OK) {
+               srt_kv_pool_create_on(srt_model_config_of(m), 1, (int32_t)cfg->max_total_tokens, cuda ? SRT_BF16 : SRT_F32,
+                                     srt_runner_backend(mr->runner), &mr->kv, err) != SRT_OK) {
         srt_sched_model_runner_free(mr);
         return SRT_ERROR;
     }
@@ -318,9 +322,21 @@ int srt_sched_run(srt_chan *c, srt_err *err)
     int rc = SRT_ERROR;
 
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_LOADING, "loading the model", NULL);
-    if (cc->device == SRT_CHAN_DEVICE_CUDA) {
-        srt_err_set(err, "srt_device cuda: this build's scheduler runs on the CPU");
-        goto fail;
+    int cuda = 0;
+    if (cc->device != SRT_CHAN_DEVICE_CPU) {
+        /* probed here, never in the nginx master; with tp > 1 the ranks fork first, and CUDA
+         * must not be initialised before a fork */
+        char why[512] = "";
+        if (cc->tp_size > 1)
+            snprintf(why, sizeof why, "tensor parallelism on the CUDA backend is not wired (needs NCCL)");
+        else if (srt_cuda_probe(why, sizeof why) > 0)
+            cuda = 1;
+        if (!cuda && cc->device == SRT_CHAN_DEVICE_CUDA) {
+            srt_err_set(err, "srt_device cuda: %s", why);
+            goto fail;
+        }
+        if (!cuda)
+            srt_log(SRT_LOG_INFO, "srt_device auto: running on the CPU (%s)", why);
     }
     if (cc->tp_size > 1) {
         /* the ranks fork before anything is loaded or any device is touched */
@@ -345,7 +361,7 @@ int srt_sched_run(srt_chan *c, srt_err *err)
             srt_hook_registry_load_file(hooks, cc->hooks_path, err) != SRT_OK)
             goto fail;
     }
-    if (model_runner_create(m, &cfg, cc->threads, tp, &mr, err) != SRT_OK)
+    if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static, &mr, err) != SRT_OK)
         goto fail;
     srt_sched_runner runner = srt_sched_model_runner_iface(mr);
     if (srt_sched_create(&cfg, &runner, &s, err) != SRT_OK)
@@ -361,7 +377,7 @@ int srt_sched_run(srt_chan *c, srt_err *err)
     info.n_eos = cfg.n_eos;
     memcpy(info.eos_ids, cfg.eos_ids, sizeof info.eos_ids);
     snprintf(info.arch, sizeof info.arch, "%s", mc->architecture);
-    snprintf(info.device, sizeof info.device, "cpu");
+    snprintf(info.device, sizeof info.device, cuda ? "cuda" : "cpu");
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, NULL, &info);
     srt_log(SRT_LOG_INFO, "scheduler ready: %s, context %d, %d running, KV %lld tokens (page %d), chunk %d, radix %s, %s",
             cc->model_path, cfg.context_length, cfg.max_running_requests, (long long)cfg.max_total_tokens,

@@ -22,6 +22,12 @@ int  srt_kv_pool_create(const struct srt_model_config *cfg, int32_t n_slots, srt
 /* The pool of one tensor-parallel rank: n_kv_heads / tp_size heads per slot. */
 int  srt_kv_pool_create_tp(const struct srt_model_config *cfg, int32_t tp_size, int32_t n_slots, srt_dtype dtype,
                            srt_kv_pool **out, srt_err *err);
+/* The pool in a backend's memory (ops->alloc / ops->copy: the CUDA backend's device memory, in
+ * SRT_F16 or SRT_BF16 there); be NULL or the CPU backend: host memory, as _create_tp. The pool
+ * must be freed before the backend. */
+struct srt_backend;
+int  srt_kv_pool_create_on(const struct srt_model_config *cfg, int32_t tp_size, int32_t n_slots, srt_dtype dtype,
+                           struct srt_backend *be, srt_kv_pool **out, srt_err *err);
 void srt_kv_pool_free(srt_kv_pool *kv);
 
 int32_t   srt_kv_pool_n_slots(const srt_kv_pool *kv);

@@ -117,9 +117,19 @@ typedef struct srt_runner_opts {
     struct srt_comm *comm;
     int32_t precise_matmul;     /* f32 activations x dequantized weights (HF-exact path) instead
                                    of 8-bit quantized activations (fast path, llama.cpp-like) */
+    /* SRT_RUNNER_CPU (0, the default) or SRT_RUNNER_CUDA: the CUDA backend plugin on device
+     * device_index with mem_fraction (0, 1] of its memory (<= 0: 0.85) as its pool
+     * (srt/backend_cuda.h). One rank only; the KV pool then comes from srt_kv_pool_create_on()
+     * with srt_runner_backend(). */
+    int32_t device;
+    int32_t device_index;
+    double  mem_fraction;
 } srt_runner_opts;
+enum { SRT_RUNNER_CPU = 0, SRT_RUNNER_CUDA = 1 };
 
 int  srt_runner_create(srt_model *m, const srt_runner_opts *opts, srt_runner **out, srt_err *err);
+/* The backend the runner computes on (owned by the runner); KV pools for it are made on it. */
+struct srt_backend *srt_runner_backend(srt_runner *r);
 void srt_runner_free(srt_runner *r);
 
 /* Runs one step: writes K/V of every token of the batch into kv, and logits for the

@@ -1,0 +1,89 @@
+# srt_device: `cuda` without a usable GPU fails at startup with the CUDA probe's reason (503 for
+# requests, the reason in the log); `auto` then serves on the CPU and logs why. The probe is made
+# to fail on every machine by pointing SRT_CUDA_PLUGIN (passed to the scheduler process with
+# nginx's `env` directive) at a plugin that does not exist.
+use Test::Nginx::Socket 'no_plan';
+
+BEGIN {
+    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
+    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
+                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
+    $ENV{SRT_CUDA_PLUGIN} = "$ENV{PWD}/t/servroot_srt/no-such-dir/libsrt_cuda.so";
+}
+
+master_on();
+log_level('info');
+
+add_block_preprocessor(sub {
+    my $block = shift;
+    # nginx clears its processes' environment but for the variables named by `env`
+    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};\nenv SRT_CUDA_PLUGIN;")
+        unless defined $block->main_config;
+    $block->set_value("timeout", 60) unless defined $block->timeout;
+});
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: srt_device cuda without a usable GPU: refused at startup with the probe's reason, 503
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cuda;
+    srt_threads 1;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+}
+--- init
+select undef, undef, undef, 3;
+--- request
+POST /v1/completions
+{"prompt": "Hello", "max_tokens": 2, "temperature": 0}
+--- error_code: 503
+--- response_body_like
+"message":"Model \\"smol\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
+--- error_log eval
+[qr/scheduler for model "smol" failed: srt_device cuda: cannot load the CUDA backend plugin: [^\n]*no-such-dir/]
+--- no_error_log
+scheduler ready
+
+
+
+=== TEST 2: srt_device auto without a usable GPU: serves on the CPU and logs why
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_threads 1;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_wait_ready 60s;
+}
+--- request
+POST /v1/completions
+{"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
+--- response_body_like
+"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
+--- error_log eval
+[qr/srt_device auto: running on the CPU \(cannot load the CUDA backend plugin: [^\n]*no-such-dir/, qr/scheduler ready/]
+
+
+
+=== TEST 3: srt_device cpu never probes the GPU
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 1;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_wait_ready 60s;
+}
+--- request
+POST /v1/completions
+{"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
+--- response_body_like
+"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
+--- no_error_log
+srt_device auto
+cannot load the CUDA backend plugin
