@@ -65,7 +65,7 @@ POST /v1/completions
 --- response_body_like
 "text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
 --- error_log eval
-[qr/srt_device auto: running on the CPU \(cannot load the CUDA backend plugin: [^\n]*no-such-dir/, qr/scheduler ready/]
+[qr/srt_device auto: running on the CPU \(cannot load the CUDA backend plugin: [^\n]*no-such-dir/, qr/scheduler ready: [^\n]*, on cpu\n/]
 
 
 

@@ -277,10 +277,15 @@ static int layer_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_
     set_pe_kwarg(&la, r, T);
     if (forward_module(r, L->m_attn, attn_fn, &ca, &la, &pr))
         return SRT_ERROR;
-    r->be->ops->add3(r->be, y, x, r->proj, T * H);
-    args1(&la, yv);
-    if (forward_module(r, L->post_attn_norm.module, norm_fn, &cp, &la, &xn))
-        return SRT_ERROR;
+    if (r->be->ops->add_rmsnorm && r->m->modules[L->post_attn_norm.module].hooks == NULL) {
+        /* residual add and post_attention_layernorm in one pass (CUDA; NULL on the CPU) */
+        r->be->ops->add_rmsnorm(r->be, y, x, r->proj, &L->post_attn_norm.w, r->m->cfg.rms_norm_eps, T, H, r->xn);
+    } else {
+        r->be->ops->add3(r->be, y, x, r->proj, T * H);
+        args1(&la, yv);
+        if (forward_module(r, L->post_attn_norm.module, norm_fn, &cp, &la, &xn))
+            return SRT_ERROR;
+    }
     args1(&la, xn);
     if (forward_module(r, L->m_mlp, mlp_fn, &cm, &la, &pr))
         return SRT_ERROR;

@@ -379,10 +379,10 @@ int srt_sched_run(srt_chan *c, srt_err *err)
     snprintf(info.arch, sizeof info.arch, "%s", mc->architecture);
     snprintf(info.device, sizeof info.device, cuda ? "cuda" : "cpu");
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, NULL, &info);
-    srt_log(SRT_LOG_INFO, "scheduler ready: %s, context %d, %d running, KV %lld tokens (page %d), chunk %d, radix %s, %s",
+    srt_log(SRT_LOG_INFO, "scheduler ready: %s, context %d, %d running, KV %lld tokens (page %d), chunk %d, radix %s, %s, on %s",
             cc->model_path, cfg.context_length, cfg.max_running_requests, (long long)cfg.max_total_tokens,
             cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
-            cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs");
+            cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs", info.device);
     rc = serve(c, s, &cfg, hooks, tp, err);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
