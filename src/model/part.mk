@@ -9,3 +9,4 @@ UNIT_TESTS  += $(BUILD)/t/test_loader_safetensors
 UNIT_TESTS  += $(BUILD)/t/test_model_runner
 UNIT_TESTS  += $(BUILD)/t/test_model_tp
 UNIT_TESTS  += $(BUILD)/t/test_model_precise
+UNIT_TESTS  += $(BUILD)/t/test_runner_devpath

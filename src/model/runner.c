@@ -14,6 +14,7 @@
 struct srt_runner {
     srt_model   *m;
     srt_backend *be;
+    int          own_be;           /* 0: opts.backend, the caller's */
     srt_comm    *comm;             /* tensor parallel group, NULL for one rank */
     srt_layer   *layers;           /* this rank's weight views (all of them for one rank) */
     int32_t      nh, nkv, ffn;     /* this rank's heads, KV heads, intermediate features */
@@ -391,7 +392,8 @@ void srt_runner_free(srt_runner *r)
     free(r->h_rows);
     free(r->zero_ids);
     free(r->layers);
-    srt_backend_free(r->be);
+    if (r->own_be)
+        srt_backend_free(r->be);
     free(r);
 }
 
@@ -475,7 +477,9 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
         free(r);
         return SRT_ERROR;
     }
-    if (o->device == SRT_RUNNER_CUDA && r->comm)
+    if (o->backend)
+        r->be = o->backend;
+    else if (o->device == SRT_RUNNER_CUDA && r->comm)
         srt_err_set(err, "runner: tensor parallelism on the CUDA backend is not wired (needs NCCL)");
     else if (o->device == SRT_RUNNER_CUDA)
         r->be = srt_cuda_backend_create(o->device_index, o->mem_fraction > 0 ? o->mem_fraction : 0.85, err);
@@ -483,6 +487,7 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
         srt_err_set(err, "runner: unknown device %d", o->device);
     else
         r->be = srt_cpu_backend_create(o->n_threads, o->precise_matmul, err);
+    r->own_be = !o->backend;
     if (!r->be) {
         free(r->layers);
         free(r);

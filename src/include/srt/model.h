@@ -124,6 +124,9 @@ typedef struct srt_runner_opts {
     int32_t device;
     int32_t device_index;
     double  mem_fraction;
+    /* A backend to compute on instead of making one (device is then ignored); the caller keeps
+     * it and frees it after the runner (tests drive the device path with it). */
+    struct srt_backend *backend;
 } srt_runner_opts;
 enum { SRT_RUNNER_CPU = 0, SRT_RUNNER_CUDA = 1 };
 

@@ -1,0 +1,305 @@
+/* The runner's device path (a backend with memory of its own, as CUDA's) checked without a GPU:
+ * a "host device" backend wraps the CPU ops, hands out memory it tracks, and flags any op given
+ * a pointer outside its memory (host ids, positions, activations, KV) or a weight that was never
+ * load_weight'ed. The runner must use only its backend memory, announce every batch with
+ * begin_batch, compute cos/sin with rope_cos_sin, gather + download the logits, and give
+ * logits bit-identical to the CPU path (the wrapped ops are the CPU's). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "srt/backend.h"
+#include "srt/model.h"
+#include "tap.h"
+#include "tiny_model_writer.h"
+
+#define MAXA 4096
+static struct { char *p; size_t n; } allocs[MAXA];
+static const void *loaded[4096];
+static int n_loaded, violations, n_begin, n_rope_cs, n_gather, n_download, n_upload, n_fused;
+static const srt_forward_batch *announced;
+static int VOC;
+static srt_backend *cpu_be;
+static char first_violation[200];
+
+static void violate(const char *what)
+{
+    if (!violations++)
+        snprintf(first_violation, sizeof first_violation, "%s", what);
+}
+
+static int is_dev(const void *p)
+{
+    for (int i = 0; i < MAXA; i++)
+        if (allocs[i].p && (const char *)p >= allocs[i].p && (const char *)p < allocs[i].p + allocs[i].n)
+            return 1;
+    return 0;
+}
+static void need_dev(const void *p, const char *what) { if (!is_dev(p)) violate(what); }
+static void need_loaded(const void *data, const char *what)
+{
+    for (int i = 0; i < n_loaded; i++)
+        if (loaded[i] == data)
+            return;
+    violate(what);
+}
+
+static void *d_alloc(srt_backend *be, size_t bytes, srt_err *err)
+{
+    for (int i = 0; i < MAXA; i++)
+        if (!allocs[i].p) {
+            allocs[i].n = bytes ? bytes : 1;
+            allocs[i].p = aligned_alloc(256, (allocs[i].n + 255) / 256 * 256);
+            memset(allocs[i].p, 0x7f, allocs[i].n);   /* not zeroed, as device memory */
+            return allocs[i].p;
+        }
+    srt_err_set(err, "host device: too many allocations");
+    return NULL;
+}
+static void d_free(srt_backend *be, void *p)
+{
+    for (int i = 0; i < MAXA; i++)
+        if (allocs[i].p == p) {
+            free(p);
+            allocs[i].p = NULL;
+            return;
+        }
+    violate("free of a pointer not allocated");
+}
+static int d_upload(srt_backend *be, void *dst, const void *src, size_t n, srt_err *err)
+{
+    need_dev(dst, "upload to host memory");
+    n_upload++;
+    memcpy(dst, src, n);
+    return SRT_OK;
+}
+static int d_download(srt_backend *be, void *dst, const void *src, size_t n, srt_err *err)
+{
+    need_dev(src, "download from host memory");
+    n_download++;
+    memcpy(dst, src, n);
+    return SRT_OK;
+}
+static void d_copy(srt_backend *be, void *dst, const void *src, size_t n) { memmove(dst, src, n); }
+static int d_load(srt_backend *be, const srt_weight *w, srt_err *err)
+{
+    if (n_loaded < 4096)
+        loaded[n_loaded++] = w->data;
+    return SRT_OK;
+}
+static int d_begin(srt_backend *be, const srt_forward_batch *b, srt_err *err)
+{
+    n_begin++;
+    announced = b;
+    return SRT_OK;
+}
+static void d_rope_cs(srt_backend *be, const int32_t *pos, int64_t n, const float *inv_freq, int32_t hd, float *cs)
+{
+    need_dev(pos, "rope_cos_sin: host positions");
+    need_dev(cs, "rope_cos_sin: host output");
+    need_loaded(inv_freq, "rope_cos_sin: inv_freq not loaded");
+    n_rope_cs++;
+    for (int64_t t = 0; t < n; t++) {
+        float *co = cs + t * 2 * hd, *si = co + hd;
+        for (int32_t i = 0; i < hd / 2; i++) {
+            float f = (float)pos[t] * inv_freq[i];
+            co[i] = co[i + hd / 2] = cosf(f);
+            si[i] = si[i + hd / 2] = sinf(f);
+        }
+    }
+}
+static void d_gather(srt_backend *be, float *dst, const float *src, const int32_t *rows, int32_t n, int64_t w)
+{
+    need_dev(dst, "gather: host dst");
+    need_dev(src, "gather: host src");
+    need_dev(rows, "gather: host rows");
+    n_gather++;
+    for (int32_t i = 0; i < n; i++)
+        memcpy(dst + (size_t)i * w, src + (size_t)rows[i] * w, (size_t)w * sizeof(float));
+}
+static int d_sync(srt_backend *be, srt_err *err) { return SRT_OK; }
+
+/* the CPU's compute, with the pointers checked */
+static int d_reserve(srt_backend *be, const srt_weight *w, int64_t n, srt_err *err)
+{
+    return cpu_be->ops->reserve_matmul(cpu_be, w, n, err);
+}
+static void d_matmul(srt_backend *be, const srt_weight *w, const float *bias, const float *x, int64_t n, float *y)
+{
+    need_dev(x, "matmul: host input");
+    need_dev(y, "matmul: host output");
+    need_loaded(w->data, "matmul: weight not loaded");
+    if (bias)
+        need_loaded(bias, "matmul: bias not loaded");
+    cpu_be->ops->matmul(cpu_be, w, bias, x, n, y);
+}
+static void d_embed(srt_backend *be, const srt_weight *t, const int32_t *ids, int64_t n, float *out)
+{
+    need_dev(ids, "embed: host ids");
+    need_dev(out, "embed: host output");
+    need_loaded(t->data, "embed: table not loaded");
+    cpu_be->ops->embed(cpu_be, t, ids, n, out);
+}
+static void d_rmsnorm(srt_backend *be, const float *x, const srt_weight *w, float eps, int64_t r, int64_t d, float *out)
+{
+    need_dev(x, "rmsnorm: host input");
+    need_dev(out, "rmsnorm: host output");
+    need_loaded(w->data, "rmsnorm: weight not loaded");
+    cpu_be->ops->rmsnorm(cpu_be, x, w, eps, r, d, out);
+}
+static void d_silu(srt_backend *be, const float *x, int64_t n, float *out) { need_dev(x, "silu"); cpu_be->ops->silu(cpu_be, x, n, out); }
+static void d_mul(srt_backend *be, float *y, const float *x, int64_t n) { need_dev(y, "mul"); cpu_be->ops->mul(cpu_be, y, x, n); }
+static void d_silu_mul(srt_backend *be, const float *g, const float *u, int64_t n, float *out)
+{
+    need_dev(g, "silu_mul: host gate");
+    need_dev(out, "silu_mul: host output");
+    cpu_be->ops->silu_mul(cpu_be, g, u, n, out);
+}
+static void d_add(srt_backend *be, float *y, const float *x, int64_t n) { need_dev(y, "add"); need_dev(x, "add"); cpu_be->ops->add(cpu_be, y, x, n); }
+static void d_add3(srt_backend *be, float *o, const float *a, const float *b, int64_t n)
+{
+    need_dev(o, "add3");
+    need_dev(a, "add3");
+    cpu_be->ops->add3(cpu_be, o, a, b, n);
+}
+static void d_rope(srt_backend *be, float *x, int64_t n, int32_t h, int32_t hd, const float *cs)
+{
+    need_dev(x, "rope: host x");
+    need_dev(cs, "rope: host cos_sin");
+    cpu_be->ops->rope(cpu_be, x, n, h, hd, cs);
+}
+static void d_kv_store(srt_backend *be, const srt_forward_batch *b, const float *k, const float *v, void *kc, void *vc,
+                       srt_dtype dt, int32_t re)
+{
+    need_dev(k, "kv_store: host k");
+    need_dev(kc, "kv_store: host K cache");
+    need_dev(vc, "kv_store: host V cache");
+    if (b != announced)
+        violate("kv_store: batch not announced by begin_batch");
+    cpu_be->ops->kv_store(cpu_be, b, k, v, kc, vc, dt, re);
+}
+static void d_attention(srt_backend *be, const srt_attn_args *a)
+{
+    need_dev(a->q, "attention: host q");
+    need_dev(a->out, "attention: host out");
+    need_dev(a->k_cache, "attention: host K cache");
+    if (a->batch != announced)
+        violate("attention: batch not announced by begin_batch");
+    cpu_be->ops->attention(cpu_be, a);
+}
+static void d_add_rmsnorm(srt_backend *be, float *sum, const float *a, const float *b, const srt_weight *w, float eps,
+                          int64_t r, int64_t d, float *out)
+{
+    n_fused++;
+    d_add3(be, sum, a, b, r * d);
+    d_rmsnorm(be, sum, w, eps, r, d, out);
+}
+static int d_threads(const srt_backend *be) { return cpu_be->ops->n_threads(cpu_be); }
+static void d_destroy(srt_backend *be) {}
+
+static const srt_backend_ops dev_ops = {
+    .name = "hostdev", .destroy = d_destroy, .reserve_matmul = d_reserve, .matmul = d_matmul, .embed = d_embed,
+    .rmsnorm = d_rmsnorm, .silu = d_silu, .mul = d_mul, .silu_mul = d_silu_mul, .add = d_add, .add3 = d_add3,
+    .rope = d_rope, .kv_store = d_kv_store, .attention = d_attention, .n_threads = d_threads,
+    .alloc = d_alloc, .free = d_free, .upload = d_upload, .download = d_download, .copy = d_copy,
+    .load_weight = d_load, .begin_batch = d_begin, .rope_cos_sin = d_rope_cs, .gather_rows = d_gather,
+    .sync = d_sync, .add_rmsnorm = d_add_rmsnorm,
+};
+
+/* Two ragged steps: a prefill of 5 + 3 tokens (one sequence reading slots of a cached prefix
+ * on the second step), then a decode of both with explicit logit rows. */
+static int run(srt_runner *r, srt_kv_pool *kv, float *out, srt_err *err)
+{
+    int32_t s0[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, s1[8] = { 10, 11, 12, 13, 14, 15, 16, 17 };
+    const int32_t *ss[2] = { s0, s1 };
+    int32_t tok[8] = { 3, 9, 4, 1, 7, 2, 8, 5 }, pos[8] = { 0, 1, 2, 3, 4, 0, 1, 2 };
+    int32_t outs[8] = { 0, 1, 2, 3, 4, 10, 11, 12 }, start[3] = { 0, 5, 8 }, len[2] = { 5, 3 };
+    srt_forward_batch b = { .n_tokens = 8, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = 2,
+                            .seq_start = start, .seq_len = len, .seq_slots = ss, .forward_mode = SRT_FORWARD_MIXED };
+    if (srt_runner_forward(r, kv, &b, out, err) != SRT_OK)
+        return SRT_ERROR;
+    int32_t tok2[2] = { 6, 11 }, pos2[2] = { 5, 3 }, outs2[2] = { 5, 13 }, start2[3] = { 0, 1, 2 }, len2[2] = { 6, 4 };
+    int32_t rows[2] = { 1, 0 };
+    srt_forward_batch d = { .n_tokens = 2, .token_ids = tok2, .positions = pos2, .out_slots = outs2, .n_seqs = 2,
+                            .seq_start = start2, .seq_len = len2, .seq_slots = ss, .forward_mode = SRT_FORWARD_DECODE,
+                            .logit_rows = rows, .n_logit_rows = 2 };
+    return srt_runner_forward(r, kv, &d, out + 2 * (size_t)VOC, err);
+}
+
+int main(void)
+{
+    char dir[256];
+    srt_err err = { { 0 } };
+    tw_model tm;
+    const char *archs[] = { "qwen3", "qwen2", "llama" };
+    for (int ai = 0; ai < 3; ai++) {
+        snprintf(dir, sizeof dir, "/tmp/srt_test_devpath_%d_%d", (int)getpid(), ai);
+        tw_make(&tm, archs[ai], 40 + ai);
+        tw_write_hf(&tm, dir, 1, "F32");
+        srt_model *m = NULL;
+        if (!ok(srt_model_load(dir, &m, &err) == SRT_OK, "%s: tiny model loads", archs[ai])) {
+            tap_diag("%s", err.msg);
+            tw_free(&tm);
+            continue;
+        }
+        int V = VOC = tm.vocab;
+        float *ref = calloc((size_t)4 * V, sizeof(float)), *got = calloc((size_t)4 * V, sizeof(float));
+        srt_runner *rc = NULL, *rd = NULL;
+        srt_kv_pool *kc = NULL, *kd = NULL;
+        srt_runner_opts o = { .max_batch_tokens = 16, .max_seqs = 4, .n_threads = 2 };
+        ok(srt_runner_create(m, &o, &rc, &err) == SRT_OK &&
+           srt_kv_pool_create(srt_model_config_of(m), 32, SRT_F32, &kc, &err) == SRT_OK &&
+           run(rc, kc, ref, &err) == SRT_OK, "%s: CPU path runs", archs[ai]);
+
+        cpu_be = srt_cpu_backend_create(2, 0, &err);
+        srt_backend dev = { &dev_ops, NULL };
+        n_loaded = violations = n_begin = n_rope_cs = n_gather = n_download = n_upload = n_fused = 0;
+        first_violation[0] = 0;
+        o.backend = &dev;
+        int okc = srt_runner_create(m, &o, &rd, &err) == SRT_OK &&
+                  srt_kv_pool_create_on(srt_model_config_of(m), 1, 32, SRT_F32, srt_runner_backend(rd), &kd, &err) == SRT_OK;
+        ok(okc && srt_runner_backend(rd) == &dev, "%s: runner and KV pool on the given backend", archs[ai]);
+        if (!okc)
+            tap_diag("%s", err.msg);
+        ok(n_loaded > 0, "%s: weights loaded with load_weight (%d)", archs[ai], n_loaded);
+        int okr = okc && run(rd, kd, got, &err) == SRT_OK;
+        ok(okr, "%s: device path runs", archs[ai]);
+        if (!okr)
+            tap_diag("%s", err.msg);
+        ok(violations == 0, "%s: every op got backend memory and loaded weights (%d violations%s%s)", archs[ai],
+           violations, violations ? ", first: " : "", first_violation);
+        ok(n_begin == 2 && n_rope_cs == 2 && n_gather == 2 && n_download == 2 && n_upload == 6,
+           "%s: per step upload ids/positions/rows, begin_batch, rope_cos_sin, gather, download (%d %d %d %d %d)",
+           archs[ai], n_upload, n_begin, n_rope_cs, n_gather, n_download);
+        ok(n_fused == 2 * tm.layers, "%s: residual add + post-attention norm fused in every layer (%d)", archs[ai], n_fused);
+        ok(memcmp(ref, got, sizeof(float) * 4 * (size_t)V) == 0, "%s: logits bit-identical to the CPU path", archs[ai]);
+        /* a bad batch is refused on the host, before anything is uploaded */
+        int up0 = n_upload;
+        int32_t bad_tok = V + 5, p0 = 0, s0 = 0, st[2] = { 0, 1 }, l1 = 1;
+        const int32_t *ss[1] = { &s0 };
+        srt_forward_batch bad = { .n_tokens = 1, .token_ids = &bad_tok, .positions = &p0, .out_slots = &s0, .n_seqs = 1,
+                                  .seq_start = st, .seq_len = &l1, .seq_slots = ss };
+        ok(okc && srt_runner_forward(rd, kd, &bad, got, &err) == SRT_ERROR && n_upload == up0,
+           "%s: a bad token id is refused before any upload", archs[ai]);
+        srt_kv_pool_free(kd);
+        srt_runner_free(rd);
+        int left = 0;
+        for (int i = 0; i < MAXA; i++)
+            left += allocs[i].p != NULL;
+        ok(left == 0, "%s: every backend allocation released (%d left)", archs[ai], left);
+        srt_backend_free(cpu_be);
+        srt_kv_pool_free(kc);
+        srt_runner_free(rc);
+        free(ref);
+        free(got);
+        srt_model_free(m);
+        tw_free(&tm);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            tap_diag("could not remove %s", dir);
+    }
+    return tap_done();
+}
