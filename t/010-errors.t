@@ -1,5 +1,9 @@
 # OpenAI-style errors: status codes and {"error": {message, type, param, code}} bodies,
 # checked without a scheduler (master_process off), so they cannot depend on the model.
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 
 BEGIN {

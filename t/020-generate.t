@@ -1,6 +1,10 @@
 # Generation through nginx, a worker, the shared-memory channel and the scheduler process,
 # on the real SmolLM2-135M-Instruct (Q4_1 GGUF). Expected texts are HF transformers' greedy
 # tokens from t/fixtures/golden/smollm2.json, decoded with HF tokenizers.
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 
 BEGIN {
@@ -10,9 +14,6 @@ BEGIN {
 }
 
 master_on();
-# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
-# between blocks keeps the shared zones and hands the model over instead of restarting
-use_hup();
 log_level('info');
 
 add_block_preprocessor(sub {

@@ -1,5 +1,9 @@
 # Client disconnects abort requests in the scheduler and free their slots; the scheduler
 # process is respawned after kill -9; requests wait (srt_wait_ready) or get 503 meanwhile.
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 use POSIX ();
 
@@ -10,9 +14,6 @@ BEGIN {
 }
 
 master_on();
-# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
-# between blocks keeps the shared zones and hands the model over instead of restarting
-use_hup();
 log_level('info');
 
 our $Log = "${\ Test::Nginx::Socket::server_root()}/logs/error.log";
@@ -114,6 +115,7 @@ GET /v1/health
 
 === TEST 6: kill -9 of the scheduler: the master's helper respawns it with a backoff
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 my $pid = main::scheduler_pid() or die "no scheduler pid in the log";
 kill 'KILL', $pid;
 main::wait_log(qr/scheduler process $pid for model "smol" exited unexpectedly; respawning in \d+ ms/, 10)
@@ -141,6 +143,7 @@ qr/srt: scheduler process \d+ owns model "smol"/
 
 === TEST 8: a request in flight when the scheduler dies fails cleanly (503 JSON), never hangs
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 if (my $child = fork()) {
     # kill the scheduler while it generates for the request below
 } else {
@@ -168,6 +171,7 @@ POST /v1/completions
 
 === TEST 10a: kill -9 of the helper (supervisor): the master respawns it, its scheduler hands over
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 open my $fh, '<', "${\ Test::Nginx::Socket::server_root()}/logs/nginx.pid" or die;
 my $master = <$fh>;
 chomp $master;
@@ -189,6 +193,7 @@ POST /v1/completions
 
 === TEST 10: kill -9 of a worker with a request in flight: the scheduler reclaims its slot
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 use IO::Socket::INET;
 my $port = Test::Nginx::Socket::server_port();
 my $get = sub {
@@ -230,6 +235,7 @@ location /v1 {
     srt_model $TEST_NGINX_SERVER_ROOT/conf/nginx.conf name=junk;
 }
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 select undef, undef, undef, 1.5;
 --- request
 POST /v1/completions

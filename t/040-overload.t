@@ -1,5 +1,9 @@
 # Back-pressure: when every request slot is taken, new requests get 503 + Retry-After at
 # once (no unbounded queue), while the admitted ones complete.
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 use POSIX ();
 use IO::Socket::INET;
@@ -11,9 +15,6 @@ BEGIN {
 }
 
 master_on();
-# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
-# between blocks keeps the shared zones and hands the model over instead of restarting
-use_hup();
 log_level('info');
 
 our @Children;
@@ -88,6 +89,7 @@ POST /v1/completions
 
 === TEST 2: both slots busy: the next request gets 503 at once
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 unlink glob "$main::Dir/bg*";
 main::start_background(2) or die "the background requests never filled the slots";
 --- request
@@ -107,6 +109,7 @@ srt: model "smol" is overloaded: no free request slot
 
 === TEST 3: the admitted requests complete normally
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 waitpid($_, 0) for @main::Children;
 for my $i (1, 2) {
     open my $fh, '<', "$main::Dir/bg$i";

@@ -1,6 +1,10 @@
 # The example configurations in conf/ are valid, and nginx's own access controls (TLS,
 # auth_basic, limit_req) in front of srt_model stop requests before they reach the
 # scheduler: the channel's request counter (/health "requests_total") does not move.
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 
 BEGIN {
@@ -20,9 +24,6 @@ BEGIN {
 }
 
 master_on();
-# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
-# between blocks keeps the shared zones and hands the model over instead of restarting
-use_hup();
 
 add_block_preprocessor(sub {
     my $block = shift;
@@ -72,6 +73,7 @@ __DATA__
 
 === TEST 1: the example configurations pass nginx -t
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 my $run = "$ENV{PWD}/build/run";
 system("mkdir -p $run");
 # conf/nginx-secure.conf's files (README there says how to make real ones)

@@ -1,5 +1,9 @@
 # End to end with the official openai Python client (PyPI), streamed and not streamed,
 # against SmolLM2 served by nginx.
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 
 BEGIN {
@@ -9,9 +13,6 @@ BEGIN {
 }
 
 master_on();
-# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
-# between blocks keeps the shared zones and hands the model over instead of restarting
-use_hup();
 log_level('info');
 
 add_block_preprocessor(sub {
@@ -46,6 +47,7 @@ POST /v1/completions
 
 === TEST 2: the openai client: chat, streamed chat, completions, models, errors
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 my $port = Test::Nginx::Socket::server_port();
 my @lines = `python3 $ENV{PWD}/t/lib/openai_e2e.py http://127.0.0.1:$port/v1 smollm2 2>&1`;
 Test::More::is($?, 0, "openai_e2e.py ran") or Test::More::diag(join '', @lines);

@@ -1,5 +1,9 @@
 # nginx -s reload (HUP) while a request streams: the old scheduler finishes it, the new
 # one takes the model over only then, and requests sent meanwhile are served, not failed.
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 use POSIX ();
 use IO::Socket::INET;
@@ -11,9 +15,6 @@ BEGIN {
 }
 
 master_on();
-# blocks share one nginx (and one loaded model); under the real Test::Nginx, HUP
-# between blocks keeps the shared zones and hands the model over instead of restarting
-use_hup();
 log_level('info');
 
 our $Out = "$ENV{PWD}/t/servroot_srt/reload-stream";
@@ -52,6 +53,7 @@ POST /v1/completions
 
 === TEST 2: reload while a stream is in flight; a new request is served
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 unlink $main::Out;
 $main::Child = fork();
 if ($main::Child == 0) {
@@ -81,6 +83,7 @@ POST /v1/completions
 
 === TEST 3: the stream that was in flight during the reload completed
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 waitpid($main::Child, 0);
 open my $fh, '<', $main::Out or die;
 local $/;
@@ -103,6 +106,7 @@ POST /v1/completions
 
 === TEST 4: nginx -s quit and -s stop: the scheduler processes exit with nginx
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 use Time::HiRes ();
 my $bin = ($ENV{TEST_NGINX_BINARY} || "nginx");
 for my $signal (qw(quit stop)) {
@@ -162,6 +166,7 @@ GET /v1/models
 
 === TEST 5: a reload that changes the slot geometry (a new channel) still keeps one owner per model
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 use Time::HiRes ();
 my $bin = $ENV{TEST_NGINX_BINARY} || 'nginx';
 my $prefix = "$ENV{PWD}/t/servroot_srt/regeom";
@@ -227,6 +232,7 @@ GET /v1/models
 
 === TEST 6: under load, two reloads in a row fail no request
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 use Time::HiRes ();
 my $port = Test::Nginx::Socket::server_port();
 my $dir = "$ENV{PWD}/t/servroot_srt";

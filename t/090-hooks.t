@@ -3,6 +3,8 @@
 # changes SmolLM2's greedy text, the srt_admin location (list, remove, re-add, delete) and
 # the activation logger's JSON lines. The unhooked greedy text is HF transformers' (the
 # same prompt and text as t/020-generate.t, from t/fixtures/golden/smollm2.json).
+# Every block starts from a fresh nginx (the real module's default): blocks that need
+# run-time state (hooks removed through srt_admin) build it with several requests.
 use Test::Nginx::Socket 'no_plan';
 use JSON::PP ();
 
@@ -63,6 +65,9 @@ BEGIN {
     $PROMPT = '{"prompt": "def add(a, b):\n    return", "max_tokens": 12, "temperature": 0}';
     $HF_TEXT = " a + b\n\n# Example usage:\nadd_";
 }
+
+# The unhooked greedy text as it appears in a /v1/completions JSON body.
+our $HF_TEXT_RE = do { (my $j = JSON::PP->new->encode([$HF_TEXT])) =~ s/^\[|\]$//g; qr/"text":\Q$j\E/ };
 
 # One HTTP/1.0 exchange with the test server: (status, body).
 sub http {
@@ -173,7 +178,7 @@ location /v1 {
 }
 location /admin/hooks { srt_admin on; }
 --- init
-complete();   # waits for the model (and its hooks) to load
+main::complete();   # waits for the model (and its hooks) to load
 --- request
 GET /admin/hooks
 --- response_body_like
@@ -183,12 +188,12 @@ GET /admin/hooks
 
 === TEST 6: the steering hook changes the greedy text, deterministically; warnings for the rest
 --- init
-my $a = complete();
-my $b = complete();
-Test::More::isnt($a, $HF_TEXT, "steered text differs from the unhooked greedy text");
+my $a = main::complete();
+my $b = main::complete();
+Test::More::isnt($a, $main::HF_TEXT, "steered text differs from the unhooked greedy text");
 Test::More::is($b, $a, "steered text is deterministic");
 $main::STEERED = $a;
-open my $fh, '<', server_root() . '/logs/error.log' or die $!;
+open my $fh, '<', Test::Nginx::Socket::server_root() . '/logs/error.log' or die $!;
 my $log = do { local $/; <$fh> };
 for my $want ("Registered forward hook 'steer' on model.layers.10",
               "Registered forward hook 'log' on model.layers.0.mlp",
@@ -210,6 +215,8 @@ for my $want ("Registered forward hook 'steer' on model.layers.10",
 
 
 === TEST 7: the admin location lists the registered hooks
+--- init
+main::complete();   # waits for the model (and its hooks) to load
 --- request
 GET /admin/hooks
 --- response_headers
@@ -221,18 +228,18 @@ Content-Type: application/json
 
 === TEST 8: removal restores HF's greedy text, re-adding brings the steered text back
 --- init
-my $steered = complete();
-Test::More::isnt($steered, $HF_TEXT, "steered before removal");
-my $j = admin_json('POST', '/admin/hooks?action=remove&name=steer');
+my $steered = main::complete();
+Test::More::isnt($steered, $main::HF_TEXT, "steered before removal");
+my $j = main::admin_json('POST', '/admin/hooks?action=remove&name=steer');
 Test::More::is($j->{action}, 'remove', "remove answered");
 Test::More::is($j->{changed}, 1, "one registration removed");
 Test::More::is($j->{active}, 1, "one hook left active");
 Test::More::ok(!$j->{hooks}[0]{active}, "steer listed inactive");
-Test::More::is(complete(), $HF_TEXT, "removed: HF's greedy text");
-Test::More::is(complete(), $HF_TEXT, "removed: again (no stale prefix cache)");
-$j = admin_json('POST', '/admin/hooks?action=readd&id=1');
+Test::More::is(main::complete(), $main::HF_TEXT, "removed: HF's greedy text");
+Test::More::is(main::complete(), $main::HF_TEXT, "removed: again (no stale prefix cache)");
+$j = main::admin_json('POST', '/admin/hooks?action=readd&id=1');
 Test::More::is($j->{hooks}[0]{active}, JSON::PP::true, "steer listed active again");
-Test::More::is(complete(), $steered, "re-added: the steered text again");
+Test::More::is(main::complete(), $steered, "re-added: the steered text again");
 --- request
 GET /admin/hooks
 --- response_body_like
@@ -240,18 +247,25 @@ GET /admin/hooks
 
 
 
-=== TEST 9: remove and re-add by id through the location
+=== TEST 9: remove by id and re-add by name through the location
 --- init
-admin_json('POST', '/admin/hooks?action=remove&id=1');
-Test::More::is(complete(), $HF_TEXT, "removed by id: HF's greedy text");
---- request
-POST /admin/hooks?action=readd&name=steer
---- response_body_like
-^\{"action":"readd","changed":1,"generation":\d+,"active":2,
+main::complete();   # waits for the model (and its hooks) to load
+--- request eval
+["POST /admin/hooks?action=remove&id=1",
+ "POST /v1/completions\n$main::PROMPT",
+ "POST /admin/hooks?action=readd&name=steer"]
+--- error_code eval
+[200, 200, 200]
+--- response_body_like eval
+[qr/^\{"action":"remove","changed":1,"generation":\d+,"active":1,/,
+ $main::HF_TEXT_RE,
+ qr/^\{"action":"readd","changed":1,"generation":\d+,"active":2,/]
 
 
 
 === TEST 10: an unknown hook id is a 404 in OpenAI's error format
+--- init
+main::complete();   # waits for the model (and its hooks) to load
 --- request
 POST /admin/hooks?action=remove&id=99
 --- error_code: 404
@@ -261,6 +275,8 @@ POST /admin/hooks?action=remove&id=99
 
 
 === TEST 11: an unknown spec name is a 404
+--- init
+main::complete();   # waits for the model (and its hooks) to load
 --- request
 POST /admin/hooks?action=readd&name=nobody
 --- error_code: 404
@@ -280,10 +296,10 @@ POST /admin/hooks?action=explode&id=1
 
 === TEST 13: an action without a hook is a 400; a bad id is a 400
 --- init
-my ($st, $b) = http('POST', '/admin/hooks?action=remove&id=x1');
+my ($st, $b) = main::http('POST', '/admin/hooks?action=remove&id=x1');
 Test::More::is($st, 400, "non-numeric id");
 Test::More::like($b, qr/"param":"id"/, "non-numeric id names the param");
-($st, $b) = http('PUT', '/admin/hooks');
+($st, $b) = main::http('PUT', '/admin/hooks');
 Test::More::is($st, 405, "PUT is not allowed");
 --- request
 POST /admin/hooks?action=remove
@@ -295,21 +311,25 @@ POST /admin/hooks?action=remove
 
 === TEST 14: removing a removed hook is a 409, and changes nothing
 --- init
-admin_json('POST', '/admin/hooks?action=remove&id=1');
---- request
-POST /admin/hooks?action=remove&id=1
---- error_code: 409
---- response_body_like
-"message":"hook 1 \('steer'\) is already
+main::complete();   # waits for the model (and its hooks) to load
+--- request eval
+["POST /admin/hooks?action=remove&id=1",
+ "POST /admin/hooks?action=remove&id=1",
+ "GET /admin/hooks"]
+--- error_code eval
+[200, 409, 200]
+--- response_body_like eval
+[qr/^\{"action":"remove","changed":1,/,
+ qr/"message":"hook 1 \('steer'\) is already/,
+ qr/"active":1,.*"id":1,"name":"steer",[^}]*"active":false/]
 
 
 
 === TEST 15: the activation logger writes one JSON line per request per call
 --- init
-admin_json('POST', '/admin/hooks?action=readd&id=1');
 my $file = "$ENV{TEST_NGINX_HOOKS_DIR}/act/act.jsonl";
 my $before = -s $file || 0;
-complete();
+main::complete();
 open my $fh, '<', $file or die "$file: $!";
 seek $fh, $before, 0;
 my @lines = <$fh>;
@@ -338,14 +358,17 @@ GET /admin/hooks
 
 === TEST 16: DELETE drops a hook for good: it cannot be re-added
 --- init
-my $j = admin_json('DELETE', '/admin/hooks?id=1');
-Test::More::is($j->{action}, 'delete', "deleted");
-Test::More::is(complete(), $HF_TEXT, "deleted: HF's greedy text");
---- request
-POST /admin/hooks?action=readd&id=1
---- error_code: 404
---- response_body_like
-"message":"no hook with id 1"
+main::complete();   # waits for the model (and its hooks) to load
+--- request eval
+["DELETE /admin/hooks?id=1",
+ "POST /v1/completions\n$main::PROMPT",
+ "POST /admin/hooks?action=readd&id=1"]
+--- error_code eval
+[200, 200, 404]
+--- response_body_like eval
+[qr/^\{"action":"delete",/,
+ $main::HF_TEXT_RE,
+ qr/"message":"no hook with id 1"/]
 
 
 

@@ -3,6 +3,10 @@
 # t/fixtures/golden/tiny-llama.json, tokens decoded with HF tokenizers), so tp=2 == tp=1.
 # kill -9 of a rank: in-flight requests fail with a 503 JSON error (never hang), the group
 # is torn down and restarted, and later requests are served again.
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 use POSIX ();
 
@@ -12,7 +16,6 @@ BEGIN {
 }
 
 master_on();
-use_hup();
 log_level('info');
 
 our $Log = "${\ Test::Nginx::Socket::server_root()}/logs/error.log";
@@ -80,6 +83,7 @@ tensor-parallel group lost
 
 === TEST 3: kill -9 of rank 1 while idle: the group restarts, the next request is served (= HF)
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 my $pid = main::rank_pid(1) or die "no rank 1 pid in the log";
 kill 'KILL', $pid;
 # the scheduler notices within a second and exits; its supervisor restarts the group
@@ -99,6 +103,7 @@ POST /v1/completions
 
 === TEST 4: kill -9 of rank 1 mid-generation: the request fails cleanly (503 JSON), never hangs
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 my $old = main::rank_pid(1) or die "no rank 1 pid in the log";
 if (my $child = fork()) {
 } else {

@@ -1,6 +1,10 @@
 # Tensor parallelism end to end on the real model: SmolLM2-135M-Instruct (Q4_1 GGUF) has 9
 # heads / 3 KV heads, so it splits over 3 ranks (not 2 or 4). Greedy continuations at
 # srt_tp_size 3 equal HF transformers' (t/fixtures/golden/smollm2.json, as t/020 checks at tp=1).
+# Blocks with the same config share one nginx (and one loaded model), under this harness
+# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
+# restart nginx for every block, the real module's default).
+BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
 use JSON::PP ();
 use IO::Socket::INET ();
@@ -46,7 +50,6 @@ sub http {
 sub act_lines { open my $fh, '<', $ENV{TEST_NGINX_TP_ACT} or return 0; my @l = <$fh>; return scalar @l }
 
 master_on();
-use_hup();
 log_level('info');
 
 add_block_preprocessor(sub {
@@ -111,6 +114,7 @@ location /v1 {
     srt_max_total_tokens 4096;
 }
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 select undef, undef, undef, 3;
 --- request
 POST /v1/completions
@@ -147,6 +151,7 @@ POST /v1/completions
 
 === TEST 6: ... the activation log has each rank's lines: q_proj 192 wide, the MLP 576 and equal on all ranks
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 my $file = $ENV{TEST_NGINX_TP_ACT};
 open my $fh, '<', $file or die "$file: $!";
 my (%seen, %mlp);
@@ -188,6 +193,7 @@ location /v1 {
 }
 location /admin/hooks { srt_admin on; }
 --- init
+package main;   # the real Test::Nginx evals init in its own package
 my $req = '{"prompt": [33, 28, 216], "max_tokens": 2, "temperature": 0}';
 my ($st, $b) = main::http('POST', '/v1/completions', $req);
 Test::More::is($st, 200, "a completion with the hooks on") or Test::More::diag($b);

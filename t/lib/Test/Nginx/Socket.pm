@@ -8,6 +8,21 @@ package Test::Nginx::Socket;
 # implemented: blocks and sections, the eval/chomp/chop filters, ONLY/SKIP/LAST, the
 # generated nginx.conf, master_on(), and the request/response/log checks listed in
 # the POD below.
+#
+# Between blocks it behaves as the real module does (Test::Nginx::Util):
+#   - by default nginx is stopped and started afresh for every block, so a block never
+#     sees run-time state (scheduler, hooks removed through srt_admin, counters) left
+#     by an earlier one; `--- init` runs after that start;
+#   - TEST_NGINX_FORCE_RESTART_ON_TEST=0 (env, read when the module loads; a suite may
+#     set it in a BEGIN block before `use`) keeps nginx across consecutive blocks whose
+#     generated nginx.conf is identical, and restarts it when the config changes: the
+#     opt-in for speed, honoured the same way by the real module;
+#   - use_hup() or TEST_NGINX_USE_HUP=1 turns each such restart of a running nginx into
+#     USR1 (fresh logs) + HUP (reload, with master_process on), which respawns our
+#     scheduler helper process and so also loses its run-time state.
+# A block that needs state builds it itself, e.g. with `--- request eval [...]`: the
+# requests go in order, one connection each, and error_code / response_body /
+# response_body_like / response_headers must then be arrays indexed by request.
 
 use strict;
 use warnings;
@@ -35,9 +50,18 @@ our $LogLevel = 'debug';
 our $NoRootLocation = 0;
 our @BlockPreprocessors;
 
+# Like the real module: nginx is started afresh for every block unless
+# TEST_NGINX_FORCE_RESTART_ON_TEST=0, which keeps it across blocks whose generated
+# configuration is identical; with use_hup() or TEST_NGINX_USE_HUP=1 a "restart" of a
+# running nginx is a log reopen (USR1) plus a reload (HUP), with master_process on.
+our $UseHup = $ENV{TEST_NGINX_USE_HUP};
+our $ForceRestartOnTest = defined $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST}
+                        ? $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} : 1;
+
 my $Plan;
 my $NginxPid;
 my $RunningConf = '';
+my $PrevConf;
 
 sub import {
     my ($class, @args) = @_;
@@ -84,8 +108,7 @@ sub html_dir { "$ServerRoot/html" }
 sub server_root { $ServerRoot }
 sub server_port { $ServerPort }
 sub server_port_for_client { $ServerPortForClient }
-# this harness keeps nginx running across blocks with the same configuration already
-sub use_hup { }
+sub use_hup { $UseHup = 1 }
 sub timeout { }
 sub add_block_preprocessor { push @BlockPreprocessors, shift }
 
@@ -202,6 +225,7 @@ sub expand_env {
 
 sub nginx_conf {
     my ($block) = @_;
+    $MasterProcessEnabled = 'on' if $UseHup;
     my $main = expand_env($block->main_config // '', 'main_config');
     my $http = expand_env($block->http_config // '', 'http_config');
     my $config = expand_env($block->config // '', 'config');
@@ -326,6 +350,35 @@ sub start_nginx {
     return (0, $out);
 }
 
+# Reload a running nginx for the next block: fresh logs and html, new conf, USR1, HUP.
+sub hup_nginx {
+    my ($block, $conf) = @_;
+    my $pid = $NginxPid // read_pid();
+    for my $d (glob("$ServerRoot/*_temp"), glob("$ServerRoot/*_cache")) { remove_tree($d) }
+    for my $d (qw(conf html)) { remove_tree("$ServerRoot/$d") }
+    unlink glob("$ServerRoot/logs/*.log");
+    make_path("$ServerRoot/$_") for qw(conf logs html);
+    open my $fh, '>', "$ServerRoot/conf/nginx.conf" or die "$ServerRoot/conf/nginx.conf: $!";
+    print $fh $conf;
+    close $fh;
+    if (my $files = $block->user_files) {
+        write_user_files($files);
+    }
+    kill 'USR1', $pid;
+    sleep 0.015;
+    kill 'HUP', $pid;
+    # wait until the master has read the new configuration and started new workers
+    my $deadline = time + 10;
+    while (time < $deadline) {
+        my $log = log_since(0);
+        last if $log =~ /reconfiguring/ && $log =~ /start worker process/;
+        last if $log =~ /\[emerg\]/;
+        sleep 0.02;
+    }
+    sleep 0.05;
+    $RunningConf = $conf;
+}
+
 sub write_user_files {
     my ($spec) = @_;
     my @files = ref $spec eq 'ARRAY' ? @$spec : ();
@@ -362,12 +415,12 @@ sub log_since {
 # ---- HTTP ----
 
 sub build_request {
-    my ($block) = @_;
-    if (defined $block->raw_request) {
+    my ($block, $one) = @_;
+    if (!defined $one && defined $block->raw_request) {
         my $raw = $block->raw_request;
         return ref $raw eq 'ARRAY' ? join('', @$raw) : expand_env($raw, 'raw_request');
     }
-    my $req = expand_env($block->request, 'request');
+    my $req = expand_env(defined $one ? $one : $block->request, 'request');
     die "no --- request\n" unless defined $req;
     my ($line, $body) = split /\n/, $req, 2;
     $line =~ s/^\s+|\s+$//g;
@@ -489,43 +542,89 @@ sub run_block {
         return;
     }
 
-    if ($conf ne $RunningConf || !($NginxPid && kill 0, $NginxPid)) {
-        my ($rc, $out) = start_nginx($block, $conf);
-        if ($rc != 0) {
-            Test::More::fail("$name - nginx failed to start: $out");
-            return;
+    # the real module decides once per block, before the repetitions
+    my $fresh_log = 0;
+    if ($rep == 1) {
+        my $running = $NginxPid && kill 0, $NginxPid;
+        my $restart = !defined $PrevConf || $conf ne $PrevConf || $ForceRestartOnTest
+                      || !$running;
+        $PrevConf = $conf;
+        $fresh_log = $restart;
+        if ($restart && $UseHup && $running) {
+            hup_nginx($block, $conf);
+        } elsif ($restart) {
+            my ($rc, $out) = start_nginx($block, $conf);
+            if ($rc != 0) {
+                Test::More::fail("$name - nginx failed to start: $out");
+                return;
+            }
         }
     }
 
-    my $pos = log_size();
+    # a restart or reload leaves a fresh error log, read from its start as the real
+    # module does (startup lines included); later checks see only new lines
+    my $pos = $fresh_log ? 0 : log_size();
 
     if (my $code = $block->init) {
-        eval "package main; no strict; $code";
+        # the real module evals init inside Test::Nginx::Util, under strict: a suite's own
+        # subs and globals are reached as main::name (or after `package main;`)
+        eval "package Test::Nginx::Util; use strict; $code";
         die "$name: init: $@" if $@;
     }
 
-    my $raw = build_request($block);
-    my ($resp, $err) = send_request($raw, $timeout, $block->abort);
+    # `--- request eval [...]`: several requests in order, each on its own connection;
+    # every expectation must then be an array indexed by request
+    my @reqs = ref $block->{_sections}{request} eq 'ARRAY'
+             ? @{ $block->{_sections}{request} } : (undef);
+    my $need_array = @reqs > 1;
 
-    if (defined $block->wait) { sleep $block->wait }
-    # let the log catch up with what this request caused
-    sleep 0.1 if defined $block->{_sections}{error_log} || defined $block->{_sections}{no_error_log};
+    for my $i (0 .. $#reqs) {
+        my $rname = $need_array ? "$name (req $i)" : $name;
+        my $raw = build_request($block, $reqs[$i]);
+        my ($resp, $err) = send_request($raw, $timeout, $block->abort);
+        my $last = $i == $#reqs;
 
-    if (!defined $resp || ($err && $err eq "timeout" && !defined $block->abort)) {
-        Test::More::fail("$name - request failed: " . ($err // 'no response'));
-        check_log_patterns($block, log_since($pos), $name);
-        return;
+        if (defined $block->wait && ($need_array || $last)) { sleep $block->wait }
+        # let the log catch up with what this request caused
+        sleep 0.1 if defined $block->{_sections}{error_log} || defined $block->{_sections}{no_error_log};
+
+        if (!defined $resp || ($err && $err eq "timeout" && !defined $block->abort)) {
+            Test::More::fail("$rname - request failed: " . ($err // 'no response'));
+        } else {
+            check_response($block, $rname, $resp, $i, $need_array);
+        }
+
+        my $now = log_size();
+        check_log_patterns($block, log_since($pos), $rname);
+        $pos = $now;
     }
+}
+
+sub indexed {
+    my ($block, $sec, $i, $need_array, $name) = @_;
+    my $v = $block->{_sections}{$sec};
+    return $v unless defined $v;
+    if ($need_array) {
+        Test::More::BAIL_OUT("$name - You asked for many requests, the expected results should be arrays as well.")
+            unless ref $v eq 'ARRAY';
+        return $v->[$i];
+    }
+    return ref $v eq 'ARRAY' ? $v->[0] : $v;
+}
+
+sub check_response {
+    my ($block, $name, $resp, $i, $need_array) = @_;
+    return if defined $block->ignore_response;
 
     my ($status, $headers, $body) = parse_response($resp);
 
-    if (defined(my $code = $block->error_code)) {
+    if (defined(my $code = indexed($block, 'error_code', $i, $need_array, $name))) {
         Test::More::is($status, $code, "$name - status code ok");
-    } elsif (!defined $block->abort && !defined $block->ignore_response) {
+    } elsif (!defined $block->abort) {
         Test::More::is($status, 200, "$name - status code ok");
     }
 
-    if (defined(my $rh = $block->response_headers)) {
+    if (defined(my $rh = indexed($block, 'response_headers', $i, $need_array, $name))) {
         for my $line (ref $rh eq 'ARRAY' ? @$rh : split /\n/, $rh) {
             next unless $line =~ /\S/;
             if ($line =~ /^!\s*([^:\s]+)\s*$/) {
@@ -543,11 +642,11 @@ sub run_block {
         }
     }
 
-    if (defined(my $want = $block->response_body)) {
+    if (defined(my $want = indexed($block, 'response_body', $i, $need_array, $name))) {
         Test::More::is($body, $want, "$name - response_body - response is expected");
     }
 
-    if (defined(my $like = $block->response_body_like)) {
+    if (defined(my $like = indexed($block, 'response_body_like', $i, $need_array, $name))) {
         my $re = ref $like eq 'Regexp' ? $like : do { (my $l = $like) =~ s/\n\z//; qr/$l/s };
         Test::More::like($body, $re, "$name - response_body_like - response is expected");
     }
@@ -556,8 +655,6 @@ sub run_block {
         (my $l = $unlike) =~ s/\n\z//;
         Test::More::unlike($body, qr/$l/s, "$name - response_body_unlike");
     }
-
-    check_log_patterns($block, log_since($pos), $name);
 }
 
 sub run_tests {
@@ -594,16 +691,23 @@ and with this harness: `prove -I t/lib t/*.t` (what scripts/run-tests.sh does).
 =head1 SECTIONS
 
 main_config, http_config, config, post_main_config, request, raw_request, more_headers,
-timeout, abort, error_code, response_body, response_body_like, response_body_unlike,
+timeout, abort, error_code, response_body, (request, error_code, response_body,
+response_body_like and response_headers also as eval'd arrays, one entry per request), response_body_like, response_body_unlike,
 response_headers (C<! Name> = absent), response_headers_like, error_log, no_error_log,
 must_die (nginx -t must fail; error_log patterns then match its output), wait, init,
 user_files, ONLY, SKIP, LAST. Filters: eval, chomp, chop.
 
-Exports: run_tests, repeat_each, master_on, master_off, workers, log_level, no_shuffle,
+Exports: run_tests, repeat_each, master_on, master_off, use_hup, workers, log_level, no_shuffle,
 no_long_string, no_root_location, add_block_preprocessor, blocks, plan and Test::More's
 functions; $ServerPort, $ServerRoot.
 
-The server is restarted only when the generated nginx.conf changes, so consecutive
-blocks with the same configuration share one nginx (and one loaded model).
+nginx is restarted for every block (HUP'd with use_hup), unless
+TEST_NGINX_FORCE_RESTART_ON_TEST=0, which restarts it only when the generated nginx.conf
+changes, so consecutive blocks with the same configuration share one nginx (and one
+loaded model); see the header comment. A restart or reload leaves a fresh error.log
+that the block's log checks read from its start; with a shared nginx they read only
+what the block caused. `--- request eval [...]` sends several requests; with more than
+one, the expectations are arrays indexed by request, and error_log/no_error_log are
+checked after each request on the lines it added, as the real module does.
 
 =cut
