@@ -74,6 +74,28 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
     return SRT_OK;
 }
 
+/* Hooks on a backend with memory of its own read activations and copy replacements through it. */
+static int hook_d2h(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    srt_err e;
+    return be->ops->download(be, dst, src, n, &e);
+}
+
+static int hook_h2d(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    srt_err e;
+    return be->ops->upload(be, dst, src, n, &e);
+}
+
+static int hook_d2d(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    be->ops->copy(be, dst, src, n);
+    return SRT_OK;
+}
+
 srt_sched_runner srt_sched_model_runner_iface(srt_sched_model_runner *mr)
 {
     srt_sched_runner r = { mr, model_forward, NULL };
@@ -363,6 +385,10 @@ int srt_sched_run(srt_chan *c, srt_err *err)
     }
     if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static, &mr, err) != SRT_OK)
         goto fail;
+    if (cuda && hooks) {
+        srt_hook_device_ops dops = { hook_d2h, hook_h2d, hook_d2d, srt_runner_backend(mr->runner) };
+        srt_hook_registry_set_device_ops(hooks, &dops);
+    }
     srt_sched_runner runner = srt_sched_model_runner_iface(mr);
     if (srt_sched_create(&cfg, &runner, &s, err) != SRT_OK)
         goto fail;
