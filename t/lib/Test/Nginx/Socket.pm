@@ -279,14 +279,23 @@ sub stop_nginx {
     $NginxPid = undef;
     return unless $pid && kill 0, $pid;
     kill 'TERM', $pid;
-    for (1 .. 100) {
+    for (1 .. 200) {
         last unless kill 0, $pid;
         waitpid($pid, POSIX::WNOHANG());
         sleep 0.05;
     }
     if (kill 0, $pid) {
+        # the daemonised master leads its own process group: take its children too
+        kill 'KILL', -$pid;
         kill 'KILL', $pid;
         sleep 0.1;
+    }
+    # the next nginx binds the same port: wait until no process of this one holds it
+    for (1 .. 100) {
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $ServerPort,
+                                      Proto => 'tcp', Timeout => 1) or last;
+        close $s;
+        sleep 0.05;
     }
 }
 
