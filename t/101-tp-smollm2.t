@@ -1,10 +1,7 @@
 # Tensor parallelism end to end on the real model: SmolLM2-135M-Instruct (Q4_1 GGUF) has 9
 # heads / 3 KV heads, so it splits over 3 ranks (not 2 or 4). Greedy continuations at
 # srt_tp_size 3 equal HF transformers' (t/fixtures/golden/smollm2.json, as t/020 checks at tp=1).
-# Blocks with the same config share one nginx (and one loaded model), under this harness
-# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
-# restart nginx for every block, the real module's default).
-BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
+# Every block starts from a fresh nginx (the real Test::Nginx's default).
 use Test::Nginx::Socket 'no_plan';
 use JSON::PP ();
 use IO::Socket::INET ();
