@@ -1,8 +1,6 @@
 # srt_metrics on: Prometheus text with the channel's counters for every model.
-# Blocks with the same config share one nginx (and one loaded model), under this harness
-# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
-# restart nginx for every block, the real module's default).
-BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
+# Every block starts from a fresh nginx (the real Test::Nginx's default): a block that
+# checks counters makes the request they count itself.
 use Test::Nginx::Socket 'no_plan';
 
 BEGIN {
@@ -48,20 +46,28 @@ POST /v1/completions
 
 
 === TEST 2: metrics count it
---- request
-GET /metrics
---- response_headers
-Content-Type: text/plain; version=0.0.4
---- response_body_like
-# TYPE srt:scheduler_up gauge\nsrt:scheduler_up\{model_name="smol"\} 1\n.*srt:http_requests_submitted_total\{model_name="smol"\} 1\n.*srt:request_slots_used\{model_name="smol"\} 0\n
+--- request eval
+["POST /v1/completions\n" . '{"prompt": "Hello", "max_tokens": 2, "temperature": 0}',
+ "GET /metrics"]
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["Content-Type: application/json", "Content-Type: text/plain; version=0.0.4"]
+--- response_body_like eval
+[qr/"finish_reason":"length"/,
+ qr/# TYPE srt:scheduler_up gauge\nsrt:scheduler_up\{model_name="smol"\} 1\n.*srt:http_requests_submitted_total\{model_name="smol"\} 1\n.*srt:request_slots_used\{model_name="smol"\} 0\n/s]
 
 
 
 === TEST 3: ... and the scheduler's own metrics are there (published by the scheduler process)
---- request
-GET /metrics
---- response_body_like
-srt:generation_tokens_total\{model_name="smol"\} 2\n.*srt:time_to_first_token_seconds_bucket\{model_name="smol",le="[^"]+"\} \d+
+--- request eval
+["POST /v1/completions\n" . '{"prompt": "Hello", "max_tokens": 2, "temperature": 0}',
+ "GET /metrics"]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+[qr/"finish_reason":"length"/,
+ qr/srt:generation_tokens_total\{model_name="smol"\} 2\n.*srt:time_to_first_token_seconds_bucket\{model_name="smol",le="[^"]+"\} \d+/s]
 
 
 
