@@ -1,9 +1,6 @@
 # End to end with the official openai Python client (PyPI), streamed and not streamed,
 # against SmolLM2 served by nginx.
-# Blocks with the same config share one nginx (and one loaded model), under this harness
-# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
-# restart nginx for every block, the real module's default).
-BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
+# Every block starts from a fresh nginx (the real Test::Nginx's default).
 use Test::Nginx::Socket 'no_plan';
 
 BEGIN {
