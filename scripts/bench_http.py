@@ -186,10 +186,10 @@ def procs_of(master):
     """(worker pid, scheduler pid) among nginx master's descendants, by their titles (the scheduler
     is a child of the master's helper process)."""
     worker = sched = None
-    todo, seen = [str(master)], []
-    while todo:
-        kids = subprocess.run(["pgrep", "-P", todo.pop()], capture_output=True, text=True).stdout.split()
-        todo += kids
+    pending, seen = [str(master)], []
+    while pending:
+        kids = subprocess.run(["pgrep", "-P", pending.pop()], capture_output=True, text=True).stdout.split()
+        pending += kids
         seen += kids
     for p in seen:
         title = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ")
