@@ -1,2 +1,14 @@
 ENGINE_SRCS += src/comm/cpu_comm.c src/comm/nccl_comm.c
 UNIT_TESTS  += $(BUILD)/t/test_comm
+
+# Fake NCCL (t/unit/fake_nccl/fake_nccl.c): libnccl.so.2's C entry points with NCCL's ABI over
+# POSIX shared memory and host buffers, so the NCCL communicator runs in tests without a GPU
+# (SRT_NCCL_SO_PATH=build/lib/libfake_nccl.so). The _nosym copy lacks ncclBroadcast.
+FAKE_NCCL_LIBS := $(BUILD)/lib/libfake_nccl.so $(BUILD)/lib/libfake_nccl_nosym.so
+EXTRA_ALL      += $(FAKE_NCCL_LIBS)
+$(BUILD)/lib/libfake_nccl.so: t/unit/fake_nccl/fake_nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=hidden -shared -o $@ $<
+$(BUILD)/lib/libfake_nccl_nosym.so: t/unit/fake_nccl/fake_nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=hidden -DFAKE_NCCL_OMIT_BROADCAST -shared -o $@ $<
