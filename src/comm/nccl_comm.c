@@ -40,9 +40,15 @@ srt_nccl_lib *srt_nccl_load(const char *path, srt_err *err)
 {
     srt_nccl_lib *lib;
     const char *env = getenv("SRT_NCCL_SO_PATH");
+    const char *from = "";
 
-    if (path == NULL)
-        path = env && *env ? env : "libnccl.so.2";
+    if (path == NULL || *path == 0) {
+        path = "libnccl.so.2";
+        if (env && *env) {
+            path = env;
+            from = " (from SRT_NCCL_SO_PATH)";
+        }
+    }
     lib = calloc(1, sizeof *lib);
     if (lib == NULL) {
         srt_err_set(err, "nccl: out of memory");
@@ -50,7 +56,8 @@ srt_nccl_lib *srt_nccl_load(const char *path, srt_err *err)
     }
     lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (lib->handle == NULL) {
-        srt_err_set(err, "nccl: cannot load \"%s\": %s", path, dlerror());
+        const char *why = dlerror();
+        srt_err_set(err, "nccl: cannot load \"%s\"%s: %s", path, from, why ? why : "dlopen failed");
         free(lib);
         return NULL;
     }
@@ -58,7 +65,7 @@ srt_nccl_lib *srt_nccl_load(const char *path, srt_err *err)
     do {                                                                                     \
         *(void **)&lib->field = dlsym(lib->handle, sym);                                     \
         if (lib->field == NULL) {                                                            \
-            srt_err_set(err, "nccl: \"%s\" has no symbol %s", path, sym);                    \
+            srt_err_set(err, "nccl: \"%s\"%s has no symbol %s", path, from, sym);            \
             dlclose(lib->handle);                                                            \
             free(lib);                                                                       \
             return NULL;                                                                     \
@@ -84,22 +91,30 @@ void srt_nccl_unload(srt_nccl_lib *lib)
     free(lib);
 }
 
+/* NCCL's version code, e.g. 22105 for 2.21.5; -1 when the library cannot tell. */
 int srt_nccl_version(const srt_nccl_lib *lib)
 {
     int v = 0;
-    return lib->get_version(&v) == NCCL_SUCCESS ? v : -1;
+    if (lib == NULL || lib->get_version(&v) != NCCL_SUCCESS || v <= 0)
+        return -1;
+    return v;
 }
 
 static int nccl_fail(srt_nccl_lib *lib, int rc, const char *what, srt_err *err)
 {
-    return srt_err_set(err, "nccl: %s failed: %s (%d)", what, lib->get_error_string(rc), rc);
+    const char *s = lib->get_error_string(rc);
+    return srt_err_set(err, "nccl: %s failed: %s (%d)", what, s ? s : "unknown error", rc);
 }
 
 int srt_nccl_get_unique_id(srt_nccl_lib *lib, unsigned char id[SRT_NCCL_UNIQUE_ID_BYTES],
                            srt_err *err)
 {
     nccl_unique_id uid;
-    int rc = lib->get_unique_id(&uid);
+    int rc;
+
+    if (lib == NULL || id == NULL)
+        return srt_err_set(err, "nccl: no library or id buffer");
+    rc = lib->get_unique_id(&uid);
     if (rc != NCCL_SUCCESS)
         return nccl_fail(lib, rc, "ncclGetUniqueId", err);
     memcpy(id, uid.internal, sizeof uid.internal);
@@ -123,7 +138,11 @@ static int nccl_all_gather(srt_comm *base, const float *send, size_t n, float *r
 static int nccl_broadcast(srt_comm *base, void *buf, size_t bytes, int root, srt_err *err)
 {
     nccl_comm *c = (nccl_comm *)base;
-    int rc = c->lib->broadcast(buf, buf, bytes, NCCL_INT8, root, c->comm, c->stream);
+    int rc;
+
+    if (root < 0 || root >= base->size)
+        return srt_err_set(err, "nccl: broadcast root %d outside 0..%d", root, base->size - 1);
+    rc = c->lib->broadcast(buf, buf, bytes, NCCL_INT8, root, c->comm, c->stream);
     return rc == NCCL_SUCCESS ? SRT_OK : nccl_fail(c->lib, rc, "ncclBroadcast", err);
 }
 
@@ -158,7 +177,15 @@ srt_comm *srt_nccl_comm_init(srt_nccl_lib *lib, const unsigned char id[SRT_NCCL_
     nccl_comm *c;
     int rc;
 
-    if (size < 1 || rank < 0 || rank >= size) {
+    if (lib == NULL || id == NULL) {
+        srt_err_set(err, "nccl: no library or unique id");
+        return NULL;
+    }
+    if (size < 1) {
+        srt_err_set(err, "nccl: group size %d (must be at least 1)", size);
+        return NULL;
+    }
+    if (rank < 0 || rank >= size) {
         srt_err_set(err, "nccl: rank %d outside 0..%d", rank, size - 1);
         return NULL;
     }

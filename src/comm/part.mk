@@ -12,3 +12,6 @@ $(BUILD)/lib/libfake_nccl.so: t/unit/fake_nccl/fake_nccl.c
 $(BUILD)/lib/libfake_nccl_nosym.so: t/unit/fake_nccl/fake_nccl.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fvisibility=hidden -DFAKE_NCCL_OMIT_BROADCAST -shared -o $@ $<
+UNIT_TESTS += $(BUILD)/t/test_nccl_comm
+CFLAGS_t_unit_test_nccl_comm := -DFAKE_NCCL_DIR='"$(abspath $(BUILD))/lib"'
+$(BUILD)/t/test_nccl_comm: | $(FAKE_NCCL_LIBS)

@@ -502,13 +502,13 @@ static ncclResult_t begin(struct ncclComm *c, int kind, const char *fail_name, s
     if (count > SIZE_MAX / es / (size_t)c->nranks)
         return ncclInvalidArgument;
     *bytes = count * es;
-    if (atomic_load(&c->h->broken))
-        return ncclRemoteError;
     if (should_fail(fail_name, c->rank, &c->calls[kind])) {
         ncclResult_t code = fail_code();
         break_group(c, code, "injected failure of %s on rank %d", fail_name, c->rank);
         return code;
     }
+    if (atomic_load(&c->h->broken))
+        return ncclRemoteError;
     c->seq++;
     return ncclSuccess;
 }
