@@ -15,8 +15,15 @@ struct srt_runner {
     srt_model   *m;
     srt_backend *be;
     int          own_be;           /* 0: opts.backend, the caller's */
-    srt_comm    *comm;             /* tensor parallel group, NULL for one rank */
+    srt_comm    *comm;             /* tensor parallel group (control), NULL for one rank */
+    srt_comm    *tcomm;            /* its tensor collectives: comm, or NCCL on a CUDA backend */
+    srt_comm    *own_tcomm;        /* tcomm when the runner made it (NCCL), freed with it */
     srt_layer   *layers;           /* this rank's weight views (all of them for one rank) */
+    /* vocab parallel: this rank's rows [vocab_lo, vocab_lo + vocab_n) of the embedding and of
+     * lm_head, vocab_pad = ceil(vocab / tp) rows per rank (the last rank may hold fewer) */
+    srt_weight   embed;
+    srt_linear   lm_head;
+    int64_t      vocab_lo, vocab_n, vocab_pad;
     int32_t      nh, nkv, ffn;     /* this rank's heads, KV heads, intermediate features */
     int32_t      max_tok, max_seqs;
     int32_t      tp_rank, tp_size;
@@ -33,6 +40,14 @@ struct srt_runner {
     const int32_t *ids, *pos;   /* the step's ids and positions in backend memory */
     int32_t *d_ids, *d_pos, *d_rows, *h_rows;
     float   *d_logits;
+    /* tp > 1: the step's ids local to this rank's vocab rows (0 for other ranks' ids); on a
+     * backend with memory of its own also their device copy, the row each token's embedding
+     * is gathered from (max_tok: a zero row) and the staging of the lookup [max_tok + 1][hidden] */
+    int32_t *h_lids, *h_eidx, *d_lids, *d_eidx;
+    float   *d_estage;
+    /* tp > 1: this rank's logit columns [max_seqs][vocab_pad] and every rank's, gathered
+     * [tp][max_seqs * vocab_pad] (backend memory), with a host copy on a device backend */
+    float   *lm_part, *lm_all, *h_lm_all;
     /* the step in flight */
     srt_batch_ctx            ctx;
     const srt_forward_batch *b;
@@ -113,8 +128,8 @@ static int linear_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt
     const srt_linear *l = c->obj;
     int64_t rows = view_rows(&a->inputs[0]);
     c->r->be->ops->matmul(c->r->be, &l->w, l->bias, a->inputs[0].data, rows, out->data);
-    if (l->reduce && c->r->comm &&
-        srt_comm_all_reduce_sum_f32(c->r->comm, out->data, (size_t)(rows * l->w.rows), c->r->err) != SRT_OK)
+    if (l->reduce && c->r->tcomm &&
+        srt_comm_all_reduce_sum_f32(c->r->tcomm, out->data, (size_t)(rows * l->w.rows), c->r->err) != SRT_OK)
         return SRT_ERROR;
     return SRT_OK;
 }
@@ -129,11 +144,55 @@ static int norm_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_t
     return SRT_OK;
 }
 
+/* Vocab parallel (tp > 1): a rank looks up the ids among its rows, writes zeros for the others,
+ * and the all-reduce sums the ranks' rows: exactly one rank contributes to each row, so the
+ * result is the single-rank embedding. */
 static int embed_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
 {
     call *c = self;
-    c->r->be->ops->embed(c->r->be, &c->r->m->embed, a->inputs[0].data, a->inputs[0].shape[0], out->data);
-    return SRT_OK;
+    srt_runner *r = c->r;
+    int64_t T = a->inputs[0].shape[0], H = r->m->cfg.hidden_size;
+    if (!r->tcomm) {
+        r->be->ops->embed(r->be, &r->embed, a->inputs[0].data, T, out->data);
+        return SRT_OK;
+    }
+    const int32_t *ids = a->inputs[0].data;
+    if (r->on_dev) {
+        /* the host holds the validated ids; a hook on the model or the embedding may have
+         * replaced them in backend memory, then they are read back */
+        const srt_module *mods = r->m->modules;
+        if (mods[r->m->m_model].hooks || mods[r->m->m_embed].hooks) {
+            if (r->be->ops->download(r->be, r->h_eidx, ids, (size_t)T * sizeof(int32_t), r->err) != SRT_OK)
+                return SRT_ERROR;
+            ids = r->h_eidx;
+        } else {
+            ids = r->b->token_ids;
+        }
+    }
+    int64_t lo = r->vocab_lo, n = r->vocab_n;
+    for (int64_t t = 0; t < T; t++) {
+        int mine = ids[t] >= lo && ids[t] < lo + n;
+        r->h_lids[t] = mine ? (int32_t)(ids[t] - lo) : 0;
+        r->h_eidx[t] = mine ? (int32_t)t : -1;
+    }
+    if (r->on_dev) {
+        /* lookup into the staging rows, then gather each token's row or the zero row */
+        for (int64_t t = 0; t < T; t++)
+            if (r->h_eidx[t] < 0)
+                r->h_eidx[t] = r->max_tok;
+        if (r->be->ops->upload(r->be, r->d_lids, r->h_lids, (size_t)T * sizeof(int32_t), r->err) != SRT_OK ||
+            r->be->ops->upload(r->be, r->d_eidx, r->h_eidx, (size_t)T * sizeof(int32_t), r->err) != SRT_OK)
+            return SRT_ERROR;
+        r->be->ops->embed(r->be, &r->embed, r->d_lids, T, r->d_estage);
+        r->be->ops->gather_rows(r->be, out->data, r->d_estage, r->d_eidx, (int32_t)T, H);
+    } else {
+        float *o = out->data;
+        r->be->ops->embed(r->be, &r->embed, r->h_lids, T, o);
+        for (int64_t t = 0; t < T; t++)
+            if (r->h_eidx[t] < 0)
+                memset(o + t * H, 0, (size_t)H * sizeof(float));
+    }
+    return srt_comm_all_reduce_sum_f32(r->tcomm, out->data, (size_t)(T * H), r->err);
 }
 
 static int act_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
@@ -347,13 +406,13 @@ static int load_weights(srt_runner *r, srt_err *err)
 {
     const srt_model *m = r->m;
     const srt_backend_ops *ops = r->be->ops;
-    int rc = ops->load_weight(r->be, &m->embed, err);
+    int rc = ops->load_weight(r->be, &r->embed, err);
     if (rc == SRT_OK)
         rc = ops->load_weight(r->be, &m->final_norm.w, err);
     if (rc == SRT_OK)
-        rc = ops->load_weight(r->be, &m->lm_head.w, err);
+        rc = ops->load_weight(r->be, &r->lm_head.w, err);
     if (rc == SRT_OK)
-        rc = load_f32(r, m->lm_head.bias, m->lm_head.w.rows, err);
+        rc = load_f32(r, r->lm_head.bias, r->lm_head.w.rows, err);
     if (rc == SRT_OK)
         rc = load_f32(r, m->inv_freq, m->cfg.head_dim / 2, err);
     for (int32_t l = 0; l < m->cfg.n_layers && rc == SRT_OK; l++) {
@@ -382,7 +441,8 @@ void srt_runner_free(srt_runner *r)
         return;
     float *bufs[] = { r->resid[0], r->resid[1], r->xn, r->final, r->proj, r->q, r->k, r->v, r->q_raw,
                       r->k_raw, r->attn, r->gate, r->up, r->act, r->cos_sin, r->rows };
-    void *dbufs[] = { r->d_ids, r->d_pos, r->d_rows, r->d_logits };
+    void *dbufs[] = { r->d_ids, r->d_pos, r->d_rows, r->d_logits, r->d_lids, r->d_eidx, r->d_estage,
+                      r->lm_part, r->lm_all };
     for (size_t i = 0; r->be && i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             srt_backend_release(r->be, bufs[i]);
@@ -390,7 +450,11 @@ void srt_runner_free(srt_runner *r)
         if (dbufs[i])
             srt_backend_release(r->be, dbufs[i]);
     free(r->h_rows);
+    free(r->h_lids);
+    free(r->h_eidx);
+    free(r->h_lm_all);
     free(r->zero_ids);
+    srt_comm_destroy(r->own_tcomm);
     free(r->layers);
     if (r->own_be)
         srt_backend_free(r->be);
@@ -456,6 +520,69 @@ static int shard_layers(srt_runner *r, int rank, int size, srt_err *err)
     return SRT_OK;
 }
 
+/* Vocab parallel, as Megatron: rank k holds rows [k*Vp, min((k+1)*Vp, V)) of the embedding
+ * and of lm_head, Vp = ceil(V/size). Views of the stored rows (GGUF quantized rows are whole
+ * blocks each, so a row range is a valid weight). Tied weights give the same view twice. */
+static int shard_vocab(srt_runner *r, int rank, int size, srt_err *err)
+{
+    const srt_model *m = r->m;
+    int64_t V = m->cfg.vocab_size;
+    r->embed = m->embed;
+    r->lm_head = m->lm_head;
+    r->lm_head.reduce = 0;
+    r->vocab_pad = (V + size - 1) / size;
+    r->vocab_lo = (int64_t)rank * r->vocab_pad;
+    r->vocab_n = V - r->vocab_lo < r->vocab_pad ? V - r->vocab_lo : r->vocab_pad;
+    if (size == 1)
+        return SRT_OK;
+    if (V - (int64_t)(size - 1) * r->vocab_pad <= 0)
+        return srt_err_set(err, "tensor parallel: a vocabulary of %lld cannot be split in %d ranks of %lld rows",
+                           (long long)V, size, (long long)r->vocab_pad);
+    if (m->embed.rows != V || m->lm_head.w.rows != V)
+        return srt_err_set(err, "tensor parallel: embedding (%lld rows) and lm_head (%lld rows) must have the vocabulary's %lld",
+                           (long long)m->embed.rows, (long long)m->lm_head.w.rows, (long long)V);
+    r->embed.data = (const char *)r->embed.data + (size_t)r->vocab_lo * r->embed.row_stride;
+    r->embed.rows = r->vocab_n;
+    shard_rows(&r->lm_head, r->vocab_lo, r->vocab_n);
+    return SRT_OK;
+}
+
+/* The tensor communicator: the caller's, or an NCCL one on this runner's CUDA stream, made
+ * with a unique id rank 0 broadcasts over the control communicator. */
+static int tensor_comm(srt_runner *r, const srt_runner_opts *o, srt_err *err)
+{
+    r->tcomm = o->tensor_comm ? o->tensor_comm : r->comm;
+    if (!r->comm)
+        return SRT_OK;
+    if (o->tensor_comm && (o->tensor_comm->size != r->comm->size || o->tensor_comm->rank != r->comm->rank))
+        return srt_err_set(err, "runner: tensor communicator is rank %d of %d, the group rank %d of %d",
+                           o->tensor_comm->rank, o->tensor_comm->size, r->comm->rank, r->comm->size);
+    if (!o->tensor_comm && o->nccl) {
+        unsigned char id[SRT_NCCL_UNIQUE_ID_BYTES];
+        float okf = 1.0f;
+        srt_err e2 = { { 0 } };
+        memset(id, 0, sizeof id);
+        if (r->comm->rank == 0 && srt_nccl_get_unique_id(o->nccl, id, &e2) != SRT_OK)
+            okf = 0.0f;
+        /* every rank learns whether rank 0 has an id before anyone waits in the NCCL init */
+        if (srt_comm_all_reduce_sum_f32(r->comm, &okf, 1, err) != SRT_OK ||
+            srt_comm_broadcast(r->comm, id, sizeof id, 0, err) != SRT_OK)
+            return SRT_ERROR;
+        if (okf != 1.0f)
+            return srt_err_set(err, "runner: NCCL unique id: %s", e2.msg[0] ? e2.msg : "failed on rank 0");
+        void *stream = r->be->ops->stream ? r->be->ops->stream(r->be) : NULL;
+        r->own_tcomm = srt_nccl_comm_init(o->nccl, id, r->comm->rank, r->comm->size, stream, err);
+        if (!r->own_tcomm)
+            return SRT_ERROR;
+        r->tcomm = r->own_tcomm;
+    }
+    /* collectives get the backend's memory: host memory for the CPU communicator */
+    if (srt_backend_is_cuda(r->be) && strcmp(r->tcomm->ops->name, "nccl") != 0)
+        return srt_err_set(err, "runner: tensor parallelism on the CUDA backend needs an NCCL tensor communicator"
+                                " (srt_runner_opts.nccl), not the %s communicator", r->tcomm->ops->name);
+    return SRT_OK;
+}
+
 int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, srt_err *err)
 {
     const srt_model_config *c = &m->cfg;
@@ -472,15 +599,14 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     r->comm = o->comm && o->comm->size > 1 ? o->comm : NULL;
     r->tp_rank = o->comm ? o->comm->rank : o->tp_rank;
     r->tp_size = o->comm ? o->comm->size : o->tp_size > 0 ? o->tp_size : 1;
-    if (shard_layers(r, r->comm ? r->tp_rank : 0, r->comm ? r->tp_size : 1, err) != SRT_OK) {
+    if (shard_layers(r, r->comm ? r->tp_rank : 0, r->comm ? r->tp_size : 1, err) != SRT_OK ||
+        shard_vocab(r, r->comm ? r->tp_rank : 0, r->comm ? r->tp_size : 1, err) != SRT_OK) {
         free(r->layers);
         free(r);
         return SRT_ERROR;
     }
     if (o->backend)
         r->be = o->backend;
-    else if (o->device == SRT_RUNNER_CUDA && r->comm)
-        srt_err_set(err, "runner: tensor parallelism on the CUDA backend is not wired (needs NCCL)");
     else if (o->device == SRT_RUNNER_CUDA)
         r->be = srt_cuda_backend_create(o->device_index, o->mem_fraction > 0 ? o->mem_fraction : 0.85, err);
     else if (o->device != SRT_RUNNER_CPU)
@@ -491,6 +617,10 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     if (!r->be) {
         free(r->layers);
         free(r);
+        return SRT_ERROR;
+    }
+    if (tensor_comm(r, o, err) != SRT_OK) {
+        srt_runner_free(r);
         return SRT_ERROR;
     }
     size_t T = (size_t)r->max_tok, H = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
@@ -514,16 +644,35 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     r->rows = balloc(r, R * H);
     r->zero_ids = calloc(T, sizeof *r->zero_ids);
     r->on_dev = r->be->ops->alloc != NULL;
+    size_t VP = (size_t)r->vocab_pad, TP = (size_t)r->tp_size;
     if (r->on_dev) {
         r->d_ids = srt_backend_alloc(r->be, T * sizeof(int32_t), err);
         r->d_pos = srt_backend_alloc(r->be, T * sizeof(int32_t), err);
         r->d_rows = srt_backend_alloc(r->be, R * sizeof(int32_t), err);
-        r->d_logits = srt_backend_alloc(r->be, R * (size_t)c->vocab_size * sizeof(float), err);
+        r->d_logits = r->tcomm ? NULL : srt_backend_alloc(r->be, R * (size_t)c->vocab_size * sizeof(float), err);
         r->h_rows = malloc(R * sizeof(int32_t));
-        if (!r->d_ids || !r->d_pos || !r->d_rows || !r->d_logits || !r->h_rows) {
+        if (!r->d_ids || !r->d_pos || !r->d_rows || (!r->tcomm && !r->d_logits) || !r->h_rows) {
             srt_runner_free(r);
             return srt_err_set(err, "runner: backend memory for %d batch tokens: %s", o->max_batch_tokens,
                                err && err->msg[0] ? err->msg : "out of memory");
+        }
+    }
+    if (r->tcomm) {
+        int okv = (r->h_lids = malloc(T * sizeof(int32_t))) && (r->h_eidx = malloc(T * sizeof(int32_t))) &&
+                  (r->lm_part = balloc(r, R * VP)) && (r->lm_all = balloc(r, TP * R * VP));
+        if (okv && r->on_dev) {
+            /* the zero row the embedding of other ranks' ids is gathered from */
+            float *zero = calloc(H, sizeof(float));
+            okv = (r->d_lids = srt_backend_alloc(r->be, T * sizeof(int32_t), err)) &&
+                  (r->d_eidx = srt_backend_alloc(r->be, T * sizeof(int32_t), err)) &&
+                  (r->d_estage = balloc(r, (T + 1) * H)) && (r->h_lm_all = malloc(TP * R * VP * sizeof(float))) &&
+                  zero && r->be->ops->upload(r->be, r->d_estage + T * H, zero, H * sizeof(float), err) == SRT_OK;
+            free(zero);
+        }
+        if (!okv) {
+            srt_runner_free(r);
+            return srt_err_set(err, "runner: memory for the vocab-parallel embedding and lm_head (%d tokens, %d rows)",
+                               o->max_batch_tokens, o->max_seqs);
         }
     }
     if (!r->resid[0] || !r->resid[1] || !r->xn || !r->final || !r->proj || !r->q || !r->k || !r->v ||
@@ -534,7 +683,7 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     }
     /* size matmul scratch for the largest call of each weight */
     const srt_backend_ops *ops = r->be->ops;
-    int rc = ops->reserve_matmul(r->be, &m->lm_head.w, r->max_seqs, err);
+    int rc = ops->reserve_matmul(r->be, &r->lm_head.w, r->max_seqs, err);
     for (int32_t l = 0; l < c->n_layers && rc == SRT_OK; l++) {
         const srt_layer *L = &r->layers[l];
         const srt_linear *ls[] = { &L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down };
@@ -602,6 +751,35 @@ static int validate(const srt_runner *r, const srt_kv_pool *kv, const srt_forwar
     return SRT_OK;
 }
 
+/* tp > 1: lm_head gives this rank's vocab columns of the logits (hooks see that slice), the
+ * ranks' slices are gathered and laid out in vocab order, exactly vocab_size wide. */
+static int logits_vocab_parallel(srt_runner *r, int32_t n_rows, float *logits, srt_err *err)
+{
+    int64_t H = r->m->cfg.hidden_size, V = r->m->cfg.vocab_size, VP = r->vocab_pad;
+    call cl = { r, &r->lm_head, -1 };
+    srt_module_args a;
+    srt_tensor_view lo = fview(r->lm_part, n_rows, r->vocab_n);
+    args1(&a, fview(r->rows, n_rows, H));
+    if (forward_module(r, r->m->lm_head.module, linear_fn, &cl, &a, &lo) != SRT_OK)
+        return SRT_ERROR;
+    size_t n = (size_t)n_rows * (size_t)VP;   /* the same on every rank; a short last slice is padded */
+    if (srt_comm_all_gather_f32(r->tcomm, r->lm_part, n, r->lm_all, err) != SRT_OK)
+        return SRT_ERROR;
+    const float *all = r->lm_all;
+    if (r->on_dev) {
+        if (r->be->ops->download(r->be, r->h_lm_all, r->lm_all, (size_t)r->tp_size * n * sizeof(float), err) != SRT_OK)
+            return SRT_ERROR;
+        all = r->h_lm_all;
+    }
+    for (int k = 0; k < r->tp_size; k++) {
+        int64_t k0 = (int64_t)k * VP, nk = V - k0 < VP ? V - k0 : VP;
+        const float *blk = all + (size_t)k * n;   /* [n_rows][nk] */
+        for (int32_t i = 0; i < n_rows; i++)
+            memcpy(logits + (size_t)i * V + k0, blk + (size_t)i * nk, (size_t)nk * sizeof(float));
+    }
+    return SRT_OK;
+}
+
 /* Backend memory: gather the logit rows' hidden states on the device, lm_head there, one download
  * (which also reports any op's error of the step). */
 static int logits_on_device(srt_runner *r, const srt_forward_batch *b, float *logits, srt_err *err)
@@ -616,7 +794,9 @@ static int logits_on_device(srt_runner *r, const srt_forward_batch *b, float *lo
     if (r->be->ops->upload(r->be, r->d_rows, r->h_rows, (size_t)n_rows * sizeof(int32_t), err) != SRT_OK)
         return SRT_ERROR;
     r->be->ops->gather_rows(r->be, r->rows, r->final, r->d_rows, n_rows, H);
-    call cl = { r, &m->lm_head, -1 };
+    if (r->tcomm)
+        return logits_vocab_parallel(r, n_rows, logits, err);
+    call cl = { r, &r->lm_head, -1 };
     srt_module_args a;
     srt_tensor_view lo = fview(r->d_logits, n_rows, V);
     args1(&a, fview(r->rows, n_rows, H));
@@ -671,8 +851,10 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
             int32_t t = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
             memcpy(r->rows + (size_t)i * H, r->final + (size_t)t * H, (size_t)H * sizeof(float));
         }
-        if (n_rows > 0) {
-            call cl = { r, &m->lm_head, -1 };
+        if (n_rows > 0 && r->tcomm) {
+            rc = logits_vocab_parallel(r, n_rows, logits, err);
+        } else if (n_rows > 0) {
+            call cl = { r, &r->lm_head, -1 };
             srt_tensor_view lo = fview(logits, n_rows, m->cfg.vocab_size);
             args1(&a, fview(r->rows, n_rows, H));
             rc = forward_module(r, m->lm_head.module, linear_fn, &cl, &a, &lo);

@@ -3,14 +3,21 @@
  * a pointer outside its memory (host ids, positions, activations, KV) or a weight that was never
  * load_weight'ed. The runner must use only its backend memory, announce every batch with
  * begin_batch, compute cos/sin with rope_cos_sin, gather + download the logits, and give
- * logits bit-identical to the CPU path (the wrapped ops are the CPU's). */
+ * logits bit-identical to the CPU path (the wrapped ops are the CPU's).
+ * Tensor parallel (tp=2, vocab 97 so the last vocab shard is short): ranks in forked processes,
+ * each on its own host-device backend, match tp=1 within 1e-4, load only their vocab rows of the
+ * embedding and lm_head, keep to backend memory, and follow the per-step upload/gather/download
+ * protocol; over the CPU communicator, and over NCCL when the fake libnccl is built. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "srt/backend.h"
+#include "srt/comm.h"
 #include "srt/model.h"
 #include "tap.h"
 #include "tiny_model_writer.h"
@@ -18,6 +25,7 @@
 #define MAXA 4096
 static struct { char *p; size_t n; } allocs[MAXA];
 static const void *loaded[4096];
+static int64_t loaded_rows[4096];
 static int n_loaded, violations, n_begin, n_rope_cs, n_gather, n_download, n_upload, n_fused;
 static const srt_forward_batch *announced;
 static int VOC;
@@ -85,8 +93,10 @@ static int d_download(srt_backend *be, void *dst, const void *src, size_t n, srt
 static void d_copy(srt_backend *be, void *dst, const void *src, size_t n) { memmove(dst, src, n); }
 static int d_load(srt_backend *be, const srt_weight *w, srt_err *err)
 {
-    if (n_loaded < 4096)
+    if (n_loaded < 4096) {
+        loaded_rows[n_loaded] = w->rows;
         loaded[n_loaded++] = w->data;
+    }
     return SRT_OK;
 }
 static int d_begin(srt_backend *be, const srt_forward_batch *b, srt_err *err)
@@ -228,6 +238,152 @@ static int run(srt_runner *r, srt_kv_pool *kv, float *out, srt_err *err)
     return srt_runner_forward(r, kv, &d, out + 2 * (size_t)VOC, err);
 }
 
+/* the writer's vocabulary changed to V rows (embedding, and lm_head when untied) */
+static void set_vocab(tw_model *tm, int V)
+{
+    tm->vocab = V;
+    for (int i = 0; i < tm->n; i++) {
+        tw_tensor *t = &tm->t[i];
+        int emb = strcmp(t->name, "model.embed_tokens.weight") == 0, lm = strcmp(t->name, "lm_head.weight") == 0;
+        if (!emb && !lm)
+            continue;
+        free(t->data);
+        t->shape[0] = V;
+        t->data = malloc((size_t)V * t->shape[1] * sizeof(float));
+        for (int64_t j = 0; j < (int64_t)V * t->shape[1]; j++)
+            t->data[j] = (emb ? 2.0f : 0.5f) * tw_rand();
+    }
+}
+
+/* What a tensor-parallel rank on the host-device backend reports. */
+typedef struct tp_report {
+    int  ran, violations, n_upload, n_begin, n_gather, n_download, left;
+    int  emb_views, lm_views, bad_views;   /* loaded weights inside the embedding / lm_head tensors */
+    char first_violation[200], msg[256];
+} tp_report;
+
+/* Rows of the stored tensor `name` among the loaded weights: each must be exactly this rank's
+ * shard [lo, lo + n); returns how many were. */
+static int shard_loads(const srt_model *m, const char *name, int64_t lo, int64_t n, int *bad)
+{
+    const srt_weight *w = srt_model_weight(m, name);
+    int k = 0;
+    if (!w)
+        return -1;
+    const char *base = w->data, *end = base + (size_t)w->rows * w->row_stride;
+    for (int i = 0; i < n_loaded; i++) {
+        const char *p = loaded[i];
+        if (p < base || p >= end)
+            continue;
+        if (p == base + (size_t)lo * w->row_stride && loaded_rows[i] == n)
+            k++;
+        else
+            ++*bad;
+    }
+    return k;
+}
+
+/* tp ranks in forked processes, each a runner on its own host-device backend; tensor
+ * collectives over the CPU communicator on the backend memory, or over NCCL (nccl_so: the
+ * fake libnccl, host memory) with the unique id broadcast by the runner. */
+static void run_tp(const char *dir, const char *arch, int size, const char *nccl_so, const float *ref, int V)
+{
+    srt_err err = { { 0 } };
+    size_t bytes = (size_t)size * (sizeof(tp_report) + 4 * (size_t)V * sizeof(float));
+    char *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    const char *via = nccl_so ? "NCCL (fake)" : "the CPU communicator";
+    memset(sh, 0, bytes);
+    srt_cpu_comm_group *g = srt_cpu_comm_group_create(size, 1 << 16, &err);
+    pid_t pids[8];
+    for (int k = 0; g && k < size; k++) {
+        pids[k] = fork();
+        if (pids[k] == 0) {
+            tp_report *rep = (tp_report *)(sh + (size_t)k * sizeof(tp_report));
+            float *out = (float *)(sh + (size_t)size * sizeof(tp_report)) + (size_t)k * 4 * V;
+            srt_model *m = NULL;
+            srt_runner *r = NULL;
+            srt_kv_pool *kv = NULL;
+            srt_nccl_lib *lib = NULL;
+            srt_comm *comm = srt_cpu_comm_join(g, k, &err);
+            srt_backend dev = { &dev_ops, NULL };
+            n_loaded = violations = n_begin = n_rope_cs = n_gather = n_download = n_upload = n_fused = 0;
+            cpu_be = srt_cpu_backend_create(1, 0, &err);
+            srt_runner_opts o = { .max_batch_tokens = 16, .max_seqs = 4, .n_threads = 1, .comm = comm, .backend = &dev };
+            if (nccl_so && !(lib = o.nccl = srt_nccl_load(nccl_so, &err)))
+                goto done;
+            if (!comm || !cpu_be || srt_model_load(dir, &m, &err) != SRT_OK ||
+                srt_runner_create(m, &o, &r, &err) != SRT_OK ||
+                srt_kv_pool_create_on(srt_model_config_of(m), size, 32, SRT_F32, &dev, &kv, &err) != SRT_OK)
+                goto done;
+            int64_t vp = (V + size - 1) / size, lo = k * vp, n = V - lo < vp ? V - lo : vp;
+            rep->emb_views = shard_loads(m, "model.embed_tokens.weight", lo, n, &rep->bad_views);
+            rep->lm_views = shard_loads(m, "lm_head.weight", lo, n, &rep->bad_views);
+            n_upload = 0;
+            if (run(r, kv, out, &err) != SRT_OK)
+                goto done;
+            rep->ran = 1;
+        done:
+            snprintf(rep->msg, sizeof rep->msg, "%.200s", err.msg);
+            rep->violations = violations;
+            snprintf(rep->first_violation, sizeof rep->first_violation, "%s", first_violation);
+            rep->n_upload = n_upload, rep->n_begin = n_begin, rep->n_gather = n_gather, rep->n_download = n_download;
+            srt_kv_pool_free(kv);
+            srt_runner_free(r);
+            for (int i = 0; i < MAXA; i++)
+                rep->left += allocs[i].p != NULL;
+            srt_comm_destroy(comm);
+            srt_nccl_unload(lib);
+            srt_model_free(m);
+            srt_backend_free(cpu_be);
+            _exit(0);
+        }
+    }
+    int exited = 1;
+    for (int k = 0; g && k < size; k++) {
+        int st;
+        waitpid(pids[k], &st, 0);
+        exited &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    srt_cpu_comm_group_free(g);
+    int ran = g && exited, views = 1, clean = 1, protocol = 1, same = 1;
+    double worst = 0;
+    const float *out0 = (const float *)(sh + (size_t)size * sizeof(tp_report));
+    for (int k = 0; k < size; k++) {
+        tp_report *rep = (tp_report *)(sh + (size_t)k * sizeof(tp_report));
+        const float *out = out0 + (size_t)k * 4 * V;
+        ran &= rep->ran;
+        if (!rep->ran)
+            tap_diag("%s tp=%d rank %d: %s", arch, size, k, rep->msg);
+        /* tied: the embedding's view is lm_head's too */
+        views &= rep->emb_views >= 1 && rep->lm_views >= 1 && rep->bad_views == 0;
+        clean &= rep->violations == 0 && rep->left == 0;
+        if (rep->violations)
+            tap_diag("rank %d: %d violations, first: %s", k, rep->violations, rep->first_violation);
+        /* per step: ids, positions, the ids local to the shard, the embedding's gather rows
+         * and the logit rows go up; the embedding and the logit rows are gathered; the
+         * gathered logits come down once */
+        protocol &= rep->n_upload == 10 && rep->n_begin == 2 && rep->n_gather == 4 && rep->n_download == 2;
+        if (k == 0 && !protocol)
+            tap_diag("uploads %d, begin %d, gathers %d, downloads %d", rep->n_upload, rep->n_begin, rep->n_gather,
+                     rep->n_download);
+        same &= memcmp(out, out0, 4 * (size_t)V * sizeof(float)) == 0;
+        for (size_t i = 0; i < 4 * (size_t)V; i++) {
+            double d = fabs((double)out[i] - ref[i]);
+            if (!(d <= worst))
+                worst = isnan(d) ? INFINITY : d;
+        }
+    }
+    ok(ran, "%s tp=%d over %s: every rank runs the device path", arch, size, via);
+    ok(ran && worst < 1e-4, "%s tp=%d over %s: logits = tp=1 within 1e-4 (worst %.3g)", arch, size, via, worst);
+    ok(ran && same, "%s tp=%d over %s: ranks agree bit for bit", arch, size, via);
+    ok(ran && views, "%s tp=%d over %s: only this rank's vocab rows of the embedding and lm_head are loaded", arch,
+       size, via);
+    ok(ran && clean, "%s tp=%d over %s: only backend memory reached the ops, every allocation released", arch, size,
+       via);
+    ok(ran && protocol, "%s tp=%d over %s: uploads, gathers and one download per step as documented", arch, size, via);
+    munmap(sh, bytes);
+}
+
 int main(void)
 {
     char dir[256];
@@ -237,6 +393,7 @@ int main(void)
     for (int ai = 0; ai < 3; ai++) {
         snprintf(dir, sizeof dir, "/tmp/srt_test_devpath_%d_%d", (int)getpid(), ai);
         tw_make(&tm, archs[ai], 40 + ai);
+        set_vocab(&tm, 97);   /* odd: the last vocab shard at tp=2 is one row short */
         tw_write_hf(&tm, dir, 1, "F32");
         srt_model *m = NULL;
         if (!ok(srt_model_load(dir, &m, &err) == SRT_OK, "%s: tiny model loads", archs[ai])) {
@@ -252,6 +409,8 @@ int main(void)
         ok(srt_runner_create(m, &o, &rc, &err) == SRT_OK &&
            srt_kv_pool_create(srt_model_config_of(m), 32, SRT_F32, &kc, &err) == SRT_OK &&
            run(rc, kc, ref, &err) == SRT_OK, "%s: CPU path runs", archs[ai]);
+
+        run_tp(dir, archs[ai], 2, NULL, ref, V);
 
         cpu_be = srt_cpu_backend_create(2, 0, &err);
         srt_backend dev = { &dev_ops, NULL };

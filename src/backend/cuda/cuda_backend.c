@@ -897,6 +897,8 @@ static void cuda_destroy(srt_backend *be)
     free(c);
 }
 
+static void *cuda_stream(srt_backend *be) { return (void *)cb(be)->stream; }
+
 static const srt_backend_ops cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
@@ -924,6 +926,7 @@ static const srt_backend_ops cuda_ops = {
     .gather_rows = cuda_gather_rows,
     .sync = cuda_sync,
     .add_rmsnorm = cuda_add_rmsnorm,
+    .stream = cuda_stream,
 };
 
 /* ---------------------------------------------------------------- graphs ---------------- */

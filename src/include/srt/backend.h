@@ -97,6 +97,9 @@ typedef struct srt_backend_ops {
      * out = rmsnorm(sum) * w, rows of width dim. The same numbers as the two ops. */
     void  (*add_rmsnorm)(srt_backend *be, float *sum, const float *a, const float *b, const srt_weight *w,
                          float eps, int64_t n_rows, int64_t dim, float *out);
+    /* Optional: the stream the ops are queued on (a cudaStream_t), for work that must run in
+     * order with them, such as NCCL collectives on tensor-parallel activations. NULL: none. */
+    void *(*stream)(srt_backend *be);
 } srt_backend_ops;
 
 struct srt_backend {

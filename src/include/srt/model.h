@@ -85,7 +85,10 @@ const char             *srt_model_path(const srt_model *m);
  *   ...down_proj            [T, intermediate] -> [T, hidden]
  *   lm_head                 [R, hidden] -> [R, vocab] for the R logit rows only
  * Outputs may be modified in place by hooks. With tensor parallelism a rank sees its shard of
- * q/k/v/gate/up/act (heads, intermediate features) and full tensors elsewhere. */
+ * q/k/v/gate/up/act (heads, intermediate features) and of lm_head (its vocab columns,
+ * [R, rows of its vocab shard]), and full tensors elsewhere: o_proj, down_proj and
+ * embed_tokens outputs are seen after their all-reduce, the same on every rank, so a hook
+ * that changes them changes them once, not once per rank. */
 
 /* The module tree in HF named_modules() order, without the unnamed root
  * ("model", "model.embed_tokens", "model.layers", "model.layers.0", ...,"lm_head").
@@ -100,6 +103,7 @@ const srt_weight *srt_model_weight(const srt_model *m, const char *hf_name);
 typedef struct srt_runner srt_runner;
 
 struct srt_comm;
+struct srt_nccl_lib;
 
 typedef struct srt_runner_opts {
     int32_t max_batch_tokens;   /* most tokens in one forward step (chunked prefill size) */
@@ -109,18 +113,38 @@ typedef struct srt_runner_opts {
     /* Tensor parallelism (Megatron style, as SGLang): with a communicator of size > 1 this
      * runner holds rank comm->rank's shard: q/k/v and gate/up split by output rows (heads,
      * intermediate features), o_proj and down_proj by input columns followed by an all-reduce
-     * of their output. Shards are views into the stored weights, never copies. Every rank
-     * runs the same batches; each returns the full logits. Hooks see their rank's shard of
-     * q/k/v/gate/up/act outputs and full tensors elsewhere. The KV pool of a rank comes from
-     * srt_kv_pool_create_tp(). Needs heads, KV heads and intermediate_size divisible by the
-     * size, and each rank's column slice aligned to the weight's quantization block. */
+     * of their output; the embedding and lm_head split by vocab rows (vocab parallel: rank k
+     * holds rows [k*Vp, min((k+1)*Vp, vocab)), Vp = ceil(vocab / size); the embedding looks up
+     * its own ids, zeros for the others, then an all-reduce; lm_head's slices of the logits are
+     * all-gathered and put back in vocab order). Shards are views into the stored weights,
+     * never copies. Every rank runs the same batches; each returns the full logits, exactly
+     * vocab_size wide. Hooks see their rank's shard of q/k/v/gate/up/act outputs and of
+     * lm_head's output ([R, rows of this rank] = vocab columns [k*Vp, k*Vp + rows)), and full
+     * tensors elsewhere (the embedding's output after its all-reduce, equal on every rank).
+     * The KV pool of a rank comes from srt_kv_pool_create_tp() (srt_kv_pool_create_on() on a
+     * device backend). Needs heads, KV heads and intermediate_size divisible by the size,
+     * each rank's column slice aligned to the weight's quantization block, and at least one
+     * vocab row for every rank.
+     * comm carries the control messages (the NCCL unique id here; batches and hook commands
+     * in the scheduler's rank group) and, unless tensor_comm or nccl says otherwise, the
+     * tensor collectives too, which are given the backend's memory: the CPU communicator on
+     * the CPU backend (or a host-memory test backend). */
     struct srt_comm *comm;
+    /* The tensor collectives (all-reduce after row-parallel linears and the embedding, the
+     * lm_head all-gather) on another communicator of the same rank and size, the caller's:
+     * NCCL over the backend's memory on CUDA, as SGLang's pynccl group. NULL: comm. */
+    struct srt_comm *tensor_comm;
+    /* Or: the runner makes its own NCCL tensor communicator (freed with it) on its backend's
+     * stream: rank 0 makes the unique id and broadcasts it over comm, every rank then joins.
+     * All ranks must pass it. The CUDA backend with tp > 1 needs one of the two. */
+    struct srt_nccl_lib *nccl;
     int32_t precise_matmul;     /* f32 activations x dequantized weights (HF-exact path) instead
                                    of 8-bit quantized activations (fast path, llama.cpp-like) */
     /* SRT_RUNNER_CPU (0, the default) or SRT_RUNNER_CUDA: the CUDA backend plugin on device
      * device_index with mem_fraction (0, 1] of its memory (<= 0: 0.85) as its pool
-     * (srt/backend_cuda.h). One rank only; the KV pool then comes from srt_kv_pool_create_on()
-     * with srt_runner_backend(). */
+     * (srt/backend_cuda.h). With tp > 1 each rank gives its own device_index (one GPU per
+     * rank) and an NCCL tensor communicator (nccl or tensor_comm above); the KV pool then
+     * comes from srt_kv_pool_create_on() with srt_runner_backend(). */
     int32_t device;
     int32_t device_index;
     double  mem_fraction;
