@@ -15,3 +15,11 @@ $(BUILD)/lib/libfake_nccl_nosym.so: t/unit/fake_nccl/fake_nccl.c
 UNIT_TESTS += $(BUILD)/t/test_nccl_comm
 CFLAGS_t_unit_test_nccl_comm := -DFAKE_NCCL_DIR='"$(abspath $(BUILD))/lib"'
 $(BUILD)/t/test_nccl_comm: | $(FAKE_NCCL_LIBS)
+
+# NCCL on a GPU at tp=1 (real libnccl.so.2, device buffers from the driver API): built
+# everywhere as a compile check, run by scripts/gpu-check (stage nccl). The pattern rule for
+# $(BUILD)/t/gpu/% is in kernels/part.mk.
+NCCL_GPU_TEST := $(BUILD)/t/gpu/test_nccl
+EXTRA_ALL     += $(NCCL_GPU_TEST)
+gpu-tests: $(NCCL_GPU_TEST)
+-include $(NCCL_GPU_TEST).d
