@@ -58,15 +58,17 @@ static void diag_lines(const char *text)
     }
 }
 
+/* The fake's regions for ids this process made (other tests may run at the same time). */
 static int fake_shm_count(void)
 {
     DIR *d = opendir("/dev/shm");
     struct dirent *e;
-    int n = 0;
+    char prefix[64];
+    int n = 0, len = snprintf(prefix, sizeof prefix, "fake-nccl-%d-", (int)getpid());
     if (d == NULL)
         return 0;
     while ((e = readdir(d)) != NULL)
-        n += strncmp(e->d_name, "fake-nccl-", 10) == 0;
+        n += strncmp(e->d_name, prefix, (size_t)len) == 0;
     closedir(d);
     return n;
 }
@@ -729,6 +731,68 @@ static void group_churn(srt_nccl_lib *lib)
     is_int(fake_shm_count(), before, "no shared memory left behind by them");
 }
 
+/* The real libnccl.so.2 when the loader finds one (a CUDA toolkit install; a GPU is not
+ * needed): its ABI through srt_nccl_* as far as a machine without a GPU allows. The init either
+ * succeeds (a GPU is there) or fails with NCCL's own error string; it never crashes or hangs. */
+static int rank_real_init(group *g, int rank)
+{
+    srt_err err;
+    srt_comm *c = srt_nccl_comm_init(g->lib, g->id, rank, 1, NULL, &err);
+    if (c != NULL) {
+        report(g, rank, "initialised");
+        srt_comm_destroy(c);
+        return 0;
+    }
+    report(g, rank, "%s", err.msg);
+    return 1;
+}
+
+static void real_nccl(void)
+{
+    srt_err err;
+    srt_nccl_lib *lib;
+    const char *(*real_error_string)(int);
+    void *h;
+    group g;
+    int st[MAX_RANKS], version, good;
+    char errs[2048], want[600];
+    unsigned char zero[SRT_NCCL_UNIQUE_ID_BYTES] = { 0 };
+
+    unsetenv("SRT_NCCL_SO_PATH");
+    lib = srt_nccl_load(NULL, &err);
+    if (lib == NULL) {
+        tap_diag("no libnccl.so.2 on the loader path, the real library's ABI is not checked "
+                 "here (%s)", err.msg);
+        return;
+    }
+    h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    *(void **)&real_error_string = h ? dlsym(h, "ncclGetErrorString") : NULL;
+    version = srt_nccl_version(lib);
+    ok(version >= 20900 && version < 100000, "real libnccl.so.2: version code %d", version);
+    if (setup_group(&g, lib, 1, 0, 0, 0) != SRT_OK) {
+        ok(0, "real libnccl.so.2: unique id");
+        return;
+    }
+    ok(memcmp(g.id, zero, sizeof zero) != 0, "real libnccl.so.2: ncclGetUniqueId filled the id");
+    good = run_ranks(&g, rank_real_init, 1, st, errs, sizeof errs);
+    if (good == 1) {
+        ok(strstr(errs, "initialised") != NULL,
+           "real libnccl.so.2: size-1 communicator (a GPU is present)");
+    } else {
+        const char *paren = strrchr(errs, '(');
+        int code = paren ? atoi(paren + 1) : -1;
+        snprintf(want, sizeof want, "nccl: ncclCommInitRank failed: %s (%d)",
+                 real_error_string && code > 0 ? real_error_string(code) : "?", code);
+        ok(WIFEXITED(st[0]) && strstr(errs, want) != NULL,
+           "real libnccl.so.2 without a GPU: ncclCommInitRank fails cleanly, message carries "
+           "NCCL's error string");
+        diag_lines(errs);
+    }
+    if (h)
+        dlclose(h);
+    srt_nccl_unload(lib);
+}
+
 int main(void)
 {
     srt_nccl_lib *lib;
@@ -750,5 +814,6 @@ int main(void)
     peers_missing(lib);
     group_churn(lib);
     srt_nccl_unload(lib);
+    real_nccl();
     return tap_done();
 }
