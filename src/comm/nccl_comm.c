@@ -20,6 +20,7 @@ struct srt_nccl_lib {
     int (*get_unique_id)(nccl_unique_id *id);
     int (*comm_init_rank)(nccl_comm_t *comm, int nranks, nccl_unique_id id, int rank);
     int (*comm_destroy)(nccl_comm_t comm);
+    int (*comm_abort)(nccl_comm_t comm);   /* optional: NULL when the library lacks it */
     int (*all_reduce)(const void *send, void *recv, size_t count, int dtype, int op,
                       nccl_comm_t comm, void *stream);
     int (*all_gather)(const void *send, void *recv, size_t count, int dtype, nccl_comm_t comm,
@@ -34,6 +35,7 @@ typedef struct nccl_comm {
     srt_nccl_lib *lib;
     nccl_comm_t   comm;
     void         *stream;
+    int           failed;   /* an op returned an error: destroy aborts instead */
 } nccl_comm;
 
 srt_nccl_lib *srt_nccl_load(const char *path, srt_err *err)
@@ -80,6 +82,7 @@ srt_nccl_lib *srt_nccl_load(const char *path, srt_err *err)
     RESOLVE(broadcast, "ncclBroadcast");
     RESOLVE(get_error_string, "ncclGetErrorString");
 #undef RESOLVE
+    *(void **)&lib->comm_abort = dlsym(lib->handle, "ncclCommAbort");
     return lib;
 }
 
@@ -125,14 +128,20 @@ static int nccl_all_reduce(srt_comm *base, float *buf, size_t n, srt_err *err)
 {
     nccl_comm *c = (nccl_comm *)base;
     int rc = c->lib->all_reduce(buf, buf, n, NCCL_FLOAT32, NCCL_SUM, c->comm, c->stream);
-    return rc == NCCL_SUCCESS ? SRT_OK : nccl_fail(c->lib, rc, "ncclAllReduce", err);
+    if (rc == NCCL_SUCCESS)
+        return SRT_OK;
+    c->failed = 1;
+    return nccl_fail(c->lib, rc, "ncclAllReduce", err);
 }
 
 static int nccl_all_gather(srt_comm *base, const float *send, size_t n, float *recv, srt_err *err)
 {
     nccl_comm *c = (nccl_comm *)base;
     int rc = c->lib->all_gather(send, recv, n, NCCL_FLOAT32, c->comm, c->stream);
-    return rc == NCCL_SUCCESS ? SRT_OK : nccl_fail(c->lib, rc, "ncclAllGather", err);
+    if (rc == NCCL_SUCCESS)
+        return SRT_OK;
+    c->failed = 1;
+    return nccl_fail(c->lib, rc, "ncclAllGather", err);
 }
 
 static int nccl_broadcast(srt_comm *base, void *buf, size_t bytes, int root, srt_err *err)
@@ -143,7 +152,10 @@ static int nccl_broadcast(srt_comm *base, void *buf, size_t bytes, int root, srt
     if (root < 0 || root >= base->size)
         return srt_err_set(err, "nccl: broadcast root %d outside 0..%d", root, base->size - 1);
     rc = c->lib->broadcast(buf, buf, bytes, NCCL_INT8, root, c->comm, c->stream);
-    return rc == NCCL_SUCCESS ? SRT_OK : nccl_fail(c->lib, rc, "ncclBroadcast", err);
+    if (rc == NCCL_SUCCESS)
+        return SRT_OK;
+    c->failed = 1;
+    return nccl_fail(c->lib, rc, "ncclBroadcast", err);
 }
 
 /* NCCL has no barrier; an all-reduce of one float on the stream serves. The caller synchronises
@@ -154,10 +166,15 @@ static int nccl_barrier(srt_comm *base, srt_err *err)
     return srt_err_set(err, "nccl: barrier needs a device buffer; use a 1-element all-reduce");
 }
 
+/* After an error NCCL wants ncclCommAbort: ncclCommDestroy may wait for work that a dead peer
+ * will never complete. */
 static void nccl_destroy(srt_comm *base)
 {
     nccl_comm *c = (nccl_comm *)base;
-    c->lib->comm_destroy(c->comm);
+    if (c->failed && c->lib->comm_abort)
+        c->lib->comm_abort(c->comm);
+    else
+        c->lib->comm_destroy(c->comm);
     free(c);
 }
 

@@ -73,6 +73,36 @@ static int fake_shm_count(void)
     return n;
 }
 
+/* FAKE_NCCL_TRACE: the fake appends one line per call to this file. */
+static char trace_path[64];
+
+static void trace_start(void)
+{
+    snprintf(trace_path, sizeof trace_path, "/tmp/test_nccl_comm.%d.trace", (int)getpid());
+    unlink(trace_path);
+    setenv("FAKE_NCCL_TRACE", trace_path, 1);
+}
+
+/* Lines of the trace holding every one of the (up to two) strings. */
+static int trace_count(const char *a, const char *b)
+{
+    FILE *f = fopen(trace_path, "r");
+    char line[256];
+    int n = 0;
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, a) != NULL && (b == NULL || strstr(line, b) != NULL);
+    fclose(f);
+    return n;
+}
+
+static void trace_stop(void)
+{
+    unsetenv("FAKE_NCCL_TRACE");
+    unlink(trace_path);
+}
+
 /* ---- a group of forked ranks ---- */
 
 typedef struct {
@@ -346,6 +376,7 @@ static void collectives(srt_nccl_lib *lib, int size, size_t n, int iters, const 
 
     if (chunk)
         setenv("FAKE_NCCL_CHUNK_BYTES", chunk, 1);
+    trace_start();
     if (setup_group(&g, lib, size, n, iters, 1) != SRT_OK) {
         ok(0, "tp=%d: group set up", size);
         return;
@@ -358,6 +389,12 @@ static void collectives(srt_nccl_lib *lib, int size, size_t n, int iters, const 
        "(%.2f s)", size, iters, chunk ? ", fake staged in small chunks" : "", now_s() - t0);
     if (errs[0])
         diag_lines(errs);
+    ok(trace_count("ncclCommInitRank", "rc=0") == size && trace_count("ncclCommDestroy", "rc=0") == size &&
+       trace_count("ncclCommAbort", NULL) == 0 && trace_count("ncclAllReduce", "rc=0") > 0 &&
+       trace_count("rc=", NULL) == trace_count("rc=0", NULL),
+       "tp=%d: the library saw %d inits, %d all-reduces, every call successful, and plain "
+       "destroys", size, trace_count("ncclCommInitRank", NULL), trace_count("ncclAllReduce", NULL));
+    trace_stop();
     unsetenv("FAKE_NCCL_CHUNK_BYTES");
     srt_cpu_comm_group_free(g.cpu);
 }
@@ -531,7 +568,12 @@ static void injected_failures(srt_nccl_lib *lib)
 
     /* all ranks fail the all-reduce: each message names the call and NCCL's string for it */
     setenv("FAKE_NCCL_FAIL", "allreduce", 1);
+    trace_start();
     allok = failing_group(lib, 2, 0, errs, sizeof errs, &secs);
+    ok(trace_count("ncclCommAbort rank=0", "rc=0") == 1 &&
+       trace_count("ncclCommAbort rank=1", "rc=0") == 1 && trace_count("ncclCommDestroy", NULL) == 0,
+       "a communicator that saw an error is dropped with ncclCommAbort, not ncclCommDestroy");
+    trace_stop();
     snprintf(want, sizeof want, "ncclAllReduce failed: %s (1)", nccl_error_string(1));
     ok(allok && line_count_with(errs, want) == 2,
        "injected ncclAllReduce failure: SRT_ERROR on both ranks, message carries NCCL's error "

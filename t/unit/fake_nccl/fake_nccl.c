@@ -18,8 +18,11 @@
  *   FAKE_NCCL_FAIL_RANK    only this rank fails (default: every rank)
  *   FAKE_NCCL_FAIL_AFTER   the first N matching calls on a communicator still succeed
  *   FAKE_NCCL_FAIL_CODE    the ncclResult_t returned (default 1, ncclUnhandledCudaError)
+ *   FAKE_NCCL_TRACE        a file to which every call appends one line:
+ *                          "<pid> <entry point> rank=<r> count=<n> rc=<result>"
  * A rank whose collective fails marks the communicator broken, so its peers get
- * ncclRemoteError at once instead of waiting; a dead or departed peer does the same.
+ * ncclRemoteError at once instead of waiting; a dead or departed peer does the same, and so
+ * does ncclCommAbort (NCCL's way to drop a communicator after an error).
  *
  * Built with -DFAKE_NCCL_OMIT_BROADCAST it lacks ncclBroadcast (a library missing a symbol). */
 #define _GNU_SOURCE
@@ -422,7 +425,7 @@ static ncclResult_t open_region(const char *name, int nranks, struct ncclComm *c
     return ncclSuccess;
 }
 
-API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+static ncclResult_t comm_init_rank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
     char name[sizeof commId.internal];
     struct ncclComm *c;
@@ -470,10 +473,13 @@ API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId com
     return ncclSuccess;
 }
 
-API ncclResult_t ncclCommDestroy(ncclComm_t comm)
+/* Destroy leaves quietly; abort also breaks the group, so peers stop waiting for this rank. */
+static ncclResult_t comm_leave(ncclComm_t comm, int abort_group)
 {
     if (comm == NULL)
         return ncclInvalidArgument;
+    if (abort_group)
+        break_group(comm, ncclRemoteError, "rank %d aborted its communicator", comm->rank);
     atomic_store(&comm->left[comm->rank], 1);
     futex_wake_all(&comm->h->bar_gen);
     unmap(comm);
@@ -562,7 +568,7 @@ static void sum_slots(struct ncclComm *c, ncclDataType_t dtype, void *dst, size_
     }
 }
 
-API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+static ncclResult_t all_reduce(const void *sendbuff, void *recvbuff, size_t count,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream)
 {
@@ -592,7 +598,7 @@ API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t coun
 }
 
 /* In place when sendbuff == recvbuff + rank * count. */
-API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+static ncclResult_t all_gather(const void *sendbuff, void *recvbuff, size_t sendcount,
                                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
     size_t bytes;
@@ -620,9 +626,11 @@ API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t send
     return ncclSuccess;
 }
 
-#ifndef FAKE_NCCL_OMIT_BROADCAST
 /* In place when sendbuff == recvbuff; sendbuff matters only on the root. */
-API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+static ncclResult_t broadcast(const void *sendbuff, void *recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream) __attribute__((unused));
+static ncclResult_t broadcast(const void *sendbuff, void *recvbuff, size_t count,
                                ncclDataType_t datatype, int root, ncclComm_t comm,
                                cudaStream_t stream)
 {
@@ -651,5 +659,77 @@ API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t coun
             return rc;
     }
     return ncclSuccess;
+}
+
+/* ---- exported entry points: the implementations above, traced ---- */
+
+static void trace(const char *call, int rank, size_t count, ncclResult_t rc)
+{
+    const char *path = getenv("FAKE_NCCL_TRACE");
+    char line[160];
+    int fd, len;
+
+    if (path == NULL || *path == 0)
+        return;
+    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    len = snprintf(line, sizeof line, "%d %s rank=%d count=%zu rc=%d\n", (int)getpid(), call,
+                   rank, count, (int)rc);
+    if (write(fd, line, (size_t)len) < 0)   /* one write: lines of several ranks never mix */
+        len = 0;
+    close(fd);
+}
+
+static int rank_of(ncclComm_t comm) { return comm ? comm->rank : -1; }
+
+API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    ncclResult_t rc = comm_init_rank(comm, nranks, commId, rank);
+    trace("ncclCommInitRank", rank, (size_t)(nranks > 0 ? nranks : 0), rc);
+    return rc;
+}
+
+API ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    int rank = rank_of(comm);
+    ncclResult_t rc = comm_leave(comm, 0);
+    trace("ncclCommDestroy", rank, 0, rc);
+    return rc;
+}
+
+API ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    int rank = rank_of(comm);
+    ncclResult_t rc = comm_leave(comm, 1);
+    trace("ncclCommAbort", rank, 0, rc);
+    return rc;
+}
+
+API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream)
+{
+    ncclResult_t rc = all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+    trace("ncclAllReduce", rank_of(comm), count, rc);
+    return rc;
+}
+
+API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                               ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    ncclResult_t rc = all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+    trace("ncclAllGather", rank_of(comm), sendcount, rc);
+    return rc;
+}
+
+#ifndef FAKE_NCCL_OMIT_BROADCAST
+API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream)
+{
+    ncclResult_t rc = broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
+    trace("ncclBroadcast", rank_of(comm), count, rc);
+    return rc;
 }
 #endif
