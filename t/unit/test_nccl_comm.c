@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -773,6 +774,45 @@ static void group_churn(srt_nccl_lib *lib)
     is_int(fake_shm_count(), before, "no shared memory left behind by them");
 }
 
+/* Ranks as threads of one process (NCCL allows that too). */
+typedef struct { group *g; int rank, rc; } thread_rank;
+
+static void *thread_main(void *arg)
+{
+    thread_rank *t = arg;
+    t->rc = rank_collectives(t->g, t->rank);
+    return NULL;
+}
+
+static void thread_ranks(srt_nccl_lib *lib)
+{
+    group g;
+    thread_rank t[3];
+    pthread_t th[3];
+    int pfd[2], good = 0;
+    char errs[4096] = "";
+    ssize_t r;
+
+    if (setup_group(&g, lib, 3, 50, 30, 1) != SRT_OK || pipe(pfd) != 0)
+        return;
+    g.err_pipe = pfd[1];
+    for (int i = 0; i < 3; i++) {
+        t[i] = (thread_rank){ &g, i, -1 };
+        pthread_create(&th[i], NULL, thread_main, &t[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        good += t[i].rc == 0;
+    }
+    close(pfd[1]);
+    r = read(pfd[0], errs, sizeof errs - 1);
+    errs[r > 0 ? r : 0] = 0;
+    close(pfd[0]);
+    ok(good == 3 && errs[0] == 0, "tp=3 with ranks as threads of one process: same results");
+    diag_lines(errs);
+    srt_cpu_comm_group_free(g.cpu);
+}
+
 /* The real libnccl.so.2 when the loader finds one (a CUDA toolkit install; a GPU is not
  * needed): its ABI through srt_nccl_* as far as a machine without a GPU allows. The init either
  * succeeds (a GPU is there) or fails with NCCL's own error string; it never crashes or hangs. */
@@ -851,6 +891,7 @@ int main(void)
     collectives(lib, 2, 3001, 300, NULL);
     collectives(lib, 4, 777, 300, "4096");
     collectives(lib, 2, 20000, 60, "1024");
+    thread_ranks(lib);
     init_failures(lib);
     injected_failures(lib);
     peers_missing(lib);
