@@ -13,8 +13,9 @@ $(BUILD)/lib/libfake_nccl_nosym.so: t/unit/fake_nccl/fake_nccl.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fvisibility=hidden -DFAKE_NCCL_OMIT_BROADCAST -shared -o $@ $<
 UNIT_TESTS += $(BUILD)/t/test_nccl_comm
-CFLAGS_t_unit_test_nccl_comm := -DFAKE_NCCL_DIR='"$(abspath $(BUILD))/lib"'
-$(BUILD)/t/test_nccl_comm: | $(FAKE_NCCL_LIBS)
+CFLAGS_t_unit_test_nccl_comm := -DFAKE_NCCL_DIR='"$(abspath $(BUILD))/lib"' \
+                                -DNCCL_GPU_TEST='"$(abspath $(BUILD))/t/gpu/test_nccl"'
+$(BUILD)/t/test_nccl_comm: | $(FAKE_NCCL_LIBS) $(BUILD)/t/gpu/test_nccl
 
 # NCCL on a GPU at tp=1 (real libnccl.so.2, device buffers from the driver API): built
 # everywhere as a compile check, run by scripts/gpu-check (stage nccl). The pattern rule for

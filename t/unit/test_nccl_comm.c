@@ -813,6 +813,49 @@ static void thread_ranks(srt_nccl_lib *lib)
     srt_cpu_comm_group_free(g.cpu);
 }
 
+/* The GPU stage's program (t/gpu/test_nccl.c) on host buffers against the fake, so the
+ * program scripts/gpu-check runs on a GPU is itself known to work. */
+static void gpu_program_on_fake(void)
+{
+#ifdef NCCL_GPU_TEST
+    int pfd[2], st, oks = 0, plan = -1;
+    char out[8192];
+    size_t got = 0;
+    ssize_t r;
+    pid_t pid;
+
+    if (pipe(pfd) != 0)
+        return;
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        setenv("TEST_NCCL_HOST", "1", 1);
+        setenv("SRT_NCCL_SO_PATH", FAKE, 1);
+        alarm(60);
+        execl(NCCL_GPU_TEST, NCCL_GPU_TEST, (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    while (got + 1 < sizeof out && (r = read(pfd[0], out + got, sizeof out - 1 - got)) > 0)
+        got += (size_t)r;
+    out[got] = 0;
+    close(pfd[0]);
+    waitpid(pid, &st, 0);
+    for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        oks += strncmp(p, "ok ", 3) == 0;
+        if (strncmp(p, "1..", 3) == 0)
+            plan = atoi(p + 3);
+    }
+    ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && plan >= 9 && oks == plan,
+       "the GPU stage's program (%s) passes on host buffers with the fake NCCL: %d of %d",
+       NCCL_GPU_TEST, oks, plan);
+    if (oks != plan || plan < 9)
+        diag_lines(out);
+#endif
+}
+
 /* The real libnccl.so.2 when the loader finds one (a CUDA toolkit install; a GPU is not
  * needed): its ABI through srt_nccl_* as far as a machine without a GPU allows. The init either
  * succeeds (a GPU is there) or fails with NCCL's own error string; it never crashes or hangs. */
@@ -892,6 +935,7 @@ int main(void)
     collectives(lib, 4, 777, 300, "4096");
     collectives(lib, 2, 20000, 60, "1024");
     thread_ranks(lib);
+    gpu_program_on_fake();
     init_failures(lib);
     injected_failures(lib);
     peers_missing(lib);

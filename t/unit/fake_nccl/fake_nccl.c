@@ -3,8 +3,8 @@
  * It exports the same C entry points with NCCL's ABI (ncclUniqueId is 128 bytes passed by value,
  * ncclComm_t an opaque pointer, results and enums with NCCL's numeric values) and nothing else.
  * "Device" buffers are host memory and the stream argument is ignored: every collective has
- * completed when it returns. Ranks are processes; they meet in a POSIX shared-memory region
- * whose name ncclGetUniqueId writes into the id. Reductions add in rank order
+ * completed when it returns. Ranks are processes (or threads); they meet in a POSIX
+ * shared-memory region whose name ncclGetUniqueId writes into the id. Reductions add in rank order
  * (((r0 + r1) + r2) + ...), so all ranks get bit-identical results, equal to the CPU
  * communicator's.
  *
@@ -18,7 +18,8 @@
  *   FAKE_NCCL_FAIL_RANK    only this rank fails (default: every rank)
  *   FAKE_NCCL_FAIL_AFTER   the first N matching calls on a communicator still succeed
  *   FAKE_NCCL_FAIL_CODE    the ncclResult_t returned (default 1, ncclUnhandledCudaError)
- *   FAKE_NCCL_TRACE        a file to which every call appends one line:
+ *   FAKE_NCCL_TRACE        a file to which every communicator call (init, destroy, abort,
+ *                          collectives) appends one line:
  *                          "<pid> <entry point> rank=<r> count=<n> rc=<result>"
  * A rank whose collective fails marks the communicator broken, so its peers get
  * ncclRemoteError at once instead of waiting; a dead or departed peer does the same, and so
