@@ -424,6 +424,11 @@ static int rank_raw(group *g, int rank)
         report(g, rank, "ncclCommInitRank: %d", rc);
         return 2;
     }
+    /* an empty collective is local: rank 0 alone may issue one */
+    if (rank == 0 && (rc = raw_all_reduce(in, out, 0, 8, 0, comm, NULL)) != 0) {
+        report(g, rank, "ncclAllReduce of 0 elements: %d", rc);
+        return 10;
+    }
     /* out of place, float64 (ncclFloat64 = 8): recv gets the sum, send is untouched */
     for (int i = 0; i < n; i++)
         in[i] = (double)(rank + 1) * (i + 0.5);
@@ -494,7 +499,8 @@ static void raw_abi(srt_nccl_lib *lib)
             return;
         ok(run_ranks(&g, rank_raw, size, st, errs, sizeof errs) == size && errs[0] == 0,
            "tp=%d, raw ABI: out-of-place f64 all-reduce, in-place all-gather, out-of-place "
-           "int32 broadcast, invalid datatype/root refused", size);
+           "int32 broadcast, invalid datatype/root refused, an empty all-reduce on one rank only",
+           size);
         if (errs[0])
             diag_lines(errs);
     }

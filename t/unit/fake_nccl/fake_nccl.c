@@ -516,7 +516,8 @@ static ncclResult_t begin(struct ncclComm *c, int kind, const char *fail_name, s
     }
     if (atomic_load(&c->h->broken))
         return ncclRemoteError;
-    c->seq++;
+    if (*bytes)   /* an empty collective is local in NCCL: ranks may skip it */
+        c->seq++;
     return ncclSuccess;
 }
 
