@@ -270,14 +270,16 @@ static int cpu_broadcast(srt_comm *base, void *buf, size_t bytes, int root, srt_
     if (root < 0 || root >= base->size)
         return srt_err_set(err, "cpu communicator: broadcast root %d outside 0..%d", root,
                            base->size - 1);
+    /* through the root's slot, not the result area: a rank leaving an all-reduce still copies
+     * the result out after its last barrier, while the root may already be here */
     for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += cap) {
         size_t len = bytes - off < cap ? bytes - off : cap;
         if (base->rank == root)
-            memcpy(result_ptr(h), (char *)buf + off, len);
+            memcpy(slot_ptr(h, root), (char *)buf + off, len);
         if (group_barrier(c, err) != SRT_OK)
             return SRT_ERROR;
         if (base->rank != root)
-            memcpy((char *)buf + off, result_ptr(h), len);
+            memcpy((char *)buf + off, slot_ptr(h, root), len);
         if (group_barrier(c, err) != SRT_OK)
             return SRT_ERROR;
         if (bytes == 0)

@@ -559,11 +559,9 @@ static int tensor_comm(srt_runner *r, const srt_runner_opts *o, srt_err *err)
                            o->tensor_comm->rank, o->tensor_comm->size, r->comm->rank, r->comm->size);
     if (!o->tensor_comm && o->nccl) {
         unsigned char id[SRT_NCCL_UNIQUE_ID_BYTES];
-        float okf = 1.0f;
         srt_err e2 = { { 0 } };
         memset(id, 0, sizeof id);
-        if (r->comm->rank == 0 && srt_nccl_get_unique_id(o->nccl, id, &e2) != SRT_OK)
-            okf = 0.0f;
+        float okf = r->comm->rank == 0 && srt_nccl_get_unique_id(o->nccl, id, &e2) == SRT_OK ? 1.0f : 0.0f;
         /* every rank learns whether rank 0 has an id before anyone waits in the NCCL init */
         if (srt_comm_all_reduce_sum_f32(r->comm, &okf, 1, err) != SRT_OK ||
             srt_comm_broadcast(r->comm, id, sizeof id, 0, err) != SRT_OK)

@@ -6,7 +6,9 @@
  * broadcast) at TP ranks (1: a plain runner): a prefill of P tokens for each of B sequences,
  * then N greedy decode steps of B tokens. Then, in a fresh group, R all-reduces of one decode
  * step's hidden state (B x hidden floats), the collective o_proj and down_proj run twice per
- * layer. Prints one line: decode tokens/s, ms per step, and the all-reduce cost per step. */
+ * layer and the vocab-parallel embedding once per step, and R all-gathers of one rank's logit
+ * slice (B x ceil(vocab/TP) floats), lm_head's once per step. Prints one line: decode tokens/s,
+ * ms per step, and the collectives' cost per step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +34,8 @@ static int32_t argmax(const float *v, int n)
     return b;
 }
 
-/* seconds per all-reduce of n floats across tp processes */
-static double allreduce_cost(int tp, size_t n, int reps, srt_err *err)
+/* seconds per all-reduce of n floats (gather: all-gather of n floats per rank) across tp processes */
+static double collective_cost(int tp, size_t n, int gather, int reps, srt_err *err)
 {
     srt_cpu_comm_group *g = srt_cpu_comm_group_create(tp, 1 << 20, err);
     if (!g)
@@ -44,27 +46,30 @@ static double allreduce_cost(int tp, size_t n, int reps, srt_err *err)
         if (pids[r] == 0) {
             srt_err e;
             srt_comm *c = srt_cpu_comm_join(g, r, &e);
-            float *buf = calloc(n, sizeof(float));
-            int ok = c && buf;
+            float *buf = calloc(n, sizeof(float)), *all = calloc(n * (size_t)tp, sizeof(float));
+            int ok = c && buf && all;
             for (int i = 0; ok && i < reps + 10; i++)
-                ok = srt_comm_all_reduce_sum_f32(c, buf, n, &e) == SRT_OK;
+                ok = (gather ? srt_comm_all_gather_f32(c, buf, n, all, &e) : srt_comm_all_reduce_sum_f32(c, buf, n, &e)) ==
+                     SRT_OK;
             _exit(ok ? 0 : 1);
         }
     }
     srt_comm *c = srt_cpu_comm_join(g, 0, err);
-    float *buf = calloc(n, sizeof(float));
+    float *buf = calloc(n, sizeof(float)), *all = calloc(n * (size_t)tp, sizeof(float));
     double t0 = 0, dt = -1;
-    int ok = c && buf;
+    int ok = c && buf && all;
     for (int i = 0; ok && i < reps + 10; i++) {
         if (i == 10)
             t0 = now_s();
-        ok = srt_comm_all_reduce_sum_f32(c, buf, n, err) == SRT_OK;
+        ok = (gather ? srt_comm_all_gather_f32(c, buf, n, all, err) : srt_comm_all_reduce_sum_f32(c, buf, n, err)) ==
+             SRT_OK;
     }
     if (ok)
         dt = (now_s() - t0) / reps;
     for (int r = 1; r < tp; r++)
         waitpid(pids[r], NULL, 0);
     free(buf);
+    free(all);
     srt_comm_destroy(c);
     srt_cpu_comm_group_free(g);
     return dt;
@@ -158,13 +163,16 @@ int main(int argc, char **argv)
     srt_tp_group_stop(g);
     g = NULL;
 
-    double ar = tp > 1 ? allreduce_cost(tp, (size_t)batch * mc->hidden_size, reduces, &err) : 0;
-    double ms_step = t_decode / steps * 1e3;
+    size_t n_ar = (size_t)batch * mc->hidden_size, n_ag = (size_t)batch * ((mc->vocab_size + tp - 1) / tp);
+    int per_step = 2 * mc->n_layers + 1;   /* o_proj, down_proj per layer; the embedding */
+    double ar = tp > 1 ? collective_cost(tp, n_ar, 0, reduces, &err) : 0;
+    double ag = tp > 1 ? collective_cost(tp, n_ag, 1, reduces, &err) : 0;
+    double ms_step = t_decode / steps * 1e3, ms_coll = (ar * per_step + ag) * 1e3;
     printf("tp=%d threads/rank=%d batch=%d prompt=%d steps=%d: prefill %.1f ms, decode %.1f tok/s (%.2f ms/step), "
-           "all-reduce %zu floats %.1f us x %d per step = %.3f ms/step (%.0f%% of a step)\n",
-           tp, threads, batch, plen, steps, t_prefill * 1e3, batch * steps / t_decode, ms_step,
-           (size_t)batch * mc->hidden_size, ar * 1e6, 2 * mc->n_layers, ar * 2 * mc->n_layers * 1e3,
-           100.0 * ar * 2 * mc->n_layers * 1e3 / ms_step);
+           "all-reduce %zu floats %.1f us x %d + all-gather %zu floats/rank %.1f us per step = %.3f ms/step "
+           "(%.0f%% of a step)\n",
+           tp, threads, batch, plen, steps, t_prefill * 1e3, batch * steps / t_decode, ms_step, n_ar, ar * 1e6,
+           per_step, n_ag, ag * 1e6, ms_coll, 100.0 * ms_coll / ms_step);
     srt_model_free(m);
     return 0;
 fail:

@@ -146,8 +146,43 @@ static void nccl_loader(void)
     }
 }
 
+/* An all-reduce followed at once by a broadcast, many times: a rank still copying the
+ * all-reduce's result out must not see the broadcast's bytes (the root used to write them
+ * into the result area right after the last barrier). */
+static void reduce_then_broadcast(int size)
+{
+    srt_err err;
+    srt_cpu_comm_group *g = srt_cpu_comm_group_create(size, 1024, &err);
+    pid_t pids[8];
+    int all_ok = g != NULL;
+    for (int r = 0; g && r < size; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            srt_comm *c = srt_cpu_comm_join(g, r, &err);
+            int bad = !c;
+            for (int i = 0; !bad && i < 3000; i++) {
+                float x = r == 0 ? 1.0f : 0.0f;
+                uint32_t v = r == 0 ? 0x45cb4000u + (uint32_t)i : 0;   /* a float far from 1 */
+                bad = srt_comm_all_reduce_sum_f32(c, &x, 1, &err) != SRT_OK || x != 1.0f ||
+                      srt_comm_broadcast(c, &v, sizeof v, 0, &err) != SRT_OK || v != 0x45cb4000u + (uint32_t)i;
+            }
+            srt_comm_destroy(c);
+            _exit(bad);
+        }
+    }
+    for (int r = 0; g && r < size; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        all_ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    ok(all_ok, "tp=%d: 3000 x (all-reduce, then broadcast at once): every rank reads its own results", size);
+    srt_cpu_comm_group_free(g);
+}
+
 int main(void)
 {
+    reduce_then_broadcast(2);
+    reduce_then_broadcast(3);
     run_group(2, 3001, 1024);      /* chunked: n > capacity */
     run_group(4, 777, 4096);
     run_group(4, 20000, 1024);

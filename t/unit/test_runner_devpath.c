@@ -289,6 +289,10 @@ static int shard_loads(const srt_model *m, const char *name, int64_t lo, int64_t
 static void run_tp(const char *dir, const char *arch, int size, const char *nccl_so, const float *ref, int V)
 {
     srt_err err = { { 0 } };
+    if (nccl_so && access(nccl_so, R_OK) != 0) {
+        ok(0, "%s present (the fake NCCL, built by make)", nccl_so);
+        return;
+    }
     size_t bytes = (size_t)size * (sizeof(tp_report) + 4 * (size_t)V * sizeof(float));
     char *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     const char *via = nccl_so ? "NCCL (fake)" : "the CPU communicator";
@@ -384,12 +388,64 @@ static void run_tp(const char *dir, const char *arch, int size, const char *nccl
     munmap(sh, bytes);
 }
 
+/* NCCL failing (the fake's FAKE_NCCL_FAIL): every rank returns the error, none hangs. */
+static void run_tp_fail(const char *dir, const char *nccl_so, const char *fail, const char *expect, int V)
+{
+    srt_err err = { { 0 } };
+    size_t bytes = 2 * sizeof(tp_report) + 8 * (size_t)V * sizeof(float);
+    char *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    memset(sh, 0, bytes);
+    setenv("FAKE_NCCL_FAIL", fail, 1);
+    setenv("FAKE_NCCL_TIMEOUT_MS", "5000", 1);
+    srt_cpu_comm_group *g = srt_cpu_comm_group_create(2, 1 << 16, &err);
+    pid_t pids[2];
+    for (int k = 0; g && k < 2; k++) {
+        pids[k] = fork();
+        if (pids[k] == 0) {
+            tp_report *rep = (tp_report *)(sh + (size_t)k * sizeof(tp_report));
+            float *out = (float *)(sh + 2 * sizeof(tp_report)) + (size_t)k * 4 * V;
+            srt_model *m = NULL;
+            srt_runner *r = NULL;
+            srt_kv_pool *kv = NULL;
+            srt_comm *comm = srt_cpu_comm_join(g, k, &err);
+            srt_backend dev = { &dev_ops, NULL };
+            cpu_be = srt_cpu_backend_create(1, 0, &err);
+            srt_cpu_comm_set_timeout_ms(comm, 10000);
+            srt_runner_opts o = { .max_batch_tokens = 16, .max_seqs = 4, .n_threads = 1, .comm = comm, .backend = &dev };
+            o.nccl = srt_nccl_load(nccl_so, &err);
+            if (o.nccl && srt_model_load(dir, &m, &err) == SRT_OK && srt_runner_create(m, &o, &r, &err) == SRT_OK &&
+                srt_kv_pool_create_on(srt_model_config_of(m), 2, 32, SRT_F32, &dev, &kv, &err) == SRT_OK &&
+                run(r, kv, out, &err) == SRT_OK)
+                rep->ran = 1;
+            snprintf(rep->msg, sizeof rep->msg, "%.200s", err.msg);
+            srt_kv_pool_free(kv);
+            srt_runner_free(r);
+            srt_comm_destroy(comm);
+            srt_nccl_unload(o.nccl);
+            srt_model_free(m);
+            srt_backend_free(cpu_be);
+            _exit(0);
+        }
+    }
+    for (int k = 0; g && k < 2; k++)
+        waitpid(pids[k], NULL, 0);
+    unsetenv("FAKE_NCCL_FAIL");
+    unsetenv("FAKE_NCCL_TIMEOUT_MS");
+    srt_cpu_comm_group_free(g);
+    tp_report *r0 = (tp_report *)sh, *r1 = (tp_report *)(sh + sizeof(tp_report));
+    ok(g && !r0->ran && !r1->ran && strstr(r0->msg, expect) && r1->msg[0],
+       "NCCL failing in %s: both ranks return an error, none hangs (rank 0: %s; rank 1: %s)", fail, r0->msg, r1->msg);
+    munmap(sh, bytes);
+}
+
 int main(void)
 {
     char dir[256];
     srt_err err = { { 0 } };
     tw_model tm;
     const char *archs[] = { "qwen3", "qwen2", "llama" };
+    /* the fake libnccl.so.2 (t/unit/fake_nccl, host memory across processes) */
+    const char *nccl_so = getenv("SRT_FAKE_NCCL") ? getenv("SRT_FAKE_NCCL") : "build/lib/libfake_nccl.so";
     for (int ai = 0; ai < 3; ai++) {
         snprintf(dir, sizeof dir, "/tmp/srt_test_devpath_%d_%d", (int)getpid(), ai);
         tw_make(&tm, archs[ai], 40 + ai);
@@ -411,6 +467,11 @@ int main(void)
            run(rc, kc, ref, &err) == SRT_OK, "%s: CPU path runs", archs[ai]);
 
         run_tp(dir, archs[ai], 2, NULL, ref, V);
+        run_tp(dir, archs[ai], 2, nccl_so, ref, V);
+        if (ai == 0) {
+            run_tp_fail(dir, nccl_so, "uniqueid", "NCCL unique id", V);
+            run_tp_fail(dir, nccl_so, "allreduce", "nccl", V);
+        }
 
         cpu_be = srt_cpu_backend_create(2, 0, &err);
         srt_backend dev = { &dev_ops, NULL };
