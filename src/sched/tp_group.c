@@ -29,10 +29,13 @@ typedef struct tp_control {
 /* The runner shape, sent once after rank 0 sized its KV pool. */
 typedef struct tp_setup {
     int32_t max_batch_tokens, max_seqs, n_slots, precise_matmul;
+    int32_t device, device_index;   /* rank k computes on device_index + k */
+    double  mem_fraction;
 } tp_setup;
 
 struct srt_tp_group {
     int                 size;
+    srt_nccl_lib       *nccl;      /* rank 0's, on the CUDA backend (its runner's tensor comm) */
     srt_cpu_comm_group *group;
     srt_comm           *comm;      /* rank 0's */
     pid_t               pids[TP_MAX_RANKS];
@@ -141,6 +144,39 @@ int srt_tp_batch_decode(const void *buf, size_t len, int32_t max_seqs, const int
     return SRT_OK;
 }
 
+/* ---------------- building a rank's shard (every rank, rank 0 included) ---------------- */
+
+/* On the CUDA backend the tensor collectives go over NCCL (the runner makes the communicator:
+ * rank 0's unique id is broadcast over the CPU communicator); batches, hook commands and this
+ * setup stay on the CPU communicator. Every rank loads libnccl.so.2 ($SRT_NCCL_SO_PATH) and
+ * they agree that all could before any waits inside the NCCL init. */
+static int build_shard(srt_comm *comm, srt_model *m, const tp_setup *su, int n_threads, srt_nccl_lib **nccl,
+                       srt_runner **r, srt_kv_pool **kv, srt_err *err)
+{
+    int cuda = su->device == SRT_RUNNER_CUDA;
+    srt_err e2 = { { 0 } };
+    *r = NULL;
+    *kv = NULL;
+    if (cuda) {
+        float loaded = (*nccl || (*nccl = srt_nccl_load(NULL, err))) ? 1.0f : 0.0f;
+        if (srt_comm_all_reduce_sum_f32(comm, &loaded, 1, loaded ? err : &e2) != SRT_OK)
+            return SRT_ERROR;
+        if (loaded != (float)comm->size)
+            return *nccl ? srt_err_set(err, "tp: %d of %d ranks could not load NCCL", comm->size - (int)loaded,
+                                       comm->size)
+                         : SRT_ERROR;
+    }
+    srt_runner_opts ro = {
+        .max_batch_tokens = su->max_batch_tokens, .max_seqs = su->max_seqs, .n_threads = n_threads, .comm = comm,
+        .precise_matmul = su->precise_matmul, .device = su->device, .device_index = su->device_index + comm->rank,
+        .mem_fraction = su->mem_fraction, .nccl = cuda ? *nccl : NULL,
+    };
+    if (srt_runner_create(m, &ro, r, err) != SRT_OK)
+        return SRT_ERROR;
+    return srt_kv_pool_create_on(srt_model_config_of(m), comm->size, su->n_slots, cuda ? SRT_BF16 : SRT_F32,
+                                 srt_runner_backend(*r), kv, err);
+}
+
 /* ---------------- a rank process ---------------- */
 
 static int grow(void **buf, size_t *cap, size_t need)
@@ -163,6 +199,7 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
     srt_hook_registry *hooks = NULL;
     srt_runner *r = NULL;
     srt_kv_pool *kv = NULL;
+    srt_nccl_lib *nccl = NULL;
     void *buf = NULL;
     size_t cap = 0, lcap = 0;
     float *logits = NULL;
@@ -190,10 +227,7 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
     tp_setup su;
     if (srt_comm_broadcast(comm, &su, sizeof su, 0, err) != SRT_OK)
         goto out;
-    srt_runner_opts ro = { .max_batch_tokens = su.max_batch_tokens, .max_seqs = su.max_seqs,
-                           .n_threads = o->n_threads, .comm = comm, .precise_matmul = su.precise_matmul };
-    int ok = srt_runner_create(m, &ro, &r, err) == SRT_OK &&
-             srt_kv_pool_create_tp(srt_model_config_of(m), o->size, su.n_slots, SRT_F32, &kv, err) == SRT_OK;
+    int ok = build_shard(comm, m, &su, o->n_threads, &nccl, &r, &kv, err) == SRT_OK;
     /* everyone reports readiness, so rank 0 never waits on a rank that failed to build */
     float okf = ok ? 1.0f : 0.0f;
     srt_err e2;
@@ -250,6 +284,7 @@ out:
     free(seq_ptrs);
     srt_kv_pool_free(kv);
     srt_runner_free(r);
+    srt_nccl_unload(nccl);
     srt_hook_registry_free(hooks);
     srt_model_free(m);
     srt_comm_destroy(comm);
@@ -344,16 +379,18 @@ int srt_tp_group_check(srt_tp_group *g, srt_err *err)
 int srt_tp_group_setup(srt_tp_group *g, srt_model *m, const srt_runner_opts *ro, int32_t n_slots,
                        srt_runner **runner, srt_kv_pool **kv, srt_err *err)
 {
-    tp_setup su = { ro->max_batch_tokens, ro->max_seqs, n_slots, ro->precise_matmul };
-    srt_runner_opts o = *ro;
+    tp_setup su = { ro->max_batch_tokens, ro->max_seqs, n_slots, ro->precise_matmul, ro->device, ro->device_index,
+                    ro->mem_fraction };
     srt_err e2;
     *runner = NULL;
     *kv = NULL;
-    o.comm = g->comm;
+    if (ro->backend || ro->tensor_comm || ro->nccl) {
+        srt_err_set(err, "tp: the rank group makes its backends and communicators itself");
+        goto fail;
+    }
     if (srt_comm_broadcast(g->comm, &su, sizeof su, 0, err) != SRT_OK)
         goto broken;
-    int ok = srt_runner_create(m, &o, runner, err) == SRT_OK &&
-             srt_kv_pool_create_tp(srt_model_config_of(m), g->size, n_slots, SRT_F32, kv, err) == SRT_OK;
+    int ok = build_shard(g->comm, m, &su, ro->n_threads, &g->nccl, runner, kv, err) == SRT_OK;
     float ready = ok ? 1.0f : 0.0f;
     if (srt_comm_all_reduce_sum_f32(g->comm, &ready, 1, ok ? err : &e2) != SRT_OK)
         goto broken;
@@ -436,6 +473,7 @@ void srt_tp_group_stop(srt_tp_group *g)
     }
     srt_comm_destroy(g->comm);
     srt_cpu_comm_group_free(g->group);
+    srt_nccl_unload(g->nccl);   /* rank 0's runner (its NCCL communicator) is freed before stop */
     free(g->buf);
     free(g);
 }

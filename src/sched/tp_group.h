@@ -8,6 +8,15 @@
  * srt_runner_forward() (the all-reduces inside it keep the ranks in lock step). Rank 0
  * samples from the gathered logits.
  *
+ * Two communicators, as SGLang: the CPU communicator carries the control messages (setup,
+ * batches, hook commands) and, on the CPU backend, the tensor collectives too. With
+ * srt_runner_opts.device SRT_RUNNER_CUDA, rank k computes on GPU device_index + k and its
+ * tensor collectives (all-reduces after o_proj / down_proj / the embedding, the lm_head
+ * all-gather) go over NCCL on its backend's stream: every rank loads libnccl.so.2
+ * ($SRT_NCCL_SO_PATH), the ranks agree that all could, and the runner makes the NCCL
+ * communicator from rank 0's unique id broadcast over the CPU communicator. KV pools are then
+ * bf16 in device memory.
+ *
  * A rank that dies breaks the group: the communicator returns an error, and
  * srt_tp_group_check() notices the exit of a child. The scheduler then fails what it was
  * running and exits; its supervisor restarts the whole group. Ranks die with rank 0
@@ -42,8 +51,10 @@ srt_comm *srt_tp_group_comm(srt_tp_group *g);
 int       srt_tp_group_size(const srt_tp_group *g);
 pid_t     srt_tp_group_pid(const srt_tp_group *g, int rank);   /* 0 for rank 0 */
 
-/* Rank 0: sends the runner shape to the ranks and creates rank 0's runner and KV shard
- * (n_slots KV slots). Waits for every rank to be ready. */
+/* Rank 0: sends the runner shape (batch sizes, precise_matmul, device, device_index,
+ * mem_fraction of ro) to the ranks and creates rank 0's runner and KV shard (n_slots KV
+ * slots). Waits for every rank to be ready. ro->backend, tensor_comm and nccl must be unset:
+ * the group makes them. */
 int  srt_tp_group_setup(srt_tp_group *g, srt_model *m, const srt_runner_opts *ro, int32_t n_slots,
                         srt_runner **runner, srt_kv_pool **kv, srt_err *err);
 

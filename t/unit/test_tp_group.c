@@ -225,6 +225,31 @@ int main(void)
     }
     test_death_in_step(dir);
 
+    /* srt_device cuda at tp=2 without a loadable NCCL: the setup fails on every rank and rank 0
+     * reports why (no CUDA is touched: NCCL is loaded and agreed on first). Ranks take
+     * SRT_NCCL_SO_PATH at the fork, rank 0 at the setup. */
+    const char *fake = getenv("SRT_FAKE_NCCL") ? getenv("SRT_FAKE_NCCL") : "build/lib/libfake_nccl.so";
+    const char *rank0_path[2] = { "/nonexistent/libnccl.so.2", fake };
+    const char *expect[2] = { "/nonexistent/libnccl", "1 of 2 ranks could not load NCCL" };
+    for (int i = 0; i < 2; i++) {
+        srt_tp_group *g = NULL;
+        srt_tp_group_opts o = { .size = 2, .model_path = dir, .n_threads = 1 };
+        setenv("SRT_NCCL_SO_PATH", "/nonexistent/libnccl.so.2", 1);
+        int started = srt_tp_group_start(&o, &g, &err) == SRT_OK;
+        setenv("SRT_NCCL_SO_PATH", rank0_path[i], 1);
+        srt_model *mc = NULL;
+        srt_runner *r = NULL;
+        srt_kv_pool *kv = NULL;
+        srt_runner_opts ro = { .max_batch_tokens = 16, .max_seqs = 2, .n_threads = 1, .device = SRT_RUNNER_CUDA };
+        ok(started && srt_model_load(dir, &mc, &err) == SRT_OK &&
+           srt_tp_group_setup(g, mc, &ro, 64, &r, &kv, &err) == SRT_ERROR && strstr(err.msg, expect[i]),
+           "tp=2 on cuda, NCCL missing on %s: the setup fails with the reason: %s", i ? "rank 1" : "every rank",
+           err.msg);
+        unsetenv("SRT_NCCL_SO_PATH");
+        srt_tp_group_stop(g);
+        srt_model_free(mc);
+    }
+
     srt_tp_group *g = NULL;
     srt_tp_group_opts bad = { .size = 1, .model_path = dir };
     ok(srt_tp_group_start(&bad, &g, &err) == SRT_ERROR, "a group of 1 is refused: %s", err.msg);
