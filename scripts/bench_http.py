@@ -60,6 +60,7 @@ class Conn:
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
+        self.timing = None   # the last response's Server-Timing entries: {name: us}
 
     def _fill(self):
         d = self.sock.recv(65536)
@@ -88,6 +89,7 @@ class Conn:
         self.sock.sendall(raw)
         status = int(self._line().split()[1])
         clen, chunked, close = None, False, False
+        self.timing = None
         while True:
             line = self._line()
             if not line:
@@ -100,6 +102,9 @@ class Conn:
                 chunked = True
             elif k == b"connection" and v == b"close":
                 close = True
+            elif k == b"server-timing":
+                self.timing = {n.strip().decode(): float(d) * 1e3
+                               for n, d in re.findall(rb"([\w-]+);dur=([\d.]+)", v)}
         parts = []
         if chunked:
             while True:
@@ -130,7 +135,7 @@ def client(args):
     """One connection: requests back to back; latencies (ns) of those started in [t0, t1)."""
     port, raw, t0, t1 = args
     c = Conn(port)
-    lat, errors, first_error = [], 0, ""
+    lat, errors, first_error, timing = [], 0, "", []
     while True:
         now = time.monotonic()
         if now >= t1:
@@ -149,7 +154,9 @@ def client(args):
             first_error = first_error or f"HTTP {status}: {body[:200]!r}"
         elif now >= t0:
             lat.append(e - s)
-    return lat, errors, first_error
+            if c.timing:
+                timing.append(dict(c.timing, total=(e - s) / 1e3))
+    return lat, errors, first_error, timing
 
 
 def pct(xs, p):
@@ -219,7 +226,17 @@ def run_case(port, raw, conc, duration, warm=1.0, pids=()):
     lat = [x for r in res for x in r[0]]
     errors = sum(r[1] for r in res)
     first = next((r[2] for r in res if r[2]), "")
-    return {"requests": len(lat), "errors": errors, "first_error": first, "rps": len(lat) / duration,
+    timing = [t for r in res for t in r[3]]
+    seg = {}
+    if timing:
+        # per request: what the client waited for beyond the scheduler's own time
+        seg["outside_model_p50_us"] = pct([t["total"] - t["srt-model"] for t in timing], 50)
+        for k in ("srt-parse", "srt-handoff", "srt-model", "srt-notify"):
+            seg[k + "_p50_us"] = pct([t[k] for t in timing], 50)
+        # the rest: reading the request, writing the response, the client itself
+        seg["rest_p50_us"] = pct([t["total"] - sum(t[k] for k in ("srt-parse", "srt-handoff", "srt-model", "srt-notify"))
+                                  for t in timing], 50)
+    return {"timing": seg,"requests": len(lat), "errors": errors, "first_error": first, "rps": len(lat) / duration,
             "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3, "mean_us": statistics.fmean(lat) / 1e3 if lat else float("nan"),
             "cpu_us_per_req": [c / 1e3 / max(1, len(lat)) for c in cpu]}
 
@@ -282,7 +299,7 @@ http {{
         listen 127.0.0.1:{port};
         location = /return200 {{ default_type application/json; return 200 '{{"ok":true}}'; }}
         location = /metrics {{ srt_metrics on; }}
-        location = /health {{ srt_model {model} name=tiny; srt_device cpu; srt_threads {threads}; srt_radix_cache off; }}
+        location = /health {{ srt_model {model} name=tiny; srt_device cpu; srt_threads {threads}; srt_radix_cache off; srt_scheduler_spin {spin}; }}
         location /v1/ {{
             srt_model {model} name=tiny;
             srt_device cpu;
@@ -290,6 +307,8 @@ http {{
             srt_radix_cache off;
             srt_context_length 2048;
             srt_max_running_requests 64;
+            srt_server_timing on;
+            srt_scheduler_spin {spin};
         }}
     }}
 }}
@@ -311,6 +330,7 @@ def main():
     ap.add_argument("--module", default=os.path.join(ROOT, "build/nginx/ngx_http_srt_module.so"))
     ap.add_argument("--bench-sched", default=os.path.join(ROOT, "build/bin/srt-bench-sched"))
     ap.add_argument("--json", default=None, help="write every figure here as JSON")
+    ap.add_argument("--spin", default="off", help="srt_scheduler_spin for the model (off, 200us, ...)")
     args = ap.parse_args()
     for p in (args.module, args.bench_sched, args.model):
         if not os.path.exists(p):
@@ -320,7 +340,7 @@ def main():
     conf = os.path.join(pfx, "nginx.conf")
     with open(conf, "w") as f:
         f.write(NGINX_CONF.format(so=args.module, pfx=pfx, port=args.port, model=os.path.abspath(args.model),
-                                  threads=args.threads))
+                                  threads=args.threads, spin=args.spin))
     ngx = [args.nginx, "-p", pfx, "-c", conf, "-g", "user root;"]
     subprocess.run(ngx, check=True)
     master = int(open(os.path.join(pfx, "nginx.pid")).read())
@@ -369,6 +389,11 @@ def main():
                       f"  cpu us/req worker {r['cpu_us_per_req'][0]:.1f} scheduler {r['cpu_us_per_req'][1]:.1f}", flush=True)
                 if r["errors"]:
                     print(f"  first error: {r['first_error']}", flush=True)
+                if r["timing"]:
+                    t = r["timing"]
+                    print(f"{'':12}      Server-Timing p50 us: parse {t['srt-parse_p50_us']:.1f}  handoff {t['srt-handoff_p50_us']:.1f}"
+                          f"  model {t['srt-model_p50_us']:.1f}  notify {t['srt-notify_p50_us']:.1f}  rest {t['rest_p50_us']:.1f};"
+                          f"  client latency minus model {t['outside_model_p50_us']:.1f}", flush=True)
 
         sbody = {"model": "tiny", "prompt": ids, "max_tokens": args.stream_tokens, "temperature": 0,
                  "ignore_eos": True, "stream": True,
@@ -410,8 +435,8 @@ def main():
               f"{r['rps'] / base['rps']:.3f} | {r.get('sched_e2e_mean_us', float('nan')):.1f} | "
               f"{r['cpu_us_per_req'][0]:.1f} | {r['cpu_us_per_req'][1] if name != 'return200' else 0:.1f} |")
     print("\nmodule's added latency at concurrency 1 (p50 - p50(return 200) - model time):")
-    print("| case | prompt tokens | p50 - return200 p50 us | offline model us/request | module adds (offline anchor) us | module adds (in-run scheduler e2e) us |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| case | prompt tokens | p50 - return200 p50 us | offline model us/request | module adds (offline anchor) us | module adds (in-run scheduler e2e) us | module adds (per request, Server-Timing) us |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     added = {}
     for name, plen in (("completions", args.prompt_ids), ("chat", chat_prompt)):
         if f"{name} c=1" not in cs:
@@ -419,8 +444,11 @@ def main():
         d = cs[f"{name} c=1"]["p50_us"] - cs["return200 c=1"]["p50_us"]
         off = R["offline"][name]["per_request_us"]
         inrun = cs[f"{name} c=1"]["sched_e2e_mean_us"]
-        added[name] = {"http_minus_anchor_us": d, "offline_us": off, "added_offline_us": d - off, "added_inrun_us": d - inrun}
-        print(f"| {name} | {plen} | {d:.1f} | {off:.1f} | **{d - off:.1f}** | {d - inrun:.1f} |")
+        t = cs[f"{name} c=1"]["timing"]
+        per_req = t["outside_model_p50_us"] - cs["return200 c=1"]["p50_us"] if t else float("nan")
+        added[name] = {"http_minus_anchor_us": d, "offline_us": off, "added_offline_us": d - off, "added_inrun_us": d - inrun,
+                       "added_per_request_us": per_req}
+        print(f"| {name} | {plen} | {d:.1f} | {off:.1f} | {d - off:.1f} | {d - inrun:.1f} | **{per_req:.1f}** |")
     R["added"] = added
     print("\nnginx worker CPU per request, module minus return 200 (concurrency 1; load-independent):")
     for name in ("completions", "chat"):

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #define CHAN_MAGIC   0x314e414843545253ULL   /* "SRTCHAN1" */
-#define CHAN_VERSION 2u
+#define CHAN_VERSION 3u
 
 /* Slot state word: low byte is the state, ABORTED is a flag the worker sets. */
 enum {
@@ -45,6 +45,11 @@ typedef struct chan_header {
 
     _Atomic uint32_t  sched_state;
     _Atomic int32_t   sched_pid;
+    /* Doorbell suppression (Dekker): a notifier bumps sched_events and rings only when
+     * sched_sleeping says the scheduler is, or is about to be, blocked in poll(). */
+    _Atomic uint64_t  sched_events;
+    _Atomic uint32_t  sched_sleeping;
+    uint32_t          pad_ev;
     char              sched_msg[256];
     srt_chan_model_info info;
 
@@ -92,6 +97,9 @@ typedef struct chan_slot {
     uint32_t          cached_tokens;
     uint32_t          top_n;
     uint32_t          pad;
+    uint64_t          t_submit_ns;
+    uint64_t          t_pop_ns;
+    uint64_t          t_done_ns;
     char              errmsg[160];
     /* then: int32 prompt[T], int32 out_ids[T], float out_lp[T],
      *       int32 top_ids[RING*MAXTOP], float top_lps[RING*MAXTOP] */
@@ -106,6 +114,9 @@ struct srt_chan {
     int                   worker_fd;
     int                   send_fd;      /* for ringing others, made on first use */
     int                   lock_fd;      /* listening socket named lock_key, while owner */
+    pid_t                 self;         /* this process, once it opened its side (getpid() is a syscall) */
+    uint64_t              seen_events;  /* scheduler: sched_events when it last looked */
+    uint32_t              spin_us;      /* scheduler: busy-wait this long before blocking */
     char                  lock_key[96];
     volatile sig_atomic_t stop;
     uint32_t              claim_hint;
@@ -116,6 +127,13 @@ struct srt_chan {
 };
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+uint64_t srt_chan_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static size_t slot_stride_for(uint32_t T)
 {
@@ -214,11 +232,37 @@ static void bell_ring_c(srt_chan *c, pid_t pid)
     bell_send(c->send_fd, c->h->chan_id, pid);
 }
 
+/* Empties a doorbell socket; one syscall in the usual case of a few pending rings. */
 static void bell_drain(int fd)
 {
-    char buf[64];
-    while (fd >= 0 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    enum { BATCH = 16 };
+    char buf[BATCH];
+    struct iovec iov[BATCH];
+    struct mmsghdr msgs[BATCH];
+    int i, n;
+    if (fd < 0)
+        return;
+    memset(msgs, 0, sizeof(msgs));
+    for (i = 0; i < BATCH; i++) {
+        iov[i].iov_base = &buf[i];
+        iov[i].iov_len = 1;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
     }
+    do
+        n = recvmmsg(fd, msgs, BATCH, MSG_DONTWAIT, NULL);
+    while (n == BATCH || (n < 0 && errno == EINTR));
+}
+
+static pid_t self_pid(const srt_chan *c) { return c->self > 0 ? c->self : getpid(); }
+
+/* Something for the scheduler to look at. always_ring: callers off the hot path (aborts,
+ * admin) ring regardless, so that only the submit path depends on the Dekker pairing. */
+static void sched_notify(srt_chan *c, int always_ring)
+{
+    atomic_fetch_add(&c->h->sched_events, 1);           /* seq_cst: ordered before the load */
+    if (always_ring || atomic_load(&c->h->sched_sleeping))
+        bell_ring_c(c, 0);
 }
 
 static void note_pending(srt_chan *c, pid_t pid)
@@ -509,7 +553,9 @@ int srt_chan_sched_open(srt_chan *c, srt_err *err)
         fd = bell_bind(c->h->chan_id, 0);
         if (fd >= 0) {
             c->sched_fd = fd;
-            atomic_store(&c->h->sched_pid, getpid());
+            c->self = getpid();
+            atomic_store(&c->h->sched_pid, c->self);
+            c->spin_us = c->h->cfg.sched_spin_us > 0 ? (uint32_t)c->h->cfg.sched_spin_us : 0;
             clock_gettime(CLOCK_MONOTONIC, &c->last_reclaim);
             srt_chan_sched_reclaim(c); /* what a dead predecessor left running */
             return SRT_OK;
@@ -575,6 +621,42 @@ void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *
 
 int srt_chan_sched_fd(const srt_chan *c) { return c->sched_fd; }
 
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int sched_has_news(srt_chan *c)
+{
+    return atomic_load(&c->h->sched_events) != c->seen_events
+           || atomic_load(&c->h->queued) > 0 || c->stop;
+}
+
+/* A bounded busy-wait (srt_scheduler_spin): a request that arrives within it is picked up
+ * without the submitter's doorbell syscall and without the wake-up of an idle CPU. */
+static int sched_spin(srt_chan *c)
+{
+    struct timespec t0, t;
+    long spent_ns;
+    unsigned i;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        for (i = 0; i < 64; i++) {
+            if (sched_has_news(c))
+                return 1;
+            cpu_relax();
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        spent_ns = (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec);
+        if (spent_ns >= (long)c->spin_us * 1000L)
+            return 0;
+    }
+}
+
 int srt_chan_sched_wait(srt_chan *c, int timeout_ms)
 {
     struct pollfd p;
@@ -591,17 +673,30 @@ int srt_chan_sched_wait(srt_chan *c, int timeout_ms)
         return 1;
     if (c->sched_fd < 0)
         return SRT_ERROR;
-    if (atomic_load(&c->h->queued) > 0)
-        timeout_ms = 0;
+    if (timeout_ms != 0) {
+        if (sched_has_news(c) || (c->spin_us > 0 && sched_spin(c))) {
+            timeout_ms = 0;
+        } else {
+            /* Dekker with sched_notify(): either the notifier sees sleeping and rings,
+             * or this load sees its event and we do not block. */
+            atomic_store(&c->h->sched_sleeping, 1);
+            if (sched_has_news(c))
+                timeout_ms = 0;
+        }
+    }
     if (timeout_ms < 0 || timeout_ms > 1000)
         timeout_ms = 1000; /* wake at least once a second to reclaim dead workers' slots */
     p.fd = c->sched_fd;
     p.events = POLLIN;
     r = poll(&p, 1, timeout_ms);
+    atomic_store(&c->h->sched_sleeping, 0);
     if (r < 0)
         return errno == EINTR ? 1 : SRT_ERROR;
-    bell_drain(c->sched_fd);
-    return r > 0 || atomic_load(&c->h->queued) > 0 || c->stop ? 1 : 0;
+    if (r > 0)
+        bell_drain(c->sched_fd);
+    r = sched_has_news(c) || r > 0;
+    c->seen_events = atomic_load(&c->h->sched_events);
+    return r;
 }
 
 int srt_chan_sched_pop_request(srt_chan *c, srt_chan_req *req)
@@ -627,7 +722,8 @@ int srt_chan_sched_pop_request(srt_chan *c, srt_chan_req *req)
         st = ST_QUEUED;
         if (!atomic_compare_exchange_strong(&best->state, &st, ST_RUNNING))
             continue; /* the worker withdrew it: look again */
-        atomic_store(&best->runner, getpid());
+        atomic_store(&best->runner, self_pid(c));
+        best->t_pop_ns = srt_chan_now_ns();
         atomic_fetch_sub(&h->queued, 1);
         atomic_fetch_add(&h->running, 1);
         req->slot = best_i;
@@ -698,7 +794,11 @@ int srt_chan_sched_finish(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_fin
     s->finish = (uint32_t)reason;
     s->stop_id = stop_id;
     s->cached_tokens = cached_tokens;
-    snprintf(s->errmsg, sizeof(s->errmsg), "%s", errmsg ? errmsg : "");
+    s->t_done_ns = srt_chan_now_ns();
+    if (errmsg && *errmsg)
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", errmsg);
+    else
+        s->errmsg[0] = 0;
     for (;;) {
         if (st & ST_ABORTED) {
             /* The worker is gone: nobody will read this, free the slot now. */
@@ -770,7 +870,7 @@ int srt_chan_sched_reclaim(srt_chan *c)
         if (base == ST_RUNNING) {
             /* popped by a scheduler that died unsupervised (its helper died first) */
             pid_t runner = atomic_load(&s->runner);
-            if (runner > 0 && runner != getpid() && pid_gone(runner)) {
+            if (runner > 0 && runner != self_pid(c) && pid_gone(runner)) {
                 n += slot_fail(c, s, "scheduler process exited", 0);
                 continue;
             }
@@ -808,6 +908,7 @@ void srt_chan_sched_request_stop(srt_chan *c, int how)
 {
     if (how > c->stop)
         c->stop = how;
+    atomic_fetch_add(&c->h->sched_events, 1);   /* lock-free: fine in a signal handler */
     if (c->sched_fd >= 0)
         bell_send(-1, c->h->chan_id, 0);   /* from a signal handler: no shared socket */
 }
@@ -834,7 +935,8 @@ int srt_chan_worker_open(srt_chan *c, srt_err *err)
     int i;
     if (c->worker_fd >= 0)
         return c->worker_fd;
-    c->worker_fd = bell_bind(c->h->chan_id, getpid());
+    c->self = getpid();
+    c->worker_fd = bell_bind(c->h->chan_id, c->self);
     if (c->worker_fd < 0)
         return srt_err_set(err, "channel: worker doorbell: %s", strerror(errno));
     /* register for state-change rings: a free entry, or one of a dead process */
@@ -877,7 +979,7 @@ srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint3
         if (!atomic_compare_exchange_strong(&s->state, &expect, ST_WRITING))
             continue;
         atomic_fetch_add(&h->used, 1);
-        atomic_store(&s->owner, getpid());
+        atomic_store(&s->owner, self_pid(c));
         c->claim_hint = k + 1;
         memcpy(slot_prompt(c, s), prompt, (size_t)n_prompt * 4);
         s->n_prompt = n_prompt;
@@ -895,6 +997,9 @@ srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint3
         s->cached_tokens = 0;
         s->top_n = 0;
         s->errmsg[0] = 0;
+        s->t_pop_ns = 0;
+        s->t_done_ns = 0;
+        s->t_submit_ns = srt_chan_now_ns();
         atomic_store_explicit(&s->n_out, 0, memory_order_relaxed);
         s->ticket = atomic_fetch_add(&h->next_ticket, 1);
         *slot = k;
@@ -902,7 +1007,7 @@ srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint3
         atomic_fetch_add(&h->queued, 1);
         atomic_store_explicit(&s->state, ST_QUEUED, memory_order_release);
         atomic_fetch_add(&h->submitted, 1);
-        bell_ring_c(c, 0);
+        sched_notify(c, 0);
         return SRT_CHAN_SUBMIT_OK;
     }
     atomic_fetch_add(&h->rejected_full, 1);
@@ -924,13 +1029,17 @@ int srt_chan_read(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_output *out
         out->stop_id = s->stop_id;
         out->cached_tokens = s->cached_tokens;
         out->errmsg = s->errmsg;
+        out->t_done_ns = s->t_done_ns;
         out->n_out = atomic_load_explicit(&s->n_out, memory_order_acquire);
     } else {
         out->finish = SRT_CHAN_FINISH_NONE;
         out->stop_id = -1;
         out->cached_tokens = 0;
         out->errmsg = "";
+        out->t_done_ns = 0;
     }
+    out->t_submit_ns = s->t_submit_ns;
+    out->t_pop_ns = s->t_pop_ns;
     if (out->n_out > c->h->slot_tokens - s->n_prompt)
         out->n_out = c->h->slot_tokens - s->n_prompt;
     return SRT_OK;
@@ -983,7 +1092,7 @@ void srt_chan_release(srt_chan *c, uint32_t slot, uint32_t gen)
             }
         } else if (base == ST_RUNNING && !(st & ST_ABORTED)) {
             if (atomic_compare_exchange_weak(&s->state, &st, st | ST_ABORTED)) {
-                bell_ring_c(c, 0);
+                sched_notify(c, 1);
                 return;
             }
         } else {
@@ -1051,7 +1160,7 @@ int srt_chan_admin_post(srt_chan *c, const char *req, size_t len, uint64_t *tick
     h->admin_req_len = (uint32_t)len;
     *ticket = atomic_fetch_add(&h->admin_ticket, 1) + 1;
     atomic_store(&h->admin_state, AD_POSTED);
-    bell_ring_c(c, 0);   /* the scheduler's doorbell */
+    sched_notify(c, 1);
     return SRT_OK;
 }
 

@@ -88,6 +88,7 @@ typedef struct srt_chan_config {
     int32_t  page_size;                       /* srt_page_size */
     int32_t  slots;                           /* request slots in this channel */
     int32_t  slot_tokens;                     /* token capacity of one slot (prompt + output) */
+    int32_t  sched_spin_us;                   /* srt_scheduler_spin: busy-wait before blocking */
 } srt_chan_config;
 
 /* ---- scheduler state, published in the header for workers and /health ---- */
@@ -328,7 +329,15 @@ typedef struct srt_chan_output {
     int32_t         stop_id;        /* matched stop token id, or -1 */
     uint32_t        cached_tokens;
     const char     *errmsg;         /* for SRT_CHAN_FINISH_ERROR */
+    /* CLOCK_MONOTONIC (one clock for all processes), 0 when not reached: the worker queued
+     * it, the scheduler took it, the scheduler finished it. For Server-Timing. */
+    uint64_t        t_submit_ns;
+    uint64_t        t_pop_ns;
+    uint64_t        t_done_ns;
 } srt_chan_output;
+
+/* CLOCK_MONOTONIC in ns, the clock of the t_*_ns stamps. */
+uint64_t srt_chan_now_ns(void);
 
 /* Snapshot of the slot's output (acquire). Returns SRT_ERROR for a stale handle. */
 int srt_chan_read(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_output *out);

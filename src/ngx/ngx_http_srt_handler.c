@@ -334,6 +334,10 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     ctx = ngx_http_get_module_ctx(r, ngx_http_srt_module);
     m = ctx->model;
 
+    if (ctx->t_body_ns == 0) {
+        ctx->t_body_ns = srt_chan_now_ns();
+    }
+
     body = ngx_http_srt_body(r, &len);
     if (body == NULL) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);

@@ -30,6 +30,8 @@ static void ngx_http_srt_exit_process(ngx_cycle_t *cycle);
 
 static char *ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_srt_set_spin(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_admin(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -205,6 +207,20 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, radix_cache),
       NULL },
 
+    { ngx_string("srt_server_timing"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, server_timing),
+      NULL },
+
+    { ngx_string("srt_scheduler_spin"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_spin,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, sched_spin),
+      NULL },
+
     { ngx_string("srt_wait_ready"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -327,6 +343,8 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     slcf->tp_size = NGX_CONF_UNSET;
     slcf->page_size = NGX_CONF_UNSET;
     slcf->radix_cache = NGX_CONF_UNSET;
+    slcf->server_timing = NGX_CONF_UNSET;
+    slcf->sched_spin = NGX_CONF_UNSET;
     slcf->retry_after = NGX_CONF_UNSET_MSEC;
     slcf->wait_ready = NGX_CONF_UNSET_MSEC;
 
@@ -376,6 +394,8 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->tp_size, prev->tp_size, 1);
     ngx_conf_merge_value(conf->page_size, prev->page_size, 1);
     ngx_conf_merge_value(conf->radix_cache, prev->radix_cache, 1);
+    ngx_conf_merge_value(conf->server_timing, prev->server_timing, 0);
+    ngx_conf_merge_value(conf->sched_spin, prev->sched_spin, 0);
     ngx_conf_merge_msec_value(conf->retry_after, prev->retry_after, 1000);
     ngx_conf_merge_msec_value(conf->wait_ready, prev->wait_ready, 0);
 
@@ -494,6 +514,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     m->cfg.tp_size = (int32_t) conf->tp_size;
     m->cfg.radix_cache = (int32_t) conf->radix_cache;
     m->cfg.page_size = (int32_t) conf->page_size;
+    m->cfg.sched_spin_us = (int32_t) conf->sched_spin;
 
     /* slots: what may run plus what may wait; each holds a whole context */
     m->cfg.slots = (int32_t) ((conf->max_running ? conf->max_running
@@ -811,6 +832,59 @@ ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     *np = n;
+
+    return NGX_CONF_OK;
+}
+
+
+/* "off", "0", "200us", "2ms": how long the scheduler busy-waits for the next
+ * request before it sleeps. */
+static char *
+ngx_http_srt_set_spin(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    size_t      len, unit;
+    ngx_int_t   n, *np;
+    ngx_str_t  *value;
+
+    np = (ngx_int_t *) (p + cmd->offset);
+
+    if (*np != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    len = value[1].len;
+
+    if (len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        *np = 0;
+        return NGX_CONF_OK;
+    }
+
+    unit = 1;
+
+    if (len > 2 && ngx_strncmp(value[1].data + len - 2, "us", 2) == 0) {
+        len -= 2;
+
+    } else if (len > 2 && ngx_strncmp(value[1].data + len - 2, "ms", 2) == 0) {
+        len -= 2;
+        unit = 1000;
+    }
+
+    n = ngx_atoi(value[1].data, len);
+
+    if (n == NGX_ERROR || (n != 0 && len == value[1].len)
+        || (ngx_uint_t) n * unit > 100000)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must be \"off\" or a time up to 100ms "
+                           "with a unit (\"200us\", \"1ms\"), not \"%V\"",
+                           &cmd->name, &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    *np = (ngx_int_t) (n * unit);
 
     return NGX_CONF_OK;
 }

@@ -96,6 +96,8 @@ typedef struct {
     ngx_int_t                  tp_size;
     ngx_int_t                  page_size;
     ngx_flag_t                 radix_cache;
+    ngx_flag_t                 server_timing;
+    ngx_int_t                  sched_spin;  /* srt_scheduler_spin, microseconds */
     float                      mem_fraction;
     ngx_uint_t                 mem_fraction_set;
     ngx_msec_t                 retry_after;
@@ -152,6 +154,10 @@ typedef struct {
     ngx_flag_t                 role_sent;
     ngx_flag_t                 error;
     const char                *errmsg;
+    uint64_t                   t_submit_ns; /* srt_chan_output stamps, and when */
+    uint64_t                   t_pop_ns;    /* this worker saw the finish */
+    uint64_t                   t_done_ns;
+    uint64_t                   t_seen_ns;
 } ngx_http_srt_choice_t;
 
 
@@ -180,6 +186,7 @@ typedef struct {
     ngx_flag_t                 finished;
     ngx_flag_t                 aborted;
     ngx_uint_t                 prompt_tokens;
+    uint64_t                   t_body_ns;   /* body read: parsing starts */
     u_char                     id[40];      /* "chatcmpl-..." */
     time_t                     created;
     ngx_uint_t                 context_length;

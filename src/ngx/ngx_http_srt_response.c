@@ -371,6 +371,10 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 
     ch->done = 1;
     ch->cached = o.cached_tokens;
+    ch->t_submit_ns = o.t_submit_ns;
+    ch->t_pop_ns = o.t_pop_ns;
+    ch->t_done_ns = o.t_done_ns;
+    ch->t_seen_ns = srt_chan_now_ns();
 
     if (ngx_http_srt_match_stop(ctx, ch, before)) {
         ch->finish = "stop";
@@ -854,6 +858,70 @@ ngx_http_srt_stream_end(ngx_http_srt_ctx_t *ctx, ngx_chain_t ***last)
 }
 
 
+/*
+ * srt_server_timing on: where the time of a non-streamed request went, as
+ * Server-Timing entries in milliseconds (the first choice's slot):
+ *   srt-parse    body read -> queued (parse, validate, template, tokenize)
+ *   srt-handoff  queued -> taken by the scheduler (doorbell, its wake-up)
+ *   srt-model    taken -> finished (scheduling and the forward passes)
+ *   srt-notify   finished -> seen by this worker (doorbell, worker wake-up)
+ */
+static ngx_int_t
+ngx_http_srt_server_timing(ngx_http_srt_ctx_t *ctx)
+{
+    u_char                   *p;
+    uint64_t                  d[4];
+    ngx_uint_t                i;
+    ngx_table_elt_t          *h;
+    ngx_http_srt_choice_t    *ch;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    static const char  *names[4] = {
+        "srt-parse", "srt-handoff", "srt-model", "srt-notify"
+    };
+
+    slcf = ngx_http_get_module_loc_conf(ctx->request, ngx_http_srt_module);
+    ch = &ctx->choices[0];
+
+    if (!slcf->server_timing || ctx->n_choices == 0 || ch->t_submit_ns == 0
+        || ch->t_pop_ns < ch->t_submit_ns || ch->t_done_ns < ch->t_pop_ns
+        || ch->t_seen_ns < ch->t_done_ns || ctx->t_body_ns > ch->t_submit_ns)
+    {
+        return NGX_OK;
+    }
+
+    d[0] = ch->t_submit_ns - ctx->t_body_ns;
+    d[1] = ch->t_pop_ns - ch->t_submit_ns;
+    d[2] = ch->t_done_ns - ch->t_pop_ns;
+    d[3] = ch->t_seen_ns - ch->t_done_ns;
+
+    h = ngx_list_push(&ctx->request->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_pnalloc(ctx->request->pool, 4 * sizeof("srt-handoff;dur=.000, ")
+                                        + 4 * NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Server-Timing");
+    h->value.data = p;
+
+    for (i = 0; i < 4; i++) {
+        /* microseconds shown as ms with three decimals */
+        p = ngx_sprintf(p, "%s%s;dur=%uL.%03uL", i ? ", " : "", names[i],
+                        d[i] / 1000000, (d[i] / 1000) % 1000);
+    }
+
+    h->value.len = p - h->value.data;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
 {
@@ -921,6 +989,11 @@ ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
     yajl_gen_array_close(g);
     ngx_http_srt_gen_usage(ctx, g);
     yajl_gen_map_close(g);
+
+    if (ngx_http_srt_server_timing(ctx) != NGX_OK) {
+        yajl_gen_free(g);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     return ngx_http_srt_send_json(ctx->request, NGX_HTTP_OK, g);
 }

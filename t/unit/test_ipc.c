@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -625,8 +626,114 @@ static void test_unsupervised_scheduler_death(void)
     srt_chan_detach(c);
 }
 
+/* A scheduler that answers each request at once, as the serving loop does: wait(-1), pop,
+ * finish, flush. srt_chan_sched_wait caps a sleep at 1 s, so a lost wake-up shows as a stall
+ * of up to a second. Stops when the channel is stopped. */
+static void instant_scheduler(int spin_us, int unused)
+{
+    srt_err err;
+    srt_chan *c = srt_chan_attach(mem, mem_size, &err);
+    (void)unused;
+    if (c == NULL || srt_chan_sched_open(c, &err) != SRT_OK)
+        _exit(10);
+    (void)spin_us;   /* read from the channel config */
+    stop_chan = c;
+    signal(SIGTERM, on_term);
+    srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, "ready", NULL);
+    while (!srt_chan_sched_stopping(c)) {
+        srt_chan_req r;
+        int32_t id = 5;
+        while (srt_chan_sched_pop_request(c, &r) == 1) {
+            srt_chan_sched_push_tokens(c, r.slot, r.gen, &id, NULL, 1, NULL, NULL, 0);
+            srt_chan_sched_finish(c, r.slot, r.gen, SRT_CHAN_FINISH_LENGTH, -1, 0, NULL);
+        }
+        srt_chan_sched_flush(c);
+        if (srt_chan_sched_wait(c, -1) < 0)
+            _exit(11);
+    }
+    srt_chan_detach(c);
+    _exit(0);
+}
+
+static uint64_t now_ns(void) { return srt_chan_now_ns(); }
+
+/* The submit path rings the scheduler only when it sleeps (or is about to): hit every phase of
+ * its wait (awake, spinning, between the flag and poll, asleep) with varied gaps and require
+ * that no request ever waits for the 1 s fallback. Also checks the hand-off time stamps. */
+static void test_no_lost_wakeups(int spin_us)
+{
+    srt_chan_config cfg;
+    srt_err err;
+    srt_chan *c;
+    int fd, i, n = 3000, stamps_ok = 1, done_all = 1;
+    uint64_t worst = 0, sum_hand = 0;
+    pid_t pid;
+    unsigned seed = 12345;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.slots = 4;
+    cfg.slot_tokens = 16;
+    cfg.max_queued_requests = 4;
+    cfg.sched_spin_us = spin_us;
+    if (mem)
+        munmap(mem, mem_size);
+    mem_size = srt_chan_size(&cfg);
+    mem = mmap(NULL, mem_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED || srt_chan_format(mem, mem_size, &cfg, &err) != SRT_OK) {
+        printf("Bail out! cannot make channel\n");
+        exit(1);
+    }
+    c = srt_chan_attach(mem, mem_size, &err);
+    fd = srt_chan_worker_open(c, &err);
+    pid = spawn(instant_scheduler, spin_us, 0);
+    wait_ready(c);
+    for (i = 0; i < n; i++) {
+        int32_t p[2] = { 1, 2 };
+        srt_chan_sampling sp = greedy(1);
+        srt_chan_output o;
+        uint32_t s, g;
+        uint64_t t0, dt;
+        /* gaps from 0 to ~400 us: inside and beyond a spin window, around the sleep */
+        unsigned gap = (seed = seed * 1103515245u + 12345u) >> 16;
+        gap %= 5;
+        if (gap == 1)
+            sched_yield();
+        else if (gap >= 2)
+            usleep((useconds_t)((gap - 1) * 100));
+        t0 = now_ns();
+        if (srt_chan_submit(c, p, 2, &sp, 0, &s, &g) != SRT_CHAN_SUBMIT_OK
+            || wait_done(c, fd, s, g, &o) != 0) {
+            done_all = 0;
+            break;
+        }
+        dt = now_ns() - t0;
+        if (dt > worst)
+            worst = dt;
+        if (dt > 400u * 1000 * 1000) {
+            srt_chan_release(c, s, g);
+            i++;
+            break;   /* a lost wake-up: one is enough, do not wait out the rest */
+        }
+        if (o.t_submit_ns == 0 || o.t_pop_ns < o.t_submit_ns || o.t_done_ns < o.t_pop_ns
+            || o.t_submit_ns < t0)
+            stamps_ok = 0;
+        sum_hand += o.t_pop_ns - o.t_submit_ns;
+        srt_chan_release(c, s, g);
+    }
+    ok(done_all && i >= n, "spin %d us: %d requests answered", spin_us, i);
+    ok(worst < 400u * 1000 * 1000,
+       "spin %d us: no request waited for the 1 s fallback (worst %.1f ms)", spin_us, worst / 1e6);
+    ok(stamps_ok, "spin %d us: submit <= pop <= done stamps (mean hand-off %.1f us)", spin_us,
+       i ? sum_hand / 1e3 / i : 0.0);
+    kill(pid, SIGTERM);
+    ok(reap(pid) == 0, "spin %d us: scheduler stopped cleanly", spin_us);
+    srt_chan_detach(c);
+}
+
 int main(void)
 {
+    test_no_lost_wakeups(0);
+    test_no_lost_wakeups(200);
     test_unsupervised_scheduler_death();
     test_key_lock();
     test_metrics();
