@@ -1,33 +1,28 @@
 # Every srt_* directive's value is checked by nginx -t, with a message that names the
 # directive and the value.
 use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 
 BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
+    my $dir = Test::Srt::srt_dir();
     # a chat template the engine cannot compile
-    mkdir "t/servroot_srt";
-    $ENV{TEST_NGINX_BAD_TEMPLATE} = "$ENV{PWD}/t/servroot_srt/bad.jinja";
+    $ENV{TEST_NGINX_BAD_TEMPLATE} = "$dir/bad.jinja";
     open my $fh, '>', $ENV{TEST_NGINX_BAD_TEMPLATE} or die $!;
     print $fh "{{ messages[0]['content'] }}\n{% for x in %}{% endfor %}\n";
     close $fh;
     # a hook spec with a field of the wrong type, and one that is not JSON
-    $ENV{TEST_NGINX_BAD_HOOKS} = "$ENV{PWD}/t/servroot_srt/bad-hooks.json";
+    $ENV{TEST_NGINX_BAD_HOOKS} = "$dir/bad-hooks.json";
     open $fh, '>', $ENV{TEST_NGINX_BAD_HOOKS} or die $!;
     print $fh '{"forward_hooks": [{"target_modules": 3, "hook_factory": "x.so:f"}]}';
     close $fh;
-    $ENV{TEST_NGINX_BROKEN_HOOKS} = "$ENV{PWD}/t/servroot_srt/broken-hooks.json";
+    $ENV{TEST_NGINX_BROKEN_HOOKS} = "$dir/broken-hooks.json";
     open $fh, '>', $ENV{TEST_NGINX_BROKEN_HOOKS} or die $!;
     print $fh '{"forward_hooks": [';
     close $fh;
 }
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-});
+srt_defaults();
 
 run_tests();
 
@@ -257,7 +252,7 @@ POST /v1/chat/completions
 --- response_headers
 Retry-After: 5
 Content-Type: application/json
---- response_body_like
+--- response_body_like chomp
 ^\{"error":\{"message":"Model \\"smol\\" is not available: nginx runs with \\"master_process off\\", so there is no scheduler process","type":"server_error","param":null,"code":"model_unavailable"\}\}$
 --- error_log
 cannot be served with "master_process off": no scheduler process

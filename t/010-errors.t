@@ -1,25 +1,12 @@
 # OpenAI-style errors: status codes and {"error": {message, type, param, code}} bodies,
 # checked without a scheduler (master_process off), so they cannot depend on the model.
-# Blocks with the same config share one nginx (and one loaded model), under this harness
-# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
-# restart nginx for every block, the real module's default).
-BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
 use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 
-BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-    $block->set_value("config", <<'EOF2') unless defined $block->config;
+srt_defaults(config => <<'EOF2');
 location /v1 { srt_model $TEST_NGINX_SRT_MODEL name=smol; srt_retry_after 3s; client_max_body_size 1k; }
 EOF2
-});
 
 run_tests();
 
@@ -32,7 +19,7 @@ POST /v1/chat/completions
 --- error_code: 400
 --- response_headers
 Content-Type: application/json
---- response_body_like
+--- response_body_like chomp
 ^\{"error":\{"message":"Invalid JSON in the request body: [^"]+","type":"invalid_request_error","param":null,"code":400\}\}$
 
 
@@ -41,7 +28,7 @@ Content-Type: application/json
 --- request
 POST /v1/chat/completions
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"The request body is empty; expected a JSON object"
 
 
@@ -51,7 +38,7 @@ POST /v1/chat/completions
 POST /v1/completions
 [1, 2, 3]
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"The request body must be a JSON object"
 
 
@@ -71,7 +58,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "temperature": 2.5}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'temperature' must be between 0 and 2, got 2.5","type":"invalid_request_error","param":"temperature"
 
 
@@ -81,7 +68,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "top_p": 0}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"top_p"
 
 
@@ -91,7 +78,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "top_k": -5}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'top_k' must be between -1 and \d+, got -5"
 
 
@@ -101,7 +88,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "min_p": 1.5}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"min_p"
 
 
@@ -111,7 +98,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "n": 0}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'n' must be between 1 and 16, got 0","type":"invalid_request_error","param":"n"
 
 
@@ -121,7 +108,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "n": 1.5}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'n' must be an integer"
 
 
@@ -131,7 +118,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"max_tokens"
 
 
@@ -141,7 +128,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": "10"}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'max_completion_tokens' must be an integer"
 
 
@@ -151,7 +138,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": -3}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"frequency_penalty"
 
 
@@ -161,7 +148,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 2.01}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"presence_penalty"
 
 
@@ -171,7 +158,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "repetition_penalty": 0}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"repetition_penalty"
 
 
@@ -181,7 +168,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "stop": 42}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'stop' must be a string or an array of strings","type":"invalid_request_error","param":"stop"
 
 
@@ -191,7 +178,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "stop": ["a", 1]}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'stop\[1\]' must be a string"
 
 
@@ -201,7 +188,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "stop_token_ids": [2, 99999999]}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'stop_token_ids\[1\]' = 99999999 is not a token id of this model \(vocabulary size \d+\)"
 
 
@@ -211,7 +198,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "seed": "abc"}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"seed"
 
 
@@ -221,7 +208,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 101}}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'logit_bias' must be between -100 and 100, got 101"
 
 
@@ -231,7 +218,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"x": 1}}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'logit_bias' key \\"x\\" is not a token id of this model"
 
 
@@ -241,7 +228,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "ignore_eos": 1}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'ignore_eos' must be a boolean"
 
 
@@ -251,7 +238,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "min_tokens": -1}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"min_tokens"
 
 
@@ -261,7 +248,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'top_logprobs' needs 'logprobs' set to true"
 
 
@@ -271,7 +258,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"top_logprobs"
 
 
@@ -281,7 +268,7 @@ POST /v1/chat/completions
 POST /v1/completions
 {"prompt": "hi", "logprobs": 6}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'logprobs' must be between 0 and 5, got 6"
 
 
@@ -291,7 +278,7 @@ POST /v1/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "user": 7}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"user"
 
 
@@ -301,7 +288,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'stream' must be a boolean"
 
 
@@ -311,7 +298,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "hi"}], "stream": true, "stream_options": {"include_usage": "yes"}}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "param":"stream_options.include_usage"
 
 
@@ -321,7 +308,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"model": "smol"}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'messages' is required","type":"invalid_request_error","param":"messages"
 
 
@@ -331,7 +318,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"messages": []}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'messages' must be a non-empty array"
 
 
@@ -341,7 +328,7 @@ POST /v1/chat/completions
 POST /v1/completions
 {"max_tokens": 3}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'prompt' is required","type":"invalid_request_error","param":"prompt"
 
 
@@ -361,7 +348,7 @@ POST /v1/chat/completions
 POST /v1/chat/completions
 {"model": 3, "messages": [{"role": "user", "content": "hi"}]}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'model' must be a string"
 
 
@@ -373,7 +360,7 @@ GET /v1/chat/completions
 --- response_headers
 Allow: POST
 Content-Type: application/json
---- response_body_like
+--- response_body_like chomp
 "message":"Method GET is not allowed here; use POST","type":"invalid_request_error","param":null,"code":"method_not_allowed"
 
 
@@ -392,7 +379,7 @@ Allow: GET, HEAD
 --- request
 GET /v1/embeddings
 --- error_code: 404
---- response_body_like
+--- response_body_like chomp
 "message":"Unknown endpoint \\"/v1/embeddings\\""
 
 
@@ -401,7 +388,7 @@ GET /v1/embeddings
 --- request eval
 "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "' . ("x" x 2000) . '"}]}'
 --- error_code: 413
---- response_body_like
+--- response_body_like chomp
 "message":"Request body is too large: \d+ bytes, the limit is 1024","type":"invalid_request_error","param":null,"code":"request_too_large"
 
 
@@ -413,7 +400,7 @@ POST /v1/completions
 --- error_code: 503
 --- response_headers
 Retry-After: 3
---- response_body_like
+--- response_body_like chomp
 "type":"server_error","param":null,"code":"model_unavailable"
 --- error_log
 cannot be served with "master_process off"
@@ -432,7 +419,7 @@ Retry-After: 3
 === TEST 41: /v1/models lists the served model even while it is down
 --- request
 GET /v1/models
---- response_body_like
+--- response_body_like chomp
 ^\{"object":"list","data":\[\{"id":"smol","object":"model","created":\d+,"owned_by":"ngx_srt","root":"[^"]+SmolLM2-135M-Instruct.Q4_1.gguf"\}\]\}$
 
 
@@ -440,7 +427,7 @@ GET /v1/models
 === TEST 42: /get_model_info
 --- request
 GET /v1/get_model_info
---- response_body_like
+--- response_body_like chomp
 "served_model_name":"smol","is_generation":true,"status":"(down|loading)"
 
 
@@ -451,5 +438,5 @@ my $body = '{"prompt": "' . ("y" x 1500) . '"}';
 "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
 . sprintf("%x\r\n%s\r\n0\r\n\r\n", length($body), $body)
 --- error_code: 413
---- response_body_like
+--- response_body_like chomp
 "code":"request_too_large"

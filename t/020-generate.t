@@ -1,26 +1,16 @@
 # Generation through nginx, a worker, the shared-memory channel and the scheduler process,
 # on the real SmolLM2-135M-Instruct (Q4_1 GGUF). Expected texts are HF transformers' greedy
 # tokens from t/fixtures/golden/smollm2.json, decoded with HF tokenizers.
-# Blocks with the same config share one nginx (and one loaded model), under this harness
-# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
-# restart nginx for every block, the real module's default).
-BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
+# Every block starts from a fresh nginx: requests wait for the model (srt_wait_ready),
+# blocks that only read state wait for /health first.
 use Test::Nginx::Socket 'no_plan';
-
-BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 
 master_on();
 log_level('info');
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-    $block->set_value("config", <<'EOF2') unless defined $block->config;
+srt_defaults(timeout => 60, config => <<'EOF2');
 location /v1 {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_device cpu;
@@ -30,8 +20,6 @@ location /v1 {
     srt_wait_ready 60s;
 }
 EOF2
-    $block->set_value("timeout", 60) unless defined $block->timeout;
-});
 
 run_tests();
 
@@ -43,7 +31,7 @@ POST /v1/completions
 {"model": "smol", "prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
 --- response_headers
 Content-Type: application/json
---- response_body_like
+--- response_body_like chomp
 ^\{"id":"cmpl-[0-9a-f]{16}","object":"text_completion","created":\d+,"model":"smol","choices":\[\{"index":0,"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"\}\],"usage":\{"prompt_tokens":17,"completion_tokens":12,"total_tokens":29,"prompt_tokens_details":\{"cached_tokens":\d+\}\}\}$
 
 
@@ -52,7 +40,7 @@ Content-Type: application/json
 --- request
 POST /v1/completions
 {"prompt": "def add(a, b):\n    return", "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" a \+ b\\n\\n# Example usage:\\nadd_","logprobs":null,"finish_reason":"length"\}\],"usage":\{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21
 
 
@@ -61,7 +49,7 @@ POST /v1/completions
 --- request
 POST /v1/completions
 {"prompt": ["Once upon a time, in a small village by the sea, there lived an old fisherman who"], "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" had a daughter named Elara. She was a kind and","logprobs":null,"finish_reason":"length"
 
 
@@ -70,7 +58,7 @@ POST /v1/completions
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 30, "temperature": 0, "stop": ["nope", ", 9"]}
---- response_body_like
+--- response_body_like chomp
 "text":" 7, 8","logprobs":null,"finish_reason":"stop"
 
 
@@ -79,7 +67,7 @@ POST /v1/completions
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 30, "temperature": 0, "stop_token_ids": [28]}
---- response_body_like
+--- response_body_like chomp
 "text":" 7","logprobs":null,"finish_reason":"stop"\}\],"usage":\{"prompt_tokens":17,"completion_tokens":3,
 
 
@@ -94,7 +82,7 @@ Cache-Control: no-cache
 --- response_body_like eval
 my $chunk = qr/data: \{"id":"cmpl-[0-9a-f]{16}","object":"text_completion","created":\d+,"model":"smol","choices":\[\{"index":0,"text":"[^"]*","logprobs":null,"finish_reason":null\}\]\}\n\n/;
 qr/^(?:$chunk)+data: \{"id":"cmpl-[0-9a-f]{16}","object":"text_completion","created":\d+,"model":"smol","choices":\[\{"index":0,"text":"[^"]*","logprobs":null,"finish_reason":"stop"\}\]\}\n\ndata: \[DONE\]\n\n$/
---- response_body_unlike
+--- response_body_unlike chomp
 " 9
 
 
@@ -103,7 +91,7 @@ qr/^(?:$chunk)+data: \{"id":"cmpl-[0-9a-f]{16}","object":"text_completion","crea
 --- request
 POST /v1/chat/completions
 {"model": "smol", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 8, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 ^\{"id":"chatcmpl-[0-9a-f]{16}","object":"chat.completion","created":\d+,"model":"smol","choices":\[\{"index":0,"message":\{"role":"assistant","content":"[^"]+"\},"logprobs":null,"finish_reason":"length"\}\],"usage":\{"prompt_tokens":37,"completion_tokens":8,"total_tokens":45,"prompt_tokens_details":\{"cached_tokens":\d+\}\}\}$
 
 
@@ -124,7 +112,7 @@ qr/^data: \{$h,"choices":\[\{"index":0,"delta":\{"role":"assistant","content":""
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0, "n": 2}
---- response_body_like
+--- response_body_like chomp
 "choices":\[\{"index":0,"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"\},\{"index":1,"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"\}\],"usage":\{"prompt_tokens":17,"completion_tokens":24,
 
 
@@ -133,7 +121,7 @@ POST /v1/completions
 --- request
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0, "logprobs": true, "top_logprobs": 2}
---- response_body_like
+--- response_body_like chomp
 "logprobs":\{"content":\[\{"token":"[^"]*","bytes":\[[\d,]*\],"logprob":-?[\d.e-]+,"top_logprobs":\[\{"token":"[^"]*","bytes":\[[\d,]*\],"logprob":-?[\d.e-]+\},\{"token":"[^"]*","bytes":\[[\d,]*\],"logprob":-?[\d.e-]+\}\]\},\{
 
 
@@ -142,7 +130,7 @@ POST /v1/chat/completions
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 3, "temperature": 0, "logprobs": 1}
---- response_body_like
+--- response_body_like chomp
 "text":" 7,","logprobs":\{"tokens":\[" ","7",","\],"token_logprobs":\[-?[\d.e-]+,-?[\d.e-]+,-?[\d.e-]+\],"top_logprobs":\[\{" ":-?[\d.e-]+\},\{"7":-?[\d.e-]+\},\{",":-?[\d.e-]+\}\],"text_offset":\[0,1,2\]\}
 
 
@@ -161,7 +149,7 @@ POST /v1/completions
 --- request eval
 "POST /v1/completions\n" . '{"prompt": "' . ("hello " x 600) . '"}'
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"This model's maximum context length is 512 tokens. However, your prompt has 60\d tokens. Please reduce the length of the prompt.","type":"invalid_request_error","param":"prompt"
 
 
@@ -171,31 +159,37 @@ POST /v1/completions
 POST /v1/completions
 {"prompt": [1, 2, 49152000]}
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"'prompt\[2\]' = 49152000 is not a token id of this model
 
 
 
 === TEST 15: /health when ready
+--- init
+Test::Srt::wait_ready();
 --- request
 GET /v1/health
---- response_body_like
+--- response_body_like chomp
 ^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":\d+,"requests_total":\d+\}$
 
 
 
 === TEST 16: /v1/models reports the context length
+--- init
+Test::Srt::wait_ready();
 --- request
 GET /v1/models
---- response_body_like
+--- response_body_like chomp
 ^\{"object":"list","data":\[\{"id":"smol","object":"model","created":\d+,"owned_by":"ngx_srt","root":"[^"]+","max_model_len":512\}\]\}$
 
 
 
 === TEST 17: /get_model_info
+--- init
+Test::Srt::wait_ready();
 --- request
 GET /v1/get_model_info
---- response_body_like
+--- response_body_like chomp
 "served_model_name":"smol","is_generation":true,"status":"ready","architecture":"LlamaForCausalLM","device":"cpu[^"]*","context_length":512,"vocab_size":49152,
 
 
@@ -204,5 +198,5 @@ GET /v1/get_model_info
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0, "response_format": {"type": "text"}, "x_custom": [1, {"a": null}]}
---- response_body_like
+--- response_body_like chomp
 "text":" 7, 8, 9, 10"

@@ -1,48 +1,50 @@
 # Client disconnects abort requests in the scheduler and free their slots; the scheduler
 # process is respawned after kill -9; requests wait (srt_wait_ready) or get 503 meanwhile.
-# Blocks with the same config share one nginx (and one loaded model), under this harness
-# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
-# restart nginx for every block, the real module's default).
-BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
+# Every block starts from a fresh nginx and makes the state it checks: blocks that need
+# the scheduler's pid wait for the model first (/health).
 use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 use POSIX ();
-
-BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 master_on();
 log_level('info');
 
-our $Log = "${\ Test::Nginx::Socket::server_root()}/logs/error.log";
+our $LONG = '{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true}';
+our $LONG_STREAM = '{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true, "stream": true}';
 
-# the pid of the scheduler process that owns the model now, from nginx's error log
-sub scheduler_pid {
-    open my $fh, '<', $Log or return undef;
-    my $pid;
-    while (<$fh>) { $pid = $1 if /srt: scheduler process (\d+) owns model/ }
-    return $pid;
-}
-
-sub wait_log {
-    my ($re, $secs) = @_;
-    for (1 .. $secs * 20) {
-        open my $fh, '<', $Log or next;
-        local $/;
-        my $text = <$fh>;
-        return 1 if $text =~ $re;
-        select undef, undef, undef, 0.05;
+# A long request the client hangs up on: streamed, once the first event came back;
+# not streamed, once the scheduler runs it. Then wait a second, as the blocks that
+# make such a request do (`--- wait: 1`).
+sub abort_long_request {
+    my ($stream) = @_;
+    Test::Srt::wait_ready();
+    if ($stream) {
+        my $got = Test::Srt::abort_after('/v1/completions', $LONG_STREAM, 10, qr/\r\n\r\n.*data: /s);
+        Test::More::like($got, qr/^HTTP\/1\.1 200 .*data: /s, "the stream had begun when the client left");
+    } else {
+        my $pid = fork();
+        if ($pid == 0) {
+            Test::Srt::abort_after('/v1/completions', $LONG, 1.5);
+            POSIX::_exit(0);
+        }
+        waitpid($pid, 0);
     }
-    return 0;
+    select undef, undef, undef, 1;
 }
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-    $block->set_value("config", <<'EOF2') unless defined $block->config;
+# A long request in flight when the scheduler is killed: 503 JSON, never a hang.
+sub scheduler_dies_mid_request {
+    Test::Srt::wait_ready();
+    my $killer = Test::Srt::kill_scheduler_after(1.0);
+    my ($st, $body) = Test::Srt::http_request('POST', '/v1/completions', $LONG);
+    waitpid($killer, 0);
+    Test::More::is($st, 503, "the request in flight when the scheduler died: 503");
+    Test::More::like($body, qr/"message":"Generation failed: scheduler process \d+ exited","type":"server_error"/,
+                     "... with the reason");
+}
+
+srt_defaults(timeout => 60, config => <<'EOF2');
 location /v1 {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_device cpu;
@@ -57,8 +59,6 @@ location /nowait {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
 }
 EOF2
-    $block->set_value("timeout", 60) unless defined $block->timeout;
-});
 
 run_tests();
 
@@ -68,17 +68,19 @@ __DATA__
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "finish_reason":"length"
 
 
 
 === TEST 2: client goes away mid-stream: the request is aborted
---- request
-POST /v1/completions
-{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true, "stream": true}
+--- init
+Test::Srt::wait_ready();
+--- request eval
+"POST /v1/completions\n$main::LONG_STREAM"
 --- timeout: 1.5
 --- abort
+--- ignore_response
 --- wait: 1
 --- error_log eval
 qr/srt: (client closed the connection|writing to the client failed), aborting the request/
@@ -86,19 +88,26 @@ qr/srt: (client closed the connection|writing to the client failed), aborting th
 
 
 === TEST 3: ... and its slot and KV are free again (4 running + 4 queued slots)
+--- init
+package main;
+abort_long_request(1);
+Test::More::ok(Test::Srt::count_log(qr/srt: (client closed the connection|writing to the client failed), aborting the request/),
+               "the streamed request was aborted");
 --- request
 GET /v1/health
---- response_body_like
-^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":8,"requests_total":\d+\}$
+--- response_body_like chomp
+^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":8,"requests_total":1\}$
 
 
 
 === TEST 4: client goes away while waiting for a non-streamed answer
---- request
-POST /v1/completions
-{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true}
+--- init
+Test::Srt::wait_ready();
+--- request eval
+"POST /v1/completions\n$main::LONG"
 --- timeout: 1.5
 --- abort
+--- ignore_response
 --- wait: 1
 --- error_log
 srt: client closed the connection, aborting the request
@@ -106,125 +115,120 @@ srt: client closed the connection, aborting the request
 
 
 === TEST 5: ... freed too
+--- init
+package main;
+abort_long_request(0);
+Test::More::ok(Test::Srt::count_log(qr/srt: client closed the connection, aborting the request/),
+               "the request was aborted");
 --- request
 GET /v1/health
---- response_body_like
-^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":8,"requests_total":\d+\}$
+--- response_body_like chomp
+^\{"status":"ok","model":"smol","running":0,"queued":0,"slots_free":8,"requests_total":1\}$
 
 
 
 === TEST 6: kill -9 of the scheduler: the master's helper respawns it with a backoff
 --- init
-package main;   # the real Test::Nginx evals init in its own package
-my $pid = main::scheduler_pid() or die "no scheduler pid in the log";
+package main;
+Test::Srt::wait_ready();
+my $pid = scheduler_pid() or die "no scheduler pid in the log";
 kill 'KILL', $pid;
-main::wait_log(qr/scheduler process $pid for model "smol" exited unexpectedly; respawning in \d+ ms/, 10)
+wait_log(qr/scheduler process $pid for model "smol" exited unexpectedly; respawning in \d+ ms/, 10)
     or die "the supervisor did not notice";
 --- request
 GET /nowait/health
 --- error_code: 503
 --- response_headers
 Retry-After: 1
---- response_body_like
+--- response_body_like chomp
 "message":"Model \\"smol\\" is (not available|loading)
 
 
 
 === TEST 7: requests wait for the respawned scheduler and are served by it
+--- init
+package main;
+Test::Srt::wait_ready();
+my $pid = scheduler_pid() or die "no scheduler pid in the log";
+kill 'KILL', $pid;
+wait_log(qr/scheduler process $pid for model "smol" exited unexpectedly/, 10)
+    or die "the supervisor did not notice";
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
---- error_log eval
+--- grep_error_log eval
 qr/srt: scheduler process \d+ owns model "smol"/
+--- grep_error_log_out eval
+qr/\A(?:srt: scheduler process \d+ owns model "smol"\n){2}\z/
 
 
 
 === TEST 8: a request in flight when the scheduler dies fails cleanly (503 JSON), never hangs
 --- init
-package main;   # the real Test::Nginx evals init in its own package
-if (my $child = fork()) {
-    # kill the scheduler while it generates for the request below
-} else {
-    select undef, undef, undef, 1.0;
-    kill 'KILL', main::scheduler_pid();
-    POSIX::_exit(0);
-}
---- request
-POST /v1/completions
-{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true}
+package main;
+Test::Srt::wait_ready();
+kill_scheduler_after(1.0);
+--- request eval
+"POST /v1/completions\n$main::LONG"
 --- error_code: 503
---- response_body_like
+--- response_body_like chomp
 "message":"Generation failed: scheduler process \d+ exited","type":"server_error"
 
 
 
 === TEST 9: and the next request is served again
+--- init
+package main;
+scheduler_dies_mid_request();
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "finish_reason":"length"
 
 
 
 === TEST 10a: kill -9 of the helper (supervisor): the master respawns it, its scheduler hands over
 --- init
-package main;   # the real Test::Nginx evals init in its own package
-open my $fh, '<', "${\ Test::Nginx::Socket::server_root()}/logs/nginx.pid" or die;
-my $master = <$fh>;
-chomp $master;
-my ($helper) = map { (split ' ')[0] } grep { /cache manager process/ } `ps -o pid=,args= --ppid $master`;
-my $old = main::scheduler_pid();
+package main;
+Test::Srt::wait_ready();
+my ($helper) = child_pids(qr/cache manager process/);
+my $old = scheduler_pid();
 Test::More::ok($helper && $old, "found the helper ($helper) and its scheduler ($old)");
 kill 'KILL', $helper;
-main::wait_log(qr/scheduler process $old for model "smol" exited/, 20)
+wait_log(qr/scheduler process $old for model "smol" exited/, 20)
     or Test::More::fail("the orphaned scheduler did not exit");
-main::wait_log(qr/scheduler process (?!$old)\d+ owns model "smol"/, 20)
+wait_log(qr/scheduler process (?!$old)\d+ owns model "smol"/, 20)
     or Test::More::fail("no new scheduler took over");
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
 
 
 
 === TEST 10: kill -9 of a worker with a request in flight: the scheduler reclaims its slot
 --- init
-package main;   # the real Test::Nginx evals init in its own package
-use IO::Socket::INET;
-my $port = Test::Nginx::Socket::server_port();
-my $get = sub {
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or return '';
-    print $s "GET /v1/health HTTP/1.0\r\nHost: x\r\n\r\n";
-    local $/;
-    return <$s> // '';
-};
+package main;
+Test::Srt::wait_ready();
 my $child = fork();
 if ($child == 0) {
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or POSIX::_exit(1);
-    my $body = '{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true}';
-    print $s "POST /v1/completions HTTP/1.0\r\nHost: x\r\nContent-Length: " . length($body) . "\r\n\r\n$body";
-    local $/;
-    my $r = <$s>;
+    Test::Srt::http_request('POST', '/v1/completions', $main::LONG);
     POSIX::_exit(0);
 }
-for (1 .. 200) { last if $get->() =~ /"running":1/; select undef, undef, undef, 0.05 }
-open my $fh, '<', "${\ Test::Nginx::Socket::server_root()}/logs/nginx.pid" or die;
-my $master = <$fh>;
-chomp $master;
-my @workers = grep { /^\d+$/ } map { (split ' ')[0] } grep { /nginx: worker process/ }
-              `ps -o pid=,args= --ppid $master`;
+for (1 .. 200) { last if http_get('/v1/health') =~ /"running":1/; select undef, undef, undef, 0.05 }
+my @workers = child_pids(qr/nginx: worker process/);
 Test::More::ok(scalar @workers, "found the worker (@workers)");
 kill 'KILL', @workers;
 waitpid($child, 0);
 # reclaim runs once a second; the 900-token request alone would take far longer
-for (1 .. 30) { last if $get->() =~ /"running":0,"queued":0,"slots_free":8,/; select undef, undef, undef, 0.1 }
+for (1 .. 30) { last if http_get('/v1/health') =~ /"running":0,"queued":0,"slots_free":8,/; select undef, undef, undef, 0.1 }
 --- request
 GET /v1/health
---- response_body_like
+--- response_body_like chomp
 "running":0,"queued":0,"slots_free":8,
 
 
@@ -235,7 +239,6 @@ location /v1 {
     srt_model $TEST_NGINX_SERVER_ROOT/conf/nginx.conf name=junk;
 }
 --- init
-package main;   # the real Test::Nginx evals init in its own package
 select undef, undef, undef, 1.5;
 --- request
 POST /v1/completions
@@ -243,5 +246,5 @@ POST /v1/completions
 --- error_code: 503
 --- response_headers
 Retry-After: 1
---- response_body_like
+--- response_body_like chomp
 "message":"Model \\"junk\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"

@@ -1,35 +1,39 @@
 # The example configurations in conf/ are valid, and nginx's own access controls (TLS,
 # auth_basic, limit_req) in front of srt_model stop requests before they reach the
 # scheduler: the channel's request counter (/health "requests_total") does not move.
-# Blocks with the same config share one nginx (and one loaded model), under this harness
-# and the real Test::Nginx alike (TEST_NGINX_FORCE_RESTART_ON_TEST=0; set it to 1 to
-# restart nginx for every block, the real module's default).
-BEGIN { $ENV{TEST_NGINX_FORCE_RESTART_ON_TEST} //= 0 }
+# Every block starts from a fresh nginx (fresh limit_req state): blocks that check the
+# rate limit or the counter make the requests they count in their init.
 use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 
 BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
-    my $dir = "$ENV{PWD}/t/servroot_srt";
-    mkdir $dir;
+    my $dir = Test::Srt::srt_dir();
     # a throw-away self-signed certificate for localhost, committed for the tests only
-    $ENV{TEST_NGINX_SRT_TLS_CERT} = "$ENV{PWD}/t/lib/tls/test.crt";
-    $ENV{TEST_NGINX_SRT_TLS_KEY} = "$ENV{PWD}/t/lib/tls/test.key";
+    $ENV{TEST_NGINX_SRT_TLS_CERT} = "$FindBin::Bin/lib/tls/test.crt";
+    $ENV{TEST_NGINX_SRT_TLS_KEY} = "$FindBin::Bin/lib/tls/test.key";
     $ENV{TEST_NGINX_SRT_HTPASSWD} = "$dir/htpasswd";
-    $ENV{TEST_NGINX_TLS_PORT} ||= 1985;
     open my $fh, '>', "$dir/htpasswd" or die $!;
     print $fh "alice:" . crypt("wonderland", '$6$ngxsrt$') . "\n";
     close $fh;
 }
+$ENV{TEST_NGINX_TLS_PORT} ||= server_port() + 1;
+
+our %ALICE = (Authorization => 'Basic YWxpY2U6d29uZGVybGFuZA==');
+our %WRONG = (Authorization => 'Basic YWxpY2U6d3Jvbmc=');
+
+# Requests through /v1/ (rate limit: 1 + a burst of 2): [headers, expected status] each.
+sub requests {
+    for my $r (@_) {
+        my ($st, $body) = Test::Srt::http_request('POST', '/v1/completions',
+                                                  '{"prompt": "Hello", "max_tokens": 2}', $r->[0]);
+        Test::More::is($st, $r->[1], "setup request: $r->[1]") or Test::More::diag($body);
+    }
+}
 
 master_on();
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-    $block->set_value("http_config", <<'EOF2') unless defined $block->http_config;
+srt_defaults(timeout => 60, http_config => <<'EOF2', config => <<'EOF3');
 limit_req_zone $binary_remote_addr zone=llm:1m rate=1r/m;
 limit_req_status 429;
 srt_device cpu;
@@ -48,7 +52,6 @@ server {
     }
 }
 EOF2
-    $block->set_value("config", <<'EOF2') unless defined $block->config;
 location /v1/ {
     auth_basic "ngx_srt";
     auth_basic_user_file $TEST_NGINX_SRT_HTPASSWD;
@@ -63,9 +66,7 @@ location /tls/ {
     proxy_pass https://127.0.0.1:$TEST_NGINX_TLS_PORT/;
     proxy_ssl_verify off;
 }
-EOF2
-    $block->set_value("timeout", 60) unless defined $block->timeout;
-});
+EOF3
 
 run_tests();
 
@@ -90,7 +91,7 @@ POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
 --- more_headers
 Authorization: Basic YWxpY2U6d29uZGVybGFuZA==
---- response_body_like
+--- response_body_like chomp
 "finish_reason":"length"
 
 
@@ -120,6 +121,11 @@ srt handler
 
 
 === TEST 4: over the rate limit: 429 from limit_req even with good credentials
+--- init
+package main;
+# three requests without credentials use up the rate and its burst (limit_req runs
+# before auth_basic)
+requests([{}, 401], [{}, 401], [{}, 401]);
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2}
@@ -132,9 +138,12 @@ srt handler
 
 
 === TEST 5: only the one authenticated request reached the scheduler
+--- init
+package main;
+requests([\%main::ALICE, 200], [{}, 401], [\%main::WRONG, 401], [\%main::ALICE, 429]);
 --- request
 GET /health
---- response_body_like
+--- response_body_like chomp
 "requests_total":1\}$
 
 
@@ -144,7 +153,7 @@ GET /health
 GET /tls/v1/models
 --- more_headers
 Authorization: Basic YWxpY2U6d29uZGVybGFuZA==
---- response_body_like
+--- response_body_like chomp
 ^\{"object":"list","data":\[\{"id":"smol",
 
 

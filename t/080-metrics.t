@@ -2,21 +2,13 @@
 # Every block starts from a fresh nginx (the real Test::Nginx's default): a block that
 # checks counters makes the request they count itself.
 use Test::Nginx::Socket 'no_plan';
-
-BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 
 master_on();
 log_level('info');
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-    $block->set_value("config", <<'EOF2') unless defined $block->config;
+srt_defaults(timeout => 60, config => <<'EOF2');
 location /v1/ {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_device cpu;
@@ -29,8 +21,6 @@ location = /metrics {
     srt_metrics on;
 }
 EOF2
-    $block->set_value("timeout", 60) unless defined $block->timeout;
-});
 
 run_tests();
 
@@ -40,7 +30,7 @@ __DATA__
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "finish_reason":"length"
 
 

@@ -6,19 +6,15 @@
 # Every block starts from a fresh nginx (the real module's default): blocks that need
 # run-time state (hooks removed through srt_admin) build it with several requests.
 use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 use JSON::PP ();
 
 our ($HF_TEXT, $PROMPT);
 
 BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
-    # the example hook libraries built by make
-    $ENV{TEST_NGINX_SRT_HOOK_LIB} ||= "$ENV{PWD}/build/lib";
-    my $dir = "$ENV{PWD}/t/servroot_srt/hooks";
-    require File::Path;
-    File::Path::make_path("$dir/act");
+    my $dir = Test::Srt::srt_dir('hooks');
+    Test::Srt::srt_dir('hooks/act');
     # the scheduler runs as the worker user: let it write the activation log
     chmod 01777, "$dir/act";
     unlink "$dir/act/act.jsonl";
@@ -70,20 +66,7 @@ BEGIN {
 our $HF_TEXT_RE = do { (my $j = JSON::PP->new->encode([$HF_TEXT])) =~ s/^\[|\]$//g; qr/"text":\Q$j\E/ };
 
 # One HTTP/1.0 exchange with the test server: (status, body).
-sub http {
-    my ($method, $uri, $body) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => server_port(),
-                                  Timeout => 60) or die "connect: $!";
-    my $req = "$method $uri HTTP/1.0\r\nHost: localhost\r\n";
-    $req .= "Content-Type: application/json\r\nContent-Length: " . length($body) . "\r\n"
-        if defined $body;
-    print $s $req, "\r\n", $body // '';
-    local $/;
-    my $resp = <$s> // '';
-    my ($head, $b) = split /\r\n\r\n/, $resp, 2;
-    my ($status) = ($head // '') =~ m{^HTTP/\S+ (\d+)};
-    return ($status // 0, $b // '');
-}
+sub http { my @r = Test::Srt::http_request(@_); return @r[0, 1] }
 
 # The greedy completion of $PROMPT.
 sub complete {
@@ -103,11 +86,7 @@ sub admin_json {
 master_on();
 log_level('info');
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-    $block->set_value("config", <<'EOF2') unless defined $block->config;
+srt_defaults(timeout => 60, config => <<'EOF2');
 location /v1 {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_device cpu;
@@ -120,8 +99,6 @@ location /v1 {
 }
 location /admin/hooks { srt_admin on; }
 EOF2
-    $block->set_value("timeout", 60) unless defined $block->timeout;
-});
 
 run_tests();
 
@@ -181,7 +158,7 @@ location /admin/hooks { srt_admin on; }
 main::complete();   # waits for the model (and its hooks) to load
 --- request
 GET /admin/hooks
---- response_body_like
+--- response_body_like chomp
 "hooks":\[\{"id":1,"name":"steer","type":"forward","module":"model.layers.10",
 
 
@@ -206,7 +183,7 @@ for my $want ("Registered forward hook 'steer' on model.layers.10",
 }
 --- request eval
 "POST /v1/completions\n$main::PROMPT"
---- response_body_unlike
+--- response_body_unlike chomp
 "text":" a \+ b\\n\\n# Example usage:\\nadd_"
 --- no_error_log
 [emerg]
@@ -221,7 +198,7 @@ main::complete();   # waits for the model (and its hooks) to load
 GET /admin/hooks
 --- response_headers
 Content-Type: application/json
---- response_body_like
+--- response_body_like chomp
 ^\{"generation":\d+,"active":2,"modules":\d+,"hooks":\[\{"id":1,"name":"steer","type":"forward","module":"model.layers.10","global":false,"active":true,"prepend":false,"always_call":false,"with_kwargs":false,"factory":"libsrt_hook_steer.so:srt_steer_factory","source":"[^"]+served.json"\},\{"id":2,"name":"log","type":"forward","module":"model.layers.0.mlp",.*"active":true.*\}\]\}$
 
 
@@ -242,7 +219,7 @@ Test::More::is($j->{hooks}[0]{active}, JSON::PP::true, "steer listed active agai
 Test::More::is(main::complete(), $steered, "re-added: the steered text again");
 --- request
 GET /admin/hooks
---- response_body_like
+--- response_body_like chomp
 "active":2,
 
 
@@ -269,7 +246,7 @@ main::complete();   # waits for the model (and its hooks) to load
 --- request
 POST /admin/hooks?action=remove&id=99
 --- error_code: 404
---- response_body_like
+--- response_body_like chomp
 ^\{"error":\{"message":"no hook with id 99","type":"invalid_request_error","param":null,"code":404\}\}$
 
 
@@ -280,7 +257,7 @@ main::complete();   # waits for the model (and its hooks) to load
 --- request
 POST /admin/hooks?action=readd&name=nobody
 --- error_code: 404
---- response_body_like
+--- response_body_like chomp
 "message":"no hook spec named 'nobody'"
 
 
@@ -289,7 +266,7 @@ POST /admin/hooks?action=readd&name=nobody
 --- request
 POST /admin/hooks?action=explode&id=1
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 ^\{"error":\{"message":"unknown action \\"explode\\" \(remove, readd or delete\)","type":"invalid_request_error","param":"action","code":400\}\}$
 
 
@@ -304,7 +281,7 @@ Test::More::is($st, 405, "PUT is not allowed");
 --- request
 POST /admin/hooks?action=remove
 --- error_code: 400
---- response_body_like
+--- response_body_like chomp
 "message":"give the hook's \\"id\\" or its spec's \\"name\\""
 
 
@@ -351,7 +328,7 @@ Test::More::ok($modes{prefill} || $modes{extend}, "a prefill line") or Test::Mor
 Test::More::ok($modes{decode}, "decode lines");
 --- request
 GET /admin/hooks
---- response_body_like
+--- response_body_like chomp
 "active":2,
 
 
@@ -384,5 +361,5 @@ sleep 1;
 --- request
 GET /admin/hooks
 --- error_code: 503
---- response_body_like
+--- response_body_like chomp
 "message":"the scheduler of model \\"broken\\" is not serving"

@@ -3,20 +3,16 @@
 # srt_tp_size 3 equal HF transformers' (t/fixtures/golden/smollm2.json, as t/020 checks at tp=1).
 # Every block starts from a fresh nginx (the real Test::Nginx's default).
 use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 use JSON::PP ();
-use IO::Socket::INET ();
 
 BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
     # every rank loads the same hook file: an activation logger on a column-parallel module
     # (q_proj: each rank sees its 192 of 576 features) and on a full one (the MLP's output,
     # after the all-reduce)
-    my $lib = $ENV{TEST_NGINX_SRT_HOOK_LIB} || "$ENV{PWD}/build/lib";
-    my $dir = "$ENV{PWD}/t/servroot_srt/hooks_tp";
-    require File::Path;
-    File::Path::make_path($dir);
+    my $lib = $ENV{TEST_NGINX_SRT_HOOK_LIB};
+    my $dir = Test::Srt::srt_dir('hooks_tp');
     chmod 01777, $dir;   # the scheduler and its ranks run as the worker user
     unlink "$dir/act.jsonl";
     $ENV{TEST_NGINX_TP_HOOKS} = "$dir/hooks.json";
@@ -29,31 +25,22 @@ BEGIN {
     close $fh;
 }
 
-sub http {
-    my ($method, $uri, $body) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => server_port(),
-                                  Timeout => 120) or die "connect: $!";
-    my $req = "$method $uri HTTP/1.0\r\nHost: localhost\r\n";
-    $req .= "Content-Type: application/json\r\nContent-Length: " . length($body) . "\r\n"
-        if defined $body;
-    print $s $req, "\r\n", $body // '';
-    local $/;
-    my $resp = <$s> // '';
-    my ($head, $b) = split /\r\n\r\n/, $resp, 2;
-    my ($status) = ($head // '') =~ m{^HTTP/\S+ (\d+)};
-    return ($status // 0, $b // '');
-}
+# (status, body) of one request
+sub http { my @r = Test::Srt::http_request(@_); return @r[0, 1] }
 
-sub act_lines { open my $fh, '<', $ENV{TEST_NGINX_TP_ACT} or return 0; my @l = <$fh>; return scalar @l }
+# the activation log: its lines, from byte $from on
+sub act_lines {
+    my ($from) = @_;
+    open my $fh, '<', $ENV{TEST_NGINX_TP_ACT} or return ();
+    seek $fh, $from // 0, 0;
+    return <$fh>;
+}
+sub act_count { my @l = act_lines(); return scalar @l }
 
 master_on();
 log_level('info');
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-    $block->set_value("config", <<'EOF2') unless defined $block->config;
+srt_defaults(timeout => 120, config => <<'EOF2');
 location /v1 {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_device cpu;
@@ -64,8 +51,6 @@ location /v1 {
     srt_wait_ready 120s;
 }
 EOF2
-    $block->set_value("timeout", 120) unless defined $block->timeout;
-});
 
 run_tests();
 
@@ -75,7 +60,7 @@ __DATA__
 --- request
 POST /v1/completions
 {"model": "smol", "prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"\}\],"usage":\{"prompt_tokens":17,"completion_tokens":12,
 --- error_log eval
 [qr/tp rank 2 of 3 ready \(pid \d+\)/]
@@ -86,7 +71,7 @@ POST /v1/completions
 --- request
 POST /v1/completions
 {"prompt": ["Once upon a time, in a small village by the sea, there lived an old fisherman who"], "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" had a daughter named Elara. She was a kind and","logprobs":null,"finish_reason":"length"
 
 
@@ -95,7 +80,7 @@ POST /v1/completions
 --- request
 POST /v1/completions
 {"prompt": "def add(a, b):\n    return", "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" a \+ b\\n\\n# Example usage:\\nadd_","logprobs":null,"finish_reason":"length"
 
 
@@ -117,7 +102,7 @@ select undef, undef, undef, 3;
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
 --- error_code: 503
---- response_body_like
+--- response_body_like chomp
 "message":"Model \\"smol\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
 --- error_log eval
 [qr/scheduler for model "smol" failed: [^\n]*divide/]
@@ -139,7 +124,7 @@ location /v1 {
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 3, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "finish_reason":"length"
 --- no_error_log
 [alert]
@@ -147,12 +132,25 @@ POST /v1/completions
 
 
 === TEST 6: ... the activation log has each rank's lines: q_proj 192 wide, the MLP 576 and equal on all ranks
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 1;
+    srt_tp_size 3;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_forward_hooks $TEST_NGINX_TP_HOOKS;
+    srt_wait_ready 120s;
+}
 --- init
 package main;   # the real Test::Nginx evals init in its own package
-my $file = $ENV{TEST_NGINX_TP_ACT};
-open my $fh, '<', $file or die "$file: $!";
+my $from = -s $ENV{TEST_NGINX_TP_ACT} || 0;
+my ($st, $b) = http('POST', '/v1/completions',
+    '{"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 3, "temperature": 0}');
+Test::More::is($st, 200, "a completion with the hooks on") or Test::More::diag($b);
 my (%seen, %mlp);
-for my $l (<$fh>) {
+for my $l (act_lines($from)) {
     my $j = eval { JSON::PP::decode_json($l) } or do { Test::More::ok(0, "JSON line: $l"); next };
     my $m = $j->{module};
     $seen{"$m/$j->{tp_rank}"}++;
@@ -171,7 +169,7 @@ Test::More::is(join('|', @{ $mlp{1} || [] }), join('|', @{ $mlp{0} || [] }), "ra
 Test::More::is(join('|', @{ $mlp{2} || [] }), join('|', @{ $mlp{0} || [] }), "rank 2's MLP output = rank 0's");
 --- request
 GET /v1/models
---- response_body_like
+--- response_body_like chomp
 "smol"
 
 
@@ -194,21 +192,21 @@ package main;   # the real Test::Nginx evals init in its own package
 my $req = '{"prompt": [33, 28, 216], "max_tokens": 2, "temperature": 0}';
 my ($st, $b) = main::http('POST', '/v1/completions', $req);
 Test::More::is($st, 200, "a completion with the hooks on") or Test::More::diag($b);
-my $n0 = main::act_lines();
+my $n0 = main::act_count();
 ($st, $b) = main::http('POST', '/v1/completions', $req);
-my $n1 = main::act_lines();
+my $n1 = main::act_count();
 Test::More::ok($n1 - $n0 >= 6, "3 ranks x 2 modules log each step: " . ($n1 - $n0) . " lines");
 ($st, $b) = main::http('POST', '/admin/hooks?action=remove&name=log');
 Test::More::is($st, 200, "remove by name") or Test::More::diag($b);
 ($st, $b) = main::http('POST', '/v1/completions', $req);
 Test::More::is($st, 200, "a completion after the removal") or Test::More::diag($b);
-Test::More::is(main::act_lines(), $n1, "no rank logged after the removal");
+Test::More::is(main::act_count(), $n1, "no rank logged after the removal");
 ($st, $b) = main::http('POST', '/admin/hooks?action=readd&name=log');
 Test::More::is($st, 200, "re-add by name") or Test::More::diag($b);
 ($st, $b) = main::http('POST', '/v1/completions', $req);
-Test::More::ok(main::act_lines() - $n1 >= 6, "every rank logs again after the re-add");
+Test::More::ok(main::act_count() - $n1 >= 6, "every rank logs again after the re-add");
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"

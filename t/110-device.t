@@ -3,24 +3,16 @@
 # to fail on every machine by pointing SRT_CUDA_PLUGIN (passed to the scheduler process with
 # nginx's `env` directive) at a plugin that does not exist.
 use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 
-BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
-    $ENV{SRT_CUDA_PLUGIN} = "$ENV{PWD}/t/servroot_srt/no-such-dir/libsrt_cuda.so";
-}
+BEGIN { $ENV{SRT_CUDA_PLUGIN} = Test::Srt::srt_dir() . "/no-such-dir/libsrt_cuda.so" }
 
 master_on();
 log_level('info');
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    # nginx clears its processes' environment but for the variables named by `env`
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};\nenv SRT_CUDA_PLUGIN;")
-        unless defined $block->main_config;
-    $block->set_value("timeout", 60) unless defined $block->timeout;
-});
+# nginx clears its processes' environment but for the variables named by `env`
+srt_defaults(timeout => 60, main_config => 'env SRT_CUDA_PLUGIN;');
 
 run_tests();
 
@@ -41,7 +33,7 @@ select undef, undef, undef, 3;
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
 --- error_code: 503
---- response_body_like
+--- response_body_like chomp
 "message":"Model \\"smol\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
 --- error_log eval
 [qr/scheduler for model "smol" failed: srt_device cuda: cannot load the CUDA backend plugin: [^\n]*no-such-dir/]
@@ -62,7 +54,7 @@ location /v1 {
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
 --- error_log eval
 [qr/srt_device auto: running on the CPU \(cannot load the CUDA backend plugin: [^\n]*no-such-dir/, qr/scheduler ready: [^\n]*, on cpu\n/]
@@ -82,7 +74,7 @@ location /v1 {
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
---- response_body_like
+--- response_body_like chomp
 "text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
 --- no_error_log
 srt_device auto

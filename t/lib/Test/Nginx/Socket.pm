@@ -34,12 +34,14 @@ use Time::HiRes qw(sleep time);
 use File::Path qw(make_path remove_tree);
 use Cwd qw(cwd);
 use POSIX ();
+use List::Util ();
 
 our $VERSION = '0.1';
 
 our $ServerPort = $ENV{TEST_NGINX_PORT} || 1984;
 our $ServerPortForClient = $ServerPort;
-our $ServerRoot = cwd() . '/t/servroot';
+our $ServerRoot = $ENV{TEST_NGINX_SERVROOT} || cwd() . '/t/servroot';
+$ServerRoot =~ s{/+$}{};
 our $NginxBinary = $ENV{TEST_NGINX_BINARY} || 'nginx';
 our $RepeatEach = 1;
 our $MasterProcessEnabled = 'off';
@@ -49,6 +51,9 @@ our $WorkerConnections = 64;
 our $LogLevel = 'debug';
 our $NoRootLocation = 0;
 our @BlockPreprocessors;
+# Like the real module, blocks run in a random order unless no_shuffle() or
+# TEST_NGINX_NO_SHUFFLE=1: a block must not depend on what an earlier one did.
+our $NoShuffle = $ENV{TEST_NGINX_NO_SHUFFLE} || 0;
 
 # Like the real module: nginx is started afresh for every block unless
 # TEST_NGINX_FORCE_RESTART_ON_TEST=0, which keeps it across blocks whose generated
@@ -100,7 +105,7 @@ sub master_process_enabled { $MasterProcessEnabled = $_[0] ? 'on' : 'off' if @_;
 sub workers { $Workers = shift }
 sub worker_connections { $WorkerConnections = shift }
 sub log_level { $LogLevel = shift }
-sub no_shuffle { }
+sub no_shuffle { $NoShuffle = 1 }
 sub no_long_string { }
 sub no_root_location { $NoRootLocation = 1 }
 sub env_to_nginx { }
@@ -273,18 +278,32 @@ sub read_pid {
     return $pid && $pid =~ /^\d+$/ ? $pid : undef;
 }
 
+# Like kill(0, pid), but a zombie is not running: a daemonised nginx is reparented to
+# init, which may take a while to reap it (seconds in some containers).
+sub is_running {
+    my ($pid) = @_;
+    return 0 unless $pid && kill 0, $pid;
+    if (open my $fh, '<', "/proc/$pid/stat") {
+        my $stat = <$fh> // '';
+        return 0 if $stat =~ /^\d+ \(.*\) [ZX] /s;
+    }
+    return 1;
+}
+
+# TERM (the real module sends QUIT unless TEST_NGINX_FAST_SHUTDOWN; QUIT would wait for
+# the long requests some blocks leave running), then KILL the group after 3 s like it.
 sub stop_nginx {
     my $pid = $NginxPid // read_pid();
     $RunningConf = '';
     $NginxPid = undef;
-    return unless $pid && kill 0, $pid;
+    return unless is_running($pid);
     kill 'TERM', $pid;
-    for (1 .. 200) {
-        last unless kill 0, $pid;
+    for (1 .. 60) {
+        last unless is_running($pid);
         waitpid($pid, POSIX::WNOHANG());
         sleep 0.05;
     }
-    if (kill 0, $pid) {
+    if (is_running($pid)) {
         # the daemonised master leads its own process group: take its children too
         kill 'KILL', -$pid;
         kill 'KILL', $pid;
@@ -299,20 +318,21 @@ sub stop_nginx {
     }
 }
 
+# As the real module: remove conf, logs, html, cache and the *_temp/*_cache dirs, then
+# the server root itself, which must then be empty (it bails out otherwise).
 sub clean_servroot {
-    make_path($ServerRoot);
-    for my $d (qw(conf logs html cache)) {
-        remove_tree("$ServerRoot/$d");
-    }
-    for my $d (glob "$ServerRoot/*_temp") {
-        remove_tree($d);
+    if (-d $ServerRoot) {
+        remove_tree("$ServerRoot/$_") for qw(conf logs html cache);
+        remove_tree($_) for glob("$ServerRoot/*_temp"), glob("$ServerRoot/*_cache");
+        rmdir $ServerRoot
+            or Test::More::BAIL_OUT("Can't remove $ServerRoot (not empty?): $!");
     }
     make_path("$ServerRoot/$_") for qw(conf logs html);
 }
 
 sub run_cmd {
     my (@cmd) = @_;
-    my $out = "$ServerRoot/.cmd.out";
+    my $out = "$ServerRoot/logs/nginx.out";
     my $pid = fork();
     die "fork: $!" unless defined $pid;
     if ($pid == 0) {
@@ -431,6 +451,8 @@ sub build_request {
     }
     my $req = expand_env(defined $one ? $one : $block->request, 'request');
     die "no --- request\n" unless defined $req;
+    # the real module drops leading blank and comment lines
+    while ($req =~ s/^\s*\#[^\n]+\s+|^\s+//gs) { }
     my ($line, $body) = split /\n/, $req, 2;
     $line =~ s/^\s+|\s+$//g;
     my ($method, $uri, $proto) = split /\s+/, $line;
@@ -447,12 +469,12 @@ sub build_request {
             $headers .= "$h\r\n";
         }
     }
-    $body =~ s/\s+\z// if defined $body;
+    # like the real module: the body is trimmed, and an empty one gets no Content-Length
+    $body =~ s/^\s+|\s+$//gs if defined $body;
     if (defined $body && length $body) {
         $headers .= "Content-Length: " . length($body) . "\r\n" unless $set{'content-length'} || $set{'transfer-encoding'};
     } else {
         $body = '';
-        $headers .= "Content-Length: 0\r\n" if $method =~ /^(POST|PUT)$/ && !$set{'content-length'};
     }
     return "$method $uri $proto\r\n$headers\r\n$body";
 }
@@ -494,12 +516,16 @@ sub parse_response {
     $body //= '';
     if (($h{'transfer-encoding'} // '') =~ /chunked/i) {
         my $out = '';
+        my $complete = 0;
         while ($body =~ s/\A([0-9a-fA-F]+)[^\r\n]*\r\n//) {
             my $len = hex $1;
-            last if $len == 0;
+            if ($len == 0) { $complete = 1; last }
+            last if length($body) < $len + 2;
             $out .= substr($body, 0, $len);
             substr($body, 0, $len + 2) = '';
         }
+        # the real module fails a chunked body without its last chunk
+        return ('truncated', \%h, $out) unless $complete;
         $body = $out;
     }
     return ($status, \%h, $body);
@@ -507,106 +533,167 @@ sub parse_response {
 
 # ---- the tests ----
 
+# Like the real module: each pattern (a line of the section, or a qr// from eval) is
+# matched against the error log one line at a time; the log is read from the block's
+# start (a restart leaves a fresh one) or from where the previous request's check ended.
+sub log_lines {
+    my ($text) = @_;
+    return [ split /^/m, $text ];
+}
+
+sub section_patterns {
+    my ($want) = @_;
+    return ref $want eq 'ARRAY' ? grep { defined } @$want
+         : ref $want eq 'Regexp' ? ($want)
+         : grep { length } split /\n+/, $want;
+}
+
+sub line_hit {
+    my ($line, $p) = @_;
+    return ref $p eq 'Regexp' ? $line =~ $p : index($line, $p) >= 0;
+}
+
 sub check_log_patterns {
     my ($block, $log, $name) = @_;
-    for my $sec (qw(error_log no_error_log)) {
-        my $want = $block->{_sections}{$sec};
-        next unless defined $want;
-        my @pats = ref $want eq "ARRAY" ? @$want : ref $want ? ($want) : grep { length } split /\n/, $want;
-        for my $p (@pats) {
-            my $hit = ref $p eq 'Regexp' ? $log =~ $p : index($log, $p) >= 0;
-            if ($sec eq 'error_log') {
-                Test::More::ok($hit, "$name - pattern \"$p\" should match a line in error.log")
-                    or Test::More::diag("log was:\n" . substr($log, -2000));
-            } else {
-                Test::More::ok(!$hit, "$name - pattern \"$p\" should not match any line in error.log");
+    my $lines = log_lines($log);
+
+    if (defined(my $grep = $block->{_sections}{grep_error_log})) {
+        my $want = $block->{_sections}{grep_error_log_out};
+        Test::More::BAIL_OUT("$name - No --- grep_error_log_out defined but --- grep_error_log is defined")
+            unless defined $want;
+        $grep = $grep->[0] if ref $grep eq 'ARRAY';
+        $want = $want->[0] if ref $want eq 'ARRAY';
+        my $got = '';
+        for my $line (@$lines) {
+            if (ref $grep ? $line =~ $grep : $line =~ /\Q$grep\E/) {
+                my $m = $&;
+                $got .= "$m\n" unless $m =~ /\n/;
             }
+        }
+        if (ref $want eq 'Regexp') {
+            Test::More::like($got, $want, "$name - grep_error_log_out");
+        } else {
+            Test::More::is($got, $want, "$name - grep_error_log_out");
+        }
+    }
+
+    if (defined(my $want = $block->{_sections}{error_log})) {
+        for my $p (section_patterns($want)) {
+            my $hit = grep { line_hit($_, $p) } @$lines;
+            Test::More::ok($hit, "$name - pattern \"$p\" should match a line in error.log")
+                or Test::More::diag("log was:\n" . substr($log, -2000));
+        }
+    }
+
+    if (defined(my $want = $block->{_sections}{no_error_log})) {
+        for my $p (section_patterns($want)) {
+            my ($line) = grep { line_hit($_, $p) } @$lines;
+            Test::More::ok(!defined $line, "$name - pattern \"$p\" should not match any line in error.log")
+                or Test::More::diag("it matches: $line");
         }
     }
 }
 
 sub run_block {
-    my ($block, $rep) = @_;
-    my $name = $block->name . ($RepeatEach > 1 ? " (repeat $rep)" : '');
+    my ($block) = @_;
+    my $name = $block->name;
 
     $_->($block) for @BlockPreprocessors;
 
     my $conf = eval { nginx_conf($block) };
     if ($@) { Test::More::BAIL_OUT("$name: $@") }
 
-    my $timeout = $block->timeout // 3;
+    my $timeout = $block->timeout // $ENV{TEST_NGINX_TIMEOUT} // 3;
     $timeout =~ s/s$//;
 
     if (defined $block->must_die) {
+        # like the real module: start nginx for real (startup errors go to
+        # logs/error.log through -e) and expect it to fail; only the log is checked
         stop_nginx();
         clean_servroot();
         open my $fh, '>', "$ServerRoot/conf/nginx.conf" or die $!;
         print $fh $conf;
         close $fh;
-        # like Test::Nginx: startup errors go to logs/error.log (nginx -e)
         my ($rc, $out) = run_cmd($NginxBinary, '-e', "$ServerRoot/logs/error.log",
-                                 '-p', "$ServerRoot/", '-c', 'conf/nginx.conf', '-t');
-        Test::More::ok($rc != 0, "$name - nginx -t fails") or Test::More::diag($out);
-        check_log_patterns($block, $out . log_since(0), $name);
+                                 '-p', "$ServerRoot/", '-c', 'conf/nginx.conf');
+        Test::More::ok($rc != 0, "$name - die as expected") or Test::More::diag($out);
+        if ($rc == 0) {
+            for (1 .. 50) { last if read_pid(); sleep 0.02 }
+            $NginxPid = read_pid();
+            stop_nginx();
+        }
+        check_log_patterns($block, log_since(0), $name);
         return;
     }
 
-    # the real module decides once per block, before the repetitions
-    my $fresh_log = 0;
-    if ($rep == 1) {
-        my $running = $NginxPid && kill 0, $NginxPid;
-        my $restart = !defined $PrevConf || $conf ne $PrevConf || $ForceRestartOnTest
-                      || !$running;
-        $PrevConf = $conf;
-        $fresh_log = $restart;
-        if ($restart && $UseHup && $running) {
-            hup_nginx($block, $conf);
-        } elsif ($restart) {
-            my ($rc, $out) = start_nginx($block, $conf);
-            if ($rc != 0) {
-                Test::More::fail("$name - nginx failed to start: $out");
-                return;
-            }
+    # Restart unless TEST_NGINX_FORCE_RESTART_ON_TEST=0 and the block's `--- config`
+    # (all the real module compares) is the same as the previous block's.
+    my $config = expand_env($block->config // '', 'config');
+    my $running = is_running($NginxPid);
+    my $restart = !defined $PrevConf || $config ne $PrevConf || $ForceRestartOnTest
+                  || !$running;
+    $PrevConf = $config;
+    if ($restart && $UseHup && $running) {
+        hup_nginx($block, $conf);
+    } elsif ($restart) {
+        my ($rc, $out) = start_nginx($block, $conf);
+        if ($rc != 0) {
+            Test::More::fail("$name - nginx failed to start: $out");
+            return;
         }
     }
 
-    # a restart or reload leaves a fresh error log, read from its start as the real
-    # module does (startup lines included); later checks see only new lines
-    my $pos = $fresh_log ? 0 : log_size();
-
     if (my $code = $block->init) {
-        # the real module evals init inside Test::Nginx::Util, under strict: a suite's own
-        # subs and globals are reached as main::name (or after `package main;`)
+        # the real module evals init once per block, inside Test::Nginx::Util, under
+        # strict: a suite's own subs and globals are reached as main::name (or after
+        # `package main;`)
         eval "package Test::Nginx::Util; use strict; $code";
-        die "$name: init: $@" if $@;
+        Test::More::BAIL_OUT("$name - init failed: $@") if $@;
     }
+
+    # the real module reads the error log from its start for each block (a fresh log
+    # after a restart), then from where the previous check stopped
+    my $pos = 0;
+
+    for my $rep (1 .. $RepeatEach) {
+        my $rname = $name . ($RepeatEach > 1 ? " (repeat $rep)" : '');
+        $pos = run_requests($block, $rname, $timeout, $pos);
+    }
+}
+
+sub run_requests {
+    my ($block, $name, $timeout, $pos) = @_;
 
     # `--- request eval [...]`: several requests in order, each on its own connection;
     # every expectation must then be an array indexed by request
     my @reqs = ref $block->{_sections}{request} eq 'ARRAY'
              ? @{ $block->{_sections}{request} } : (undef);
     my $need_array = @reqs > 1;
+    my $check_log = grep { defined $block->{_sections}{$_} } qw(error_log no_error_log grep_error_log);
 
     for my $i (0 .. $#reqs) {
         my $rname = $need_array ? "$name (req $i)" : $name;
         my $raw = build_request($block, $reqs[$i]);
         my ($resp, $err) = send_request($raw, $timeout, $block->abort);
-        my $last = $i == $#reqs;
 
-        if (defined $block->wait && ($need_array || $last)) { sleep $block->wait }
-        # let the log catch up with what this request caused
-        sleep 0.1 if defined $block->{_sections}{error_log} || defined $block->{_sections}{no_error_log};
-
-        if (!defined $resp || ($err && $err eq "timeout" && !defined $block->abort)) {
+        if (!defined $resp) {
             Test::More::fail("$rname - request failed: " . ($err // 'no response'));
         } else {
+            if ($err && $err eq 'timeout' && !defined $block->abort) {
+                Test::More::fail("ERROR: client socket timed out - $rname");
+            }
             check_response($block, $rname, $resp, $i, $need_array);
         }
+
+        sleep $block->wait if $block->wait;
+        # the real module gives the log a moment to catch up (log-phase lines)
+        sleep 0.05 if $check_log;
 
         my $now = log_size();
         check_log_patterns($block, log_since($pos), $rname);
         $pos = $now;
     }
+    return $pos;
 }
 
 sub indexed {
@@ -627,11 +714,14 @@ sub check_response {
 
     my ($status, $headers, $body) = parse_response($resp);
 
-    if (defined(my $code = indexed($block, 'error_code', $i, $need_array, $name))) {
-        Test::More::is($status, $code, "$name - status code ok");
-    } elsif (!defined $block->abort) {
-        Test::More::is($status, 200, "$name - status code ok");
+    # as in the real module, `--- abort` only silences the timeout: the status is still
+    # checked (a block whose request is cut short says `--- ignore_response`)
+    if (defined $status && $status eq 'truncated') {
+        Test::More::fail("$name - no last chunk found in a chunked response");
+        return;
     }
+    my $code = indexed($block, 'error_code', $i, $need_array, $name) // 200;
+    Test::More::is($status // '', $code, "$name - status code ok");
 
     if (defined(my $rh = indexed($block, 'response_headers', $i, $need_array, $name))) {
         for my $line (ref $rh eq 'ARRAY' ? @$rh : split /\n/, $rh) {
@@ -656,22 +746,24 @@ sub check_response {
     }
 
     if (defined(my $like = indexed($block, 'response_body_like', $i, $need_array, $name))) {
-        my $re = ref $like eq 'Regexp' ? $like : do { (my $l = $like) =~ s/\n\z//; qr/$l/s };
+        # as in the real module the section is the pattern as is, its trailing newline
+        # included: write `--- response_body_like chomp` for a pattern that is not at the
+        # body's end
+        my $re = ref $like eq 'Regexp' ? $like : qr/$like/s;
         Test::More::like($body, $re, "$name - response_body_like - response is expected");
     }
 
-    if (defined(my $unlike = $block->response_body_unlike)) {
-        (my $l = $unlike) =~ s/\n\z//;
-        Test::More::unlike($body, qr/$l/s, "$name - response_body_unlike");
+    if (defined(my $unlike = indexed($block, 'response_body_unlike', $i, $need_array, $name))) {
+        my $re = ref $unlike eq 'Regexp' ? $unlike : qr/$unlike/s;
+        Test::More::unlike($body, $re, "$name - response_body_unlike");
     }
 }
 
 sub run_tests {
     my @blocks = blocks();
+    @blocks = List::Util::shuffle(@blocks) unless $NoShuffle;
     for my $block (@blocks) {
-        for my $rep (1 .. $RepeatEach) {
-            run_block($block, $rep);
-        }
+        run_block($block);
     }
     stop_nginx();
     Test::More::done_testing() unless $Plan;
