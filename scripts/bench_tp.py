@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Tensor parallelism on the CPU communicator: decode tokens/s at tp=1, 2, 4 and the all-reduce
-cost per decode step (build/bin/srt-bench-tp; run `make build/bin/srt-bench-tp` first).
+"""Tensor parallelism on the CPU communicator: decode tokens/s at tp=1, 2, 4 and the cost of the
+collectives per decode step: 2 all-reduces per layer + 1 for the vocab-parallel embedding, and
+1 all-gather of the lm_head logit slices (build/bin/srt-bench-tp; run
+`make build/bin/srt-bench-tp` first).
 
 The golden models' heads do not divide by 4 (tiny-llama 4 heads / 2 KV heads; SmolLM2 9 / 3),
 so tp=1/2/4 run on a random Llama written here in SmolLM2's width: hidden 576, 8 heads / 4 KV
 heads of 64 (SmolLM2 has 9 / 3), ffn 1536, 8 layers, vocab 49152, F32. Random weights: only
-speed is measured; correctness of tp=2/4 is t/unit/test_tp_group and t/unit/test_model_tp.
+speed is measured; correctness of tp=2/3/4 is t/unit/test_tp_group and t/unit/test_model_tp.
 
     python3 scripts/bench_tp.py [--steps 64] [--batch 1] [--threads 1] [--tp 1,2,4]
 """
