@@ -329,6 +329,7 @@ def main():
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--module", default=os.path.join(ROOT, "build/nginx/ngx_http_srt_module.so"))
     ap.add_argument("--bench-sched", default=os.path.join(ROOT, "build/bin/srt-bench-sched"))
+    ap.add_argument("--bench-chan", default=os.path.join(ROOT, "build/bin/srt-bench-chan"))
     ap.add_argument("--json", default=None, help="write every figure here as JSON")
     ap.add_argument("--spin", default="off", help="srt_scheduler_spin for the model (off, 200us, ...)")
     args = ap.parse_args()
@@ -421,6 +422,12 @@ def main():
         "decode": bench_sched(args, args.prompt_ids, args.stream_tokens, args.stream_requests),
     }
     R["chat_prompt_tokens"] = chat_prompt
+    # the floor: one request's round trip through the channel between two processes (no HTTP,
+    # no model), with the same scheduler spin
+    spin_us = 0 if args.spin == "off" else int(args.spin[:-2]) * (1000 if args.spin.endswith("ms") else 1)
+    out = subprocess.run([args.bench_chan, "--spin", str(spin_us), "--requests", "20000"],
+                         capture_output=True, text=True, check=True).stdout
+    R["chan_floor"] = {k: float(v) for k, v in (x.split("=", 1) for x in out.split())}
     R["load_after"] = open("/proc/loadavg").read().split()[:3]
 
     cs = R["cases"]
@@ -450,6 +457,13 @@ def main():
                        "added_per_request_us": per_req}
         print(f"| {name} | {plen} | {d:.1f} | {off:.1f} | {d - off:.1f} | {d - inrun:.1f} | **{per_req:.1f}** |")
     R["added"] = added
+    fl = R["chan_floor"]
+    print(f"\nchannel floor (build/bin/srt-bench-chan --spin {spin_us}: two processes, no HTTP, no model): round trip p50 "
+          f"{fl['rtt_p50_us']:.1f} us (hand-off {fl['handoff_p50_us']:.1f}, notify {fl['notify_p50_us']:.1f}), p99 {fl['rtt_p99_us']:.1f} us")
+    for name in added:
+        a = added[name]["added_per_request_us"]
+        print(f"  {name}: module adds {a:.1f} us per request = channel floor {fl['rtt_p50_us']:.1f} + "
+              f"{a - fl['rtt_p50_us']:.1f} us of HTTP-side work (parse, template, tokenize, detokenize, JSON)")
     print("\nnginx worker CPU per request, module minus return 200 (concurrency 1; load-independent):")
     for name in ("completions", "chat"):
         if f"{name} c=1" in cs:

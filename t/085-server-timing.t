@@ -2,22 +2,13 @@
 # to the scheduler, the scheduler's own time, hand-off back); srt_scheduler_spin: the
 # scheduler's bounded busy-wait before it sleeps. Every block starts from a fresh nginx.
 use Test::Nginx::Socket 'no_plan';
-
-BEGIN {
-    $ENV{TEST_NGINX_SRT_MODULE} ||= "$ENV{PWD}/build/nginx/ngx_http_srt_module.so";
-    $ENV{TEST_NGINX_SRT_MODEL} ||= ($ENV{SRT_MODEL_DIR} || "$ENV{PWD}/.cache/models")
-                                   . "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
 
 master_on();
 log_level('info');
 
-add_block_preprocessor(sub {
-    my $block = shift;
-    $block->set_value("main_config", "load_module $ENV{TEST_NGINX_SRT_MODULE};")
-        unless defined $block->main_config;
-    $block->set_value("timeout", 60) unless defined $block->timeout;
-});
+srt_defaults(timeout => 60);
 
 run_tests();
 
