@@ -7,7 +7,10 @@
  * Tensor parallel (tp=2, vocab 97 so the last vocab shard is short): ranks in forked processes,
  * each on its own host-device backend, match tp=1 within 1e-4, load only their vocab rows of the
  * embedding and lm_head, keep to backend memory, and follow the per-step upload/gather/download
- * protocol; over the CPU communicator, and over NCCL when the fake libnccl is built. */
+ * protocol; over the CPU communicator and over NCCL (the fake libnccl: the runner makes the
+ * communicator from rank 0's unique id), also with a pre-hook on embed_tokens rewriting the ids in
+ * backend memory (read back to pick each rank's rows); NCCL failing in the id or an all-reduce
+ * fails every rank, none hangs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks/registry.h"
 #include "srt/backend.h"
 #include "srt/comm.h"
 #include "srt/model.h"
@@ -283,10 +287,37 @@ static int shard_loads(const srt_model *m, const char *name, int64_t lo, int64_t
     return k;
 }
 
+/* A forward pre-hook on model.embed_tokens that rewrites the ids in place (in backend memory on
+ * the device path): with tp > 1 the runner must read them back to find each rank's rows. */
+static int remap_V;
+static int remap_pre(srt_hook *h, const srt_hook_call *c, srt_module_args *a)
+{
+    int32_t *ids = a->inputs[0].data;
+    for (int64_t t = 0; t < a->inputs[0].shape[0]; t++)
+        ids[t] = (ids[t] * 7 + 3) % remap_V;
+    return SRT_HOOK_OK;
+}
+static srt_hook remap_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), remap_pre, NULL, NULL, NULL };
+
+static srt_hook_registry *attach_remap(srt_model *m, int V, srt_err *err)
+{
+    int n;
+    srt_module *mods = srt_model_modules(m, &n);
+    srt_hook_attach_opts ho = { .name = "remap", .pre = 1 };
+    srt_hook_registry *reg = srt_hook_registry_create(mods, n, err);
+    remap_V = V;
+    if (reg && srt_hook_attach(reg, "model.embed_tokens", &remap_hook, &ho, err) <= 0) {
+        srt_hook_registry_free(reg);
+        return NULL;
+    }
+    return reg;
+}
+
 /* tp ranks in forked processes, each a runner on its own host-device backend; tensor
  * collectives over the CPU communicator on the backend memory, or over NCCL (nccl_so: the
  * fake libnccl, host memory) with the unique id broadcast by the runner. */
-static void run_tp(const char *dir, const char *arch, int size, const char *nccl_so, const float *ref, int V)
+static void run_tp(const char *dir, const char *arch, int size, const char *nccl_so, const float *ref, int V,
+                   int remap)
 {
     srt_err err = { { 0 } };
     if (nccl_so && access(nccl_so, R_OK) != 0) {
@@ -295,7 +326,8 @@ static void run_tp(const char *dir, const char *arch, int size, const char *nccl
     }
     size_t bytes = (size_t)size * (sizeof(tp_report) + 4 * (size_t)V * sizeof(float));
     char *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    const char *via = nccl_so ? "NCCL (fake)" : "the CPU communicator";
+    const char *via = remap ? "NCCL (fake), ids rewritten by a pre-hook on embed_tokens"
+                    : nccl_so ? "NCCL (fake)" : "the CPU communicator";
     memset(sh, 0, bytes);
     srt_cpu_comm_group *g = srt_cpu_comm_group_create(size, 1 << 16, &err);
     pid_t pids[8];
@@ -308,6 +340,7 @@ static void run_tp(const char *dir, const char *arch, int size, const char *nccl
             srt_runner *r = NULL;
             srt_kv_pool *kv = NULL;
             srt_nccl_lib *lib = NULL;
+            srt_hook_registry *reg = NULL;
             srt_comm *comm = srt_cpu_comm_join(g, k, &err);
             srt_backend dev = { &dev_ops, NULL };
             n_loaded = violations = n_begin = n_rope_cs = n_gather = n_download = n_upload = n_fused = 0;
@@ -316,7 +349,7 @@ static void run_tp(const char *dir, const char *arch, int size, const char *nccl
             if (nccl_so && !(lib = o.nccl = srt_nccl_load(nccl_so, &err)))
                 goto done;
             if (!comm || !cpu_be || srt_model_load(dir, &m, &err) != SRT_OK ||
-                srt_runner_create(m, &o, &r, &err) != SRT_OK ||
+                (remap && !(reg = attach_remap(m, V, &err))) || srt_runner_create(m, &o, &r, &err) != SRT_OK ||
                 srt_kv_pool_create_on(srt_model_config_of(m), size, 32, SRT_F32, &dev, &kv, &err) != SRT_OK)
                 goto done;
             int64_t vp = (V + size - 1) / size, lo = k * vp, n = V - lo < vp ? V - lo : vp;
@@ -333,6 +366,7 @@ static void run_tp(const char *dir, const char *arch, int size, const char *nccl
             rep->n_upload = n_upload, rep->n_begin = n_begin, rep->n_gather = n_gather, rep->n_download = n_download;
             srt_kv_pool_free(kv);
             srt_runner_free(r);
+            srt_hook_registry_free(reg);
             for (int i = 0; i < MAXA; i++)
                 rep->left += allocs[i].p != NULL;
             srt_comm_destroy(comm);
@@ -366,7 +400,8 @@ static void run_tp(const char *dir, const char *arch, int size, const char *nccl
         /* per step: ids, positions, the ids local to the shard, the embedding's gather rows
          * and the logit rows go up; the embedding and the logit rows are gathered; the
          * gathered logits come down once */
-        protocol &= rep->n_upload == 10 && rep->n_begin == 2 && rep->n_gather == 4 && rep->n_download == 2;
+        protocol &= rep->n_upload == 10 && rep->n_begin == 2 && rep->n_gather == 4 &&
+                    rep->n_download == (remap ? 4 : 2);   /* + the hook's ids, read back */
         if (k == 0 && !protocol)
             tap_diag("uploads %d, begin %d, gathers %d, downloads %d", rep->n_upload, rep->n_begin, rep->n_gather,
                      rep->n_download);
@@ -466,8 +501,25 @@ int main(void)
            srt_kv_pool_create(srt_model_config_of(m), 32, SRT_F32, &kc, &err) == SRT_OK &&
            run(rc, kc, ref, &err) == SRT_OK, "%s: CPU path runs", archs[ai]);
 
-        run_tp(dir, archs[ai], 2, NULL, ref, V);
-        run_tp(dir, archs[ai], 2, nccl_so, ref, V);
+        run_tp(dir, archs[ai], 2, NULL, ref, V, 0);
+        run_tp(dir, archs[ai], 2, nccl_so, ref, V, 0);
+        if (ai == 2) {
+            /* tp=1 on the CPU path with the same pre-hook is the reference */
+            float *ref2 = calloc((size_t)4 * V, sizeof(float));
+            srt_runner *r2 = NULL;
+            srt_kv_pool *k2 = NULL;
+            srt_hook_registry *reg = attach_remap(m, V, &err);
+            int ok2 = reg && srt_runner_create(m, &o, &r2, &err) == SRT_OK &&
+                      srt_kv_pool_create(srt_model_config_of(m), 32, SRT_F32, &k2, &err) == SRT_OK &&
+                      run(r2, k2, ref2, &err) == SRT_OK;
+            ok(ok2 && memcmp(ref2, ref, sizeof(float) * 4 * (size_t)V) != 0,
+               "%s: the embed_tokens pre-hook changes the logits at tp=1 %s", archs[ai], err.msg);
+            srt_kv_pool_free(k2);
+            srt_runner_free(r2);
+            srt_hook_registry_free(reg);
+            run_tp(dir, archs[ai], 2, nccl_so, ref2, V, 1);
+            free(ref2);
+        }
         if (ai == 0) {
             run_tp_fail(dir, nccl_so, "uniqueid", "NCCL unique id", V);
             run_tp_fail(dir, nccl_so, "allreduce", "nccl", V);
