@@ -552,8 +552,13 @@ static int shard_vocab(srt_runner *r, int rank, int size, srt_err *err)
 static int tensor_comm(srt_runner *r, const srt_runner_opts *o, srt_err *err)
 {
     r->tcomm = o->tensor_comm ? o->tensor_comm : r->comm;
-    if (!r->comm)
+    if (!r->comm) {
+        r->tcomm = NULL;
+        if (o->tensor_comm && o->tensor_comm->size > 1)
+            return srt_err_set(err, "runner: a tensor communicator of %d ranks needs the group's (opts.comm)",
+                               o->tensor_comm->size);
         return SRT_OK;
+    }
     if (o->tensor_comm && (o->tensor_comm->size != r->comm->size || o->tensor_comm->rank != r->comm->rank))
         return srt_err_set(err, "runner: tensor communicator is rank %d of %d, the group rank %d of %d",
                            o->tensor_comm->rank, o->tensor_comm->size, r->comm->rank, r->comm->size);

@@ -38,6 +38,9 @@
 #define EMB_MAX (32 * 1024)   /* floats of the captured prefill embedding */
 
 static int precise;   /* f32 activations: 8-bit ones re-roll their rounding when sums are split */
+/* tensor collectives on a second CPU communicator group (opts.tensor_comm); abort_it: broken */
+static int tensor_group, tensor_group_broken;
+static srt_comm *tensor_comm;
 
 static const int32_t prompt[12] = { 1, 9690, 1695, 314, 260, 1345, 282, 216, 33, 466, 4698, 304 };
 
@@ -146,7 +149,8 @@ static int run(srt_model *m, srt_comm *comm, int n_prompt, const int32_t *ids, c
     for (int i = 0; i < 64; i++)
         slots[i] = 63 - i, pos[i] = i;
     const int32_t *ss[1] = { slots };
-    srt_runner_opts o = { .max_batch_tokens = 32, .max_seqs = 1, .n_threads = 1, .comm = comm, .precise_matmul = precise };
+    srt_runner_opts o = { .max_batch_tokens = 32, .max_seqs = 1, .n_threads = 1, .comm = comm, .precise_matmul = precise,
+                          .tensor_comm = comm ? tensor_comm : NULL };
     srt_backend spy;
     if (rb->pr) {
         const srt_weight *we = srt_model_weight(m, "model.embed_tokens.weight");
@@ -223,10 +227,13 @@ static int run_ranks(const char *path, int size, int n_prompt, const int32_t *id
 {
     srt_err err = { { 0 } };
     srt_cpu_comm_group *g = srt_cpu_comm_group_create(size, 1 << 16, &err);
-    if (!g) {
+    srt_cpu_comm_group *g2 = tensor_group ? srt_cpu_comm_group_create(size, 1 << 16, &err) : NULL;
+    if (!g || (tensor_group && !g2)) {
         snprintf(msg, 1024, "%s", err.msg);
         return SRT_ERROR;
     }
+    if (tensor_group_broken)
+        srt_cpu_comm_group_abort(g2);
     pid_t pids[8];
     for (int rank = 0; rank < size; rank++) {
         pids[rank] = fork();
@@ -235,10 +242,14 @@ static int run_ranks(const char *path, int size, int n_prompt, const int32_t *id
             srt_comm *comm = srt_cpu_comm_join(g, rank, &err);
             rank_buf rb = block(shared, rank, V);
             char rmsg[1024] = "";
-            int rc = comm && srt_model_load(path, &m, &err) == SRT_OK &&
+            tensor_comm = g2 ? srt_cpu_comm_join(g2, rank, &err) : NULL;
+            int rc = comm && (!g2 || tensor_comm) && srt_model_load(path, &m, &err) == SRT_OK &&
                      run(m, comm, n_prompt, ids, forced, &rb, rmsg) == SRT_OK;
-            if (!rc)
+            if (!rc && !tensor_group_broken)
                 fprintf(stderr, "# rank %d: %s %s\n", rank, err.msg, rmsg);
+            if (!rc)
+                snprintf((char *)rb.embcap, 1024, "%s", rmsg);   /* the reason, for the parent */
+            srt_comm_destroy(tensor_comm);
             srt_model_free(m);
             srt_comm_destroy(comm);
             _exit(rc ? 0 : 1);
@@ -251,6 +262,7 @@ static int run_ranks(const char *path, int size, int n_prompt, const int32_t *id
         all &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
     }
     srt_cpu_comm_group_free(g);
+    srt_cpu_comm_group_free(g2);
     if (!all)
         snprintf(msg, 1024, "a rank failed");
     return all ? SRT_OK : SRT_ERROR;
@@ -406,6 +418,35 @@ int main(void)
     writer_case("tiny llama V=97 tp=4", "llama", 64, 128, 8, 4, 8, 97, 4);
     writer_case("tiny qwen2 (tied, biases) V=97 tp=3", "qwen2", 48, 96, 6, 3, 8, 97, 3);
     writer_case("tiny qwen3 V=97 tp=2", "qwen3", 64, 96, 4, 2, 32, 97, 2);
+    /* the tensor collectives on their own communicator (opts.tensor_comm), as NCCL is on GPUs */
+    tensor_group = 1;
+    writer_case("tiny llama V=97 tp=2, tensor_comm", "llama", 64, 128, 8, 4, 8, 97, 2);
+    {
+        /* ... and they really go there: that communicator broken, the forward fails while the
+         * control communicator works */
+        tw_model tb;
+        char bdir[256], msg[1024] = "";
+        snprintf(bdir, sizeof bdir, "/tmp/srt_test_tp_broken_%d", (int)getpid());
+        tw_make_dims(&tb, "llama", 9, 64, 128, 8, 4, 8);
+        tw_write_hf(&tb, bdir, 1, "F32");
+        int V = tb.vocab;
+        size_t bytes = 2 * block_bytes(V);
+        void *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        int32_t ids[4] = { 1, 2, 3, 4 }, forced[STEPS] = { 0 };
+        memset(sh, 0, bytes);
+        tensor_group_broken = 1;
+        int rc = run_ranks(bdir, 2, 4, ids, forced, V, sh, msg);
+        tensor_group_broken = 0;
+        rank_buf b0 = block(sh, 0, V);
+        ok(rc == SRT_ERROR && strstr((char *)b0.embcap, "broken"),
+           "a broken tensor communicator fails the forward: %s", (char *)b0.embcap);
+        munmap(sh, bytes);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", bdir);
+        if (system(cmd) != 0)
+            tap_diag("cannot remove %s", bdir);
+        tw_free(&tb);
+    }
+    tensor_group = 0;
     /* golden models (HF fixtures' checkpoints), when present */
     const char *gdir = getenv("SRT_MODEL_DIR") ? getenv("SRT_MODEL_DIR") : ".cache/models";
     const char *golden[] = { "tiny-llama", "tiny-qwen2", "tiny-qwen3" };
