@@ -12,6 +12,7 @@
 #include "hooks/registry.h"
 #include "ipc/hook_admin.h"
 #include "sched/tp_group.h"
+#include "srt/backend.h"
 
 #define TP_MAX_RANKS      8
 #define TP_BATCH_MAGIC    0x54504231u   /* "TPB1" */
@@ -179,6 +180,27 @@ static int build_shard(srt_comm *comm, srt_model *m, const tp_setup *su, int n_t
 
 /* ---------------- a rank process ---------------- */
 
+/* Hooks of a rank on a backend with memory of its own read activations and copy replacements
+ * through it (as the scheduler does for rank 0). */
+static int hook_d2h(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    srt_err e;
+    return be->ops->download(be, dst, src, n, &e);
+}
+static int hook_h2d(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    srt_err e;
+    return be->ops->upload(be, dst, src, n, &e);
+}
+static int hook_d2d(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    be->ops->copy(be, dst, src, n);
+    return SRT_OK;
+}
+
 static int grow(void **buf, size_t *cap, size_t need)
 {
     if (need <= *cap)
@@ -233,6 +255,10 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
     srt_err e2;
     if (srt_comm_all_reduce_sum_f32(comm, &okf, 1, &e2) != SRT_OK || !ok)
         goto out;
+    if (hooks && srt_runner_backend(r)->ops->alloc) {
+        srt_hook_device_ops dops = { hook_d2h, hook_h2d, hook_d2d, srt_runner_backend(r) };
+        srt_hook_registry_set_device_ops(hooks, &dops);
+    }
     srt_log(SRT_LOG_INFO, "tp rank %d of %d ready (pid %d)", rank, o->size, (int)getpid());
     int32_t vocab = srt_model_config_of(m)->vocab_size;
     seq_ptrs = calloc((size_t)su.max_seqs + 1, sizeof *seq_ptrs);
