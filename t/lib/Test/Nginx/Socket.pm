@@ -489,12 +489,11 @@ sub send_request {
     print $sock $raw;
     my $sel = IO::Select->new($sock);
     my $resp = '';
-    my $deadline = time + $timeout;
     my $timed_out = 0;
+    # as in the real module, `--- timeout` bounds each wait for data, not the whole
+    # response: a stream that keeps sending is read to its end
     while (1) {
-        my $left = $deadline - time;
-        if ($left <= 0) { $timed_out = 1; last }
-        last unless $sel->can_read($left);
+        if (!$sel->can_read($timeout)) { $timed_out = 1; last }
         my $n = sysread($sock, my $buf, 65536);
         last unless $n;
         $resp .= $buf;
