@@ -162,6 +162,7 @@ static int embed_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_
          * replaced them in backend memory, then they are read back */
         const srt_module *mods = r->m->modules;
         if (mods[r->m->m_model].hooks || mods[r->m->m_embed].hooks) {
+            /* into h_eidx: the loop below reads ids[t] before it writes h_eidx[t] */
             if (r->be->ops->download(r->be, r->h_eidx, ids, (size_t)T * sizeof(int32_t), r->err) != SRT_OK)
                 return SRT_ERROR;
             ids = r->h_eidx;
