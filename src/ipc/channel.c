@@ -578,7 +578,8 @@ void srt_chan_sched_close(srt_chan *c)
     srt_chan_sched_flush(c);
     if (c->stop == 1)
         srt_chan_sched_set_state(c, SRT_CHAN_SCHED_HANDOVER, "scheduler restarting", NULL);
-    else
+    else if (atomic_load(&c->h->sched_state) != SRT_CHAN_SCHED_FAILED)
+        /* a load failure keeps its reason (503 bodies, /health) until the next attempt */
         srt_chan_sched_set_state(c, SRT_CHAN_SCHED_DOWN, "scheduler stopped", NULL);
     {
         int32_t me = getpid();

@@ -345,13 +345,22 @@ int srt_sched_run(srt_chan *c, srt_err *err)
 
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_LOADING, "loading the model", NULL);
     int cuda = 0;
+    if (cc->tp_size > 1) {
+        /* the ranks fork before anything is loaded or any device is touched */
+        srt_tp_group_opts to = { .size = cc->tp_size, .model_path = cc->model_path, .hooks_path = cc->hooks_path,
+                                 .hooks_search = cc->hooks_search, .n_threads = cc->threads };
+        if (srt_tp_group_start(&to, &tp, err) != SRT_OK)
+            goto fail;
+    }
     if (cc->device != SRT_CHAN_DEVICE_CPU) {
-        /* probed here, never in the nginx master; with tp > 1 the ranks fork first, and CUDA
-         * must not be initialised before a fork */
+        /* probed here, never in the nginx master, and after the ranks forked: CUDA must not
+         * be initialised before a fork. Rank k > 0 uses device k (NCCL tensor communicator). */
         char why[512] = "";
-        if (cc->tp_size > 1)
-            snprintf(why, sizeof why, "tensor parallelism on the CUDA backend is not wired (needs NCCL)");
-        else if (srt_cuda_probe(why, sizeof why) > 0)
+        int n_dev = srt_cuda_probe(why, sizeof why);
+        if (n_dev > 0 && n_dev < cc->tp_size)
+            snprintf(why, sizeof why, "srt_tp_size %d needs %d CUDA devices, %d found", (int)cc->tp_size,
+                     (int)cc->tp_size, n_dev);
+        else if (n_dev > 0)
             cuda = 1;
         if (!cuda && cc->device == SRT_CHAN_DEVICE_CUDA) {
             srt_err_set(err, "srt_device cuda: %s", why);
@@ -359,13 +368,6 @@ int srt_sched_run(srt_chan *c, srt_err *err)
         }
         if (!cuda)
             srt_log(SRT_LOG_INFO, "srt_device auto: running on the CPU (%s)", why);
-    }
-    if (cc->tp_size > 1) {
-        /* the ranks fork before anything is loaded or any device is touched */
-        srt_tp_group_opts to = { .size = cc->tp_size, .model_path = cc->model_path, .hooks_path = cc->hooks_path,
-                                 .hooks_search = cc->hooks_search, .n_threads = cc->threads };
-        if (srt_tp_group_start(&to, &tp, err) != SRT_OK)
-            goto fail;
     }
     if (srt_model_load(cc->model_path, &m, err) != SRT_OK)
         goto fail;
