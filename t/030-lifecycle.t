@@ -231,7 +231,7 @@ location /v1 {
     srt_model $TEST_NGINX_SERVER_ROOT/conf/nginx.conf name=junk;
 }
 --- init
-select undef, undef, undef, 1.5;
+Test::Srt::wait_scheduler_failed("junk");
 --- request
 POST /v1/completions
 {"prompt": [1, 2, 3], "max_tokens": 1}

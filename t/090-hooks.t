@@ -152,6 +152,7 @@ location /v1 {
     srt_forward_hooks $TEST_NGINX_HOOKS_DIR/served.json;
     srt_hooks_path /nonexistent:$TEST_NGINX_SRT_HOOK_LIB;
     srt_wait_ready 60s;
+    srt_max_total_tokens 4096;   # the default KV budget takes seconds to allocate
 }
 location /admin/hooks { srt_admin on; }
 --- init
@@ -357,7 +358,7 @@ location /v1 {
 }
 location /admin/hooks { srt_admin on; }
 --- init
-sleep 1;
+Test::Srt::wait_scheduler_failed("broken");
 --- request
 GET /admin/hooks
 --- error_code: 503

@@ -97,7 +97,7 @@ location /v1 {
 }
 --- init
 package main;   # the real Test::Nginx evals init in its own package
-select undef, undef, undef, 3;
+Test::Srt::wait_scheduler_failed("smol");
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}

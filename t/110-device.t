@@ -28,7 +28,7 @@ location /v1 {
     srt_max_total_tokens 4096;
 }
 --- init
-select undef, undef, undef, 3;
+Test::Srt::wait_scheduler_failed("smol");
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}

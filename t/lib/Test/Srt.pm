@@ -28,7 +28,7 @@ use Cwd ();
 use File::Path ();
 
 our @ISA = ('Exporter');
-our @EXPORT = qw(srt_defaults srt_dir http_get http_request wait_ready error_log wait_log
+our @EXPORT = qw(srt_defaults srt_dir http_get http_request wait_ready wait_model_status wait_scheduler_failed error_log wait_log
                  count_log scheduler_pid master_pid child_pids kill_scheduler_after
                  start_clients wait_clients abort_after tap_lines private_nginx);
 
@@ -107,6 +107,32 @@ sub wait_ready {
         Time::HiRes::sleep(0.05);
     }
     die "the model behind $prefix is not ready after ${\ ($secs || 60)} s: /health says $st $b\n";
+}
+
+# Wait until $prefix/get_model_info (default /v1) reports the model's status $want (a
+# string or a qr//: "failed" once its scheduler gave up on the model, "ready", ...).
+# Dies after $secs (30).
+sub wait_model_status {
+    my ($want, $prefix, $secs) = @_;
+    $prefix //= '/v1';
+    my $re = ref $want ? qr/"status":"(?:$want)"/ : qr/"status":"\Q$want\E"/;
+    my $deadline = Time::HiRes::time() + ($secs || 30);
+    my $b = '';
+    while (Time::HiRes::time() < $deadline) {
+        (undef, $b) = http_request('GET', "$prefix/get_model_info");
+        return 1 if $b =~ $re;
+        Time::HiRes::sleep(0.05);
+    }
+    die "the model behind $prefix is not \"$want\" after ${\ ($secs || 30)} s: $b\n";
+}
+
+# Wait until the scheduler of $model has given up on loading it (the log says why) and
+# the channel says so (failed, or down until the supervisor's next try).
+sub wait_scheduler_failed {
+    my ($model, $prefix) = @_;
+    wait_log(qr/srt: scheduler for model "\Q$model\E" failed/, 30)
+        or die "the scheduler of \"$model\" did not fail\n";
+    wait_model_status(qr/failed|down/, $prefix);
 }
 
 sub log_file { servroot() . '/logs/error.log' }

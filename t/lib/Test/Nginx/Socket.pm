@@ -5,24 +5,23 @@ package Test::Nginx::Socket;
 # The suites under t/ say `use Test::Nginx::Socket 'no_plan';` and run unchanged under
 # either this file (prove -I t/lib, as scripts/run-tests.sh does) or the real
 # Test::Nginx::Socket from CPAN (prove without -I t/lib). Only what our suites use is
-# implemented: blocks and sections, the eval/chomp/chop filters, ONLY/SKIP/LAST, the
-# generated nginx.conf, master_on(), and the request/response/log checks listed in
-# the POD below.
-#
-# Between blocks it behaves as the real module does (Test::Nginx::Util):
-#   - by default nginx is stopped and started afresh for every block, so a block never
-#     sees run-time state (scheduler, hooks removed through srt_admin, counters) left
-#     by an earlier one; `--- init` runs after that start;
-#   - TEST_NGINX_FORCE_RESTART_ON_TEST=0 (env, read when the module loads; a suite may
-#     set it in a BEGIN block before `use`) keeps nginx across consecutive blocks whose
-#     generated nginx.conf is identical, and restarts it when the config changes: the
-#     opt-in for speed, honoured the same way by the real module;
-#   - use_hup() or TEST_NGINX_USE_HUP=1 turns each such restart of a running nginx into
-#     USR1 (fresh logs) + HUP (reload, with master_process on), which respawns our
-#     scheduler helper process and so also loses its run-time state.
-# A block that needs state builds it itself, e.g. with `--- request eval [...]`: the
-# requests go in order, one connection each, and error_code / response_body /
-# response_body_like / response_headers must then be arrays indexed by request.
+# implemented, with the real module's semantics (checked against its source; see
+# t/README.md for the list and for what differs on purpose):
+#   - blocks run in a random order (no_shuffle() or TEST_NGINX_NO_SHUFFLE=1 to keep file
+#     order) and nginx is started afresh for every block, so a block never sees run-time
+#     state (scheduler, hooks removed through srt_admin, counters) left by an earlier one;
+#     `--- init` runs once per block after that start;
+#   - TEST_NGINX_FORCE_RESTART_ON_TEST=0 keeps nginx across blocks whose `--- config` is
+#     the same (all the real module compares); use_hup() or TEST_NGINX_USE_HUP=1 turns a
+#     restart of a running nginx into USR1 + HUP;
+#   - the error log checks read the log from its start for each block, then from where the
+#     previous request's check stopped, and match each pattern line by line;
+#   - section values keep their trailing newline: `--- response_body_like chomp` for a
+#     pattern that is not at the body's end.
+# A block that needs state builds it itself, in its `--- init` (helpers in Test::Srt) or
+# with `--- request eval [...]`: the requests go in order, one connection each, and
+# error_code / response_body / response_body_like / response_headers must then be arrays
+# indexed by request.
 
 use strict;
 use warnings;
@@ -593,11 +592,25 @@ sub check_log_patterns {
     }
 }
 
+# Sections this harness implements; any other one fails the suite rather than being
+# ignored (the real module would check it).
+my %Known = map { $_ => 1 } qw(main_config http_config config post_main_config log_level
+    request raw_request more_headers timeout abort wait init user_files ignore_response
+    error_code response_body response_body_like response_body_unlike response_headers
+    response_headers_like error_log no_error_log grep_error_log grep_error_log_out
+    must_die ONLY SKIP LAST);
+
 sub run_block {
     my ($block) = @_;
     my $name = $block->name;
 
     $_->($block) for @BlockPreprocessors;
+
+    for my $sec (sort keys %{ $block->{_sections} }) {
+        Test::More::BAIL_OUT("$name: section --- $sec is not supported by t/lib's harness")
+            unless $Known{$sec};
+    }
+    local $LogLevel = $block->log_level // $LogLevel;
 
     my $conf = eval { nginx_conf($block) };
     if ($@) { Test::More::BAIL_OUT("$name: $@") }
@@ -778,36 +791,9 @@ __END__
 
 Test::Nginx::Socket (t/lib) - a small stand-in for openresty's Test::Nginx::Socket
 
-=head1 USING THE REAL Test::Nginx
+=head1 DESCRIPTION
 
-The suites say `use Test::Nginx::Socket 'no_plan';`, use only sections and functions both
-implement, and reach the server root and port through server_root() and server_port().
-With openresty's Test::Nginx installed (cpanm Test::Nginx), run them without t/lib on @INC:
-
-    TEST_NGINX_BINARY=/usr/sbin/nginx prove t/*.t
-
-and with this harness: `prove -I t/lib t/*.t` (what scripts/run-tests.sh does).
-
-=head1 SECTIONS
-
-main_config, http_config, config, post_main_config, request, raw_request, more_headers,
-timeout, abort, error_code, response_body, (request, error_code, response_body,
-response_body_like and response_headers also as eval'd arrays, one entry per request), response_body_like, response_body_unlike,
-response_headers (C<! Name> = absent), response_headers_like, error_log, no_error_log,
-must_die (nginx -t must fail; error_log patterns then match its output), wait, init,
-user_files, ONLY, SKIP, LAST. Filters: eval, chomp, chop.
-
-Exports: run_tests, repeat_each, master_on, master_off, use_hup, workers, log_level, no_shuffle,
-no_long_string, no_root_location, add_block_preprocessor, blocks, plan and Test::More's
-functions; $ServerPort, $ServerRoot.
-
-nginx is restarted for every block (HUP'd with use_hup), unless
-TEST_NGINX_FORCE_RESTART_ON_TEST=0, which restarts it only when the generated nginx.conf
-changes, so consecutive blocks with the same configuration share one nginx (and one
-loaded model); see the header comment. A restart or reload leaves a fresh error.log
-that the block's log checks read from its start; with a shared nginx they read only
-what the block caused. `--- request eval [...]` sends several requests; with more than
-one, the expectations are arrays indexed by request, and error_log/no_error_log are
-checked after each request on the lines it added, as the real module does.
+See t/README.md: what is supported, how to run a suite, and how to run the suites under
+the real Test::Nginx.
 
 =cut
