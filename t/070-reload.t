@@ -11,13 +11,25 @@ log_level('info');
 
 our $Dir = srt_dir();
 
-# Start an 80-token stream, reload nginx (HUP) 0.7 s into it, and return the client's pid;
-# the client writes the raw response to "$Dir/reload-stream-1".
+# Wait until the server on $port (default: the test server) runs a request.
+sub wait_running {
+    my ($port) = @_;
+    for (1 .. 2000) {
+        my (undef, $b) = Test::Srt::http_request('GET', '/v1/health', undef, {}, $port);
+        return 1 if $b =~ /"running":[1-9]/;
+        select undef, undef, undef, 0.005;
+    }
+    die "no request ran";
+}
+
+# Start a 300-token stream (about 2 s here), reload nginx (HUP) once it runs, and return
+# the client's pid; the client writes the raw response to "$Dir/reload-stream-1".
 sub reload_during_stream {
     Test::Srt::wait_ready();
     my @pids = start_clients($Dir, 'reload-stream', '/v1/completions',
-        '{"prompt": "Once upon a time", "max_tokens": 80, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}');
-    select undef, undef, undef, 0.7;
+        '{"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}');
+    wait_running();
+    select undef, undef, undef, 0.2;
     kill 'HUP', master_pid() or die "HUP: $!";
     select undef, undef, undef, 0.3;
     return $pids[0];
@@ -64,7 +76,7 @@ POST /v1/completions
 package main;
 my ($r) = wait_clients($main::Dir, 'reload-stream', reload_during_stream());
 Test::More::like($r, qr/^HTTP\/1\.1 200 /, "streamed request: 200");
-Test::More::like($r, qr/"completion_tokens":80,.*\ndata: \[DONE\]\n\n\z/s, "streamed request: all 80 tokens and [DONE]");
+Test::More::like($r, qr/"completion_tokens":300,.*\ndata: \[DONE\]\n\n\z/s, "streamed request: all 300 tokens and [DONE]");
 wait_log(qr/scheduler process \d+ owns model "smol"(?s:.*)scheduler process \d+ owns model "smol"/, 30);
 my $text = error_log();
 my @owners = $text =~ /srt: scheduler process (\d+) owns model "smol"/g;
@@ -121,11 +133,12 @@ $ngx->wait_log(qr/scheduler ready/, 20);
 my $child = fork();
 if ($child == 0) {
     my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
-        '{"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0, "ignore_eos": true, "stream": true}',
+        '{"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0, "ignore_eos": true, "stream": true}',
         {}, $port);
     POSIX::_exit($r =~ /data: \[DONE\]\n\n\z/ ? 0 : 1);
 }
-select undef, undef, undef, 0.5;
+main::wait_running($port);
+select undef, undef, undef, 0.2;
 $ngx->write($loc->(256));
 $ngx->signal('reload');
 waitpid($child, 0);
@@ -151,7 +164,7 @@ Test::Srt::wait_ready();
 my @bodies;
 for my $k (1 .. 6) {
     push @bodies, [ map { my $stream = ($k + $_) % 2 ? 'true' : 'false';
-                          [$stream, qq({"prompt": "Request $k $_:", "max_tokens": 20, "temperature": 0, "ignore_eos": true, "stream": $stream})] } 1 .. 3 ];
+                          [$stream, qq({"prompt": "Request $k $_:", "max_tokens": 100, "temperature": 0, "ignore_eos": true, "stream": $stream})] } 1 .. 3 ];
 }
 my @kids;
 for my $k (1 .. 6) {
@@ -161,7 +174,7 @@ for my $k (1 .. 6) {
         for my $req (@{ $bodies[$k - 1] }) {
             my ($stream, $body) = @$req;
             my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions', $body);
-            my $good = $r =~ m{^HTTP/1\.1 200 } && ($stream eq 'true' ? $r =~ /data: \[DONE\]\n\n\z/ : $r =~ /"completion_tokens":20,/);
+            my $good = $r =~ m{^HTTP/1\.1 200 } && ($stream eq 'true' ? $r =~ /data: \[DONE\]\n\n\z/ : $r =~ /"completion_tokens":100,/);
             $bad++ unless $good;
         }
         open my $fh, '>', "$main::Dir/load-$k";

@@ -19,14 +19,18 @@ sub rank_pid {
     return $pids[-1];
 }
 
-# Kill rank 1 0.7 s into a 2000-token request: the request fails with a 503 JSON error.
+# Kill rank 1 as soon as a 2000-token request runs (as /health shows): the request fails
+# with a 503 JSON error.
 sub kill_rank_mid_request {
     my ($check) = @_;
     Test::Srt::wait_ready();
     rank_pid(1) or die "no rank 1 pid in the log";
     my $killer = fork();
     if ($killer == 0) {
-        select undef, undef, undef, 0.7;
+        for (1 .. 2000) {
+            last if Test::Srt::http_get('/v1/health') =~ /"running":1,/;
+            select undef, undef, undef, 0.005;
+        }
         kill 'KILL', rank_pid(1);
         POSIX::_exit(0);
     }
