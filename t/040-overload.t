@@ -12,13 +12,20 @@ our $Dir = srt_dir();
 our $LONG = '{"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "ignore_eos": true}';
 
 # Two long requests in the background (one running, one queued: every slot taken);
-# returns their pids once /health shows no free slot.
+# returns their pids once /health shows no free slot. The second starts once the first
+# runs: two requests arriving before the scheduler took either are both queued, and the
+# queue holds one.
 sub fill_slots {
     Test::Srt::wait_ready();
-    my @pids = start_clients($Dir, 'bg', '/v1/completions', $LONG, $LONG);
+    my ($first) = start_clients($Dir, 'bg1', '/v1/completions', $LONG);
     for (1 .. 600) {
-        return @pids if http_get('/v1/health') =~ /"slots_free":0/;
-        select undef, undef, undef, 0.05;
+        last if http_get('/v1/health') =~ /"running":1,/;
+        select undef, undef, undef, 0.01;
+    }
+    my ($second) = start_clients($Dir, 'bg2', '/v1/completions', $LONG);
+    for (1 .. 600) {
+        return ($first, $second) if http_get('/v1/health') =~ /"slots_free":0/;
+        select undef, undef, undef, 0.01;
     }
     die "the background requests never filled the slots";
 }
@@ -75,7 +82,7 @@ package main;
 my @pids = fill_slots();
 my ($st) = Test::Srt::http_request('POST', '/v1/completions', '{"prompt": "Hello", "max_tokens": 2}');
 Test::More::is($st, 503, "a third request is refused while both slots are busy");
-my @out = wait_clients($main::Dir, 'bg', @pids);
+my @out = (wait_clients($main::Dir, 'bg1', $pids[0]), wait_clients($main::Dir, 'bg2', $pids[1]));
 for my $i (0, 1) {
     Test::More::like($out[$i], qr/^HTTP\/1\.\d 200 .*"completion_tokens":200,/s, "background request $i completed");
 }
