@@ -391,6 +391,16 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
         return;
     }
 
+    /* sized by n: the context stays within the request pool's first block */
+    if (ctx->choices == NULL) {
+        ctx->choices = ngx_pcalloc(r->pool,
+                                   ctx->p.n * sizeof(ngx_http_srt_choice_t));
+        if (ctx->choices == NULL) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+    }
+
     /* n > 1: one slot per choice; the scheduler shares the prompt's KV via the group */
     group = ctx->p.n > 1 ? srt_chan_new_group(m->chan) : 0;
 

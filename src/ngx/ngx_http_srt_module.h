@@ -181,7 +181,7 @@ typedef struct {
     ngx_msec_t                 park_deadline;
     ngx_event_t                timer;
     ngx_uint_t                 n_choices;
-    ngx_http_srt_choice_t      choices[NGX_HTTP_SRT_MAX_N];
+    ngx_http_srt_choice_t     *choices;     /* p.n of them, once the body parsed */
     ngx_flag_t                 header_sent;
     ngx_flag_t                 finished;
     ngx_flag_t                 aborted;
