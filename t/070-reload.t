@@ -102,13 +102,13 @@ for my $signal (qw(quit stop)) {
     if ($ngx->wait_log(qr/scheduler ready/, 20) && $ngx->log =~ /scheduler process (\d+) owns model/) {
         $pid = $1;
     }
-    if (!Test::More::ok($pid && kill(0, $pid), "$signal: the scheduler process runs")) {
+    if (!Test::More::ok(alive($pid), "$signal: the scheduler process runs")) {
         $ngx->stop;
         next;
     }
     $ngx->signal($signal);
     my $gone = 0;
-    for (1 .. 200) { if (!kill 0, $pid) { $gone = 1; last } select undef, undef, undef, 0.05 }
+    for (1 .. 200) { if (!alive($pid)) { $gone = 1; last } select undef, undef, undef, 0.05 }
     Test::More::ok($gone, "$signal: the scheduler process exited with nginx");
     my $log = $ngx->log;
     Test::More::like($log, qr/srt: scheduler process $pid for model "s" exited/, "$signal: and said so");

@@ -29,7 +29,7 @@ use File::Path ();
 
 our @ISA = ('Exporter');
 our @EXPORT = qw(srt_defaults srt_dir http_get http_request wait_ready wait_model_status wait_scheduler_failed error_log wait_log
-                 count_log scheduler_pid master_pid child_pids kill_scheduler_after
+                 count_log scheduler_pid alive master_pid child_pids kill_scheduler_after
                  start_clients wait_clients abort_after tap_lines private_nginx);
 
 my $Root = $ENV{PWD} || Cwd::cwd();
@@ -168,6 +168,15 @@ sub scheduler_pid {
                              : qr/srt: scheduler process (\d+) owns model/;
     my @pids = error_log() =~ /$pat/g;
     return $pids[-1];
+}
+
+# Whether process $pid runs (a zombie does not: an exited daemon's children are
+# re-parented to init, which may take a second or more to reap them).
+sub alive {
+    my ($pid) = @_;
+    return 0 unless $pid && kill 0, $pid;
+    open my $fh, '<', "/proc/$pid/stat" or return 1;
+    return (<$fh> // '') !~ /^\d+ \(.*\) [ZX] /s;
 }
 
 sub master_pid {
