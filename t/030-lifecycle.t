@@ -36,7 +36,7 @@ sub abort_long_request {
 # A long request in flight when the scheduler is killed: 503 JSON, never a hang.
 sub scheduler_dies_mid_request {
     Test::Srt::wait_ready();
-    my $killer = Test::Srt::kill_scheduler_after(1.0);
+    my $killer = Test::Srt::kill_scheduler_after(0.3);
     my ($st, $body) = Test::Srt::http_request('POST', '/v1/completions', $LONG);
     waitpid($killer, 0);
     Test::More::is($st, 503, "the request in flight when the scheduler died: 503");
@@ -161,7 +161,7 @@ qr/\A(?:srt: scheduler process \d+ owns model "smol"\n){2}\z/
 --- init
 package main;
 Test::Srt::wait_ready();
-kill_scheduler_after(1.0);
+kill_scheduler_after(0.3);
 --- request eval
 "POST /v1/completions\n$main::LONG"
 --- error_code: 503

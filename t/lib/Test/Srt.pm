@@ -195,13 +195,18 @@ sub child_pids {
            `ps -o pid=,args= --ppid $master`;
 }
 
-# Fork a process that kills the current scheduler with SIGKILL after $secs (while the
-# caller's request is running); returns its pid.
+# Fork a process that kills the current scheduler with SIGKILL $secs after a request
+# runs (as $prefix/health, default /v1, shows); returns its pid.
 sub kill_scheduler_after {
-    my ($secs) = @_;
+    my ($secs, $prefix) = @_;
+    $prefix //= '/v1';
     my $pid = fork();
     die "fork: $!" unless defined $pid;
     return $pid if $pid;
+    for (1 .. 3000) {
+        last if http_get("$prefix/health") =~ /"running":[1-9]/;
+        Time::HiRes::sleep(0.01);
+    }
     Time::HiRes::sleep($secs);
     my $sched = scheduler_pid();
     kill 'KILL', $sched if $sched;
