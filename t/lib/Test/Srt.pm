@@ -25,14 +25,17 @@ use POSIX ();
 use Time::HiRes ();
 use IO::Select ();
 use Cwd ();
+use File::Basename ();
 use File::Path ();
 
 our @ISA = ('Exporter');
-our @EXPORT = qw(srt_defaults srt_dir http_get http_request wait_ready wait_model_status wait_scheduler_failed error_log wait_log
-                 count_log scheduler_pid alive master_pid child_pids kill_scheduler_after
-                 start_clients wait_clients abort_after tap_lines private_nginx);
+our @EXPORT = qw(srt_defaults srt_dir http_get http_request wait_ready wait_model_status
+                 wait_scheduler_failed error_log wait_log count_log scheduler_pid alive
+                 master_pid child_pids kill_scheduler_after start_clients wait_clients
+                 abort_after tap_lines private_nginx);
 
-my $Root = $ENV{PWD} || Cwd::cwd();
+# the repository: this file is t/lib/Test/Srt.pm
+my $Root = Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../../..');
 
 # Paths every suite uses; each may be overridden from the environment.
 $ENV{TEST_NGINX_SRT_MODULE} ||= "$Root/build/nginx/ngx_http_srt_module.so";
