@@ -229,7 +229,6 @@ sub expand_env {
 
 sub nginx_conf {
     my ($block) = @_;
-    $MasterProcessEnabled = 'on' if $UseHup;
     my $main = expand_env($block->main_config // '', 'main_config');
     my $http = expand_env($block->http_config // '', 'http_config');
     my $config = expand_env($block->config // '', 'config');
@@ -399,7 +398,9 @@ sub hup_nginx {
     my $deadline = time + 10;
     while (time < $deadline) {
         my $log = log_since(0);
-        last if $log =~ /reconfiguring/ && $log =~ /start worker process/;
+        # with master_process off nginx reconfigures in place: no new worker
+        last if $log =~ /reconfiguring/
+                && ($MasterProcessEnabled ne 'on' || $log =~ /start worker process/);
         last if $log =~ /\[emerg\]/;
         sleep 0.02;
     }
