@@ -10,3 +10,4 @@ UNIT_TESTS  += $(BUILD)/t/test_model_runner
 UNIT_TESTS  += $(BUILD)/t/test_model_tp
 UNIT_TESTS  += $(BUILD)/t/test_model_precise
 UNIT_TESTS  += $(BUILD)/t/test_runner_devpath
+UNIT_TESTS  += $(BUILD)/t/test_runner_graphs

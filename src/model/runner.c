@@ -48,6 +48,18 @@ struct srt_runner {
     /* tp > 1: this rank's logit columns [max_seqs][vocab_pad] and every rank's, gathered
      * [tp][max_seqs * vocab_pad] (backend memory), with a host copy on a device backend */
     float   *lm_part, *lm_all, *h_lm_all;
+    /* decode graphs (backend graph ops, tp == 1): the padded batch of a graph step lives here,
+     * at one address, as the graph's ops were recorded with it; its arrays hold g_cap entries */
+    int      graphs;
+    int32_t  g_cap;
+    int      g_live;                  /* graphs captured since the last clear */
+    srt_forward_batch g_batch;
+    int32_t *g_ids, *g_pos, *g_out, *g_start, *g_len;
+    const int32_t **g_slots;
+    /* the KV pool the live graphs write and read: per-layer K, V addresses and dtype */
+    void   **g_kv;
+    srt_dtype g_kv_dtype;
+    srt_runner_graph_stats gstats;
     /* the step in flight */
     srt_batch_ctx            ctx;
     const srt_forward_batch *b;
@@ -450,6 +462,15 @@ void srt_runner_free(srt_runner *r)
     for (size_t i = 0; r->be && i < sizeof dbufs / sizeof dbufs[0]; i++)
         if (dbufs[i])
             srt_backend_release(r->be, dbufs[i]);
+    if (r->be && r->g_live && r->be->ops->graph_clear)
+        r->be->ops->graph_clear(r->be);
+    free(r->g_ids);
+    free(r->g_pos);
+    free(r->g_out);
+    free(r->g_start);
+    free(r->g_len);
+    free(r->g_slots);
+    free(r->g_kv);
     free(r->h_rows);
     free(r->h_lids);
     free(r->h_eidx);
@@ -587,6 +608,34 @@ static int tensor_comm(srt_runner *r, const srt_runner_opts *o, srt_err *err)
     return SRT_OK;
 }
 
+/* Decode graphs need a backend with memory of its own and graph ops, one rank (the tensor
+ * collectives are not recorded), and are on unless turned off. */
+static int graphs_setup(srt_runner *r, const srt_runner_opts *o, srt_err *err)
+{
+    const srt_backend_ops *ops = r->be->ops;
+    const char *env = getenv("SRT_GRAPHS");
+    int want = o->graphs == SRT_RUNNER_GRAPHS_ON ||
+               (o->graphs == SRT_RUNNER_GRAPHS_AUTO && !(env && strcmp(env, "0") == 0));
+    if (!want || !r->on_dev || r->tcomm || !ops->graph_capture || !ops->graph_ready || !ops->graph_replay ||
+        !ops->graph_clear)
+        return SRT_OK;
+    int32_t cap = r->max_tok < SRT_GRAPH_MAX_BS ? r->max_tok : SRT_GRAPH_MAX_BS;
+    int32_t L = r->m->cfg.n_layers;
+    r->g_ids = malloc((size_t)cap * sizeof(int32_t));
+    r->g_pos = malloc((size_t)cap * sizeof(int32_t));
+    r->g_out = malloc((size_t)cap * sizeof(int32_t));
+    r->g_start = malloc(((size_t)cap + 1) * sizeof(int32_t));
+    r->g_len = malloc((size_t)cap * sizeof(int32_t));
+    r->g_slots = malloc((size_t)cap * sizeof(*r->g_slots));
+    r->g_kv = calloc(2 * (size_t)L, sizeof(void *));
+    if (!r->g_ids || !r->g_pos || !r->g_out || !r->g_start || !r->g_len || !r->g_slots || !r->g_kv)
+        return srt_err_set(err, "runner: out of memory for decode graphs");
+    r->g_cap = cap;
+    r->graphs = 1;
+    r->gstats.enabled = 1;
+    return SRT_OK;
+}
+
 int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, srt_err *err)
 {
     const srt_model_config *c = &m->cfg;
@@ -696,6 +745,8 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     }
     if (rc == SRT_OK && ops->load_weight)
         rc = load_weights(r, err);
+    if (rc == SRT_OK)
+        rc = graphs_setup(r, o, err);
     if (rc != SRT_OK) {
         srt_runner_free(r);
         return SRT_ERROR;
@@ -809,6 +860,153 @@ static int logits_on_device(srt_runner *r, const srt_forward_batch *b, float *lo
     return r->be->ops->download(r->be, logits, r->d_logits, (size_t)n_rows * (size_t)V * sizeof(float), err);
 }
 
+void srt_runner_graphs_clear(srt_runner *r)
+{
+    if (!r || !r->g_live)
+        return;
+    r->be->ops->graph_clear(r->be);
+    r->g_live = 0;
+    r->gstats.clears++;
+}
+
+void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out)
+{
+    *out = r->gstats;
+}
+
+static int any_hooks(const srt_model *m)
+{
+    for (int32_t i = 0; i < m->n_modules; i++)
+        if (m->modules[i].hooks)
+            return 1;
+    return 0;
+}
+
+/* The padded batch size a step replays at, or -1: run it eagerly. Also drops graphs that no
+ * longer hold: hooks appeared (their modules must run eagerly, and a graph never saw them), or
+ * the KV pool is not the one the graphs write (other addresses or dtype). */
+static int32_t graph_size(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b)
+{
+    if (!r->graphs)
+        return -1;
+    if (any_hooks(r->m)) {
+        srt_runner_graphs_clear(r);
+        if (b->forward_mode == SRT_FORWARD_DECODE && b->n_tokens == b->n_seqs)
+            r->gstats.eager_hooked++;
+        return -1;
+    }
+    if (b->forward_mode != SRT_FORWARD_DECODE || b->n_tokens != b->n_seqs)
+        return -1;
+    int32_t bs = srt_cuda_graph_bucket(b->n_seqs);
+    if (bs < 1 || bs > r->g_cap)
+        return -1;
+    int32_t L = r->m->cfg.n_layers;
+    int same = r->g_kv_dtype == srt_kv_pool_dtype(kv);
+    for (int32_t l = 0; l < L && same; l++)
+        same = r->g_kv[2 * l] == srt_kv_pool_k(kv, l) && r->g_kv[2 * l + 1] == srt_kv_pool_v(kv, l);
+    if (!same) {
+        srt_runner_graphs_clear(r);
+        for (int32_t l = 0; l < L; l++) {
+            r->g_kv[2 * l] = srt_kv_pool_k(kv, l);
+            r->g_kv[2 * l + 1] = srt_kv_pool_v(kv, l);
+        }
+        r->g_kv_dtype = srt_kv_pool_dtype(kv);
+    }
+    return bs;
+}
+
+/* The body of a decode graph: the model's forward over the padded batch, every op on the
+ * runner's fixed buffers (ids, positions, activations, the KV pool, the backend's batch
+ * metadata), nothing uploaded, downloaded or read back. Hooks are absent (graph_size). */
+static int graph_body(void *user, srt_err *err)
+{
+    srt_runner *r = user;
+    srt_err *saved = r->err;
+    int64_t T = r->g_batch.n_tokens, H = r->m->cfg.hidden_size;
+    srt_module_args a;
+    srt_tensor_view fin = fview(r->final, T, H);
+    call cm = { r, NULL, -1 };
+    r->err = err;
+    args1(&a, view((void *)r->ids, 1, T, 0, 0, SRT_HOOK_DTYPE_I32));
+    a.n_kwargs = 1;
+    a.kwarg_names[0] = "position_ids";
+    a.kwargs[0] = view((void *)r->pos, 1, T, 0, 0, SRT_HOOK_DTYPE_I32);
+    int rc = forward_module(r, r->m->m_model, model_fn, &cm, &a, &fin);
+    r->err = saved;
+    return rc;
+}
+
+/* A decode step from the graph of bs sequences: the batch padded to bs on the host (padded
+ * tokens: id 0, position -1, out_slot -1, no context), its ids and positions uploaded to the
+ * same buffers as every step, announced eagerly; then the graph (captured now after an eager
+ * run of the same body if this size has none), and lm_head on the real rows. */
+static int forward_graph(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b, int32_t bs, float *logits,
+                         srt_err *err)
+{
+    static const int32_t no_slots[1] = { 0 };
+    const srt_backend_ops *ops = r->be->ops;
+    int32_t n = b->n_seqs;
+    for (int32_t s = 0; s < bs; s++) {
+        int real = s < n;
+        r->g_ids[s] = real ? b->token_ids[s] : 0;
+        r->g_pos[s] = real ? b->positions[s] : -1;
+        r->g_out[s] = real ? b->out_slots[s] : -1;
+        r->g_len[s] = real ? b->seq_len[s] : 0;
+        r->g_slots[s] = real ? b->seq_slots[s] : no_slots;
+        r->g_start[s] = s;
+    }
+    r->g_start[bs] = bs;
+    r->g_batch = (srt_forward_batch){
+        .n_tokens = bs, .token_ids = r->g_ids, .positions = r->g_pos, .out_slots = r->g_out, .n_seqs = bs,
+        .seq_start = r->g_start, .seq_len = r->g_len, .seq_slots = (const int32_t *const *)r->g_slots,
+        .forward_mode = SRT_FORWARD_DECODE,
+    };
+    r->ctx = (srt_batch_ctx){
+        .forward_mode = SRT_FORWARD_DECODE, .n_tokens = bs, .request_ids = r->zero_ids, .positions = r->g_pos,
+        .n_seqs = bs, .tp_rank = r->tp_rank, .tp_size = r->tp_size,
+    };
+    if (ops->upload(r->be, r->d_ids, r->g_ids, (size_t)bs * sizeof(int32_t), err) != SRT_OK ||
+        ops->upload(r->be, r->d_pos, r->g_pos, (size_t)bs * sizeof(int32_t), err) != SRT_OK ||
+        ops->begin_batch(r->be, &r->g_batch, err) != SRT_OK)
+        return SRT_ERROR;
+    r->ids = r->d_ids;
+    r->pos = r->d_pos;
+    r->b = &r->g_batch;
+    r->kv = kv;
+    r->err = err;
+    int rc;
+    if (ops->graph_ready(r->be, bs)) {
+        rc = ops->graph_replay(r->be, bs, err);
+        if (rc == SRT_OK)
+            r->gstats.replays++;
+    } else {
+        /* this step's result, and the shapes warmed up; its errors reported before capturing */
+        rc = graph_body(r, err);
+        if (rc == SRT_OK)
+            rc = ops->sync(r->be, err);
+        if (rc == SRT_OK) {
+            srt_err ce = { { 0 } };
+            if (ops->graph_capture(r->be, bs, graph_body, r, &ce) == SRT_OK) {
+                r->g_live = 1;
+                r->gstats.captures++;
+            } else {
+                /* the eager result stands; later steps stay eager */
+                srt_log(SRT_LOG_WARN, "runner: decode graph of batch %d not captured, graphs off: %s", bs, ce.msg);
+                r->gstats.capture_failures++;
+                srt_runner_graphs_clear(r);
+                r->graphs = 0;
+                r->gstats.enabled = 0;
+            }
+        }
+    }
+    if (rc == SRT_OK)
+        rc = logits_on_device(r, b, logits, err);
+    r->b = NULL;
+    r->kv = NULL;
+    r->err = NULL;
+    return rc;
+}
+
 int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b, float *logits, srt_err *err)
 {
     srt_model *m = r->m;
@@ -817,6 +1015,9 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
         err->msg[0] = 0;
     if (validate(r, kv, b, err) != SRT_OK)
         return SRT_ERROR;
+    int32_t bs = graph_size(r, kv, b);
+    if (bs > 0)
+        return forward_graph(r, kv, b, bs, logits, err);
     T = b->n_tokens;
     r->ctx = (srt_batch_ctx){
         .forward_mode = b->forward_mode, .n_tokens = b->n_tokens,

@@ -414,6 +414,9 @@ static const float *need_array(cuda_backend *c, const float *p, int64_t n, const
 
 /* ---------------------------------------------------------------- ops ------------------- */
 static void cuda_graph_clear(srt_backend *be);
+static int  cuda_graph_capture(srt_backend *be, int32_t bs, srt_graph_body body, void *user, srt_err *err);
+static int  cuda_graph_ready(srt_backend *be, int32_t bs);
+static int  cuda_graph_replay(srt_backend *be, int32_t bs, srt_err *err);
 
 static int cuda_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_tok, srt_err *err)
 {
@@ -927,6 +930,10 @@ static const srt_backend_ops cuda_ops = {
     .sync = cuda_sync,
     .add_rmsnorm = cuda_add_rmsnorm,
     .stream = cuda_stream,
+    .graph_capture = cuda_graph_capture,
+    .graph_ready = cuda_graph_ready,
+    .graph_replay = cuda_graph_replay,
+    .graph_clear = cuda_graph_clear,
 };
 
 /* ---------------------------------------------------------------- graphs ---------------- */

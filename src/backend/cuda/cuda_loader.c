@@ -127,27 +127,27 @@ int32_t srt_cuda_graph_bucket(int32_t n)
 
 int srt_cuda_graph_capture(srt_backend *be, int32_t bs, srt_cuda_graph_body body, void *user, srt_err *err)
 {
-    if (!srt_backend_is_cuda(be))
-        return srt_err_set(err, "CUDA graphs need the CUDA backend");
-    return plugin.graph_capture(be, bs, body, user, err);
+    if (!be || !be->ops->graph_capture)
+        return srt_err_set(err, "graphs need a backend with graph support (CUDA)");
+    return be->ops->graph_capture(be, bs, body, user, err);
 }
 
 int srt_cuda_graph_ready(srt_backend *be, int32_t bs)
 {
-    return srt_backend_is_cuda(be) ? plugin.graph_ready(be, bs) : 0;
+    return be && be->ops->graph_ready ? be->ops->graph_ready(be, bs) : 0;
 }
 
 int srt_cuda_graph_replay(srt_backend *be, int32_t bs, srt_err *err)
 {
-    if (!srt_backend_is_cuda(be))
-        return srt_err_set(err, "CUDA graphs need the CUDA backend");
-    return plugin.graph_replay(be, bs, err);
+    if (!be || !be->ops->graph_replay)
+        return srt_err_set(err, "graphs need a backend with graph support (CUDA)");
+    return be->ops->graph_replay(be, bs, err);
 }
 
 void srt_cuda_graph_clear(srt_backend *be)
 {
-    if (srt_backend_is_cuda(be))
-        plugin.graph_clear(be);
+    if (be && be->ops->graph_clear)
+        be->ops->graph_clear(be);
 }
 
 int srt_cuda_sample(srt_backend *be, float *logits, int32_t n_rows, int32_t vocab,

@@ -17,6 +17,11 @@
 
 typedef struct srt_backend srt_backend;
 
+/* The body of a graph (see graph_capture below): issues ops, returns SRT_OK or SRT_ERROR. */
+typedef int (*srt_graph_body)(void *user, srt_err *err);
+/* Graph keys are padded decode batch sizes, at most this many sequences. */
+#define SRT_GRAPH_MAX_BS 256
+
 /* Attention over the KV cache for every token of a batch (causal within a sequence,
  * attending a cached prefix through batch->seq_slots). */
 typedef struct srt_attn_args {
@@ -100,6 +105,24 @@ typedef struct srt_backend_ops {
     /* Optional: the stream the ops are queued on (a cudaStream_t), for work that must run in
      * order with them, such as NCCL collectives on tensor-parallel activations. NULL: none. */
     void *(*stream)(srt_backend *be);
+
+    /* ---- Optional: graphs (CUDA graphs), for decode steps. NULL: the backend has none and the
+     * runner runs every step eagerly. The runner's side of the contract is in
+     * src/include/srt/backend_cuda.h ("CUDA graphs"). A graph is a recording: graph_capture
+     * calls body(user) once and keeps every op it issues, with the very pointers and scalars
+     * it was given, WITHOUT executing them; graph_replay executes that recording again, on
+     * whatever the same addresses hold by then. So every buffer a body touches must keep its
+     * address, and every size it passes must be the graph's, for as long as the graph lives. ---- */
+    /* Records body's ops as the graph of key bs in [1, SRT_GRAPH_MAX_BS] (replacing an older
+     * one). Called after begin_batch of a batch of bs tokens; body may not upload, download,
+     * sync, alloc or begin_batch. */
+    int   (*graph_capture)(srt_backend *be, int32_t bs, srt_graph_body body, void *user, srt_err *err);
+    /* 1 when a graph of key bs is held. A backend may drop its graphs on its own (its batch
+     * metadata had to move): the caller then captures again. */
+    int   (*graph_ready)(srt_backend *be, int32_t bs);
+    /* Executes the graph of bs, in order with the ops; the batch announced last must have bs tokens. */
+    int   (*graph_replay)(srt_backend *be, int32_t bs, srt_err *err);
+    void  (*graph_clear)(srt_backend *be);
 } srt_backend_ops;
 
 struct srt_backend {

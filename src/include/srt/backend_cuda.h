@@ -53,21 +53,37 @@
  *  3. Hooks: tensor views get device = SRT_HOOK_DEVICE_CUDA and device pointers.
  *     A step any hook matches runs EAGERLY, never from a graph (SGLang's hooks silently stop
  *     under graphs; ours do not): the runner checks "any module has hooks" before replaying.
- *  4. CUDA graphs (decode only: one token per sequence, no hooks):
- *       bs = srt_cuda_graph_bucket(n_seqs)  (1,2,4,8,16,24,...,256; -1: run eagerly)
- *       pad the batch to bs sequences on the host: padded tokens get position -1 and
- *       out_slot -1 and their sequences no slots (they write no KV and attend to nothing);
- *       upload ids/positions into the SAME device buffers every step, then
- *       ops->begin_batch(padded batch)  -- outside the graph, eagerly, every step;
- *       if (!srt_cuda_graph_ready(be, bs)) srt_cuda_graph_capture(be, bs, body, ctx, err);
- *       srt_cuda_graph_replay(be, bs, err); then gather/download as in 2.
+ *  4. CUDA graphs (decode only: one token per sequence, no hooks). The backend exposes them as
+ *     the optional ops graph_capture / graph_ready / graph_replay / graph_clear of srt/backend.h
+ *     (so a host-memory test backend can record and replay too: t/unit/test_runner_graphs.c);
+ *     srt_cuda_graph_* below forward to those ops. src/model/runner.c does, for a step whose
+ *     batch is SRT_FORWARD_DECODE with n_tokens == n_seqs, no module hooked, tp == 1 and
+ *     graphs on (srt_runner_opts.graphs; SRT_GRAPHS=0 in the environment turns them off):
+ *       bs = srt_cuda_graph_bucket(n_seqs)  (1,2,4,8,16,24,...,256; -1 or bs > max_batch_tokens:
+ *            run eagerly)
+ *       pad the batch to bs sequences on the host: padded tokens get id 0, position -1 and
+ *       out_slot -1 and their sequences no slots (seq_len 0: they write no KV and attend to
+ *       nothing; the kernels give them zero attention output);
+ *       upload ids/positions of all bs tokens into the SAME device buffers every step, then
+ *       ops->begin_batch(padded batch: one runner-owned struct, the same address every step)
+ *         -- outside the graph, eagerly, every step;
+ *       if (!ready(bs)): run the body eagerly once (this step's result; GEMM plans made,
+ *          kernels loaded), then capture(bs, body) -- the capture executes nothing;
+ *       else replay(bs);
+ *       then gather the real rows and download as in 2 (lm_head runs eagerly on the n_seqs
+ *       real rows, outside the graph).
  *     body() issues exactly the ops of the eager forward for n_tokens = n_seqs = bs and nothing
  *     else: no upload, download, begin_batch, sync, alloc or host-side reads of device data.
  *     Every buffer it touches must be the same device address at every replay (the runner's
  *     activation buffers, the KV pool, the backend's batch metadata). The backend drops all
  *     graphs itself when its batch-metadata buffers had to grow (srt_cuda_graph_ready then
- *     says 0 and the runner captures again), and srt_cuda_graph_clear drops them on demand
- *     (e.g. after hooks are installed, or KV pool reallocation).
+ *     says 0 and the runner captures again). The runner drops them (graph_clear) when a step
+ *     finds any module hooked (a hook installed by srt_admin between steps: that step and every
+ *     step while hooks exist run eagerly, and graphs are captured again once none are left) and
+ *     when the KV pool it is given is not the one the graphs were captured with (another pool,
+ *     or one reallocated: its per-layer K/V addresses or dtype differ); srt_runner_graphs_clear()
+ *     drops them on demand. A failed capture is logged, turns graphs off for that runner and
+ *     keeps the step's eager result. Counters: srt_runner_graph_stats_get().
  */
 #ifndef SRT_BACKEND_CUDA_H
 #define SRT_BACKEND_CUDA_H
@@ -92,12 +108,14 @@ int srt_backend_is_cuda(const srt_backend *be);
 int srt_cuda_backend_mem(srt_backend *be, size_t *pool_bytes, size_t *used_bytes);
 
 /* ---- CUDA graphs for decode batch sizes ---- */
-#define SRT_CUDA_GRAPH_MAX_BS 256
+#define SRT_CUDA_GRAPH_MAX_BS SRT_GRAPH_MAX_BS
 /* Smallest captured size >= n_seqs among 1, 2, 4, 8, 16, 24, 32, ..., 256 (steps of 8 after
  * 8, as SGLang); -1 when n_seqs is outside [1, 256]. */
 int32_t srt_cuda_graph_bucket(int32_t n_seqs);
-typedef int (*srt_cuda_graph_body)(void *user, srt_err *err);
-/* Runs body once under stream capture and keeps the instantiated graph for key bs
+typedef srt_graph_body srt_cuda_graph_body;
+/* These forward to the backend's graph ops (be->ops->graph_*), so they also work on any backend
+ * that has them; on one without, capture/replay fail and ready says 0.
+ * Runs body once under stream capture and keeps the instantiated graph for key bs
  * (replacing an older one). body's ops are NOT executed by the capture itself. */
 int  srt_cuda_graph_capture(srt_backend *be, int32_t bs, srt_cuda_graph_body body, void *user,
                             srt_err *err);

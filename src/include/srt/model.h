@@ -151,8 +151,15 @@ typedef struct srt_runner_opts {
     /* A backend to compute on instead of making one (device is then ignored); the caller keeps
      * it and frees it after the runner (tests drive the device path with it). */
     struct srt_backend *backend;
+    /* Decode steps from backend graphs (CUDA graphs; srt/backend_cuda.h "CUDA graphs"):
+     * SRT_RUNNER_GRAPHS_AUTO (0, the default): on where the backend has graph ops (CUDA) and
+     * tp == 1, unless the environment has SRT_GRAPHS=0; _ON: the same, whatever the environment
+     * says; _OFF: every step eagerly (A/B comparisons, debugging). Steps any hook matches, prefill
+     * and mixed batches always run eagerly. */
+    int32_t graphs;
 } srt_runner_opts;
 enum { SRT_RUNNER_CPU = 0, SRT_RUNNER_CUDA = 1 };
+enum { SRT_RUNNER_GRAPHS_AUTO = 0, SRT_RUNNER_GRAPHS_ON = 1, SRT_RUNNER_GRAPHS_OFF = -1 };
 
 int  srt_runner_create(srt_model *m, const srt_runner_opts *opts, srt_runner **out, srt_err *err);
 /* The backend the runner computes on (owned by the runner); KV pools for it are made on it. */
@@ -167,5 +174,19 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
 
 /* The threads the runner computes with (shared by its backend). */
 int srt_runner_n_threads(const srt_runner *r);
+
+/* Decode graphs: what the runner did so far. */
+typedef struct srt_runner_graph_stats {
+    int     enabled;          /* graphs are in use (backend has them, tp == 1, not turned off) */
+    int64_t captures;         /* graphs captured (once per padded batch size, again after a clear) */
+    int64_t replays;          /* decode steps replayed from a graph */
+    int64_t eager_hooked;     /* decode steps run eagerly because a module had hooks */
+    int64_t clears;           /* times the graphs were dropped (hooks seen, another KV pool, on demand) */
+    int64_t capture_failures; /* captures that failed (graphs then turned off, logged) */
+} srt_runner_graph_stats;
+void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out);
+/* Drops every captured graph; the next decode step of each size captures again. For a caller
+ * that changed something a graph captured (the runner itself notices hooks and KV pools). */
+void srt_runner_graphs_clear(srt_runner *r);
 
 #endif
