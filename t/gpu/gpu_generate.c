@@ -13,6 +13,12 @@
  *       B sequences of P random tokens, one prefill, then N decode steps (greedy, all B
  *       sequences each step, CUDA graphs unless --no-graphs); prints a JSON line with decode
  *       tokens/s, bytes read per step and the fraction of the HBM roofline (--hbm GB/s, 4800).
+ *   gpu_generate MODEL --device cuda --runner --batch B [--n N]
+ *       the serving runner (src/model/runner.c, srt_runner_forward) twice over the same workload
+ *       of B sequences joining and leaving (decode batches crossing graph buckets): decode graphs
+ *       on, then off; prints a JSON line (rows compared, bit-identical rows, max |d logit|, graph
+ *       captures / replays, decode tok/s of both) and exits 1 unless they match (see run_runner).
+ *       KV bf16 unless --kv says otherwise.
  *   common: --kv f16|bf16|f32 (default f16 on cuda, f32 on cpu), --mem FRACTION (0.9)
  */
 #include <math.h>
@@ -503,10 +509,183 @@ static void run_bench(eng *e, int B, int P, int N, int graphs, double hbm_gbs)
     free(host_ids);
 }
 
+/* ---- the serving runner (src/model/runner.c) on the device: decode graphs vs eager ----
+ * B sequences (prompts of 2..10 tokens), the second half joining a quarter of the way in, a
+ * third of them leaving at a quarter and another third at half way, so decode batches cross
+ * graph buckets both ways; greedy on each pass's own logits. Two passes of the same workload
+ * through srt_runner_forward: decode graphs on, then off (SRT_RUNNER_GRAPHS_ON / _OFF). */
+typedef struct rpass {
+    float   *logits;   /* [steps][B][V] (rows of sequences not in a step are left 0) */
+    float   *margins;  /* [steps][B] */
+    int32_t *tokens;   /* [steps][B], -1: the sequence was not in the step */
+    int32_t *kind;     /* [steps]: 1 decode, 0 prefill */
+    double   decode_s;
+    int64_t  decode_tokens;
+    srt_runner_graph_stats st;
+} rpass;
+
+static int runner_prompt_len(int k) { return 2 + (k * 7) % 9; }
+
+static void runner_pass(srt_model *m, int cuda, int graphs, int B, int N, srt_dtype kvt, double mem, rpass *o)
+{
+    const srt_model_config *c = srt_model_config_of(m);
+    int V = c->vocab_size, steps = N + 2, late = B / 2, ctx = 10 + N + 2;
+    int32_t max_tok = 0;
+    for (int k = 0; k < B; k++)
+        max_tok += runner_prompt_len(k);
+    srt_err err = { { 0 } };
+    srt_runner *r = NULL;
+    srt_kv_pool *kv = NULL;
+    srt_runner_opts ro = { .max_batch_tokens = max_tok > B ? max_tok : B, .max_seqs = B, .n_threads = 0,
+                           .device = cuda ? SRT_RUNNER_CUDA : SRT_RUNNER_CPU, .mem_fraction = mem,
+                           .graphs = graphs ? SRT_RUNNER_GRAPHS_ON : SRT_RUNNER_GRAPHS_OFF };
+    if (srt_runner_create(m, &ro, &r, &err) != SRT_OK ||
+        srt_kv_pool_create_on(c, 1, B * ctx, cuda ? kvt : SRT_F32, srt_runner_backend(r), &kv, &err) != SRT_OK)
+        die("runner", &err);
+    o->logits = calloc((size_t)steps * B * V, sizeof(float));
+    o->margins = calloc((size_t)steps * B, sizeof(float));
+    o->tokens = malloc((size_t)steps * B * sizeof(int32_t));
+    o->kind = calloc((size_t)steps, sizeof(int32_t));
+    int32_t *hist = calloc((size_t)B * ctx, sizeof(int32_t)), *len = calloc(B, sizeof(int32_t));
+    int32_t *slots = malloc((size_t)B * ctx * sizeof(int32_t));
+    int32_t *tok = malloc((size_t)max_tok * 4 + (size_t)B * 4), *pos = malloc((size_t)max_tok * 4 + (size_t)B * 4);
+    int32_t *outs = malloc((size_t)max_tok * 4 + (size_t)B * 4), *start = malloc(((size_t)B + 1) * 4);
+    int32_t *slen = malloc((size_t)B * 4), *who = malloc((size_t)B * 4);
+    const int32_t **ss = malloc((size_t)B * sizeof *ss);
+    float *lg = malloc((size_t)B * V * sizeof(float));
+    for (int k = 0; k < B; k++) {
+        for (int j = 0; j < ctx; j++)
+            slots[(size_t)k * ctx + j] = k * ctx + j;
+        for (int j = 0; j < runner_prompt_len(k); j++)
+            hist[(size_t)k * ctx + j] = (k * 31 + j * 17 + 1) % V;
+    }
+    for (size_t i = 0; i < (size_t)steps * B; i++)
+        o->tokens[i] = -1;
+    /* step 0: the first half prefills; step N/4 + 1: the late half prefills; others decode */
+    int join_step = N / 4 + 1;
+    for (int st = 0; st < steps; st++) {
+        int prefill = st == 0 || st == join_step, n = 0, T = 0;
+        for (int k = 0; k < B; k++) {
+            int joined = k < late ? 1 : st >= join_step;
+            int gone = (k % 3 == 1 && st > N / 4 + 2) || (k % 3 == 2 && k >= late && st > N / 2 + 2);
+            if (!joined || gone || (prefill && len[k] > 0) || (!prefill && len[k] == 0))
+                continue;
+            int nn = prefill ? runner_prompt_len(k) : 1;
+            start[n] = T;
+            for (int j = 0; j < nn; j++, T++) {
+                tok[T] = hist[(size_t)k * ctx + len[k] + j];
+                pos[T] = len[k] + j;
+                outs[T] = slots[(size_t)k * ctx + len[k] + j];
+            }
+            slen[n] = len[k] + nn;
+            ss[n] = slots + (size_t)k * ctx;
+            who[n++] = k;
+        }
+        if (n == 0)
+            continue;
+        start[n] = T;
+        srt_forward_batch b = { .n_tokens = T, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = n,
+                                .seq_start = start, .seq_len = slen, .seq_slots = ss,
+                                .forward_mode = prefill ? SRT_FORWARD_PREFILL : SRT_FORWARD_DECODE };
+        double t0 = now();
+        if (srt_runner_forward(r, kv, &b, lg, &err) != SRT_OK)
+            die("runner forward", &err);
+        if (!prefill) {
+            o->decode_s += now() - t0;
+            o->decode_tokens += n;
+        }
+        o->kind[st] = !prefill;
+        for (int i = 0; i < n; i++) {
+            int k = who[i];
+            float *row = o->logits + ((size_t)st * B + k) * V;
+            memcpy(row, lg + (size_t)i * V, (size_t)V * sizeof(float));
+            int t = argmax2(row, V, &o->margins[(size_t)st * B + k]);
+            o->tokens[(size_t)st * B + k] = t;
+            len[k] = slen[i];
+            hist[(size_t)k * ctx + len[k]] = t;
+        }
+    }
+    srt_runner_graph_stats_get(r, &o->st);
+    srt_kv_pool_free(kv);
+    srt_runner_free(r);
+    free(hist), free(len), free(slots), free(tok), free(pos), free(outs), free(start), free(slen), free(who);
+    free(ss), free(lg);
+}
+
+/* Prints one JSON line; exits 1 when the graph pass does not match the eager pass: rows must be
+ * bit-identical as long as every decode step so far had exactly a bucket's size (the same GEMM
+ * shapes both ways, so the same kernels); from the first padded step on (bs > n: other GEMM
+ * shapes, maybe other cuBLASLt kernels, and KV written by them) within tol, and greedy tokens
+ * equal until a step where the eager top-2 margin is below 2 * tol. */
+static int run_runner(const char *path, int cuda, int B, int N, srt_dtype kvt, double mem)
+{
+    srt_model *m = NULL;
+    srt_err err = { { 0 } };
+    if (srt_model_load(path, &m, &err) != SRT_OK)
+        die("load", &err);
+    int V = srt_model_config_of(m)->vocab_size, steps = N + 2;
+    rpass g, e;
+    memset(&g, 0, sizeof g);
+    memset(&e, 0, sizeof e);
+    runner_pass(m, cuda, 1, B, N, kvt, mem, &g);
+    runner_pass(m, cuda, 0, B, N, kvt, mem, &e);
+    const float tol = 0.05f;
+    int64_t rows = 0, exact_rows = 0, bucket_rows = 0, bucket_exact = 0;
+    double worst = 0;
+    int diverged = 0, bad_diverge = 0;
+    char *gone = calloc(B, 1);
+    int same_shapes = 1;   /* every decode step so far had a bucket's size: no padding anywhere yet */
+    for (int st = 0; st < steps; st++) {
+        int n = 0;
+        for (int k = 0; k < B; k++)
+            n += e.tokens[(size_t)st * B + k] >= 0;
+        if (e.kind[st] && srt_cuda_graph_bucket(n) != n)
+            same_shapes = 0;
+        int bucket = same_shapes;
+        for (int k = 0; k < B; k++) {
+            size_t i = (size_t)st * B + k;
+            if (gone[k] || e.tokens[i] < 0 || g.tokens[i] < 0)
+                continue;
+            const float *a = g.logits + i * V, *b = e.logits + i * V;
+            int same = memcmp(a, b, (size_t)V * sizeof(float)) == 0;
+            for (int v = 0; v < V; v++) {
+                double d = fabs((double)a[v] - b[v]);
+                if (!(d <= worst))
+                    worst = isnan(d) ? INFINITY : d;
+            }
+            rows++;
+            exact_rows += same;
+            bucket_rows += bucket;
+            bucket_exact += bucket && same;
+            if (g.tokens[i] != e.tokens[i]) {   /* contexts differ from here on */
+                gone[k] = 1;
+                diverged++;
+                bad_diverge += e.margins[i] >= 2 * tol;
+            }
+        }
+    }
+    int ok = !cuda || (g.st.enabled && g.st.captures > 0 && g.st.replays > 0 && g.st.capture_failures == 0);
+    ok = ok && bucket_exact == bucket_rows && worst <= tol && bad_diverge == 0 && !e.st.enabled;
+    printf("{\"batch\":%d,\"steps\":%d,\"rows\":%lld,\"identical_rows\":%lld,\"bucket_rows\":%lld,"
+           "\"bucket_identical\":%lld,\"max_diff\":%.6g,\"diverged\":%d,\"bad_diverge\":%d,"
+           "\"graphs\":{\"enabled\":%d,\"captures\":%lld,\"replays\":%lld,\"capture_failures\":%lld,"
+           "\"decode_tok_s\":%.1f},\"eager\":{\"decode_tok_s\":%.1f},\"ok\":%s}\n",
+           B, N, (long long)rows, (long long)exact_rows, (long long)bucket_rows, (long long)bucket_exact, worst,
+           diverged, bad_diverge, g.st.enabled, (long long)g.st.captures, (long long)g.st.replays,
+           (long long)g.st.capture_failures, g.decode_tokens / (g.decode_s > 0 ? g.decode_s : 1),
+           e.decode_tokens / (e.decode_s > 0 ? e.decode_s : 1), ok ? "true" : "false");
+    rpass *ps[2] = { &g, &e };
+    for (int i = 0; i < 2; i++)
+        free(ps[i]->logits), free(ps[i]->margins), free(ps[i]->tokens), free(ps[i]->kind);
+    free(gone);
+    srt_model_free(m);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *model = NULL, *device = "cpu", *ids_arg = NULL, *kv = NULL;
-    int n_new = 32, bench = 0, B = 1, P = 128, graphs = 1, graphs_greedy = 0;
+    int n_new = 32, bench = 0, B = 1, P = 128, graphs = 1, graphs_greedy = 0, runner = 0;
     double mem = 0.9, hbm = 4800;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -519,6 +698,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--prompt") && v) P = atoi(argv[++i]);
         else if (!strcmp(a, "--hbm") && v) hbm = atof(argv[++i]);
         else if (!strcmp(a, "--bench")) bench = 1;
+        else if (!strcmp(a, "--runner")) runner = 1;
         else if (!strcmp(a, "--no-graphs")) graphs = 0;
         else if (!strcmp(a, "--graphs")) graphs_greedy = 1;
         else if (a[0] != '-' && !model) model = a;
@@ -527,9 +707,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (model && runner && B >= 1 && B <= 256 && n_new >= 4 && n_new <= 4000) {
+        int is_cuda = strcmp(device, "cuda") == 0;
+        srt_dtype kvt = !kv ? SRT_BF16 : !strcmp(kv, "f32") ? SRT_F32 : !strcmp(kv, "f16") ? SRT_F16 : SRT_BF16;
+        return run_runner(model, is_cuda, B, n_new, kvt, mem);
+    }
     if (!model || (!bench && !ids_arg) || n_new < 1 || n_new > 4000 || B < 1 || B > 4096 || P < 1) {
         fprintf(stderr, "usage: gpu_generate MODEL --device cpu|cuda (--ids 1,2,3 [--n 32] | --bench --batch B "
-                        "[--prompt P] [--n N] [--no-graphs]) [--kv f16|bf16|f32] [--mem F]\n");
+                        "[--prompt P] [--n N] [--no-graphs] | --runner --batch B [--n N>=4]) [--kv f16|bf16|f32] [--mem F]\n");
         return 2;
     }
     int is_cuda = strcmp(device, "cuda") == 0;
