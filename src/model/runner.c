@@ -452,6 +452,8 @@ void srt_runner_free(srt_runner *r)
 {
     if (!r)
         return;
+    if (r->be && r->g_live)   /* they hold this runner's buffers' addresses */
+        r->be->ops->graph_clear(r->be);
     float *bufs[] = { r->resid[0], r->resid[1], r->xn, r->final, r->proj, r->q, r->k, r->v, r->q_raw,
                       r->k_raw, r->attn, r->gate, r->up, r->act, r->cos_sin, r->rows };
     void *dbufs[] = { r->d_ids, r->d_pos, r->d_rows, r->d_logits, r->d_lids, r->d_eidx, r->d_estage,
@@ -462,8 +464,6 @@ void srt_runner_free(srt_runner *r)
     for (size_t i = 0; r->be && i < sizeof dbufs / sizeof dbufs[0]; i++)
         if (dbufs[i])
             srt_backend_release(r->be, dbufs[i]);
-    if (r->be && r->g_live && r->be->ops->graph_clear)
-        r->be->ops->graph_clear(r->be);
     free(r->g_ids);
     free(r->g_pos);
     free(r->g_out);
@@ -617,8 +617,12 @@ static int graphs_setup(srt_runner *r, const srt_runner_opts *o, srt_err *err)
     int want = o->graphs == SRT_RUNNER_GRAPHS_ON ||
                (o->graphs == SRT_RUNNER_GRAPHS_AUTO && !(env && strcmp(env, "0") == 0));
     if (!want || !r->on_dev || r->tcomm || !ops->graph_capture || !ops->graph_ready || !ops->graph_replay ||
-        !ops->graph_clear)
+        !ops->graph_clear) {
+        if (srt_backend_is_cuda(r->be))
+            srt_log(SRT_LOG_INFO, "runner: decode steps run eagerly (no CUDA graphs: %s)",
+                    r->tcomm ? "tensor parallel" : !want ? "turned off" : "not supported");
         return SRT_OK;
+    }
     int32_t cap = r->max_tok < SRT_GRAPH_MAX_BS ? r->max_tok : SRT_GRAPH_MAX_BS;
     int32_t L = r->m->cfg.n_layers;
     r->g_ids = malloc((size_t)cap * sizeof(int32_t));
@@ -633,6 +637,13 @@ static int graphs_setup(srt_runner *r, const srt_runner_opts *o, srt_err *err)
     r->g_cap = cap;
     r->graphs = 1;
     r->gstats.enabled = 1;
+    if (srt_backend_is_cuda(r->be)) {
+        int32_t top = cap;
+        while (top > 1 && srt_cuda_graph_bucket(top) != top)
+            top--;
+        srt_log(SRT_LOG_INFO, "runner: decode steps replay CUDA graphs (batches padded to 1, 2, 4, 8, 16, 24, ... up to %d)",
+                top);
+    }
     return SRT_OK;
 }
 
