@@ -16,7 +16,9 @@
  * and the recording backend with graphs on. Logits must be bit-identical at every step; the
  * graph runner must capture exactly once per bucket (again after a clear) and replay otherwise,
  * never replay a prefill or mixed step, run every step with a hook eagerly (and drop its
- * graphs), and notice a KV pool it was not captured with. */
+ * graphs), and notice a KV pool it was not captured with; explicit logit rows are honoured.
+ * Also: the backend dropping its graphs on its own (batch metadata grown) makes the runner
+ * capture again; SRT_GRAPHS / srt_runner_opts.graphs switch graphs on and off. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -590,8 +592,13 @@ static int argmax(const float *x, int n)
 
 /* One step: ids[k] of the sequences, n_new[k] of their tokens (their prompt when they have no
  * context yet, else 1: decode). Runs the three lanes, compares, advances greedily on lane 0. */
-static void step(world *w, const int *ids, int n, int forced_mode)
+static void step_rows(world *w, const int *ids, int n, int forced_mode, int reversed_rows);
+static void step(world *w, const int *ids, int n, int forced_mode) { step_rows(w, ids, n, forced_mode, 0); }
+
+/* reversed_rows: explicit logit rows, last sequence first */
+static void step_rows(world *w, const int *ids, int n, int forced_mode, int reversed_rows)
 {
+    int32_t rows[NSEQ];
     int32_t tok[MAXTOK], pos[MAXTOK], outs[MAXTOK], start[NSEQ + 1], len[NSEQ];
     const int32_t *ss[NSEQ];
     int T = 0, all_decode = 1, all_prefill = 1;
@@ -615,6 +622,14 @@ static void step(world *w, const int *ids, int n, int forced_mode)
              : all_decode ? SRT_FORWARD_DECODE : all_prefill ? SRT_FORWARD_PREFILL : SRT_FORWARD_MIXED;
     srt_forward_batch b = { .n_tokens = T, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = n,
                             .seq_start = start, .seq_len = len, .seq_slots = ss, .forward_mode = mode };
+    if (reversed_rows) {
+        for (int k = 0; k < n; k++)
+            rows[k] = start[n - k];   /* a decode step: token k is sequence k's */
+        for (int k = 0; k < n; k++)
+            rows[k] -= 1;
+        b.logit_rows = rows;
+        b.n_logit_rows = n;
+    }
     srt_runner_graph_stats st0;
     srt_runner_graph_stats_get(w->ln[2].r, &st0);
     int fg_replays0 = w->fg->n_replays;
@@ -673,8 +688,9 @@ static void step(world *w, const int *ids, int n, int forced_mode)
     for (int k = 0; k < n; k++) {
         seqst *s = &w->seq[ids[k]];
         s->len = len[k];
+        int row = reversed_rows ? n - 1 - k : k;
         if (s->len < SLOTS_PER)
-            s->toks[s->len] = argmax(w->ln[0].logits + (size_t)k * w->V, w->V);
+            s->toks[s->len] = argmax(w->ln[0].logits + (size_t)row * w->V, w->V);
     }
     w->steps++;
 }
@@ -789,6 +805,7 @@ static void run_model(const char *path, const char *name)
     { static const int s4[] = { 4 }; step(w, s4, 1, -1); }   /* prefill alone */
     decode_n(w, s01234, 5, 3);                 /* 5 -> bucket 8 */
     decode_n(w, s3042, 4, 2);                  /* seq 1 left, order changed: bucket 4 again */
+    step_rows(w, s3042, 4, -1, 1);             /* explicit logit rows, reversed: replayed too */
     static const int plens[] = { 2, 6, 1, 3, 2 };
     for (int i = 0; i < 5; i++)
         new_seq(w, p5to9[i], plens[i], 10 + i);
