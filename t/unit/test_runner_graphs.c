@@ -10,7 +10,7 @@
  * the very addresses the recorded ops read, a replay of a batch of another size.
  *
  * On the golden tiny models (.cache/models/tiny-llama, tiny-qwen2, tiny-qwen3, from
- * scripts/make_tiny_models.py), a scheduler-like run of ~45 steps with sequences joining and
+ * scripts/make_tiny_models.py), a scheduler-like run of 33 steps with sequences joining and
  * leaving (decode batches of 1, 3, 4, 5, 9 sequences: buckets 1, 4, 8, 16; prefill and mixed
  * steps between) runs on three runners: the CPU backend, the recording backend with graphs off,
  * and the recording backend with graphs on. Logits must be bit-identical at every step; the
