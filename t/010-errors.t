@@ -389,7 +389,7 @@ GET /v1/embeddings
 "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "' . ("x" x 2000) . '"}]}'
 --- error_code: 413
 --- response_body_like chomp
-"message":"Request body is too large: \d+ bytes, the limit is 1024","type":"invalid_request_error","param":null,"code":"request_too_large"
+"message":"Request body is too large: 2047 bytes, the limit is 1024","type":"invalid_request_error","param":null,"code":"request_too_large"
 
 
 

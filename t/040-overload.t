@@ -13,8 +13,7 @@ our $LONG = '{"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0,
 
 # Two long requests in the background (one running, one queued: every slot taken);
 # returns their pids once /health shows no free slot. The second starts once the first
-# runs: two requests arriving before the scheduler took either are both queued, and the
-# queue holds one.
+# runs, so that which one runs is known.
 sub fill_slots {
     Test::Srt::wait_ready();
     my ($first) = start_clients($Dir, 'bg1', '/v1/completions', $LONG);

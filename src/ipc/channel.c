@@ -967,9 +967,17 @@ srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint3
         return SRT_CHAN_SUBMIT_DOWN;
     if (n_prompt == 0 || n_prompt >= h->slot_tokens)
         return SRT_CHAN_SUBMIT_TOO_LONG;
-    if (limit > 0 && atomic_load(&h->queued) >= (uint32_t)limit) {
-        atomic_fetch_add(&h->rejected_full, 1);
-        return SRT_CHAN_SUBMIT_FULL;
+    if (limit > 0) {
+        /* Requests the scheduler has not taken yet count against max_queued_requests only
+         * beyond the room it has: with max_running 1 and max_queued 1, two requests that
+         * arrive together are one running and one queued, not two queued. */
+        uint32_t q = atomic_load(&h->queued), run = atomic_load(&h->running);
+        int32_t max_run = h->info.max_running_requests > 0 ? h->info.max_running_requests
+                                                           : h->cfg.max_running_requests;
+        if (q >= (uint32_t)limit && q + run >= (uint32_t)limit + (uint32_t)(max_run > 0 ? max_run : 0)) {
+            atomic_fetch_add(&h->rejected_full, 1);
+            return SRT_CHAN_SUBMIT_FULL;
+        }
     }
     for (i = 0; i < n; i++) {
         uint32_t k = (c->claim_hint + i) % n;

@@ -133,14 +133,16 @@ ngx_http_srt_handler(ngx_http_request_t *r)
         if (slcf->max_body
             && r->headers_in.content_length_n > slcf->max_body)
         {
+            off_t  len = r->headers_in.content_length_n;
+
+            /* discarding zeroes content_length_n: the size was kept first */
             (void) ngx_http_discard_request_body(r);
             return ngx_http_srt_send_error(r,
                                            NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
                                            NULL, "request_too_large",
                                            "Request body is too large: %O "
                                            "bytes, the limit is %O",
-                                           r->headers_in.content_length_n,
-                                           slcf->max_body);
+                                           len, slcf->max_body);
         }
 
         r->request_body_in_single_buf = 1;
@@ -468,6 +470,53 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     }
 
     ngx_http_finalize_request(r, rc);
+}
+
+
+/*
+ * A scheduler that dies fails what was queued for it, including requests no scheduler had
+ * taken yet (a request can be queued in the moment between the crash and its supervisor
+ * noticing). Nothing of those was computed: with srt_wait_ready they are submitted again,
+ * once, and wait for the successor like any request arriving while it starts.
+ */
+
+ngx_int_t
+ngx_http_srt_retry(ngx_http_srt_ctx_t *ctx)
+{
+    ngx_uint_t                i;
+    ngx_http_request_t       *r;
+    ngx_http_srt_choice_t    *ch;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    r = ctx->request;
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+
+    if (ctx->retried || slcf->wait_ready == 0 || ctx->n_choices == 0) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ch = &ctx->choices[i];
+
+        if (!ch->done || !ch->error || ch->t_pop_ns != 0 || ch->t_submit_ns == 0) {
+            return NGX_DECLINED;
+        }
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "srt: request failed before a scheduler took it (%s): "
+                  "submitting it again", ctx->choices[0].errmsg);
+
+    ctx->retried = 1;
+
+    ngx_http_srt_cleanup(ctx);   /* slots, the waiting queue, the timer */
+
+    ngx_memzero(ctx->choices, ctx->n_choices * sizeof(ngx_http_srt_choice_t));
+    ctx->n_choices = 0;
+
+    ngx_http_srt_body_handler(r);
+
+    return NGX_OK;
 }
 
 

@@ -185,6 +185,7 @@ typedef struct {
     ngx_flag_t                 header_sent;
     ngx_flag_t                 finished;
     ngx_flag_t                 aborted;
+    ngx_flag_t                 retried;     /* resubmitted once after a scheduler died */
     ngx_uint_t                 prompt_tokens;
     uint64_t                   t_body_ns;   /* body read: parsing starts */
     u_char                     id[40];      /* "chatcmpl-..." */
@@ -212,6 +213,7 @@ ngx_int_t ngx_http_srt_worker_init(ngx_cycle_t *cycle,
     ngx_http_srt_model_t *m);
 ngx_int_t ngx_http_srt_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *param, const char *code, const char *fmt, ...);
+ngx_int_t ngx_http_srt_retry(ngx_http_srt_ctx_t *ctx);
 
 /* ngx_http_srt_admin.c */
 ngx_int_t ngx_http_srt_admin_handler(ngx_http_request_t *r);

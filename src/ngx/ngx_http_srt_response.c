@@ -1085,6 +1085,10 @@ ngx_http_srt_pump(ngx_http_srt_ctx_t *ctx)
         }
     }
 
+    if (all_done && !ctx->header_sent && ngx_http_srt_retry(ctx) == NGX_OK) {
+        return NGX_HTTP_SRT_WAIT;
+    }
+
     if (!ctx->p.stream) {
         if (!all_done) {
             return NGX_HTTP_SRT_WAIT;

@@ -205,6 +205,31 @@ static void test_down_and_full(void)
     is_int(st.queued + st.slots_used, 0, "withdrawn queued requests free their slots");
     srt_chan_detach(c);
 
+    /* The queue limit counts what the scheduler cannot take: with max_running 1 and
+     * max_queued 1, two requests arriving before it took either are both admitted. */
+    c = make_chan(4, 32, 1);
+    {
+        srt_chan_model_info info;
+        uint32_t s4, g4;
+        memset(&info, 0, sizeof info);
+        info.max_running_requests = 1;
+        srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, NULL, &info);
+        is_int(srt_chan_submit(c, prompt, 4, &sp, 0, &slot, &gen), SRT_CHAN_SUBMIT_OK,
+               "max_running 1, max_queued 1: the first");
+        is_int(srt_chan_submit(c, prompt, 4, &sp, 0, &s2, &g2), SRT_CHAN_SUBMIT_OK,
+               "... and the second before the scheduler took the first (it will run one)");
+        is_int(srt_chan_submit(c, prompt, 4, &sp, 0, &s3, &g3), SRT_CHAN_SUBMIT_FULL,
+               "... the third is over running + queued: FULL, though slots are free");
+        srt_chan_stats_get(c, &st);
+        ok(st.slots_used == 2 && st.slots_total == 4, "two of four slots used");
+        srt_chan_release(c, slot, gen);
+        is_int(srt_chan_submit(c, prompt, 4, &sp, 0, &s4, &g4), SRT_CHAN_SUBMIT_OK,
+               "one withdrawn: room again");
+        srt_chan_release(c, s2, g2);
+        srt_chan_release(c, s4, g4);
+    }
+    srt_chan_detach(c);
+
     /* No queue limit: the slots themselves are the bound. */
     c = make_chan(2, 32, 0);
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, "ok", NULL);
