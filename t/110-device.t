@@ -34,7 +34,7 @@ POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
 --- error_code: 503
 --- response_body_like chomp
-"message":"Model \\"smol\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
+"message":"Model \\"smol\\" is not available: srt_device cuda: cannot load the CUDA backend plugin: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
 --- error_log eval
 [qr/scheduler for model "smol" failed: srt_device cuda: cannot load the CUDA backend plugin: [^\n]*no-such-dir/]
 --- no_error_log
@@ -79,3 +79,56 @@ POST /v1/completions
 --- no_error_log
 srt_device auto
 cannot load the CUDA backend plugin
+
+
+
+=== TEST 4: srt_device cuda with srt_tp_size 2 without a usable GPU: the rank group starts, then the probe's reason fails the model
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_TINY name=tiny;
+    srt_device cuda;
+    srt_tp_size 2;
+    srt_threads 1;
+    srt_context_length 256;
+    srt_max_total_tokens 2048;
+}
+--- init
+Test::Srt::wait_scheduler_failed("tiny");
+--- request
+POST /v1/completions
+{"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0}
+--- error_code: 503
+--- response_body_like chomp
+"message":"Model \\"tiny\\" is not available: srt_device cuda: cannot load the CUDA backend plugin: [^"]+","type":"server_error"
+--- error_log eval
+[qr/scheduler for model "tiny" failed: srt_device cuda: cannot load the CUDA backend plugin: [^\n]*no-such-dir/]
+--- no_error_log
+scheduler ready
+
+
+
+=== TEST 5: srt_cuda_graph off is accepted (CPU: nothing to turn off), and serves
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_cuda_graph off;
+    srt_threads 1;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_wait_ready 60s;
+}
+--- request
+POST /v1/completions
+{"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
+--- response_body_like chomp
+"text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
+
+
+
+=== TEST 6: srt_cuda_graph takes on|off
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_cuda_graph sometimes; }
+--- must_die
+--- error_log
+invalid value "sometimes" in "srt_cuda_graph" directive, it must be "on" or "off"

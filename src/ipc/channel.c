@@ -924,8 +924,10 @@ void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why)
         if (atomic_load(&s->runner) == pid)
             slot_fail(c, s, msg, 0);
     }
-    /* Only the dead process's own state: a successor may already be serving. */
-    if (atomic_compare_exchange_strong(&c->h->sched_pid, &owner, 0))
+    /* Only the dead process's own state: a successor may already be serving. A load
+     * failure keeps FAILED and its reason (503 bodies, /health) until the next attempt. */
+    if (atomic_compare_exchange_strong(&c->h->sched_pid, &owner, 0)
+        && atomic_load(&c->h->sched_state) != SRT_CHAN_SCHED_FAILED)
         srt_chan_sched_set_state(c, SRT_CHAN_SCHED_DOWN, msg, NULL);
 }
 

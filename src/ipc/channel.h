@@ -89,6 +89,7 @@ typedef struct srt_chan_config {
     int32_t  slots;                           /* request slots in this channel */
     int32_t  slot_tokens;                     /* token capacity of one slot (prompt + output) */
     int32_t  sched_spin_us;                   /* srt_scheduler_spin: busy-wait before blocking */
+    int32_t  cuda_graph;                      /* srt_cuda_graph: 0 on where possible, -1 off */
 } srt_chan_config;
 
 /* ---- scheduler state, published in the header for workers and /health ---- */

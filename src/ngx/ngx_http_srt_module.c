@@ -214,6 +214,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, server_timing),
       NULL },
 
+    { ngx_string("srt_cuda_graph"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, cuda_graph),
+      NULL },
+
     { ngx_string("srt_scheduler_spin"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_srt_set_spin,
@@ -344,6 +351,7 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     slcf->page_size = NGX_CONF_UNSET;
     slcf->radix_cache = NGX_CONF_UNSET;
     slcf->server_timing = NGX_CONF_UNSET;
+    slcf->cuda_graph = NGX_CONF_UNSET;
     slcf->sched_spin = NGX_CONF_UNSET;
     slcf->retry_after = NGX_CONF_UNSET_MSEC;
     slcf->wait_ready = NGX_CONF_UNSET_MSEC;
@@ -395,6 +403,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->page_size, prev->page_size, 1);
     ngx_conf_merge_value(conf->radix_cache, prev->radix_cache, 1);
     ngx_conf_merge_value(conf->server_timing, prev->server_timing, 0);
+    ngx_conf_merge_value(conf->cuda_graph, prev->cuda_graph, 1);
     ngx_conf_merge_value(conf->sched_spin, prev->sched_spin, 0);
     ngx_conf_merge_msec_value(conf->retry_after, prev->retry_after, 1000);
     ngx_conf_merge_msec_value(conf->wait_ready, prev->wait_ready, 0);
@@ -515,6 +524,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     m->cfg.radix_cache = (int32_t) conf->radix_cache;
     m->cfg.page_size = (int32_t) conf->page_size;
     m->cfg.sched_spin_us = (int32_t) conf->sched_spin;
+    m->cfg.cuda_graph = conf->cuda_graph ? 0 : -1;
 
     /* slots: what may run plus what may wait; each holds a whole context */
     m->cfg.slots = (int32_t) ((conf->max_running ? conf->max_running

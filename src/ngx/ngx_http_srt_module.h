@@ -97,6 +97,7 @@ typedef struct {
     ngx_int_t                  page_size;
     ngx_flag_t                 radix_cache;
     ngx_flag_t                 server_timing;
+    ngx_flag_t                 cuda_graph;
     ngx_int_t                  sched_spin;  /* srt_scheduler_spin, microseconds */
     float                      mem_fraction;
     ngx_uint_t                 mem_fraction_set;

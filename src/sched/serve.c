@@ -35,17 +35,19 @@ static int model_forward(void *self, const srt_forward_batch *b, float *logits, 
 }
 
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
-                               int cuda, double mem_fraction, srt_sched_model_runner **out, srt_err *err);
+                               int cuda, double mem_fraction, int graphs, srt_sched_model_runner **out,
+                               srt_err *err);
 
 int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
                                   srt_sched_model_runner **out, srt_err *err)
 {
-    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, out, err);
+    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, out, err);
 }
 
-/* cuda: the runner and its KV pool (bf16) on the CUDA backend, one rank only */
+/* cuda: the runner and its KV pool (bf16) on the CUDA backend; graphs: SRT_RUNNER_GRAPHS_* */
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
-                               int cuda, double mem_fraction, srt_sched_model_runner **out, srt_err *err)
+                               int cuda, double mem_fraction, int graphs, srt_sched_model_runner **out,
+                               srt_err *err)
 {
     srt_sched_model_runner *mr = calloc(1, sizeof *mr);
     *out = NULL;
@@ -57,6 +59,7 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
         .n_threads = n_threads,
         .tp_rank = 0, .tp_size = 1,
         .device = cuda ? SRT_RUNNER_CUDA : SRT_RUNNER_CPU, .mem_fraction = mem_fraction,
+        .graphs = graphs,
     };
     mr->tp = tp;
     if (tp) {
@@ -385,7 +388,8 @@ int srt_sched_run(srt_chan *c, srt_err *err)
             srt_hook_registry_load_file(hooks, cc->hooks_path, err) != SRT_OK)
             goto fail;
     }
-    if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static, &mr, err) != SRT_OK)
+    if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static,
+                            cc->cuda_graph < 0 ? SRT_RUNNER_GRAPHS_OFF : SRT_RUNNER_GRAPHS_AUTO, &mr, err) != SRT_OK)
         goto fail;
     if (cuda && hooks) {
         srt_hook_device_ops dops = { hook_d2h, hook_h2d, hook_d2d, srt_runner_backend(mr->runner) };
