@@ -332,6 +332,9 @@ def main():
     ap.add_argument("--bench-chan", default=os.path.join(ROOT, "build/bin/srt-bench-chan"))
     ap.add_argument("--json", default=None, help="write every figure here as JSON")
     ap.add_argument("--spin", default="off", help="srt_scheduler_spin for the model (off, 200us, ...)")
+    ap.add_argument("--pin", type=int, default=None, metavar="CPU",
+                    help="run nginx (worker and scheduler) and the clients on this one CPU: every hand-off "
+                         "then stays on one CPU, which takes the cost of waking an idle CPU out of the figures")
     args = ap.parse_args()
     for p in (args.module, args.bench_sched, args.model):
         if not os.path.exists(p):
@@ -343,6 +346,9 @@ def main():
         f.write(NGINX_CONF.format(so=args.module, pfx=pfx, port=args.port, model=os.path.abspath(args.model),
                                   threads=args.threads, spin=args.spin))
     ngx = [args.nginx, "-p", pfx, "-c", conf, "-g", "user root;"]
+    if args.pin is not None:
+        # children inherit the affinity: the worker, the helper and the scheduler process
+        os.sched_setaffinity(0, {args.pin})
     subprocess.run(ngx, check=True)
     master = int(open(os.path.join(pfx, "nginx.pid")).read())
     children = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True).stdout.split()
