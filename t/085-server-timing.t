@@ -8,14 +8,7 @@ use Test::Srt;
 master_on();
 log_level('info');
 
-srt_defaults(timeout => 60);
-
-run_tests();
-
-__DATA__
-
-=== TEST 1: srt_server_timing on: four entries in ms, in the order of the request's path
---- config
+srt_defaults(timeout => 60, config => <<'EOF2');
 location /v1/ {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_device cpu;
@@ -24,6 +17,13 @@ location /v1/ {
     srt_wait_ready 60s;
     srt_server_timing on;
 }
+EOF2
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: srt_server_timing on: four entries in ms, in the order of the request's path
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
@@ -35,15 +35,6 @@ Server-Timing: ^srt-parse;dur=\d+\.\d{3}, srt-handoff;dur=\d+\.\d{3}, srt-model;
 
 
 === TEST 2: chat too (template and tokenizer time are in srt-parse)
---- config
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_wait_ready 60s;
-    srt_server_timing on;
-}
 --- request
 POST /v1/chat/completions
 {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}
@@ -71,15 +62,6 @@ POST /v1/completions
 
 
 === TEST 4: errors carry no timing
---- config
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_wait_ready 60s;
-    srt_server_timing on;
-}
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": -1}
