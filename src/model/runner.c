@@ -896,6 +896,7 @@ static int any_hooks(const srt_model *m)
 /* The padded batch size a step replays at, or -1: run it eagerly. Also drops graphs that no
  * longer hold: hooks appeared (their modules must run eagerly, and a graph never saw them), or
  * the KV pool is not the one the graphs write (other addresses or dtype). */
+static void graph_kv(srt_runner *r, srt_kv_pool *kv);
 static int32_t graph_size(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b)
 {
     if (!r->graphs)
@@ -911,6 +912,13 @@ static int32_t graph_size(srt_runner *r, srt_kv_pool *kv, const srt_forward_batc
     int32_t bs = srt_cuda_graph_bucket(b->n_seqs);
     if (bs < 1 || bs > r->g_cap)
         return -1;
+    graph_kv(r, kv);
+    return bs;
+}
+
+/* The graphs write and read the KV pool they were captured with: another one drops them. */
+static void graph_kv(srt_runner *r, srt_kv_pool *kv)
+{
     int32_t L = r->m->cfg.n_layers;
     int same = r->g_kv_dtype == srt_kv_pool_dtype(kv);
     for (int32_t l = 0; l < L && same; l++)
@@ -923,7 +931,6 @@ static int32_t graph_size(srt_runner *r, srt_kv_pool *kv, const srt_forward_batc
         }
         r->g_kv_dtype = srt_kv_pool_dtype(kv);
     }
-    return bs;
 }
 
 /* The body of a decode graph: the model's forward over the padded batch, every op on the
@@ -950,7 +957,8 @@ static int graph_body(void *user, srt_err *err)
 /* A decode step from the graph of bs sequences: the batch padded to bs on the host (padded
  * tokens: id 0, position -1, out_slot -1, no context), its ids and positions uploaded to the
  * same buffers as every step, announced eagerly; then the graph (captured now after an eager
- * run of the same body if this size has none), and lm_head on the real rows. */
+ * run of the same body if this size has none), and lm_head on the real rows (logits NULL:
+ * none, the warm-up's batches of padding only, b->n_seqs == 0). */
 static int forward_graph(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b, int32_t bs, float *logits,
                          srt_err *err)
 {
@@ -1010,12 +1018,84 @@ static int forward_graph(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch
             }
         }
     }
-    if (rc == SRT_OK)
+    if (rc == SRT_OK && logits)
         rc = logits_on_device(r, b, logits, err);
     r->b = NULL;
     r->kv = NULL;
     r->err = NULL;
     return rc;
+}
+
+/* The backend's batch metadata sized once for the largest step (max_batch_tokens tokens,
+ * max_seqs sequences, as many context slots as kv has): a backend that grows it later
+ * drops its graphs (its buffers move), which would undo the warm-up. Only announced, never
+ * run on: no op reads it before the next begin_batch. */
+static int graphs_reserve_meta(srt_runner *r, srt_kv_pool *kv, srt_err *err)
+{
+    int32_t T = r->max_tok, S = r->max_seqs < T ? r->max_seqs : T, n_slots = srt_kv_pool_n_slots(kv);
+    int32_t *tok = malloc((size_t)T * 2 * sizeof(int32_t)), *start = malloc(((size_t)S + 1) * sizeof(int32_t));
+    int32_t *len = malloc((size_t)S * sizeof(int32_t)), *tab = malloc(((size_t)n_slots + 1) * sizeof(int32_t));
+    const int32_t **ss = malloc((size_t)S * sizeof(*ss));
+    int rc = SRT_ERROR;
+    if (!tok || !start || !len || !tab || !ss) {
+        srt_err_set(err, "runner: graph warm-up: out of memory");
+        goto out;
+    }
+    for (int32_t t = 0; t < 2 * T; t++)
+        tok[t] = -1;   /* positions, out_slots: padding */
+    for (int32_t i = 0; i < n_slots; i++)
+        tab[i] = i;
+    for (int32_t s = 0; s < S; s++) {
+        start[s] = s;
+        len[s] = n_slots / S + (s == S - 1 ? n_slots % S : 0);
+        ss[s] = tab + (int64_t)s * (n_slots / S);
+    }
+    start[S] = T;
+    srt_forward_batch b = { .n_tokens = T, .token_ids = tok, .positions = tok, .out_slots = tok + T, .n_seqs = S,
+                            .seq_start = start, .seq_len = len, .seq_slots = (const int32_t *const *)ss,
+                            .forward_mode = SRT_FORWARD_DECODE };
+    rc = r->be->ops->begin_batch(r->be, &b, err);
+out:
+    free(tok);
+    free(start);
+    free(len);
+    free(tab);
+    free(ss);
+    return rc;
+}
+
+int srt_runner_graphs_warmup(srt_runner *r, srt_kv_pool *kv, int32_t max_bs, srt_err *err)
+{
+    if (err)
+        err->msg[0] = 0;
+    if (!r || !r->graphs || any_hooks(r->m))
+        return SRT_OK;
+    const srt_model_config *c = &r->m->cfg;
+    if (!kv || srt_kv_pool_n_layers(kv) != c->n_layers || srt_kv_pool_row_elems(kv) != r->nkv * c->head_dim)
+        return srt_err_set(err, "runner: graph warm-up: kv pool missing or made for another model shape");
+    if (max_bs <= 0 || max_bs > r->max_seqs)
+        max_bs = r->max_seqs;
+    graph_kv(r, kv);
+    if (graphs_reserve_meta(r, kv, err) != SRT_OK)
+        return SRT_ERROR;
+    srt_forward_batch none = { .forward_mode = SRT_FORWARD_DECODE };   /* n_seqs 0: every row padding */
+    int32_t prev = 0;
+    for (int32_t n = 1; n <= max_bs; n++) {
+        int32_t bs = srt_cuda_graph_bucket(n);
+        if (bs == prev)
+            continue;
+        if (bs < 1 || bs > r->g_cap)
+            break;
+        prev = bs;
+        if (r->be->ops->graph_ready(r->be, bs))
+            continue;
+        int64_t fails = r->gstats.capture_failures;
+        if (forward_graph(r, kv, &none, bs, NULL, err) != SRT_OK)
+            return SRT_ERROR;
+        if (r->gstats.capture_failures != fails)   /* logged; graphs are off now */
+            return srt_err_set(err, "runner: graph warm-up: capture of batch %d failed, graphs off", bs);
+    }
+    return SRT_OK;
 }
 
 int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b, float *logits, srt_err *err)

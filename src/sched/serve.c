@@ -73,6 +73,23 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
         srt_sched_model_runner_free(mr);
         return SRT_ERROR;
     }
+    if (cuda && !tp) {   /* every decode batch size's CUDA graph now, not at its first step */
+        srt_runner_graph_stats g0, g1;
+        srt_err we = { { 0 } };
+        struct timespec t0, t1;
+        srt_runner_graph_stats_get(mr->runner, &g0);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int wrc = srt_runner_graphs_warmup(mr->runner, mr->kv, 0, &we);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        srt_runner_graph_stats_get(mr->runner, &g1);
+        double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        if (wrc != SRT_OK)
+            srt_log(SRT_LOG_WARN, "CUDA graph warm-up failed after %lld graphs (%.0f ms), decode steps capture lazily"
+                                  " or run eagerly: %s", (long long)(g1.captures - g0.captures), ms, we.msg);
+        else if (g1.enabled)
+            srt_log(SRT_LOG_INFO, "CUDA graph warm-up: %lld decode graphs captured in %.0f ms",
+                    (long long)(g1.captures - g0.captures), ms);
+    }
     *out = mr;
     return SRT_OK;
 }

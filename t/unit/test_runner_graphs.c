@@ -930,6 +930,146 @@ static void run_growth(const char *path)
     free(w);
 }
 
+/* ---------------------------------------------------------------- warm-up at startup */
+
+/* every K and V byte of a lane's pool (F32), to see that a warm-up wrote none */
+static size_t kv_bytes(srt_kv_pool *kv)
+{
+    return (size_t)srt_kv_pool_n_slots(kv) * (size_t)srt_kv_pool_row_elems(kv) * sizeof(float);
+}
+static char *kv_snapshot(srt_kv_pool *kv)
+{
+    int32_t L = srt_kv_pool_n_layers(kv);
+    size_t n = kv_bytes(kv);
+    char *s = malloc(2 * (size_t)L * n);
+    for (int32_t l = 0; l < L; l++) {
+        memcpy(s + (2 * (size_t)l) * n, srt_kv_pool_k(kv, l), n);
+        memcpy(s + (2 * (size_t)l + 1) * n, srt_kv_pool_v(kv, l), n);
+    }
+    return s;
+}
+
+/* srt_runner_graphs_warmup: every bucket up to the limit captured on padding rows only (the
+ * KV pool, holding real sequences, byte for byte unchanged), the backend's metadata sized
+ * once so later steps do not drop the graphs, then every decode step of those buckets
+ * replays (no capture) with logits bit-identical to the CPU and graphs-off runners; nothing
+ * with a hook installed or graphs off. */
+static void check_warmup(const char *path)
+{
+    srt_err err = { { 0 } };
+    world *w = calloc(1, sizeof *w);
+    w->model = "warm-up";
+    if (srt_model_load(path, &w->m, &err) != SRT_OK) {
+        ok(0, "warm-up: model loads: %s", err.msg);
+        free(w);
+        return;
+    }
+    w->V = srt_model_config_of(w->m)->vocab_size;
+    srt_backend *cpu = srt_cpu_backend_create(2, 0, &err);
+    fake *fe = calloc(1, sizeof *fe), *fg = calloc(1, sizeof *fg);
+    fake_init(fe, cpu, 64, 32, 8192, 0);
+    fake_init(fg, cpu, 1, 1, 1, 0);   /* metadata the size of one token: the warm-up must size it */
+    w->fe = fe;
+    w->fg = fg;
+    if (make_lanes(w, cpu, fe, fg, &err) != SRT_OK) {
+        ok(0, "warm-up: runners: %s", err.msg);
+        goto out;
+    }
+    static const int s0123[] = { 0, 1, 2, 3 }, s0[] = { 0 }, s012[] = { 0, 1, 2 };
+    static const int s9[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 }, s13[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
+    for (int i = 0; i < 13; i++)
+        new_seq(w, i, 1 + i % 4, 40 + i);
+    step(w, s0123, 4, -1);   /* real sequences in the pools before the warm-up */
+    decode_n(w, s0123, 4, 1);
+    int cap0 = fg->n_captures;
+    srt_runner_graph_stats st0, st;
+    srt_runner_graph_stats_get(w->ln[2].r, &st0);
+
+    /* a hook installed: nothing */
+    int n_mod;
+    srt_module *mods = srt_model_modules(w->m, &n_mod);
+    srt_hook_attach_opts ho = { .name = "bump" };
+    srt_hook_registry *reg = srt_hook_registry_create(mods, n_mod, &err);
+    int64_t hid = reg ? srt_hook_attach(reg, "model.layers.0.mlp", &bump_hook, &ho, &err) : -1;
+    int rc_h = srt_runner_graphs_warmup(w->ln[2].r, w->ln[2].kv, 0, &err);
+    srt_hook_remove(reg, hid, &err);
+    srt_hook_registry_free(reg);
+    ok(hid > 0 && rc_h == SRT_OK && fg->n_captures == cap0,
+       "warm-up: with a hook installed it does nothing (%d captures)", fg->n_captures - cap0);
+
+    /* graphs off, and the CPU backend: nothing */
+    int rc_off = srt_runner_graphs_warmup(w->ln[1].r, w->ln[1].kv, 0, &err);
+    int rc_cpu = srt_runner_graphs_warmup(w->ln[0].r, w->ln[0].kv, 0, &err);
+    ok(rc_off == SRT_OK && rc_cpu == SRT_OK && fe->n_captures == 0 && fe->n_replays == 0,
+       "warm-up: with graphs off (and on the CPU backend) it does nothing");
+
+    /* up to 3 sequences, then up to max_seqs (16): buckets 1 2 4, then 8 16 */
+    char *before = kv_snapshot(w->ln[2].kv);
+    int rc3 = srt_runner_graphs_warmup(w->ln[2].r, w->ln[2].kv, 3, &err);
+    if (rc3 != SRT_OK)
+        tap_diag("%s", err.msg);
+    int after3 = fg->n_captures - cap0;
+    int rc_all = srt_runner_graphs_warmup(w->ln[2].r, w->ln[2].kv, 0, &err);
+    if (rc_all != SRT_OK)
+        tap_diag("%s", err.msg);
+    char *after = kv_snapshot(w->ln[2].kv);
+    size_t kvn = 2 * (size_t)srt_kv_pool_n_layers(w->ln[2].kv) * kv_bytes(w->ln[2].kv);
+    srt_runner_graph_stats_get(w->ln[2].r, &st);
+    int nb = 0;
+    for (int32_t n = 1, prev = 0; n <= NSEQ; n++)
+        if (srt_cuda_graph_bucket(n) != prev)
+            prev = srt_cuda_graph_bucket(n), nb++;
+    ok(rc3 == SRT_OK && after3 == 3 && fg->captures[1] == 1 && fg->captures[2] == 1 && fg->captures[4] == 2,
+       "warm-up: up to 3 sequences captures buckets 1, 2 and 4 (%d captures)", after3);
+    ok(rc_all == SRT_OK && fg->n_captures - cap0 == nb && nb == 5 && st.captures - st0.captures == nb &&
+       fg->captures[8] == 1 && fg->captures[16] == 1 && fg->n_replays == 0 + (int)st0.replays,
+       "warm-up: up to max_seqs captures the other buckets, once each (%d of %d buckets, %d replays)",
+       fg->n_captures - cap0, nb, fg->n_replays - (int)st0.replays);
+    ok(memcmp(before, after, kvn) == 0, "warm-up: the KV pool (%zu bytes, real sequences in it) is unchanged", kvn);
+    free(before);
+    free(after);
+    for (int32_t n = 1; n <= NSEQ; n++) {
+        int b = srt_cuda_graph_bucket(n);
+        w->exp_captures += !w->live[b];
+        w->exp_cap_bs[b] += !w->live[b];
+        w->live[b] = 1;
+    }
+    w->exp_captures = (int)st.captures;
+
+    /* the steps that follow: replays only, logits bit-identical, metadata never regrown (the
+     * warm-up grew it once, for the largest step, before capturing) */
+    int grows0 = fg->n_grows;
+    int cap1 = fg->n_captures, rep1 = fg->n_replays;
+    decode_n(w, s0123, 4, 2);
+    decode_n(w, s0, 1, 2);
+    for (int i = 4; i < 13; i++) {
+        int one[] = { i };
+        step(w, one, 1, -1);   /* prefills */
+    }
+    decode_n(w, s012, 3, 2);
+    decode_n(w, s9, 9, 2);
+    decode_n(w, s13, 13, 2);
+    decode_n(w, s0123, 4, 1);
+    ok(fg->n_captures == cap1 && fg->n_replays - rep1 == 11 && fg->n_grows == grows0 && !w->count_bad,
+       "warm-up: every later decode step replays, none captures, the metadata never regrows "
+       "(%d captures, %d replays, %d regrowths)%s%s", fg->n_captures - cap1, fg->n_replays - rep1,
+       fg->n_grows - grows0, w->count_bad ? "; " : "", w->first_count);
+    ok(!w->run_failed && !w->mismatches, "warm-up: logits bit-identical to the CPU and graphs-off runners "
+                                          "at every step (%d steps)%s%s",
+       w->steps, w->mismatches ? ", first: " : "", w->first_mismatch);
+    ok(fg->violations == 0 && fe->violations == 0, "warm-up: the graph contract held (%d violations)%s%s",
+       fg->violations + fe->violations, fg->violations ? ", first: " : "", fg->first);
+out:
+    free_lanes(w);
+    fake_fini(fe);
+    fake_fini(fg);
+    free(fe);
+    free(fg);
+    srt_backend_free(cpu);
+    srt_model_free(w->m);
+    free(w);
+}
+
 /* ---------------------------------------------------------------- the fake checks itself */
 
 typedef struct tbody {
@@ -1094,6 +1234,10 @@ int main(void)
     }
     snprintf(path, sizeof path, "%s/%s", mdir, models[2]);
     run_growth(path);
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", mdir, models[i]);
+        check_warmup(path);
+    }
     int left = 0;
     for (int i = 0; i < MAXA; i++)
         left += allocs[i].p != NULL;

@@ -84,6 +84,12 @@
  *     or one reallocated: its per-layer K/V addresses or dtype differ); srt_runner_graphs_clear()
  *     drops them on demand. A failed capture is logged, turns graphs off for that runner and
  *     keeps the step's eager result. Counters: srt_runner_graph_stats_get().
+ *     When captured: lazily, at the first decode step of each bs, unless the caller warms up:
+ *     srt_runner_graphs_warmup() (srt/model.h; the scheduler calls it at startup on CUDA with
+ *     tp 1, as SGLang captures every batch size at startup) first announces the largest batch
+ *     (max_batch_tokens, max_seqs, every KV slot) so the metadata never has to grow later, then
+ *     runs and captures every bucket up to max_seqs on batches made only of padding rows (the
+ *     KV pool is neither written nor read); its failure only leaves lazy capture / eager steps.
  */
 #ifndef SRT_BACKEND_CUDA_H
 #define SRT_BACKEND_CUDA_H

@@ -188,5 +188,18 @@ void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out
 /* Drops every captured graph; the next decode step of each size captures again. For a caller
  * that changed something a graph captured (the runner itself notices hooks and KV pools). */
 void srt_runner_graphs_clear(srt_runner *r);
+/* Captures, at startup, the decode graph of every padded batch size (srt_cuda_graph_bucket)
+ * a step of 1 .. max_bs sequences uses (max_bs <= 0 or above max_seqs: max_seqs), so no
+ * decode step pays a capture later (SGLang captures them all at startup too). Each is run
+ * once eagerly and captured on a batch made only of padding rows (id 0, position -1,
+ * out_slot -1, no context: they write no KV and read none), so kv is neither written nor
+ * read: it only names the pool the graphs will write (as srt_runner_forward's). The
+ * backend's batch metadata is first sized for the largest step (max_batch_tokens, max_seqs,
+ * every slot of kv), so a later step does not grow it (which drops graphs). Sizes already
+ * captured are skipped. Returns SRT_OK doing nothing where graphs are not in use (backend
+ * without graph ops, tp > 1, turned off, any hook installed). An error (a capture that
+ * failed turns graphs off for this runner, logged) leaves the runner usable: steps then
+ * capture lazily or run eagerly. srt_runner_graph_stats_get().captures counts them. */
+int srt_runner_graphs_warmup(srt_runner *r, srt_kv_pool *kv, int32_t max_bs, srt_err *err);
 
 #endif
