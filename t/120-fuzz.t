@@ -33,7 +33,9 @@ sub fuzz {
     Test::More::is($?, 0, "$N hostile requests, every answer well-formed, no slot left in use (seed "
                    . ($SEED + 1) . ")") or Test::More::diag($out);
     my $after = rss_kb($worker);
-    Test::More::cmp_ok($after - $before, '<', 2048,
+    # a smoke check by default (the pools still settle); the soak's 20,000 requests make it a
+    # leak check: 100 bytes per request would show
+    Test::More::cmp_ok($after - $before, '<', $ENV{SRT_SOAK} ? 2048 : 4096,
                        "the worker's memory did not grow ($before kB -> $after kB)");
     Test::More::is(scheduler_pid(), $sched, "the same scheduler process served it all");
     Test::More::ok(Test::Srt::alive($worker), "the same worker process served it all");
