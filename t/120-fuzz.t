@@ -34,7 +34,7 @@ sub fuzz {
                    . ($SEED + 1) . ")") or Test::More::diag($out);
     my $after = rss_kb($worker);
     # a smoke check by default (the pools still settle); the soak's 20,000 requests make it a
-    # leak check: 100 bytes per request would show
+    # leak check: a leak of 200 bytes per request would show
     Test::More::cmp_ok($after - $before, '<', $ENV{SRT_SOAK} ? 2048 : 4096,
                        "the worker's memory did not grow ($before kB -> $after kB)");
     Test::More::is(scheduler_pid(), $sched, "the same scheduler process served it all");
