@@ -51,7 +51,9 @@ as_root() {
 
 # ---------------------------------------------------------------- apt
 # One dpkg-query for all packages; anything not reported as installed is missing.
-installed=" $(dpkg-query -W -f='${Package} ${Status}\n' "${APT_PACKAGES[@]}" 2>/dev/null |
+# dpkg-query exits 1 when any package is unknown to dpkg (every one, on a fresh root):
+# that is an answer here, not an error, so its status is dropped before pipefail sees it.
+installed=" $({ dpkg-query -W -f='${Package} ${Status}\n' "${APT_PACKAGES[@]}" 2>/dev/null || true; } |
               awk '$4 == "installed" { printf "%s ", $1 }')"
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
