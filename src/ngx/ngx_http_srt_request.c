@@ -608,6 +608,223 @@ ngx_http_srt_prompt(ngx_http_srt_parse_t *ps, yajl_val v, size_t max,
 }
 
 
+/*
+ * Fields other servers define that this one does not implement. Each would
+ * change the output, so a request that uses one gets a 400 naming it rather
+ * than a 200 that ignores it ("never say yes to what you do not do"). A field
+ * at its no-op value (null, false, an empty list, the default) is let through:
+ * clients send defaults. Fields that change nothing (user, metadata, store,
+ * service_tier, ...) are ignored; conf/README.md lists both sets.
+ */
+
+typedef enum {
+    NGX_HTTP_SRT_UNSUP_SET = 0,     /* any value but null */
+    NGX_HTTP_SRT_UNSUP_TRUE,        /* true (false is the default) */
+    NGX_HTTP_SRT_UNSUP_FALSE,       /* false (true is the default) */
+    NGX_HTTP_SRT_UNSUP_NONEMPTY     /* a non-empty string, array or object */
+} ngx_http_srt_unsup_e;
+
+
+typedef struct {
+    const char            *name;
+    ngx_http_srt_unsup_e   when;
+} ngx_http_srt_unsup_t;
+
+
+static const ngx_http_srt_unsup_t  ngx_http_srt_unsupported[] = {
+    /* OpenAI */
+    { "functions",                 NGX_HTTP_SRT_UNSUP_NONEMPTY },
+    { "audio",                     NGX_HTTP_SRT_UNSUP_SET },
+    { "reasoning_effort",          NGX_HTTP_SRT_UNSUP_SET },
+    { "verbosity",                 NGX_HTTP_SRT_UNSUP_SET },
+    { "web_search_options",        NGX_HTTP_SRT_UNSUP_SET },
+    { "suffix",                    NGX_HTTP_SRT_UNSUP_NONEMPTY },
+
+    /* SGLang */
+    { "regex",                     NGX_HTTP_SRT_UNSUP_SET },
+    { "ebnf",                      NGX_HTTP_SRT_UNSUP_SET },
+    { "json_schema",               NGX_HTTP_SRT_UNSUP_SET },
+    { "structural_tag",            NGX_HTTP_SRT_UNSUP_SET },
+    { "lora_path",                 NGX_HTTP_SRT_UNSUP_SET },
+    { "custom_logit_processor",    NGX_HTTP_SRT_UNSUP_SET },
+    { "custom_params",             NGX_HTTP_SRT_UNSUP_SET },
+    { "session_params",            NGX_HTTP_SRT_UNSUP_SET },
+    { "chat_template_kwargs",      NGX_HTTP_SRT_UNSUP_NONEMPTY },
+    { "continue_final_message",    NGX_HTTP_SRT_UNSUP_TRUE },
+    { "return_hidden_states",      NGX_HTTP_SRT_UNSUP_TRUE },
+    { "no_stop_trim",              NGX_HTTP_SRT_UNSUP_TRUE },
+    { "stop_regex",                NGX_HTTP_SRT_UNSUP_NONEMPTY },
+    { "skip_special_tokens",       NGX_HTTP_SRT_UNSUP_FALSE },
+    { "spaces_between_special_tokens", NGX_HTTP_SRT_UNSUP_FALSE },
+
+    /* vLLM */
+    { "guided_json",               NGX_HTTP_SRT_UNSUP_SET },
+    { "guided_regex",              NGX_HTTP_SRT_UNSUP_SET },
+    { "guided_choice",             NGX_HTTP_SRT_UNSUP_SET },
+    { "guided_grammar",            NGX_HTTP_SRT_UNSUP_SET },
+    { "structured_outputs",        NGX_HTTP_SRT_UNSUP_SET },
+    { "use_beam_search",           NGX_HTTP_SRT_UNSUP_TRUE },
+    { "length_penalty",            NGX_HTTP_SRT_UNSUP_SET },
+    { "include_stop_str_in_output", NGX_HTTP_SRT_UNSUP_TRUE },
+    { "truncate_prompt_tokens",    NGX_HTTP_SRT_UNSUP_SET },
+    { "prompt_logprobs",           NGX_HTTP_SRT_UNSUP_SET },
+    { "allowed_token_ids",         NGX_HTTP_SRT_UNSUP_SET },
+    { "bad_words",                 NGX_HTTP_SRT_UNSUP_NONEMPTY },
+    { "add_generation_prompt",     NGX_HTTP_SRT_UNSUP_FALSE },
+    { "add_special_tokens",        NGX_HTTP_SRT_UNSUP_SET },
+    { "documents",                 NGX_HTTP_SRT_UNSUP_NONEMPTY },
+    { "chat_template",             NGX_HTTP_SRT_UNSUP_SET },
+    { "logits_processors",         NGX_HTTP_SRT_UNSUP_NONEMPTY },
+
+    /* llama.cpp server */
+    { "grammar",                   NGX_HTTP_SRT_UNSUP_NONEMPTY },
+    { "typical_p",                 NGX_HTTP_SRT_UNSUP_SET },
+    { "mirostat",                  NGX_HTTP_SRT_UNSUP_SET },
+    { "dry_multiplier",            NGX_HTTP_SRT_UNSUP_SET },
+    { "xtc_probability",           NGX_HTTP_SRT_UNSUP_SET },
+    { "dynatemp_range",            NGX_HTTP_SRT_UNSUP_SET },
+    { "n_probs",                   NGX_HTTP_SRT_UNSUP_SET },
+    { "samplers",                  NGX_HTTP_SRT_UNSUP_SET },
+    { NULL, 0 }
+};
+
+
+static ngx_flag_t
+ngx_http_srt_is_empty(yajl_val v)
+{
+    return v == NULL || YAJL_IS_NULL(v)
+           || (YAJL_IS_STRING(v) && v->u.string[0] == '\0')
+           || (YAJL_IS_ARRAY(v) && v->u.array.len == 0)
+           || (YAJL_IS_OBJECT(v) && v->u.object.len == 0);
+}
+
+
+static ngx_int_t
+ngx_http_srt_unsupported_field(ngx_http_srt_parse_t *ps, const char *key,
+    yajl_val v)
+{
+    ngx_flag_t                   hit;
+    const ngx_http_srt_unsup_t  *u;
+
+    for (u = ngx_http_srt_unsupported; u->name; u++) {
+        if (ngx_strcmp(key, u->name) == 0) {
+            break;
+        }
+    }
+
+    if (u->name == NULL || v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_OK;
+    }
+
+    switch (u->when) {
+    case NGX_HTTP_SRT_UNSUP_TRUE:
+        hit = !YAJL_IS_FALSE(v);
+        break;
+    case NGX_HTTP_SRT_UNSUP_FALSE:
+        hit = !YAJL_IS_TRUE(v);
+        break;
+    case NGX_HTTP_SRT_UNSUP_NONEMPTY:
+        hit = !ngx_http_srt_is_empty(v);
+        break;
+    default:
+        hit = 1;
+    }
+
+    if (!hit) {
+        return NGX_OK;
+    }
+
+    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, u->name,
+                             "'%s' is not supported by this server", u->name);
+}
+
+
+/*
+ * Structured outputs and tools, until the grammar engine serves them: a text
+ * response_format and tools the model may not call are what plain decoding
+ * already does; anything else is refused by name.
+ */
+
+static ngx_int_t
+ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
+    yajl_val tools, yajl_val choice, yajl_val fcall)
+{
+    size_t       i;
+    yajl_val     type;
+    ngx_flag_t   has_tools;
+
+    if (fmt && !YAJL_IS_NULL(fmt)) {
+        type = NULL;
+
+        if (YAJL_IS_OBJECT(fmt)) {
+            for (i = 0; i < fmt->u.object.len; i++) {
+                if (ngx_strcmp(fmt->u.object.keys[i], "type") == 0) {
+                    type = fmt->u.object.values[i];
+                }
+            }
+        }
+
+        if (!YAJL_IS_STRING(type)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "response_format",
+                                     "'response_format' must be an object "
+                                     "with a string 'type'");
+        }
+
+        if (ngx_strcmp(type->u.string, "text") != 0) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "response_format",
+                                     "'response_format' of type \"%s\" is "
+                                     "not supported by this server",
+                                     type->u.string);
+        }
+    }
+
+    if (tools && !YAJL_IS_NULL(tools) && !YAJL_IS_ARRAY(tools)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                 "'tools' must be an array");
+    }
+
+    has_tools = tools && YAJL_IS_ARRAY(tools) && tools->u.array.len > 0;
+
+    if (choice && !YAJL_IS_NULL(choice)) {
+        if (YAJL_IS_STRING(choice)
+            && (ngx_strcmp(choice->u.string, "none") == 0
+                || (!has_tools && ngx_strcmp(choice->u.string, "auto") == 0)))
+        {
+            /* plain decoding: the model is not offered a call */
+
+        } else if (!YAJL_IS_STRING(choice) && !YAJL_IS_OBJECT(choice)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tool_choice",
+                                     "'tool_choice' must be \"none\", "
+                                     "\"auto\", \"required\" or an object "
+                                     "naming a function");
+
+        } else {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tool_choice",
+                                     "'tool_choice' other than \"none\" is "
+                                     "not supported by this server");
+        }
+
+    } else if (has_tools) {
+        /* OpenAI's default with tools is "auto": the model may call one */
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                 "'tools' are not supported by this server "
+                                 "unless 'tool_choice' is \"none\"");
+    }
+
+    if (fcall && !YAJL_IS_NULL(fcall)
+        && !(YAJL_IS_STRING(fcall) && ngx_strcmp(fcall->u.string, "none") == 0))
+    {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "function_call",
+                                 "'function_call' other than \"none\" is not "
+                                 "supported by this server");
+    }
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     u_char *body, size_t len, ngx_http_srt_params_t *p, ngx_uint_t *status,
@@ -622,7 +839,8 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
                           f_min_p, f_n, f_stop, f_stop_ids, f_seed, f_freq,
                           f_pres, f_rep, f_bias, f_ignore_eos, f_min_tokens,
                           f_logprobs, f_top_logprobs, f_user, f_stream,
-                          f_stream_options, f_tools, f_echo, f_best_of;
+                          f_stream_options, f_tools, f_echo, f_best_of,
+                          f_format, f_tool_choice, f_fcall, f_modalities;
     ngx_int_t             rc;
     long long             ll;
     ngx_flag_t            flag = 0;
@@ -678,7 +896,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     f_stop_ids = f_seed = f_freq = f_pres = f_rep = f_bias = NULL;
     f_ignore_eos = f_min_tokens = f_logprobs = f_top_logprobs = NULL;
     f_user = f_stream = f_stream_options = f_tools = f_echo = NULL;
-    f_best_of = NULL;
+    f_best_of = f_format = f_tool_choice = f_fcall = f_modalities = NULL;
 
     for (i = 0; i < root->u.object.len; i++) {
         key = root->u.object.keys[i];
@@ -712,7 +930,32 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         field("tools", f_tools);
         field("echo", f_echo);
         field("best_of", f_best_of);
+        field("response_format", f_format);
+        field("tool_choice", f_tool_choice);
+        field("function_call", f_fcall);
+        field("modalities", f_modalities);
 #undef field
+
+        if (ngx_http_srt_unsupported_field(&ps, key, v) != NGX_OK) {
+            rc = NGX_ERROR;
+            goto failed;
+        }
+    }
+
+    rc = ngx_http_srt_output_format(&ps, f_format, f_tools, f_tool_choice,
+                                    f_fcall);
+    ngx_http_srt_check(rc);
+
+    if (f_modalities && !YAJL_IS_NULL(f_modalities)
+        && !(YAJL_IS_ARRAY(f_modalities) && f_modalities->u.array.len == 1
+             && YAJL_IS_STRING(f_modalities->u.array.values[0])
+             && ngx_strcmp(f_modalities->u.array.values[0]->u.string, "text")
+                == 0))
+    {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "modalities",
+                               "'modalities' other than [\"text\"] is not "
+                               "supported by this server");
+        goto failed;
     }
 
     /* model */

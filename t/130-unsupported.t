@@ -1,0 +1,172 @@
+# Never say yes to what we do not do: request fields of OpenAI, SGLang, vLLM and llama.cpp
+# that would change the output and are not implemented get a 400 naming them; their no-op
+# values and the harmless fields (conf/README.md lists both sets) pass validation.
+# No scheduler (master_process off): what passes validation gets 503, what does not 400.
+use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
+
+srt_defaults(config => <<'EOF2');
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL name=smol; srt_retry_after 3s; }
+EOF2
+
+# TEST 12's fields and the values that switch them on
+our @F = (['audio', '{"voice": "alloy", "format": "wav"}'], ['reasoning_effort', '"low"'],
+         ['verbosity', '"low"'], ['web_search_options', '{}'], ['structural_tag', '{}'],
+         ['lora_path', '"x"'], ['custom_logit_processor', '"x"'], ['session_params', '{}'],
+         ['chat_template_kwargs', '{"enable_thinking": false}'], ['continue_final_message', 'true'],
+         ['return_hidden_states', 'true'], ['no_stop_trim', 'true'], ['stop_regex', '"a+"'],
+         ['skip_special_tokens', 'false'], ['spaces_between_special_tokens', 'false'],
+         ['guided_json', '{}'], ['guided_regex', '"a"'], ['guided_choice', '["a"]'],
+         ['guided_grammar', '"x"'], ['structured_outputs', '{}'], ['use_beam_search', 'true'],
+         ['length_penalty', '1.0'], ['include_stop_str_in_output', 'true'],
+         ['truncate_prompt_tokens', '5'], ['prompt_logprobs', '1'], ['allowed_token_ids', '[1]'],
+         ['bad_words', '["x"]'], ['add_generation_prompt', 'false'], ['add_special_tokens', 'true'],
+         ['documents', '[{"text": "x"}]'], ['chat_template', '"x"'], ['logits_processors', '["x"]'],
+         ['grammar', '"root ::= \"a\""'], ['typical_p', '0.5'], ['mirostat', '2'],
+         ['dry_multiplier', '0.8'], ['xtc_probability', '0.5'], ['dynatemp_range', '0.5'],
+         ['n_probs', '3'], ['samplers', '["top_k"]'], ['modalities', '["text", "audio"]']);
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: SGLang regex
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "hi"}], "regex": "[0-9]+"}
+--- error_code: 400
+--- response_body
+{"error":{"message":"'regex' is not supported by this server","type":"invalid_request_error","param":"regex","code":400}}
+
+
+
+=== TEST 2: SGLang ebnf on completions
+--- request
+POST /v1/completions
+{"prompt": "hi", "ebnf": "root ::= \"a\""}
+--- error_code: 400
+--- response_body_like chomp
+"param":"ebnf"
+
+
+
+=== TEST 3: SGLang json_schema
+--- request
+POST /v1/completions
+{"prompt": "hi", "json_schema": "{\"type\": \"object\"}"}
+--- error_code: 400
+--- response_body_like chomp
+"param":"json_schema"
+
+
+
+=== TEST 4: response_format json_object
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}
+--- error_code: 400
+--- response_body
+{"error":{"message":"'response_format' of type \"json_object\" is not supported by this server","type":"invalid_request_error","param":"response_format","code":400}}
+
+
+
+=== TEST 5: response_format json_schema
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}
+--- error_code: 400
+--- response_body_like chomp
+"param":"response_format"
+
+
+
+=== TEST 6: response_format without a type
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "hi"}], "response_format": "json"}
+--- error_code: 400
+--- response_body_like chomp
+"message":"'response_format' must be an object with a string 'type'"
+
+
+
+=== TEST 7: tools without tool_choice (OpenAI's default is "auto")
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}
+--- error_code: 400
+--- response_body_like chomp
+"param":"tools"
+
+
+
+=== TEST 8: tool_choice required
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}
+--- error_code: 400
+--- response_body_like chomp
+"param":"tool_choice"
+
+
+
+=== TEST 9: tool_choice naming a function
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "f"}}}
+--- error_code: 400
+--- response_body_like chomp
+"param":"tool_choice"
+
+
+
+=== TEST 10: tool_choice of the wrong type
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "hi"}], "tool_choice": 3}
+--- error_code: 400
+--- response_body_like chomp
+"message":"'tool_choice' must be
+
+
+
+=== TEST 11: deprecated function_call and functions
+--- request eval
+[ "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "function_call": "auto"}',
+  "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "functions": [{"name": "f"}]}' ]
+--- error_code eval
+[400, 400]
+--- response_body_like eval
+[ qr/"param":"function_call"/, qr/"param":"functions"/ ]
+
+
+
+=== TEST 12: each output-changing field of other servers is named
+--- request eval
+[ map { "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "'
+        . $_->[0] . '": ' . $_->[1] . '}' } @main::F ]
+--- error_code eval
+[ (400) x scalar @main::F ]
+--- response_body_like eval
+[ map { qr/"param":"\Q$_\E"/ } map { $_->[0] } @main::F ]
+
+
+
+=== TEST 13: completions suffix
+--- request
+POST /v1/completions
+{"prompt": "hi", "suffix": "end"}
+--- error_code: 400
+--- response_body_like chomp
+"param":"suffix"
+
+
+
+=== TEST 14: no-op values and harmless fields pass validation (503: no scheduler here)
+--- request eval
+[ "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "parallel_tool_calls": true, "functions": [], "function_call": "none", "modalities": ["text"], "regex": null, "skip_special_tokens": true, "continue_final_message": false, "chat_template_kwargs": {}, "user": "u", "metadata": {"a": "b"}, "store": false, "service_tier": "auto", "prompt_cache_key": "k", "safety_identifier": "s", "prediction": {"type": "content", "content": "x"}, "rid": "r1", "separate_reasoning": true, "stream_reasoning": true}',
+  "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "suffix": ""}' ]
+--- error_code eval
+[503, 503, 503]
