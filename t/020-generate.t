@@ -135,6 +135,17 @@ POST /v1/completions
 
 
 
+=== TEST 11b: logprobs bytes are the token's own bytes, also for part of a UTF-8 character
+Token 10813 is the byte-level 'ðŁ', bytes F0 9F: the start of a 4-byte character. Forced
+by logit_bias, its text is U+FFFD but its bytes must be 240, 159 (OpenAI's raw bytes).
+--- request
+POST /v1/chat/completions
+{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0, "logit_bias": {"10813": 100}, "logprobs": true, "top_logprobs": 1}
+--- response_body_like chomp
+"logprobs":\{"content":\[\{"token":"(?:\xef\xbf\xbd|\\ufffd)","bytes":\[240,159\],"logprob":-?[\d.e-]+,"top_logprobs":\[\{"token":"Hello","bytes":\[72,101,108,108,111\],
+
+
+
 === TEST 12: max_tokens beyond the context: 400 with the numbers
 --- request
 POST /v1/completions

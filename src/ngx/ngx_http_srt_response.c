@@ -422,9 +422,10 @@ static void
 ngx_http_srt_gen_token(yajl_gen g, ngx_http_srt_model_t *m, int32_t id,
     ngx_flag_t bytes)
 {
-    char     *text;
-    size_t    len, i;
-    srt_err   err;
+    char        *text;
+    size_t       len, rlen, i;
+    srt_err      err;
+    const char  *raw;
 
     if (srt_tokenizer_decode(m->tok, &id, 1, 0, &text, &len, &err) != SRT_OK) {
         text = NULL;
@@ -434,10 +435,18 @@ ngx_http_srt_gen_token(yajl_gen g, ngx_http_srt_model_t *m, int32_t id,
     yajl_gen_string(g, (const unsigned char *) (text ? text : ""), len);
 
     if (bytes) {
+        /* the token's own bytes, which may be part of a UTF-8 character: the text above
+         * shows such a part as U+FFFD, the bytes must not */
+        raw = srt_tokenizer_token_bytes(m->tok, id, &rlen);
+        if (raw == NULL) {
+            raw = text ? text : "";
+            rlen = len;
+        }
+
         ngx_http_srt_gen_str(g, "bytes");
         yajl_gen_array_open(g);
-        for (i = 0; i < len; i++) {
-            yajl_gen_integer(g, (unsigned char) text[i]);
+        for (i = 0; i < rlen; i++) {
+            yajl_gen_integer(g, (unsigned char) raw[i]);
         }
         yajl_gen_array_close(g);
     }
