@@ -153,51 +153,11 @@ static int str_new(render *r, sbuf *b, val *out)
     return 0;
 }
 
-/* Python's str.upper/lower for ASCII and the Latin-1/Latin Extended-A/Greek/Cyrillic basics. */
-static uint32_t cp_upper(uint32_t c)
-{
-    if (c >= 'a' && c <= 'z') return c - 32;
-    if (c < 0x80) return c;
-    if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
-    if (c == 0xFF) return 0x178;
-    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
-        if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
-            return (c & 1) ? c : c - 1;
-        return (c & 1) ? c - 1 : c;
-    }
-    if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
-    if (c >= 0x430 && c <= 0x44F) return c - 32;
-    if (c >= 0x450 && c <= 0x45F) return c - 80;
-    return c;
-}
-
-static uint32_t cp_lower(uint32_t c)
-{
-    if (c >= 'A' && c <= 'Z') return c + 32;
-    if (c < 0x80) return c;
-    if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
-    if (c == 0x178) return 0xFF;
-    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
-        if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
-            return (c & 1) ? c + 1 : c;
-        return (c & 1) ? c : c + 1;
-    }
-    if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
-    if (c >= 0x410 && c <= 0x42F) return c + 32;
-    if (c >= 0x400 && c <= 0x40F) return c + 80;
-    return c;
-}
-
-static bool cp_cased(uint32_t c)
-{
-    return cp_upper(c) != c || cp_lower(c) != c;
-}
-
 static bool cp_alpha(uint32_t c)
 {
     if (c < 0x80)
         return (c | 32) >= 'a' && (c | 32) <= 'z';
-    return cp_cased(c) || (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3040 && c <= 0x30FF) || (c >= 0xAC00 && c <= 0xD7A3);
+    return tpl_cp_cased(c) || (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3040 && c <= 0x30FF) || (c >= 0xAC00 && c <= 0xD7A3);
 }
 
 static void put_cp(sbuf *b, uint32_t cp)
@@ -223,46 +183,13 @@ static void put_cp(sbuf *b, uint32_t cp)
     }
 }
 
-enum { CASE_UPPER, CASE_LOWER, CASE_TITLE, CASE_CAPITALIZE, CASE_JINJA_TITLE };
-
 static int change_case(render *r, const char *s, size_t n, int mode, val *out)
 {
     sbuf b;
-    tpl_sb_init(&b, &r->a, n + 1);
-    bool prev_cased = false, first = true, word_start = true;
-    size_t i = 0;
-    while (i < n) {
-        size_t adv;
-        uint32_t c = tpl_u8_decode(s + i, n - i, &adv);
-        uint32_t o = c;
-        switch (mode) {
-        case CASE_UPPER: o = cp_upper(c); break;
-        case CASE_LOWER: o = cp_lower(c); break;
-        case CASE_TITLE:
-            o = prev_cased ? cp_lower(c) : cp_upper(c);
-            prev_cased = cp_cased(c);
-            break;
-        case CASE_CAPITALIZE: o = first ? cp_upper(c) : cp_lower(c); break;
-        case CASE_JINJA_TITLE: {
-            /* jinja2's title: words start after '-', whitespace, '(', '{', '[' or '<' */
-            bool delim = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || tpl_py_isspace_cp(c);
-            if (delim) {
-                o = c;
-                word_start = true;
-            } else {
-                o = word_start ? cp_upper(c) : cp_lower(c);
-                word_start = false;
-            }
-            break;
-        }
-        }
-        first = false;
-        if (o == c)
-            tpl_sb_put(&b, s + i, adv);
-        else
-            put_cp(&b, o);
-        i += adv;
-    }
+    tpl_sb_init(&b, &r->a, TPL_CASE_MAX_GROWTH * n + 1);
+    if (b.oom || b.cap < TPL_CASE_MAX_GROWTH * n)
+        return oom(r);
+    b.n = tpl_case_map(s, n, mode, b.p);
     return str_new(r, &b, out);
 }
 
@@ -547,7 +474,7 @@ static val sort_key(render *r, val v, bool case_sensitive)
     if (case_sensitive || v.t != V_STR)
         return v;
     val out;
-    if (change_case(r, v.u.s.p, v.u.s.n, CASE_LOWER, &out))
+    if (change_case(r, v.u.s.p, v.u.s.n, TPL_CASE_LOWER, &out))
         return v;
     return out;
 }
@@ -1124,7 +1051,7 @@ int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
         return 0;
     }
     case F_CAPITALIZE:
-        return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, CASE_CAPITALIZE, out);
+        return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, TPL_CASE_CAPITALIZE, out);
     case F_CENTER: {
         if (to_s(r, in, &s, &n) || arg_int(r, a, 0, "width", 80, &k))
             return -1;
@@ -1288,11 +1215,11 @@ int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
         return 0;
     }
     case F_LOWER:
-        return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, CASE_LOWER, out);
+        return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, TPL_CASE_LOWER, out);
     case F_UPPER:
-        return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, CASE_UPPER, out);
+        return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, TPL_CASE_UPPER, out);
     case F_TITLE:
-        return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, CASE_JINJA_TITLE, out);
+        return to_s(r, in, &s, &n) ? -1 : change_case(r, s, n, TPL_CASE_JINJA_TITLE, out);
     case F_MAP: {
         if (!tpl_truthy(in))
             in = v_undef(); /* `if value:` in jinja2's do_map: nothing to map */
@@ -1521,20 +1448,8 @@ int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
 
 static bool str_all(val v, int kind)
 {
-    /* kind 0: islower, 1: isupper: at least one cased char and no cased char of the other case */
-    const char *s = v.u.s.p;
-    size_t n = v.u.s.n, i = 0;
-    bool cased = false;
-    while (i < n) {
-        size_t adv;
-        uint32_t c = tpl_u8_decode(s + i, n - i, &adv);
-        if (kind == 0 ? cp_upper(c) != c && cp_lower(c) == c : cp_lower(c) != c && cp_upper(c) == c)
-            cased = true;
-        else if (kind == 0 ? cp_lower(c) != c : cp_upper(c) != c)
-            return false;
-        i += adv;
-    }
-    return cased;
+    /* kind 0: islower, 1: isupper */
+    return tpl_case_is(v.u.s.p, v.u.s.n, kind == 1);
 }
 
 int tpl_test_apply(render *r, int id, val v, cargs *a, bool *out)
@@ -1719,10 +1634,10 @@ int tpl_method_apply(render *r, int id, val self, cargs *a, val *out, bool *foun
                 return -1;
             return do_replace(r, s, n, old.u.s.p, old.u.s.n, nw.u.s.p, nw.u.s.n, k, out);
         }
-        case M_UPPER: return change_case(r, s, n, CASE_UPPER, out);
-        case M_LOWER: return change_case(r, s, n, CASE_LOWER, out);
-        case M_TITLE: return change_case(r, s, n, CASE_TITLE, out);
-        case M_CAPITALIZE: return change_case(r, s, n, CASE_CAPITALIZE, out);
+        case M_UPPER: return change_case(r, s, n, TPL_CASE_UPPER, out);
+        case M_LOWER: return change_case(r, s, n, TPL_CASE_LOWER, out);
+        case M_TITLE: return change_case(r, s, n, TPL_CASE_TITLE, out);
+        case M_CAPITALIZE: return change_case(r, s, n, TPL_CASE_CAPITALIZE, out);
         case M_FIND: return str_find(r, self, a, false, false, out);
         case M_RFIND: return str_find(r, self, a, true, false, out);
         case M_INDEX: return str_find(r, self, a, false, true, out);

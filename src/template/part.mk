@@ -1,4 +1,5 @@
 # Chat templates: Jinja-subset interpreter (compile at model load, render per request).
 ENGINE_SRCS += src/template/value.c src/template/utf8.c src/template/pyfmt.c src/template/compile.c \
-               src/template/render.c src/template/builtins.c src/template/context.c
-UNIT_TESTS  += $(BUILD)/t/test_chat_template
+               src/template/render.c src/template/builtins.c src/template/context.c \
+               src/template/ucase.c
+UNIT_TESTS  += $(BUILD)/t/test_chat_template $(BUILD)/t/test_ucase

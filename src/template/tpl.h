@@ -102,6 +102,13 @@ bool     tpl_py_isspace_cp(uint32_t c);
 size_t   tpl_u8_space_at(const char *s, size_t n);          /* bytes of a whitespace char at s, else 0 */
 size_t   tpl_u8_space_before(const char *s, size_t n);      /* bytes of a whitespace char ending at s+n, else 0 */
 
+/* ---- Python's case methods, full Unicode case mapping (ucase.c) ---- */
+enum { TPL_CASE_UPPER, TPL_CASE_LOWER, TPL_CASE_TITLE, TPL_CASE_CAPITALIZE, TPL_CASE_JINJA_TITLE };
+#define TPL_CASE_MAX_GROWTH 3   /* out of tpl_case_map needs at most 3 * n bytes */
+size_t   tpl_case_map(const char *s, size_t n, int mode, char *out);   /* returns bytes written */
+bool     tpl_case_is(const char *s, size_t n, bool upper);            /* str.isupper() / islower() */
+bool     tpl_cp_cased(uint32_t c);                                     /* Unicode Cased, as Python */
+
 /* ---- syntax tree ---- */
 typedef enum ekind {
     E_CONST, E_NAME, E_LIST, E_TUPLE, E_DICT, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_METHOD, E_FILTER, E_TEST,
