@@ -440,3 +440,48 @@ my $body = '{"prompt": "' . ("y" x 1500) . '"}';
 --- error_code: 413
 --- response_body_like chomp
 "code":"request_too_large"
+
+
+
+=== TEST 44: arrays nested 270,000 deep (530 KB) in an unknown field: 400, the worker lives
+yajl_tree_free recursed once per level and overflowed the worker's stack (SIGSEGV): the exact
+reproducer of issue 16; the next request on the same nginx must still be answered.
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL name=smol; client_max_body_size 1m; }
+--- request eval
+my $d = 270000;
+['POST /v1/chat/completions
+{"model":"m","messages":[{"role":"user","content":"hi"}],"x":' . ("[" x $d) . ("]" x $d) . '}',
+ 'POST /v1/chat/completions
+{"model":"m","messages":[{"role":"user","content":"hi"}],"x":' . ('{"a":' x 150000) . '1' . ('}' x 150000) . '}',
+ 'GET /v1/models']
+--- error_code eval
+[400, 400, 200]
+--- response_body_like eval
+['"message":"The request body nests arrays or objects deeper than 64 levels","type":"invalid_request_error","param":null,"code":400',
+ '"message":"The request body nests arrays or objects deeper than 64 levels"',
+ '"object":"list"']
+
+
+
+=== TEST 45: tools nested past yajl_gen's limit (128): a 400 naming the nesting (was "chat template context: invalid JSON")
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL name=smol; client_max_body_size 1m; }
+--- request eval
+'POST /v1/chat/completions
+{"messages":[{"role":"user","content":"hi"}],"tools":[' . ("[" x 200) . ("]" x 200) . ']}'
+--- error_code: 400
+--- response_body_like chomp
+"message":"The request body nests arrays or objects deeper than 64 levels"
+
+
+
+=== TEST 46: nesting at the limit is parsed as usual (the error is the field's own)
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL name=smol; client_max_body_size 1m; }
+--- request eval
+'POST /v1/chat/completions
+{"messages":[{"role":"user","content":"hi"}],"temperature":' . ("[" x 63) . ("]" x 63) . '}'
+--- error_code: 400
+--- response_body_like chomp
+"message":"'temperature' must be a number"

@@ -227,31 +227,7 @@ static int parse_list(yajl_val list, const char *origin, const char *key, int pr
     return SRT_OK;
 }
 
-/* Deepest nesting of [ and { outside strings; the tree code recurses, so bound it first. */
-static int json_depth(const char *s, size_t len)
-{
-    int depth = 0, max = 0, in_str = 0;
-
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (in_str) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_str = 0;
-        } else if (c == '"') {
-            in_str = 1;
-        } else if (c == '[' || c == '{') {
-            if (++depth > max)
-                max = depth;
-        } else if (c == ']' || c == '}') {
-            depth--;
-        }
-    }
-    return max;
-}
-
-#define SPEC_MAX_DEPTH 64
+#define SPEC_MAX_DEPTH SRT_JSON_MAX_DEPTH
 
 int srt_hook_spec_parse(const char *json, size_t len, const char *origin,
                         srt_hook_spec_list *out, srt_err *err)
@@ -271,7 +247,7 @@ int srt_hook_spec_parse(const char *json, size_t len, const char *origin,
         free(text);
         return srt_err_set(err, "%s: contains a NUL byte; not a JSON document", origin);
     }
-    if (json_depth(text, len) > SPEC_MAX_DEPTH) {
+    if (srt_json_depth(text, len) > SPEC_MAX_DEPTH) {
         free(text);
         return srt_err_set(err, "%s: JSON nested deeper than %d levels", origin, SPEC_MAX_DEPTH);
     }

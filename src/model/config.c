@@ -147,6 +147,10 @@ int srt_config_from_json(const char *dir, srt_model_config *c, srt_err *err)
     char *text = srt_read_text_file(path, 16u << 20, err);
     if (!text)
         return SRT_ERROR;
+    if (srt_json_depth(text, strlen(text)) > SRT_JSON_MAX_DEPTH) {
+        free(text);
+        return srt_err_set(err, "%s: JSON nested deeper than %d levels", path, SRT_JSON_MAX_DEPTH);
+    }
     yajl_val root = yajl_tree_parse(text, ebuf, sizeof ebuf);
     free(text);
     if (!root || !YAJL_IS_OBJECT(root)) {
@@ -217,7 +221,8 @@ int srt_config_from_json(const char *dir, srt_model_config *c, srt_err *err)
     srt_err ignored;
     char *gtext = srt_read_text_file(path, 1u << 20, &ignored);
     if (gtext) {
-        yajl_val g = yajl_tree_parse(gtext, ebuf, sizeof ebuf);
+        yajl_val g = srt_json_depth(gtext, strlen(gtext)) > SRT_JSON_MAX_DEPTH
+                         ? NULL : yajl_tree_parse(gtext, ebuf, sizeof ebuf);
         free(gtext);
         if (g && YAJL_IS_OBJECT(g))
             (void)parse_eos(jget(g, "eos_token_id"), c, path, &ignored);

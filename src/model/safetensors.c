@@ -97,7 +97,11 @@ int srt_safetensors_load(const char *path, srt_tensor_store *s, srt_err *err)
     }
     memcpy(json, (const char *)f.data + 8, hlen);
     json[hlen] = 0;
-    yajl_val root = yajl_tree_parse(json, ebuf, sizeof ebuf);
+    yajl_val root = NULL;
+    if (srt_json_depth(json, hlen) > SRT_JSON_MAX_DEPTH)
+        snprintf(ebuf, sizeof ebuf, "nested deeper than %d levels", SRT_JSON_MAX_DEPTH);
+    else
+        root = yajl_tree_parse(json, ebuf, sizeof ebuf);
     free(json);
     if (!root || !YAJL_IS_OBJECT(root)) {
         char *nl = strchr(ebuf, '\n');
@@ -162,7 +166,8 @@ int srt_safetensors_load_index(const char *dir, const char *index_path, srt_tens
     char *json = read_small_file(index_path, 64u << 20, err);
     if (!json)
         return SRT_ERROR;
-    yajl_val root = yajl_tree_parse(json, ebuf, sizeof ebuf);
+    yajl_val root = srt_json_depth(json, strlen(json)) > SRT_JSON_MAX_DEPTH
+                        ? NULL : yajl_tree_parse(json, ebuf, sizeof ebuf);
     free(json);
     const char *wk[] = { "weight_map", NULL };
     yajl_val wm = root ? yajl_tree_get(root, wk, yajl_t_object) : NULL;

@@ -129,52 +129,69 @@ ngx_http_srt_get_bool(ngx_http_srt_parse_t *ps, yajl_val v, const char *name,
     }
 
 
-/* Re-serialize a parsed value (messages pass to the template as they came). */
+/*
+ * Re-serialize a parsed value (messages pass to the template as they came).
+ * Returns yajl_gen's first error: past its depth limit (128) yajl_gen
+ * refuses to open containers and the text it builds is no longer JSON.
+ */
 
-static void
+static yajl_gen_status
 ngx_http_srt_gen_val(yajl_gen g, yajl_val v)
 {
-    size_t  i;
+    size_t           i;
+    yajl_gen_status  st;
 
     switch (v->type) {
 
     case yajl_t_string:
-        ngx_http_srt_gen_str(g, v->u.string);
-        break;
+        return yajl_gen_string(g, (const unsigned char *) v->u.string,
+                               ngx_strlen(v->u.string));
 
     case yajl_t_number:
-        yajl_gen_number(g, v->u.number.r, ngx_strlen(v->u.number.r));
-        break;
+        return yajl_gen_number(g, v->u.number.r, ngx_strlen(v->u.number.r));
 
     case yajl_t_object:
-        yajl_gen_map_open(g);
-        for (i = 0; i < v->u.object.len; i++) {
-            ngx_http_srt_gen_str(g, v->u.object.keys[i]);
-            ngx_http_srt_gen_val(g, v->u.object.values[i]);
+        st = yajl_gen_map_open(g);
+        for (i = 0; st == yajl_gen_status_ok && i < v->u.object.len; i++) {
+            st = yajl_gen_string(g,
+                                 (const unsigned char *) v->u.object.keys[i],
+                                 ngx_strlen(v->u.object.keys[i]));
+            if (st == yajl_gen_status_ok) {
+                st = ngx_http_srt_gen_val(g, v->u.object.values[i]);
+            }
         }
-        yajl_gen_map_close(g);
-        break;
+        return st == yajl_gen_status_ok ? yajl_gen_map_close(g) : st;
 
     case yajl_t_array:
-        yajl_gen_array_open(g);
-        for (i = 0; i < v->u.array.len; i++) {
-            ngx_http_srt_gen_val(g, v->u.array.values[i]);
+        st = yajl_gen_array_open(g);
+        for (i = 0; st == yajl_gen_status_ok && i < v->u.array.len; i++) {
+            st = ngx_http_srt_gen_val(g, v->u.array.values[i]);
         }
-        yajl_gen_array_close(g);
-        break;
+        return st == yajl_gen_status_ok ? yajl_gen_array_close(g) : st;
 
     case yajl_t_true:
-        yajl_gen_bool(g, 1);
-        break;
+        return yajl_gen_bool(g, 1);
 
     case yajl_t_false:
-        yajl_gen_bool(g, 0);
-        break;
+        return yajl_gen_bool(g, 0);
 
     default:
-        yajl_gen_null(g);
-        break;
+        return yajl_gen_null(g);
     }
+}
+
+
+static ngx_int_t
+ngx_http_srt_gen_failed(ngx_http_srt_parse_t *ps, yajl_gen_status st,
+    const char *param)
+{
+    if (st == yajl_max_depth_exceeded) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, param,
+                                 "'%s' nests arrays or objects too deeply to "
+                                 "pass to the chat template", param);
+    }
+
+    return NGX_ERROR;
 }
 
 
@@ -187,6 +204,7 @@ ngx_http_srt_messages(ngx_http_srt_parse_t *ps, yajl_val msgs, yajl_gen g)
     ngx_uint_t   has_role;
     u_char      *buf, *p;
     size_t       total;
+    yajl_gen_status  st;
 
     static const char *roles[] = { "system", "user", "assistant", "tool",
                                    "developer", "function", NULL };
@@ -261,7 +279,10 @@ ngx_http_srt_messages(ngx_http_srt_parse_t *ps, yajl_val msgs, yajl_gen g)
                 continue;
             }
             ngx_http_srt_gen_str(g, key);
-            ngx_http_srt_gen_val(g, msg->u.object.values[j]);
+            st = ngx_http_srt_gen_val(g, msg->u.object.values[j]);
+            if (st != yajl_gen_status_ok) {
+                return ngx_http_srt_gen_failed(ps, st, "messages");
+            }
         }
 
         ngx_http_srt_gen_str(g, "content");
@@ -487,6 +508,7 @@ ngx_http_srt_render_chat(ngx_http_srt_parse_t *ps, yajl_val messages,
     srt_err                err;
     yajl_gen               g;
     ngx_int_t              rc;
+    yajl_gen_status        st;
     const unsigned char   *ctx_json;
     ngx_http_srt_model_t  *m = ps->m;
 
@@ -519,7 +541,11 @@ ngx_http_srt_render_chat(ngx_http_srt_parse_t *ps, yajl_val messages,
     ngx_http_srt_gen_str(g, m->eos_token ? m->eos_token : "");
     ngx_http_srt_gen_str(g, "tools");
     if (tools && !YAJL_IS_NULL(tools)) {
-        ngx_http_srt_gen_val(g, tools);
+        st = ngx_http_srt_gen_val(g, tools);
+        if (st != yajl_gen_status_ok) {
+            yajl_gen_free(g);
+            return ngx_http_srt_gen_failed(ps, st, "tools");
+        }
     } else {
         yajl_gen_null(g);
     }
@@ -870,6 +896,13 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
                                  "Invalid JSON: the body contains a NUL "
                                  "byte");
+    }
+
+    /* yajl_tree_free and the walks below recurse once per level */
+    if (srt_json_depth((const char *) body, len) > SRT_JSON_MAX_DEPTH) {
+        return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+                                 "The request body nests arrays or objects "
+                                 "deeper than %d levels", SRT_JSON_MAX_DEPTH);
     }
 
     yerr[0] = '\0';

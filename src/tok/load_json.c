@@ -661,8 +661,11 @@ static const char *config_token(yajl_val cfg, const char *key)
 
 static int parse_config(srt_tokenizer *t, const char *cfg_json, size_t cfg_len, const char *name, srt_err *err)
 {
-    (void)cfg_len;
     char ebuf[256];
+    if (srt_json_depth(cfg_json, cfg_len) > SRT_JSON_MAX_DEPTH) {
+        srt_err_set(err, "%s: JSON nested deeper than %d levels", name, SRT_JSON_MAX_DEPTH);
+        return SRT_ERROR;
+    }
     yajl_val cfg = yajl_tree_parse(cfg_json, ebuf, sizeof(ebuf));
     if (!cfg) {
         srt_err_set(err, "%s: invalid JSON: %s", name, ebuf);
@@ -724,8 +727,12 @@ int srt_tokenizer_load_json_mem(const char *json, size_t len, const char *config
                                 const char *name, srt_tokenizer **out, srt_err *err)
 {
     *out = NULL;
-    (void)len;
     char ebuf[256];
+    /* the walks over normalizer/pre_tokenizer/decoder trees recurse */
+    if (srt_json_depth(json, len) > SRT_JSON_MAX_DEPTH) {
+        srt_err_set(err, "%s: JSON nested deeper than %d levels", name, SRT_JSON_MAX_DEPTH);
+        return SRT_ERROR;
+    }
     yajl_val root = yajl_tree_parse(json, ebuf, sizeof(ebuf));
     if (!root) {
         srt_err_set(err, "%s: invalid JSON: %s", name, ebuf);
@@ -833,7 +840,11 @@ int tok_setup_pipeline(srt_tokenizer *t, const char *normalizer, const char *pre
         if (!src[i])
             continue;
         char ebuf[256];
-        yajl_val v = yajl_tree_parse(src[i], ebuf, sizeof(ebuf));
+        yajl_val v = NULL;
+        if (srt_json_depth(src[i], strlen(src[i])) > SRT_JSON_MAX_DEPTH)
+            snprintf(ebuf, sizeof ebuf, "nested deeper than %d levels", SRT_JSON_MAX_DEPTH);
+        else
+            v = yajl_tree_parse(src[i], ebuf, sizeof(ebuf));
         if (!v) {
             srt_err_set(err, "%s: internal pipeline description: %s", t->name, ebuf);
             return SRT_ERROR;

@@ -173,6 +173,8 @@ static void corrupt(void)
     ok(fails_with(dir, st, "header length", msg), "absurd header length: %s", msg);
     MUT(b[8] = '[');
     ok(fails_with(dir, st, "not a JSON object", msg), "header not JSON: %s", msg);
+    MUT(memset(b + 8, ' ', hlen); memset(b + 8, '[', hlen / 2); memset(b + 8 + hlen / 2, ']', hlen / 2));
+    ok(fails_with(dir, st, "nested deeper than 64", msg), "header nested %u deep: %s", (unsigned)(hlen / 2), msg);
     {
         /* rewrite one entry's fields in place, keeping the header length */
         char *h = (char *)b + 8;

@@ -157,6 +157,20 @@ int main(void)
     }
 
     expect_fail("invalid JSON", "{\"model\": ", NULL, "tokenizer.json", "invalid JSON");
+    {
+        /* yajl_tree_free recursed once per level: this overflowed the stack */
+        size_t d = 1000000;
+        char *deep = malloc(2 * d + 32);
+        char *q = deep + sprintf(deep, "{\"model\":");
+        memset(q, '[', d);
+        memset(q + d, ']', d);
+        strcpy(q + 2 * d, "}");
+        expect_fail("arrays nested 1,000,000 deep", deep, NULL, "tokenizer.json", "nested deeper than 64");
+        expect_fail("a tokenizer_config.json nested 1,000,000 deep",
+                    "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", deep,
+                    "tokenizer_config.json", "nested deeper than 64");
+        free(deep);
+    }
     expect_fail("a JSON array", "[1,2]", NULL, "tokenizer.json", "not a JSON object");
     expect_fail("no model", "{}", NULL, "tokenizer.json", "\"model\"");
     expect_fail("vocab not an object", "{\"model\":{\"type\":\"BPE\",\"vocab\":[],\"merges\":[]}}", NULL,

@@ -28,4 +28,13 @@ typedef void (*srt_log_sink)(srt_log_level level, const char *msg, void *user);
 void srt_log_set_sink(srt_log_sink sink, void *user, srt_log_level max_level);
 void srt_log(srt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* JSON from requests and model files is refused above this nesting depth before any tree is
+ * built: tree code recurses once per level (yajl_tree_free, re-serialisation, walks), and
+ * yajl_gen itself stops at 128. No legitimate request, tokenizer.json, config or hook spec
+ * comes near it. */
+#define SRT_JSON_MAX_DEPTH 64
+
+/* Deepest nesting of [ and { outside strings in s[0..len). */
+size_t srt_json_depth(const char *s, size_t len);
+
 #endif
