@@ -1,6 +1,8 @@
 # Forward hooks: spec parsing, matching, factory loading, registry, dispatch.
 ENGINE_SRCS += src/hooks/dispatch.c src/hooks/tensor_util.c src/hooks/match.c \
-               src/hooks/spec.c src/hooks/resolve.c src/hooks/host.c src/hooks/registry.c
+               src/hooks/spec.c src/hooks/resolve.c src/hooks/host.c src/hooks/registry.c \
+               src/hooks/admin.c
+UNIT_TESTS  += $(BUILD)/t/test_hook_admin
 
 # Test hook libraries (t/unit/test_hooks_lib*.c) and the engine tests that dlopen them.
 HOOK_TEST_LIBDIR := $(abspath $(BUILD))/t/hooklib

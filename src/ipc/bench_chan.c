@@ -50,7 +50,7 @@ static int scheduler(srt_chan *c)
         int32_t tok = 7;
         while (srt_chan_sched_pop_request(c, &rq) == 1) {
             srt_chan_sched_push_tokens(c, rq.slot, rq.gen, &tok, NULL, 1, NULL, NULL, 0);
-            srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_CHAN_FINISH_LENGTH, -1, 0, NULL);
+            srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_LENGTH, -1, 0, NULL);
         }
         srt_chan_sched_flush(c);
         if (srt_chan_sched_wait(c, -1) < 0)
@@ -133,17 +133,17 @@ int main(int argc, char **argv)
     if (!rtt || !hand || !back)
         return 1;
     int32_t prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
-    srt_chan_sampling sp;
-    memset(&sp, 0, sizeof sp);
-    sp.max_new_tokens = 1;
-    sp.repetition_penalty = 1;
-    sp.top_p = 1;
+    srt_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.sampling.max_tokens = 1;
+    rq.sampling.repetition_penalty = 1;
+    rq.sampling.top_p = 1;
 
     for (i = -warm; i < n; i++) {
         uint32_t slot, gen;
         srt_chan_output o;
         uint64_t t0 = srt_chan_now_ns(), t1;
-        if (srt_chan_submit(c, prompt, 8, &sp, 0, &slot, &gen) != SRT_CHAN_SUBMIT_OK) {
+        if (srt_chan_submit(c, prompt, 8, &rq, 0, &slot, &gen) != SRT_CHAN_SUBMIT_OK) {
             fprintf(stderr, "srt-bench-chan: submit failed\n");
             kill(child, SIGKILL);
             return 1;
@@ -154,7 +154,7 @@ int main(int argc, char **argv)
                 kill(child, SIGKILL);
                 return 1;
             }
-            if (o.finish != SRT_CHAN_FINISH_NONE)
+            if (o.finish != SRT_FINISH_NONE)
                 break;
             if (epoll_wait(ep, &ev, 1, 1000) > 0)
                 srt_chan_worker_drain(c);

@@ -90,7 +90,7 @@ typedef struct chan_slot {
     uint32_t          n_prompt;
     uint64_t          ticket;
     uint64_t          group;
-    srt_chan_sampling sp;
+    srt_request       rq;        /* the request contract (srt/request.h), as submitted */
     _Atomic uint32_t  n_out;
     uint32_t          finish;
     int32_t           stop_id;
@@ -139,7 +139,7 @@ static size_t slot_stride_for(uint32_t T)
 {
     size_t n = align64(sizeof(chan_slot));
     n += align64((size_t)T * 4) * 3;
-    n += align64((size_t)SRT_CHAN_TOP_RING * SRT_CHAN_MAX_TOP_LOGPROBS * 4) * 2;
+    n += align64((size_t)SRT_CHAN_TOP_RING * SRT_REQ_MAX_TOP_LOGPROBS * 4) * 2;
     return n;
 }
 
@@ -171,7 +171,7 @@ static int32_t *slot_top_ids(const srt_chan *c, chan_slot *s)
 static float *slot_top_lps(const srt_chan *c, chan_slot *s)
 {
     return (float *)((char *)slot_top_ids(c, s)
-                     + align64((size_t)SRT_CHAN_TOP_RING * SRT_CHAN_MAX_TOP_LOGPROBS * 4));
+                     + align64((size_t)SRT_CHAN_TOP_RING * SRT_REQ_MAX_TOP_LOGPROBS * 4));
 }
 
 /* ---- doorbells ---- */
@@ -437,7 +437,7 @@ static int slot_fail(srt_chan *c, chan_slot *s, const char *msg, int only_queued
         uint32_t base = st & ST_MASK;
         if (base != ST_QUEUED && (only_queued || base != ST_RUNNING))
             return 0;
-        s->finish = SRT_CHAN_FINISH_ERROR;
+        s->finish = SRT_FINISH_ERROR;
         s->stop_id = -1;
         snprintf(s->errmsg, sizeof(s->errmsg), "%s", msg);
         if (st & ST_ABORTED) {
@@ -734,7 +734,7 @@ int srt_chan_sched_pop_request(srt_chan *c, srt_chan_req *req)
         req->prompt = slot_prompt(c, best);
         req->n_prompt = best->n_prompt;
         req->max_output = h->slot_tokens - best->n_prompt;
-        req->sampling = &best->sp;
+        req->rq = &best->rq;
         return 1;
     }
     return 0;
@@ -759,15 +759,15 @@ int srt_chan_sched_push_tokens(srt_chan *c, uint32_t slot, uint32_t gen, const i
         return SRT_ERROR;
     out = slot_out_ids(c, s);
     lp = slot_out_lp(c, s);
-    if (top_n > SRT_CHAN_MAX_TOP_LOGPROBS)
-        top_n = SRT_CHAN_MAX_TOP_LOGPROBS;
+    if (top_n > SRT_REQ_MAX_TOP_LOGPROBS)
+        top_n = SRT_REQ_MAX_TOP_LOGPROBS;
     for (i = 0; i < n; i++) {
         out[have + i] = ids[i];
         lp[have + i] = logprobs ? logprobs[i] : 0.0f;
         if (top_ids && top_lps && top_n) {
             uint32_t row = (have + i) % SRT_CHAN_TOP_RING;
-            int32_t *ti = slot_top_ids(c, s) + row * SRT_CHAN_MAX_TOP_LOGPROBS;
-            float *tl = slot_top_lps(c, s) + row * SRT_CHAN_MAX_TOP_LOGPROBS;
+            int32_t *ti = slot_top_ids(c, s) + row * SRT_REQ_MAX_TOP_LOGPROBS;
+            float *tl = slot_top_lps(c, s) + row * SRT_REQ_MAX_TOP_LOGPROBS;
             for (j = 0; j < top_n; j++) {
                 ti[j] = top_ids[i * top_n + j];
                 tl[j] = top_lps[i * top_n + j];
@@ -781,7 +781,7 @@ int srt_chan_sched_push_tokens(srt_chan *c, uint32_t slot, uint32_t gen, const i
     return SRT_OK;
 }
 
-int srt_chan_sched_finish(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_finish reason,
+int srt_chan_sched_finish(srt_chan *c, uint32_t slot, uint32_t gen, srt_finish_reason reason,
                           int32_t stop_id, uint32_t cached_tokens, const char *errmsg)
 {
     chan_slot *s;
@@ -811,7 +811,7 @@ int srt_chan_sched_finish(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_fin
             }
         } else if (atomic_compare_exchange_weak(&s->state, &st, ST_DONE)) {
             atomic_fetch_sub(&c->h->running, 1);
-            if (reason == SRT_CHAN_FINISH_ABORT)
+            if (reason == SRT_FINISH_ABORT)
                 atomic_fetch_add(&c->h->aborted, 1);
             else
                 atomic_fetch_add(&c->h->completed, 1);
@@ -957,7 +957,7 @@ void srt_chan_worker_drain(srt_chan *c) { bell_drain(c->worker_fd); }
 uint64_t srt_chan_new_group(srt_chan *c) { return atomic_fetch_add(&c->h->next_group, 1); }
 
 srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint32_t n_prompt,
-                                       const srt_chan_sampling *sp, uint64_t group,
+                                       const srt_request *rq, uint64_t group,
                                        uint32_t *slot, uint32_t *gen)
 {
     chan_header *h = c->h;
@@ -994,16 +994,10 @@ srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint3
         c->claim_hint = k + 1;
         memcpy(slot_prompt(c, s), prompt, (size_t)n_prompt * 4);
         s->n_prompt = n_prompt;
-        s->sp = *sp;
-        if (s->sp.top_logprobs > SRT_CHAN_MAX_TOP_LOGPROBS)
-            s->sp.top_logprobs = SRT_CHAN_MAX_TOP_LOGPROBS;
-        if (s->sp.n_stop_ids > SRT_CHAN_MAX_STOP_IDS)
-            s->sp.n_stop_ids = SRT_CHAN_MAX_STOP_IDS;
-        if (s->sp.n_logit_bias > SRT_CHAN_MAX_LOGIT_BIAS)
-            s->sp.n_logit_bias = SRT_CHAN_MAX_LOGIT_BIAS;
+        s->rq = *rq;   /* the scheduler clamps its own copy (srt_sampling_params_clamp) */
         s->group = group;
         atomic_store(&s->runner, 0);
-        s->finish = SRT_CHAN_FINISH_NONE;
+        s->finish = SRT_FINISH_NONE;
         s->stop_id = -1;
         s->cached_tokens = 0;
         s->top_n = 0;
@@ -1036,14 +1030,14 @@ int srt_chan_read(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_output *out
     out->ids = slot_out_ids(c, s);
     out->logprobs = slot_out_lp(c, s);
     if ((st & ST_MASK) == ST_DONE) {
-        out->finish = (srt_chan_finish)s->finish;
+        out->finish = (srt_finish_reason)s->finish;
         out->stop_id = s->stop_id;
         out->cached_tokens = s->cached_tokens;
         out->errmsg = s->errmsg;
         out->t_done_ns = s->t_done_ns;
         out->n_out = atomic_load_explicit(&s->n_out, memory_order_acquire);
     } else {
-        out->finish = SRT_CHAN_FINISH_NONE;
+        out->finish = SRT_FINISH_NONE;
         out->stop_id = -1;
         out->cached_tokens = 0;
         out->errmsg = "";
@@ -1069,12 +1063,12 @@ uint32_t srt_chan_read_top(srt_chan *c, uint32_t slot, uint32_t gen, uint32_t i,
         return 0;
     if (top_n > cap)
         top_n = cap;
-    if (top_n > SRT_CHAN_MAX_TOP_LOGPROBS)
-        top_n = SRT_CHAN_MAX_TOP_LOGPROBS;
+    if (top_n > SRT_REQ_MAX_TOP_LOGPROBS)
+        top_n = SRT_REQ_MAX_TOP_LOGPROBS;
     row = i % SRT_CHAN_TOP_RING;
     for (j = 0; j < top_n; j++) {
-        ids[j] = slot_top_ids(c, s)[row * SRT_CHAN_MAX_TOP_LOGPROBS + j];
-        lps[j] = slot_top_lps(c, s)[row * SRT_CHAN_MAX_TOP_LOGPROBS + j];
+        ids[j] = slot_top_ids(c, s)[row * SRT_REQ_MAX_TOP_LOGPROBS + j];
+        lps[j] = slot_top_lps(c, s)[row * SRT_REQ_MAX_TOP_LOGPROBS + j];
     }
     return top_n;
 }

@@ -5,7 +5,8 @@
  *
  *   header      config the scheduler needs (directive values), scheduler state, counters
  *   slots[n]    one per in-flight request: a lock-free state word, a generation counter,
- *               the owner worker's pid, sampling parameters, and a slot-owned token area
+ *               the owner worker's pid, the request (srt_request: sampling parameters and
+ *               whatever srt/request.h adds), and a slot-owned token area
  *               (prompt ids, then generated ids + logprobs, then a small top-logprob ring)
  *
  * Life of a slot (every transition is one CAS on the state word):
@@ -43,10 +44,8 @@
 #include <sys/types.h>
 
 #include "srt/common.h"
+#include "srt/request.h"   /* srt_request (embedded in each slot), srt_finish_reason */
 
-#define SRT_CHAN_MAX_STOP_IDS      16
-#define SRT_CHAN_MAX_LOGIT_BIAS    64
-#define SRT_CHAN_MAX_TOP_LOGPROBS  20
 #define SRT_CHAN_TOP_RING          64   /* rows of top-logprobs kept per slot (worker drains) */
 #define SRT_CHAN_PATH_MAX          1024
 #define SRT_CHAN_NAME_MAX          128
@@ -115,37 +114,6 @@ typedef struct srt_chan_model_info {
     char     device[32];             /* "cpu", "cuda:0" */
 } srt_chan_model_info;
 
-typedef enum srt_chan_finish {
-    SRT_CHAN_FINISH_NONE   = 0,
-    SRT_CHAN_FINISH_STOP   = 1,   /* eos or a stop_token_id (matched id in stop_id) */
-    SRT_CHAN_FINISH_LENGTH = 2,   /* max_new_tokens or context full */
-    SRT_CHAN_FINISH_ABORT  = 3,   /* aborted (client gone, shutdown) */
-    SRT_CHAN_FINISH_ERROR  = 4,   /* error (message in the slot) */
-} srt_chan_finish;
-
-/* Sampling parameters of one request, validated by the worker before submission. */
-typedef struct srt_chan_sampling {
-    float    temperature;            /* 0 = greedy */
-    float    top_p;                  /* (0, 1] */
-    float    min_p;                  /* [0, 1] */
-    float    frequency_penalty;      /* [-2, 2] */
-    float    presence_penalty;       /* [-2, 2] */
-    float    repetition_penalty;     /* (0, 2], 1 = off */
-    int32_t  top_k;                  /* -1 or 0 = off */
-    int32_t  max_new_tokens;         /* >= 0; the worker clamps it to the context */
-    int32_t  min_new_tokens;         /* eos/stop ids suppressed before this many */
-    int32_t  ignore_eos;
-    int32_t  has_seed;
-    uint64_t seed;
-    int32_t  logprobs;               /* 1 = fill logprob of each sampled token */
-    int32_t  top_logprobs;           /* 0..SRT_CHAN_MAX_TOP_LOGPROBS */
-    int32_t  n_stop_ids;
-    int32_t  stop_ids[SRT_CHAN_MAX_STOP_IDS];
-    int32_t  n_logit_bias;
-    int32_t  logit_bias_id[SRT_CHAN_MAX_LOGIT_BIAS];
-    float    logit_bias[SRT_CHAN_MAX_LOGIT_BIAS];
-} srt_chan_sampling;
-
 /* A request as the scheduler sees it after srt_chan_sched_pop_request(). The pointers are into
  * shared memory and stay valid until srt_chan_sched_finish() on this (slot, gen). */
 typedef struct srt_chan_req {
@@ -156,7 +124,7 @@ typedef struct srt_chan_req {
     const int32_t           *prompt;
     uint32_t                 n_prompt;
     uint32_t                 max_output;  /* capacity for generated tokens in this slot */
-    const srt_chan_sampling *sampling;
+    const srt_request       *rq;          /* sampling and the rest of the contract */
 } srt_chan_req;
 
 typedef struct srt_chan srt_chan;          /* process-local handle */
@@ -230,13 +198,13 @@ int srt_chan_sched_push_tokens(srt_chan *c, uint32_t slot, uint32_t gen, const i
                                const float *top_lps, uint32_t top_n);
 
 /* Finish a request: reason, the matched stop id (or -1), prompt tokens served from the prefix
- * cache, and a message for SRT_CHAN_FINISH_ERROR (may be NULL). After this the slot is not
+ * cache, and a message for SRT_FINISH_ERROR (may be NULL). After this the slot is not
  * the scheduler's any more. Returns SRT_OK or SRT_ERROR for a stale handle. */
-int srt_chan_sched_finish(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_finish reason,
+int srt_chan_sched_finish(srt_chan *c, uint32_t slot, uint32_t gen, srt_finish_reason reason,
                           int32_t stop_id, uint32_t cached_tokens, const char *errmsg);
 
 /* 1 if the worker gave up on this request (client gone, worker died) or the handle is stale:
- * drop it, free its KV, and call srt_chan_sched_finish(.., SRT_CHAN_FINISH_ABORT, ..). */
+ * drop it, free its KV, and call srt_chan_sched_finish(.., SRT_FINISH_ABORT, ..). */
 int srt_chan_sched_is_aborted(const srt_chan *c, uint32_t slot, uint32_t gen);
 
 /* Ring every worker that got tokens or finishes since the last flush. Call once per step. */
@@ -263,7 +231,7 @@ void srt_chan_sched_publish_metrics(srt_chan *c, const char *text, size_t len);
 void srt_chan_sched_close(srt_chan *c);
 
 /* Supervisor side: scheduler process `pid` died. Fails the RUNNING slots it had popped with
- * SRT_CHAN_FINISH_ERROR `why` and wakes their owners. If it still was the channel's scheduler
+ * SRT_FINISH_ERROR `why` and wakes their owners. If it still was the channel's scheduler
  * (no successor has taken over yet), also publishes DOWN, which fails the QUEUED slots too. */
 void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why);
 
@@ -317,24 +285,24 @@ typedef enum srt_chan_submit_status {
  * group: 0, or a value shared by the n > 1 siblings (use the first sibling's ticket-free id
  * from srt_chan_new_group). */
 srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint32_t n_prompt,
-                                       const srt_chan_sampling *sp, uint64_t group,
+                                       const srt_request *rq, uint64_t group,
                                        uint32_t *slot, uint32_t *gen);
 uint64_t srt_chan_new_group(srt_chan *c);
 
 /* What the worker reads from its slot. */
 typedef struct srt_chan_output {
-    uint32_t        n_out;          /* tokens generated so far (all of them, from 0) */
-    const int32_t  *ids;            /* ids[0..n_out) */
-    const float    *logprobs;       /* logprobs[0..n_out) (0 when not requested) */
-    srt_chan_finish finish;         /* NONE while running */
-    int32_t         stop_id;        /* matched stop token id, or -1 */
-    uint32_t        cached_tokens;
-    const char     *errmsg;         /* for SRT_CHAN_FINISH_ERROR */
+    uint32_t           n_out;         /* tokens generated so far (all of them, from 0) */
+    const int32_t     *ids;           /* ids[0..n_out) */
+    const float       *logprobs;      /* logprobs[0..n_out) (0 when not requested) */
+    srt_finish_reason  finish;        /* NONE while running */
+    int32_t            stop_id;       /* matched stop token id, or -1 */
+    uint32_t           cached_tokens;
+    const char        *errmsg;        /* for SRT_FINISH_ERROR */
     /* CLOCK_MONOTONIC (one clock for all processes), 0 when not reached: the worker queued
      * it, the scheduler took it, the scheduler finished it. For Server-Timing. */
-    uint64_t        t_submit_ns;
-    uint64_t        t_pop_ns;
-    uint64_t        t_done_ns;
+    uint64_t           t_submit_ns;
+    uint64_t           t_pop_ns;
+    uint64_t           t_done_ns;
 } srt_chan_output;
 
 /* CLOCK_MONOTONIC in ns, the clock of the t_*_ns stamps. */

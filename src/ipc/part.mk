@@ -1,6 +1,6 @@
 # Shared-memory channel between nginx workers and the scheduler process (no nginx headers).
-ENGINE_SRCS += src/ipc/channel.c src/ipc/hook_admin.c
-UNIT_TESTS  += $(BUILD)/t/test_ipc $(BUILD)/t/test_hook_admin
+ENGINE_SRCS += src/ipc/channel.c
+UNIT_TESTS  += $(BUILD)/t/test_ipc
 
 # srt-bench-chan: one request's round trip through the channel, no HTTP, no model (the
 # hand-off floor scripts/bench_http.py compares the module against)

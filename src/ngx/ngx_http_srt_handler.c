@@ -409,12 +409,12 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     for (i = 0; i < ctx->p.n; i++) {
         ngx_http_srt_choice_t  *ch = &ctx->choices[i];
 
-        if (ctx->p.sp.has_seed) {
-            ctx->p.sp.seed += i;   /* siblings must not repeat each other */
+        if (ctx->p.rq.sampling.has_seed) {
+            ctx->p.rq.sampling.seed += i;   /* siblings must not repeat each other */
         }
 
         st = srt_chan_submit(m->chan, ctx->p.prompt, (uint32_t) ctx->p.n_prompt,
-                             &ctx->p.sp, group, &ch->slot, &ch->gen);
+                             &ctx->p.rq, group, &ch->slot, &ch->gen);
 
         if (st != SRT_CHAN_SUBMIT_OK) {
             /* give back what this request already took */

@@ -120,7 +120,7 @@ typedef enum {
 /* A validated request, built from the body. */
 typedef struct {
     ngx_http_srt_endpoint_e    endpoint;
-    srt_chan_sampling          sp;
+    srt_request                rq;          /* what the scheduler gets (srt/request.h) */
     ngx_uint_t                 n;
     ngx_flag_t                 stream;
     ngx_flag_t                 include_usage;
@@ -167,8 +167,8 @@ typedef struct {
     float                      logprob;
     size_t                     offset;      /* in the choice's text */
     uint32_t                   n_top;
-    int32_t                    top_ids[SRT_CHAN_MAX_TOP_LOGPROBS];
-    float                      top_lps[SRT_CHAN_MAX_TOP_LOGPROBS];
+    int32_t                    top_ids[SRT_REQ_MAX_TOP_LOGPROBS];
+    float                      top_lps[SRT_REQ_MAX_TOP_LOGPROBS];
 } ngx_http_srt_logprob_t;
 
 

@@ -24,7 +24,7 @@
 #define NGX_HTTP_SRT_STABLE_SECS   30
 
 
-#include "srt/sched.h"
+#include "sched/serve.h"   /* srt_sched_run, the metrics sink */
 
 
 static ngx_msec_t ngx_http_srt_manager(void *data);

@@ -873,7 +873,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     const char           *key;
     srt_chan_model_info   info;
     ngx_http_srt_parse_t  ps;
-    int32_t               stop_ids[SRT_CHAN_MAX_STOP_IDS];
+    int32_t               stop_ids[SRT_REQ_MAX_STOP_IDS];
     int                   state;
 
     ps.r = r;
@@ -1015,56 +1015,56 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
 
     /* sampling */
 
-    p->sp.temperature = 1.0f;
-    p->sp.top_p = 1.0f;
-    p->sp.top_k = -1;
-    p->sp.repetition_penalty = 1.0f;
+    p->rq.sampling.temperature = 1.0f;
+    p->rq.sampling.top_p = 1.0f;
+    p->rq.sampling.top_k = -1;
+    p->rq.sampling.repetition_penalty = 1.0f;
     p->n = 1;
 
     rc = ngx_http_srt_get_number(&ps, f_temperature, "temperature", 0, 2, 0,
                                  &d);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.temperature = (float) d;
+        p->rq.sampling.temperature = (float) d;
     }
 
     rc = ngx_http_srt_get_number(&ps, f_top_p, "top_p", 0, 1, 1, &d);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.top_p = (float) d;
+        p->rq.sampling.top_p = (float) d;
     }
 
     rc = ngx_http_srt_get_int(&ps, f_top_k, "top_k", -1, 1 << 30, &ll);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.top_k = ll == 0 ? -1 : (int32_t) ll;
+        p->rq.sampling.top_k = ll == 0 ? -1 : (int32_t) ll;
     }
 
     rc = ngx_http_srt_get_number(&ps, f_min_p, "min_p", 0, 1, 0, &d);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.min_p = (float) d;
+        p->rq.sampling.min_p = (float) d;
     }
 
     rc = ngx_http_srt_get_number(&ps, f_freq, "frequency_penalty", -2, 2, 0,
                                  &d);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.frequency_penalty = (float) d;
+        p->rq.sampling.frequency_penalty = (float) d;
     }
 
     rc = ngx_http_srt_get_number(&ps, f_pres, "presence_penalty", -2, 2, 0,
                                  &d);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.presence_penalty = (float) d;
+        p->rq.sampling.presence_penalty = (float) d;
     }
 
     rc = ngx_http_srt_get_number(&ps, f_rep, "repetition_penalty", 0, 2, 1,
                                  &d);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.repetition_penalty = (float) d;
+        p->rq.sampling.repetition_penalty = (float) d;
     }
 
     rc = ngx_http_srt_get_int(&ps, f_n, "n", 1, NGX_HTTP_SRT_MAX_N, &ll);
@@ -1079,14 +1079,14 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     rc = ngx_http_srt_get_int(&ps, f_seed, "seed", LLONG_MIN, LLONG_MAX, &ll);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.has_seed = 1;
-        p->sp.seed = (uint64_t) ll;
+        p->rq.sampling.has_seed = 1;
+        p->rq.sampling.seed = (uint64_t) ll;
     }
 
     rc = ngx_http_srt_get_bool(&ps, f_ignore_eos, "ignore_eos", &flag);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.ignore_eos = (int32_t) flag;
+        p->rq.sampling.ignore_eos = (int32_t) flag;
     }
 
     rc = ngx_http_srt_get_bool(&ps, f_stream, "stream", &flag);
@@ -1142,7 +1142,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         }
 
         rc = ngx_http_srt_get_int(&ps, f_top_logprobs, "top_logprobs", 0,
-                                  SRT_CHAN_MAX_TOP_LOGPROBS, &ll);
+                                  SRT_REQ_MAX_TOP_LOGPROBS, &ll);
         ngx_http_srt_check(rc);
         if (rc == NGX_OK) {
             if (!p->logprobs && ll > 0) {
@@ -1152,7 +1152,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
                                        "to true");
                 goto failed;
             }
-            p->sp.top_logprobs = (int32_t) ll;
+            p->rq.sampling.top_logprobs = (int32_t) ll;
         }
 
     } else {
@@ -1160,11 +1160,11 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         ngx_http_srt_check(rc);
         if (rc == NGX_OK) {
             p->logprobs = 1;
-            p->sp.top_logprobs = (int32_t) ll;
+            p->rq.sampling.top_logprobs = (int32_t) ll;
         }
     }
 
-    p->sp.logprobs = (int32_t) p->logprobs;
+    p->rq.sampling.logprobs = (int32_t) p->logprobs;
 
     rc = ngx_http_srt_stop(&ps, f_stop);
     ngx_http_srt_check(rc);
@@ -1183,11 +1183,11 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
 
     if (f_stop_ids && !YAJL_IS_NULL(f_stop_ids)) {
         rc = ngx_http_srt_token_ids(&ps, f_stop_ids, "stop_token_ids",
-                                    SRT_CHAN_MAX_STOP_IDS, vocab, stop_ids,
+                                    SRT_REQ_MAX_STOP_IDS, vocab, stop_ids,
                                     &n);
         ngx_http_srt_check(rc);
-        ngx_memcpy(p->sp.stop_ids, stop_ids, n * sizeof(int32_t));
-        p->sp.n_stop_ids = (int32_t) n;
+        ngx_memcpy(p->rq.sampling.stop_ids, stop_ids, n * sizeof(int32_t));
+        p->rq.sampling.n_stop_ids = (int32_t) n;
     }
 
     if (f_bias && !YAJL_IS_NULL(f_bias)) {
@@ -1198,10 +1198,10 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
             goto failed;
         }
 
-        if (f_bias->u.object.len > SRT_CHAN_MAX_LOGIT_BIAS) {
+        if (f_bias->u.object.len > SRT_REQ_MAX_LOGIT_BIAS) {
             rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
                                    "'logit_bias' may hold at most %d entries",
-                                   SRT_CHAN_MAX_LOGIT_BIAS);
+                                   SRT_REQ_MAX_LOGIT_BIAS);
             goto failed;
         }
 
@@ -1227,11 +1227,11 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
                 goto failed;
             }
 
-            p->sp.logit_bias_id[i] = (int32_t) ll;
-            p->sp.logit_bias[i] = (float) d;
+            p->rq.sampling.logit_bias_ids[i] = (int32_t) ll;
+            p->rq.sampling.logit_bias[i] = (float) d;
         }
 
-        p->sp.n_logit_bias = (int32_t) f_bias->u.object.len;
+        p->rq.sampling.n_logit_bias = (int32_t) f_bias->u.object.len;
     }
 
     /* types and ranges first: a bad request is a 400 even while the model loads */
@@ -1349,13 +1349,13 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         max_new = 16;   /* OpenAI's completions default */
     }
 
-    p->sp.max_new_tokens = (int32_t) max_new;
+    p->rq.sampling.max_tokens = (int32_t) max_new;
 
     rc = ngx_http_srt_get_int(&ps, f_min_tokens, "min_tokens", 0,
                               (long long) max_new, &ll);
     ngx_http_srt_check(rc);
     if (rc == NGX_OK) {
-        p->sp.min_new_tokens = (int32_t) ll;
+        p->rq.sampling.min_tokens = (int32_t) ll;
     }
 
     yajl_tree_free(root);

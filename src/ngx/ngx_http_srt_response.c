@@ -245,8 +245,8 @@ ngx_http_srt_is_stop_id(ngx_http_srt_ctx_t *ctx, int32_t id)
 {
     int32_t  i;
 
-    for (i = 0; i < ctx->p.sp.n_stop_ids; i++) {
-        if (ctx->p.sp.stop_ids[i] == id) {
+    for (i = 0; i < ctx->p.rq.sampling.n_stop_ids; i++) {
+        if (ctx->p.rq.sampling.stop_ids[i] == id) {
             return 1;
         }
     }
@@ -293,12 +293,12 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
         before = ch->text_len;
 
         if (ngx_http_srt_is_stop_id(ctx, o.ids[k])) {
-            if (o.finish == SRT_CHAN_FINISH_NONE && k + 1 == o.n_out) {
+            if (o.finish == SRT_FINISH_NONE && k + 1 == o.n_out) {
                 /* maybe the token that ends it: its text is not part of the output */
                 break;
             }
 
-            if (o.finish == SRT_CHAN_FINISH_STOP && k + 1 == o.n_out
+            if (o.finish == SRT_FINISH_STOP && k + 1 == o.n_out
                 && o.stop_id == o.ids[k])
             {
                 ch->n_tokens++;
@@ -339,11 +339,11 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
             lp->offset = before;
             lp->n_top = 0;
 
-            if (ctx->p.sp.top_logprobs > 0) {
+            if (ctx->p.rq.sampling.top_logprobs > 0) {
                 lp->n_top = srt_chan_read_top(m->chan, ch->slot, ch->gen, k,
                                               lp->top_ids, lp->top_lps,
                                               (uint32_t)
-                                              ctx->p.sp.top_logprobs);
+                                              ctx->p.rq.sampling.top_logprobs);
             }
         }
 
@@ -357,7 +357,7 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 
     ch->consumed = k;
 
-    if (o.finish == SRT_CHAN_FINISH_NONE) {
+    if (o.finish == SRT_FINISH_NONE) {
         return NGX_OK;
     }
 
@@ -383,15 +383,15 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 
     switch (o.finish) {
 
-    case SRT_CHAN_FINISH_STOP:
+    case SRT_FINISH_STOP:
         ch->finish = "stop";
         break;
 
-    case SRT_CHAN_FINISH_LENGTH:
+    case SRT_FINISH_LENGTH:
         ch->finish = "length";
         break;
 
-    case SRT_CHAN_FINISH_ABORT:
+    case SRT_FINISH_ABORT:
         ch->finish = "abort";
         ch->error = 1;
         ch->errmsg = "the request was aborted by the server";

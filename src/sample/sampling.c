@@ -43,22 +43,34 @@ int srt_sampling_params_check(const srt_sampling_params *p, int32_t vocab, srt_e
         return srt_err_set(err, "max_tokens must be positive (got %d)", p->max_tokens);
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return srt_err_set(err, "min_tokens must be in [0, max_tokens] (got %d)", p->min_tokens);
-    if (p->n_stop_ids < 0 || p->n_stop_ids > SRT_MAX_STOP_IDS)
-        return srt_err_set(err, "at most %d stop_token_ids", SRT_MAX_STOP_IDS);
+    if (p->n_stop_ids < 0 || p->n_stop_ids > SRT_REQ_MAX_STOP_IDS)
+        return srt_err_set(err, "at most %d stop_token_ids", SRT_REQ_MAX_STOP_IDS);
     for (int32_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] < 0 || p->stop_ids[i] >= vocab)
             return srt_err_set(err, "stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i, p->stop_ids[i], vocab);
-    if (p->n_logit_bias < 0 || p->n_logit_bias > SRT_MAX_LOGIT_BIAS)
-        return srt_err_set(err, "at most %d logit_bias entries", SRT_MAX_LOGIT_BIAS);
+    if (p->n_logit_bias < 0 || p->n_logit_bias > SRT_REQ_MAX_LOGIT_BIAS)
+        return srt_err_set(err, "at most %d logit_bias entries", SRT_REQ_MAX_LOGIT_BIAS);
     for (int32_t i = 0; i < p->n_logit_bias; i++) {
         if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= vocab)
             return srt_err_set(err, "logit_bias token %d is outside the vocabulary [0, %d)", p->logit_bias_ids[i], vocab);
         if (!(p->logit_bias[i] >= -100 && p->logit_bias[i] <= 100))
             return srt_err_set(err, "logit_bias value for token %d must be in [-100, 100]", p->logit_bias_ids[i]);
     }
-    if (p->top_logprobs < 0 || p->top_logprobs > SRT_MAX_TOP_LOGPROBS)
-        return srt_err_set(err, "top_logprobs must be in [0, %d] (got %d)", SRT_MAX_TOP_LOGPROBS, p->top_logprobs);
+    if (p->top_logprobs < 0 || p->top_logprobs > SRT_REQ_MAX_TOP_LOGPROBS)
+        return srt_err_set(err, "top_logprobs must be in [0, %d] (got %d)", SRT_REQ_MAX_TOP_LOGPROBS, p->top_logprobs);
     return SRT_OK;
+}
+
+static int32_t clamp_count(int32_t n, int32_t max)
+{
+    return n < 0 ? 0 : n > max ? max : n;
+}
+
+void srt_sampling_params_clamp(srt_sampling_params *p)
+{
+    p->n_stop_ids = clamp_count(p->n_stop_ids, SRT_REQ_MAX_STOP_IDS);
+    p->n_logit_bias = clamp_count(p->n_logit_bias, SRT_REQ_MAX_LOGIT_BIAS);
+    p->top_logprobs = clamp_count(p->top_logprobs, SRT_REQ_MAX_TOP_LOGPROBS);
 }
 
 srt_sampler_ws *srt_sampler_ws_create(int32_t vocab)

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "srt/model.h"
+#include "sched/serve.h"
 #include "srt/sched.h"
 
 static double now_s(void)
@@ -153,7 +154,7 @@ int main(int argc, char **argv)
     }
     double t0 = now_s();
     for (int r = 0; r < num; r++) {
-        srt_chan_sampling sp = { .top_p = 1, .repetition_penalty = 1, .max_new_tokens = out_len, .ignore_eos = 1 };
+        srt_sampling_params sp = { .top_p = 1, .repetition_penalty = 1, .max_tokens = out_len, .ignore_eos = 1 };
         srt_sched_submit_args a = { .id = (uint64_t)r, .prompt = prompts + (size_t)r * (size_t)max_prompt,
                                     .n_prompt = plen[r], .sampling = &sp };
         if (srt_sched_submit(s, &a, &err) != SRT_SCHED_SUBMIT_OK) {

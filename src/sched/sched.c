@@ -35,7 +35,7 @@ typedef struct sreq {
     srt_cache_req     cr;
     int32_t           cached_tokens;
     int               admitted_once;
-    srt_chan_sampling sp;
+    srt_sampling_params sp;          /* clamped; min_tokens capped at max_new */
     srt_sampler       smp;           /* built-in sampler state (prompt + output history) */
     int               has_smp;
     uint64_t          rng;
@@ -274,28 +274,13 @@ srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_ar
         return SRT_SCHED_SUBMIT_FULL;
     }
     srt_sampling_params sp;
-    srt_sampling_params_default(&sp);
     if (a->sampling) {
-        const srt_chan_sampling *c = a->sampling;
-        sp.temperature = c->temperature;
-        sp.top_p = c->top_p;
-        sp.top_k = c->top_k;
-        sp.min_p = c->min_p;
-        sp.repetition_penalty = c->repetition_penalty;
-        sp.frequency_penalty = c->frequency_penalty;
-        sp.presence_penalty = c->presence_penalty;
-        sp.max_tokens = c->max_new_tokens;
-        sp.min_tokens = c->min_new_tokens;
-        sp.ignore_eos = c->ignore_eos;
-        sp.n_stop_ids = c->n_stop_ids < 0 ? 0 : c->n_stop_ids > SRT_CHAN_MAX_STOP_IDS ? SRT_CHAN_MAX_STOP_IDS : c->n_stop_ids;
-        memcpy(sp.stop_ids, c->stop_ids, sizeof(int32_t) * (size_t)sp.n_stop_ids);
-        sp.n_logit_bias = c->n_logit_bias < 0 ? 0 : c->n_logit_bias > SRT_CHAN_MAX_LOGIT_BIAS ? SRT_CHAN_MAX_LOGIT_BIAS : c->n_logit_bias;
-        memcpy(sp.logit_bias_ids, c->logit_bias_id, sizeof(int32_t) * (size_t)sp.n_logit_bias);
-        memcpy(sp.logit_bias, c->logit_bias, sizeof(float) * (size_t)sp.n_logit_bias);
-        sp.logprobs = c->logprobs;
-        sp.top_logprobs = c->top_logprobs;
-        sp.seed = c->has_seed ? c->seed : a->id * 0x9e3779b97f4a7c15ull + s->arrival_counter;
+        sp = *a->sampling;   /* may come from shared memory: clamp what indexes arrays */
+        srt_sampling_params_clamp(&sp);
+        if (!sp.has_seed)
+            sp.seed = a->id * 0x9e3779b97f4a7c15ull + s->arrival_counter;
     } else {
+        srt_sampling_params_default(&sp);
         sp.temperature = 0;
     }
     if (sp.max_tokens > ctx - a->n_prompt)
@@ -323,22 +308,8 @@ srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_ar
     r->cr.last_node = SRT_RADIX_NONE;
     memcpy(r->tokens, a->prompt, sizeof(int32_t) * (size_t)a->n_prompt);
     r->n_prompt = a->n_prompt;
-    if (a->sampling) {
-        r->sp = *a->sampling;
-    } else {
-        r->sp.top_p = 1.0f;
-        r->sp.repetition_penalty = 1.0f;
-        r->sp.max_new_tokens = 16;
-    }
-    /* The sampling block may come from shared memory: clamp what indexes arrays. */
-    if (r->sp.n_stop_ids < 0) r->sp.n_stop_ids = 0;
-    if (r->sp.n_stop_ids > SRT_CHAN_MAX_STOP_IDS) r->sp.n_stop_ids = SRT_CHAN_MAX_STOP_IDS;
-    if (r->sp.n_logit_bias < 0) r->sp.n_logit_bias = 0;
-    if (r->sp.n_logit_bias > SRT_CHAN_MAX_LOGIT_BIAS) r->sp.n_logit_bias = SRT_CHAN_MAX_LOGIT_BIAS;
-    if (r->sp.top_logprobs < 0) r->sp.top_logprobs = 0;
-    if (r->sp.top_logprobs > SRT_CHAN_MAX_TOP_LOGPROBS) r->sp.top_logprobs = SRT_CHAN_MAX_TOP_LOGPROBS;
+    r->sp = sp;
     r->max_new = zero_tokens ? 0 : sp.max_tokens;
-    r->sp.min_new_tokens = sp.min_tokens;
     uint64_t seed = r->sp.has_seed ? r->sp.seed : a->id ^ (++s->arrival_counter << 32);
     r->rng = splitmix64(&seed);
     r->arrival_order = ++s->arrival_counter;
@@ -361,7 +332,7 @@ int srt_sched_abort(srt_sched *s, uint64_t id)
 static inline int32_t n_known(const sreq *r) { return r->n_prompt + r->n_output; }
 static inline int decoding(const sreq *r) { return r->kv_len == n_known(r) - 1; }
 
-static srt_sched_event *emit(srt_sched *s, sreq *r, int32_t token, float lp, srt_chan_finish fin,
+static srt_sched_event *emit(srt_sched *s, sreq *r, int32_t token, float lp, srt_finish_reason fin,
                              int32_t stop_id)
 {
     if (s->n_events >= s->cap_events)
@@ -434,13 +405,13 @@ static void drop_kv(srt_sched *s, sreq *r, int cache_it)
     r->kv_len = 0;
 }
 
-static void finish_running(srt_sched *s, sreq *r, srt_chan_finish fin, int32_t stop_id,
+static void finish_running(srt_sched *s, sreq *r, srt_finish_reason fin, int32_t stop_id,
                            int32_t token, float lp, int cache_it)
 {
     drop_kv(s, r, cache_it);
     remove_running(s, r);
     emit(s, r, token, lp, fin, stop_id);
-    if (fin == SRT_CHAN_FINISH_ABORT)
+    if (fin == SRT_FINISH_ABORT)
         s->m.requests_aborted++;
     else
         s->m.requests_finished++;
@@ -517,14 +488,14 @@ static void apply_aborts(srt_sched *s)
     for (int32_t i = s->n_running - 1; i >= 0; i--) {
         sreq *r = &s->pool[s->running[i]];
         if (r->aborted)
-            finish_running(s, r, SRT_CHAN_FINISH_ABORT, -1, -1, 0, 1);
+            finish_running(s, r, SRT_FINISH_ABORT, -1, -1, 0, 1);
     }
     for (int32_t i = s->n_waiting - 1; i >= 0; i--) {
         sreq *r = &s->pool[s->waiting[i]];
         if (!r->aborted && r->max_new > r->n_output)
             continue;
         remove_waiting_at(s, i);
-        emit(s, r, -1, 0, r->aborted ? SRT_CHAN_FINISH_ABORT : SRT_CHAN_FINISH_LENGTH, -1);
+        emit(s, r, -1, 0, r->aborted ? SRT_FINISH_ABORT : SRT_FINISH_LENGTH, -1);
         if (r->aborted)
             s->m.requests_aborted++;
         else
@@ -552,7 +523,7 @@ static void reserve_decodes(srt_sched *s)
             if (r) {
                 srt_log(SRT_LOG_WARN, "sched: request %llu outgrew the KV budget of %lld tokens",
                         (unsigned long long)r->id, (long long)srt_kv_total_tokens(&s->kv));
-                finish_running(s, r, SRT_CHAN_FINISH_LENGTH, -1, -1, 0, 1);
+                finish_running(s, r, SRT_FINISH_LENGTH, -1, -1, 0, 1);
             }
             break;
         }
@@ -726,22 +697,22 @@ static void admit(srt_sched *s, int32_t budget)
 static int check_stop(const srt_sched *s, const sreq *r, int32_t tok, int32_t *stop_id)
 {
     *stop_id = -1;
-    if (r->n_output >= r->sp.min_new_tokens) {
+    if (r->n_output >= r->sp.min_tokens) {
         for (int32_t i = 0; i < r->sp.n_stop_ids; i++)
             if (r->sp.stop_ids[i] == tok) {
                 *stop_id = tok;
-                return SRT_CHAN_FINISH_STOP;
+                return SRT_FINISH_STOP;
             }
         if (!r->sp.ignore_eos)
             for (int32_t i = 0; i < s->cfg.n_eos; i++)
                 if (s->cfg.eos_ids[i] == tok) {
                     *stop_id = tok;
-                    return SRT_CHAN_FINISH_STOP;
+                    return SRT_FINISH_STOP;
                 }
     }
     if (r->n_output >= r->max_new || n_known(r) >= s->cfg.context_length)
-        return SRT_CHAN_FINISH_LENGTH;
-    return SRT_CHAN_FINISH_NONE;
+        return SRT_FINISH_LENGTH;
+    return SRT_FINISH_NONE;
 }
 
 int srt_sched_step(srt_sched *s, srt_err *err)
@@ -764,7 +735,7 @@ int srt_sched_step(srt_sched *s, srt_err *err)
             sreq *r = &s->pool[s->running[0]];
             srt_log(SRT_LOG_WARN, "sched: request %llu does not fit the KV budget",
                     (unsigned long long)r->id);
-            finish_running(s, r, SRT_CHAN_FINISH_LENGTH, -1, -1, 0, 1);
+            finish_running(s, r, SRT_FINISH_LENGTH, -1, -1, 0, 1);
         } else {
             retract(s, newest_running(s, NULL));
         }
@@ -840,7 +811,7 @@ int srt_sched_step(srt_sched *s, srt_err *err)
         r->kv_len += r->ext;
         r->ext = 0;
         if (rc != SRT_OK) {
-            finish_running(s, r, SRT_CHAN_FINISH_ERROR, -1, -1, 0, 0);
+            finish_running(s, r, SRT_FINISH_ERROR, -1, -1, 0, 0);
             continue;
         }
         if (!r->samples) {   /* a prefill chunk: keep what it computed findable */
@@ -852,7 +823,7 @@ int srt_sched_step(srt_sched *s, srt_err *err)
         s->cur_result = &s->results[row++];
         r->samples = 0;
         if (tok < 0 || tok >= s->cfg.vocab_size) {
-            finish_running(s, r, SRT_CHAN_FINISH_ERROR, -1, -1, 0, 0);
+            finish_running(s, r, SRT_FINISH_ERROR, -1, -1, 0, 0);
             continue;
         }
         r->tokens[r->n_prompt + r->n_output++] = tok;
@@ -865,12 +836,12 @@ int srt_sched_step(srt_sched *s, srt_err *err)
         }
         r->t_last = t;
         int32_t stop_id;
-        srt_chan_finish fin = check_stop(s, r, tok, &stop_id);
-        if (fin != SRT_CHAN_FINISH_NONE) {
+        srt_finish_reason fin = check_stop(s, r, tok, &stop_id);
+        if (fin != SRT_FINISH_NONE) {
             finish_running(s, r, fin, stop_id, tok, lp, 1);
             continue;
         }
-        emit(s, r, tok, lp, SRT_CHAN_FINISH_NONE, -1);
+        emit(s, r, tok, lp, SRT_FINISH_NONE, -1);
         if (was_prefill)
             srt_radix_cache_unfinished(&s->cache, r->tokens, r->kv_len, &r->cr);
     }

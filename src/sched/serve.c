@@ -13,9 +13,10 @@
 #include "cache/kv_alloc.h"
 #include "hooks/registry.h"
 #include "sched/tp_group.h"
-#include "ipc/hook_admin.h"
+#include "hooks/admin.h"
 #include "srt/backend_cuda.h"
 #include "srt/model.h"
+#include "sched/serve.h"
 #include "srt/sched.h"
 
 /* ---------------- the model as a runner ---------------- */
@@ -234,12 +235,12 @@ static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live
             srt_chan_sched_push_tokens(c, slot, gen, &e->token, &e->logprob, 1,
                                        e->n_top ? e->top_ids : NULL, e->n_top ? e->top_logprobs : NULL,
                                        (uint32_t)e->n_top) != SRT_OK &&
-            e->finish == SRT_CHAN_FINISH_NONE) {
+            e->finish == SRT_FINISH_NONE) {
             srt_sched_abort(s, e->id);   /* stale handle or output area full */
         }
-        if (e->finish != SRT_CHAN_FINISH_NONE) {
+        if (e->finish != SRT_FINISH_NONE) {
             srt_chan_sched_finish(c, slot, gen, e->finish, e->stop_id, (uint32_t)e->cached_tokens,
-                                  e->finish == SRT_CHAN_FINISH_ERROR ? "the model failed on this batch" : NULL);
+                                  e->finish == SRT_FINISH_ERROR ? "the model failed on this batch" : NULL);
             for (int k = 0; k < n_live; k++)
                 if (live[k].used && live[k].id == e->id) {
                     live[k].used = 0;
@@ -256,7 +257,7 @@ static int tp_group_lost(srt_chan *c, live_req *live, int n_live, srt_err *err)
     srt_log(SRT_LOG_ERROR, "tensor-parallel group lost (%s): failing in-flight requests, restarting", err->msg);
     for (int k = 0; k < n_live; k++)
         if (live[k].used)
-            srt_chan_sched_finish(c, (uint32_t)live[k].id, (uint32_t)(live[k].id >> 32), SRT_CHAN_FINISH_ERROR, -1,
+            srt_chan_sched_finish(c, (uint32_t)live[k].id, (uint32_t)(live[k].id >> 32), SRT_FINISH_ERROR, -1,
                                   0, "a tensor-parallel rank died; the model is restarting");
     srt_chan_sched_flush(c);
     /* DOWN, not FAILED: new requests wait for the restarted group (srt_wait_ready) */
@@ -300,15 +301,15 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
         while (stop == 0 && srt_sched_num_waiting(s) < cfg->max_queued_requests &&
                srt_chan_sched_pop_request(c, &rq) == 1) {
             srt_err e2;
-            srt_chan_sampling sp = *rq.sampling;   /* one read of shared memory */
-            if (sp.max_new_tokens > (int32_t)rq.max_output)
-                sp.max_new_tokens = (int32_t)rq.max_output;
+            srt_sampling_params sp = rq.rq->sampling;   /* one read of shared memory */
+            if (sp.max_tokens > (int32_t)rq.max_output)
+                sp.max_tokens = (int32_t)rq.max_output;
             srt_sched_submit_args a = { .id = req_id(rq.slot, rq.gen), .group = rq.group,
                                         .prompt = rq.prompt, .n_prompt = (int32_t)rq.n_prompt,
                                         .sampling = &sp };
             srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
             if (st != SRT_SCHED_SUBMIT_OK) {
-                srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_CHAN_FINISH_ERROR, -1, 0, e2.msg);
+                srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
             }
             for (int k = 0; k < n_live; k++)

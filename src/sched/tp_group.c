@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "hooks/registry.h"
-#include "ipc/hook_admin.h"
+#include "hooks/admin.h"
 #include "sched/tp_group.h"
 #include "srt/backend.h"
 

@@ -7,7 +7,7 @@
 
 #include "hooks/registry.h"
 #include "ipc/channel.h"
-#include "ipc/hook_admin.h"
+#include "hooks/admin.h"
 #include "srt_hooks.h"
 #include "tap.h"
 

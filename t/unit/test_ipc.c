@@ -37,13 +37,13 @@ static srt_chan *make_chan(int slots, int tokens, int max_queued)
     return srt_chan_attach(mem, mem_size, &err);
 }
 
-static srt_chan_sampling greedy(int max_new)
+static srt_request greedy(int max_new)
 {
-    srt_chan_sampling sp;
+    srt_request sp;
     memset(&sp, 0, sizeof(sp));
-    sp.top_p = 1.0f;
-    sp.repetition_penalty = 1.0f;
-    sp.max_new_tokens = max_new;
+    sp.sampling.top_p = 1.0f;
+    sp.sampling.repetition_penalty = 1.0f;
+    sp.sampling.max_tokens = max_new;
     return sp;
 }
 
@@ -63,7 +63,7 @@ static int wait_done(srt_chan *c, int fd, uint32_t slot, uint32_t gen, srt_chan_
     for (i = 0; i < 100; i++) {
         if (srt_chan_read(c, slot, gen, out) != SRT_OK)
             return -1;
-        if (out->finish != SRT_CHAN_FINISH_NONE)
+        if (out->finish != SRT_FINISH_NONE)
             return 0;
         if (wait_bell(c, fd, 5000) <= 0)
             return -1;
@@ -91,7 +91,7 @@ static void echo_scheduler(int count, int expect_order)
             if (r.ticket <= last_ticket)
                 bad_order = 1;
             last_ticket = r.ticket;
-            for (i = 0; i < r.n_prompt && i < (uint32_t)r.sampling->max_new_tokens; i++) {
+            for (i = 0; i < r.n_prompt && i < (uint32_t)r.rq->sampling.max_tokens; i++) {
                 int32_t id = r.prompt[r.n_prompt - 1 - i];
                 float lp = -0.5f * (float)i;
                 int32_t top[2] = { id, id + 1 };
@@ -103,7 +103,7 @@ static void echo_scheduler(int count, int expect_order)
             }
             srt_chan_sched_finish(c, r.slot, r.gen,
                                   srt_chan_sched_is_aborted(c, r.slot, r.gen)
-                                      ? SRT_CHAN_FINISH_ABORT : SRT_CHAN_FINISH_LENGTH,
+                                      ? SRT_FINISH_ABORT : SRT_FINISH_LENGTH,
                                   -1, 3, NULL);
             srt_chan_sched_flush(c);
             served++;
@@ -182,7 +182,7 @@ static void test_layout(void)
 static void test_down_and_full(void)
 {
     srt_chan *c = make_chan(3, 32, 2);
-    srt_chan_sampling sp = greedy(4);
+    srt_request sp = greedy(4);
     int32_t prompt[4] = { 1, 2, 3, 4 }, big[40] = { 0 };
     uint32_t slot, gen, s2, g2, s3, g3;
     srt_chan_stats st;
@@ -241,7 +241,7 @@ static void test_down_and_full(void)
     {
         srt_chan_output o;
         srt_chan_read(c, slot, gen, &o);
-        ok(o.finish == SRT_CHAN_FINISH_ERROR && strstr(o.errmsg, "load failed"),
+        ok(o.finish == SRT_FINISH_ERROR && strstr(o.errmsg, "load failed"),
            "FAILED fails the queued requests with the message (%s)", o.errmsg);
     }
     srt_chan_detach(c);
@@ -252,14 +252,14 @@ static void test_order_and_tokens(void)
     srt_chan *c = make_chan(8, 64, 0);
     srt_err err;
     int fd = srt_chan_worker_open(c, &err);
-    srt_chan_sampling sp = greedy(16);
+    srt_request sp = greedy(16);
     uint32_t slot[5], gen[5];
     int i, bad = 0;
     pid_t sched;
 
     ok(fd >= 0, "worker doorbell bound");
-    sp.logprobs = 1;
-    sp.top_logprobs = 2;
+    sp.sampling.logprobs = 1;
+    sp.sampling.top_logprobs = 2;
     /* Queue before the scheduler exists (hand-over), so it sees all five at once. */
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_HANDOVER, "restarting", NULL);
     for (i = 0; i < 5; i++) {
@@ -278,7 +278,7 @@ static void test_order_and_tokens(void)
             continue;
         }
         if (o.n_out != 3 || o.ids[0] != 100 * i + 3 || o.ids[2] != 100 * i + 1
-            || o.finish != SRT_CHAN_FINISH_LENGTH || o.cached_tokens != 3
+            || o.finish != SRT_FINISH_LENGTH || o.cached_tokens != 3
             || o.logprobs[1] != -0.5f)
             bad++;
         if (srt_chan_read_top(c, slot[i], gen[i], 2, tid, tlp, 4) != 2 || tid[1] != 100 * i + 2
@@ -302,7 +302,7 @@ static void test_generation_reuse(void)
     srt_chan *c = make_chan(1, 32, 0);
     srt_err err;
     int fd = srt_chan_worker_open(c, &err);
-    srt_chan_sampling sp = greedy(2);
+    srt_request sp = greedy(2);
     int32_t p[2] = { 7, 8 };
     uint32_t s1, g1, s2, g2;
     srt_chan_output o;
@@ -318,7 +318,7 @@ static void test_generation_reuse(void)
     ok(srt_chan_read(c, s1, g1, &o) == SRT_ERROR, "A's stale handle no longer reads");
     srt_chan_release(c, s1, g1); /* a stale release must not touch B */
     ok(wait_done(c, fd, s2, g2, &o) == 0 && o.n_out == 2, "B done despite A's stale release");
-    ok(srt_chan_sched_finish(c, s1, g1, SRT_CHAN_FINISH_STOP, -1, 0, NULL) == SRT_ERROR,
+    ok(srt_chan_sched_finish(c, s1, g1, SRT_FINISH_STOP, -1, 0, NULL) == SRT_ERROR,
        "finish with a stale generation is refused");
     ok(srt_chan_sched_is_aborted(c, s1, g1) == 1, "a stale handle reads as aborted");
     srt_chan_release(c, s2, g2);
@@ -349,7 +349,7 @@ static void slow_scheduler(int unused1, int unused2)
         if (steps > 5000)
             _exit(13); /* never saw the abort */
     }
-    if (srt_chan_sched_finish(c, r.slot, r.gen, SRT_CHAN_FINISH_ABORT, -1, 0, NULL) != SRT_OK)
+    if (srt_chan_sched_finish(c, r.slot, r.gen, SRT_FINISH_ABORT, -1, 0, NULL) != SRT_OK)
         _exit(14);
     srt_chan_detach(c);
     _exit(0);
@@ -360,7 +360,7 @@ static void test_abort(void)
     srt_chan *c = make_chan(2, 2048, 0);
     srt_err err;
     int fd = srt_chan_worker_open(c, &err);
-    srt_chan_sampling sp = greedy(1000);
+    srt_request sp = greedy(1000);
     int32_t p[2] = { 1, 2 };
     uint32_t s, g;
     srt_chan_output o;
@@ -376,7 +376,7 @@ static void test_abort(void)
         if (o.n_out >= 3)
             break;
     }
-    ok(o.n_out >= 3 && o.finish == SRT_CHAN_FINISH_NONE, "streaming (%u tokens so far)", o.n_out);
+    ok(o.n_out >= 3 && o.finish == SRT_FINISH_NONE, "streaming (%u tokens so far)", o.n_out);
     srt_chan_release(c, s, g); /* client went away mid-stream */
     is_int(reap(sched), 0, "scheduler saw the abort and finished the slot");
     srt_chan_stats_get(c, &st);
@@ -390,7 +390,7 @@ static void doomed_worker(int unused1, int unused2)
 {
     srt_err err;
     srt_chan *c = srt_chan_attach(mem, mem_size, &err);
-    srt_chan_sampling sp = greedy(1000);
+    srt_request sp = greedy(1000);
     int32_t p[2] = { 1, 2 };
     uint32_t s, g;
     srt_chan_submit(c, p, 2, &sp, 0, &s, &g);
@@ -418,7 +418,7 @@ static void test_dead_worker(void)
        "tokens pushed for the dead worker");
     is_int(srt_chan_sched_reclaim(sc), 2, "reclaim finds both slots of the dead pid");
     ok(srt_chan_sched_is_aborted(sc, r.slot, r.gen), "running one is marked aborted");
-    ok(srt_chan_sched_finish(sc, r.slot, r.gen, SRT_CHAN_FINISH_ABORT, -1, 0, NULL) == SRT_OK,
+    ok(srt_chan_sched_finish(sc, r.slot, r.gen, SRT_FINISH_ABORT, -1, 0, NULL) == SRT_OK,
        "scheduler finishes it");
     srt_chan_stats_get(sc, &st);
     is_int(st.slots_used, 0, "no slot leaked");
@@ -431,7 +431,7 @@ static void test_dead_scheduler_and_lock(void)
     srt_chan *c = make_chan(4, 64, 0), *sup;
     srt_err err;
     int fd = srt_chan_worker_open(c, &err);
-    srt_chan_sampling sp = greedy(1000);
+    srt_request sp = greedy(1000);
     int32_t p[2] = { 1, 2 };
     uint32_t s, g, s2, g2;
     srt_chan_output o;
@@ -457,16 +457,16 @@ static void test_dead_scheduler_and_lock(void)
     i = wait_done(c, fd, s, g, &o);
     /* The successor, already waiting on the model lock, may reclaim the slot before the
      * supervisor marks it: either way the request fails with a reason, never hangs. */
-    ok(i == 0 && o.finish == SRT_CHAN_FINISH_ERROR &&
+    ok(i == 0 && o.finish == SRT_FINISH_ERROR &&
        (strstr(o.errmsg, "signal 9") || strstr(o.errmsg, "scheduler process exited")),
        "in-flight request fails with the supervisor's or the successor's reason: %s", o.errmsg);
     srt_chan_release(c, s, g);
     for (i = 0; i < 2000 && srt_chan_sched_state_get(c, NULL, 0) != SRT_CHAN_SCHED_READY; i++)
         usleep(1000);
     ok(srt_chan_sched_pid(c) == second, "second scheduler took over after the first died");
-    sp.max_new_tokens = 2;
+    sp.sampling.max_tokens = 2;
     is_int(srt_chan_submit(c, p, 2, &sp, 0, &s2, &g2), SRT_CHAN_SUBMIT_OK, "submit again");
-    ok(wait_done(c, fd, s2, g2, &o) == 0 && o.finish == SRT_CHAN_FINISH_LENGTH && o.n_out == 2,
+    ok(wait_done(c, fd, s2, g2, &o) == 0 && o.finish == SRT_FINISH_LENGTH && o.n_out == 2,
        "the new scheduler serves it");
     srt_chan_release(c, s2, g2);
     is_int(reap(second), 0, "second scheduler exits cleanly");
@@ -499,7 +499,7 @@ static void test_stop(void)
 {
     srt_chan *c = make_chan(2, 32, 0);
     pid_t sched = spawn(stoppable_scheduler, 0, 0);
-    srt_chan_sampling sp = greedy(1);
+    srt_request sp = greedy(1);
     int32_t p[1] = { 1 };
     uint32_t s, g;
     wait_ready(c);
@@ -632,7 +632,7 @@ static void test_unsupervised_scheduler_death(void)
 {
     srt_chan *c = make_chan(2, 32, 0), *succ;
     srt_err err;
-    srt_chan_sampling sp = greedy(5);
+    srt_request sp = greedy(5);
     int32_t p[2] = { 1, 2 };
     uint32_t s, g;
     srt_chan_output o;
@@ -640,11 +640,11 @@ static void test_unsupervised_scheduler_death(void)
     ok(srt_chan_submit(c, p, 2, &sp, 0, &s, &g) == SRT_CHAN_SUBMIT_OK, "submit");
     is_int(reap(spawn(popper, 0, 0)), 128 + SIGKILL, "its scheduler died holding it");
     srt_chan_read(c, s, g, &o);
-    is_int(o.finish, SRT_CHAN_FINISH_NONE, "nobody noticed yet");
+    is_int(o.finish, SRT_FINISH_NONE, "nobody noticed yet");
     succ = srt_chan_attach(mem, mem_size, &err);
     ok(srt_chan_sched_open(succ, &err) == SRT_OK, "a successor opens the channel");
     srt_chan_read(c, s, g, &o);
-    ok(o.finish == SRT_CHAN_FINISH_ERROR && strstr(o.errmsg, "scheduler process exited"),
+    ok(o.finish == SRT_FINISH_ERROR && strstr(o.errmsg, "scheduler process exited"),
        "and fails the orphaned request at once (%s)", o.errmsg);
     srt_chan_release(c, s, g);
     srt_chan_detach(succ);
@@ -670,7 +670,7 @@ static void instant_scheduler(int spin_us, int unused)
         int32_t id = 5;
         while (srt_chan_sched_pop_request(c, &r) == 1) {
             srt_chan_sched_push_tokens(c, r.slot, r.gen, &id, NULL, 1, NULL, NULL, 0);
-            srt_chan_sched_finish(c, r.slot, r.gen, SRT_CHAN_FINISH_LENGTH, -1, 0, NULL);
+            srt_chan_sched_finish(c, r.slot, r.gen, SRT_FINISH_LENGTH, -1, 0, NULL);
         }
         srt_chan_sched_flush(c);
         if (srt_chan_sched_wait(c, -1) < 0)
@@ -714,7 +714,7 @@ static void test_no_lost_wakeups(int spin_us)
     wait_ready(c);
     for (i = 0; i < n; i++) {
         int32_t p[2] = { 1, 2 };
-        srt_chan_sampling sp = greedy(1);
+        srt_request sp = greedy(1);
         srt_chan_output o;
         uint32_t s, g;
         uint64_t t0, dt;

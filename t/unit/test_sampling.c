@@ -326,6 +326,22 @@ int main(void)
         ok(srt_sampling_params_check(&p, V, &err) == SRT_ERROR && strstr(err.msg, bad[i].field),
            "bad %s is refused: %s", bad[i].field, err.msg);
     }
+
+    /* A copy read from shared memory: counts that index arrays are forced into range, the
+     * same bounds the check enforces (one set of limits, srt/request.h). */
+    srt_sampling_params_default(&p);
+    p.n_stop_ids = SRT_REQ_MAX_STOP_IDS + 1000;
+    p.n_logit_bias = -3;
+    p.top_logprobs = SRT_REQ_MAX_TOP_LOGPROBS + 1;
+    srt_sampling_params_clamp(&p);
+    ok(p.n_stop_ids == SRT_REQ_MAX_STOP_IDS && p.n_logit_bias == 0 && p.top_logprobs == SRT_REQ_MAX_TOP_LOGPROBS,
+       "clamp: stop ids %d, logit bias %d, top logprobs %d", p.n_stop_ids, p.n_logit_bias, p.top_logprobs);
+    p.n_stop_ids = 0;
+    ok(srt_sampling_params_check(&p, V, &err) == SRT_OK, "clamped params pass the check: %s", err.msg);
+    p.n_logit_bias = SRT_REQ_MAX_LOGIT_BIAS + 1;
+    ok(srt_sampling_params_check(&p, V, &err) == SRT_ERROR && strstr(err.msg, "logit_bias"),
+       "one logit_bias entry over SRT_REQ_MAX_LOGIT_BIAS is refused: %s", err.msg);
+
     srt_sampler_ws_free(ws);
     return tap_done();
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "srt/model.h"
+#include "sched/serve.h"
 #include "srt/sched.h"
 #include "tap.h"
 
@@ -110,7 +111,7 @@ static float temperature;          /* for the built-in sampler runs */
 typedef struct result {
     int32_t         out[MAXOUT];
     int             n_out;
-    srt_chan_finish fin;
+    srt_finish_reason fin;
     int             n_finish;
     int32_t         cached;
     int32_t         stop_id;
@@ -153,14 +154,14 @@ static void rig_free(rig *g)
     free(g->f.kv);
 }
 
-static srt_chan_sampling greedy(int max_new)
+static srt_sampling_params greedy(int max_new)
 {
-    srt_chan_sampling sp = { .top_p = 1, .repetition_penalty = 1, .max_new_tokens = max_new,
+    srt_sampling_params sp = { .top_p = 1, .repetition_penalty = 1, .max_tokens = max_new,
                              .temperature = temperature, .has_seed = 1, .seed = 1000 + (uint64_t)max_new };
     return sp;
 }
 
-static int submit(rig *g, uint64_t id, const int32_t *prompt, int n, const srt_chan_sampling *sp, uint64_t group)
+static int submit(rig *g, uint64_t id, const int32_t *prompt, int n, const srt_sampling_params *sp, uint64_t group)
 {
     srt_err err = {{0}};
     srt_sched_submit_args a = { .id = id, .group = group, .prompt = prompt, .n_prompt = n, .sampling = sp };
@@ -175,7 +176,7 @@ static void collect(rig *g)
         result *r = &g->res[ev[i].id];
         if (ev[i].token >= 0 && r->n_out < MAXOUT)
             r->out[r->n_out++] = ev[i].token;
-        if (ev[i].finish != SRT_CHAN_FINISH_NONE) {
+        if (ev[i].finish != SRT_FINISH_NONE) {
             r->fin = ev[i].finish;
             r->n_finish++;
             r->cached = ev[i].cached_tokens;
@@ -238,7 +239,7 @@ static void run_solo(int n, const srt_sched_config *cfg)
         srt_sched_config c = *cfg;
         c.max_total_tokens = 8192;
         rig_init(g, &c);
-        srt_chan_sampling sp = greedy(maxnew[r]);
+        srt_sampling_params sp = greedy(maxnew[r]);
         submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
         run_all(g, 10000);
         solo[r] = g->res[r];
@@ -270,7 +271,7 @@ static void batch_invariance(int radix, int page, int chunk, int policy)
     rig_init(g, &c);
     int bad = -1, nsub = 0;
     for (int r = 0; r < 32; r++) {
-        srt_chan_sampling sp = greedy(maxnew[r]);
+        srt_sampling_params sp = greedy(maxnew[r]);
         nsub += submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0) == SRT_SCHED_SUBMIT_OK;
     }
     int steps = run_all(g, 20000);
@@ -308,7 +309,7 @@ static void test_chunked_equals_unchunked(void)
         c.chunked_prefill_size = k ? 7 : 4096;
         rig *g = calloc(1, sizeof *g);
         rig_init(g, &c);
-        srt_chan_sampling sp = greedy(20);
+        srt_sampling_params sp = greedy(20);
         submit(g, 1, p, 300, &sp, 0);
         int steps = run_all(g, 1000);
         out[k] = g->res[1];
@@ -333,7 +334,7 @@ static void test_kv_exhaustion(int radix, int page)
     rig *g = calloc(1, sizeof *g);
     rig_init(g, &c);
     for (int r = 0; r < 32; r++) {
-        srt_chan_sampling sp = greedy(maxnew[r]);
+        srt_sampling_params sp = greedy(maxnew[r]);
         submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
     }
     /* long outputs: the admission estimate (new_token_ratio) runs short and decodes must retract */
@@ -358,7 +359,7 @@ static void test_abort(void)
     rig *g = calloc(1, sizeof *g);
     rig_init(g, &c);
     for (int r = 0; r < 10; r++) {
-        srt_chan_sampling sp = greedy(30);
+        srt_sampling_params sp = greedy(30);
         submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
     }
     step(g);
@@ -367,14 +368,14 @@ static void test_abort(void)
     is_int(srt_sched_abort(g->s, 99), 0, "abort of an unknown id is a no-op");
     int n_before = g->res[1].n_out;
     step(g);
-    ok(g->res[1].fin == SRT_CHAN_FINISH_ABORT && g->res[8].fin == SRT_CHAN_FINISH_ABORT,
+    ok(g->res[1].fin == SRT_FINISH_ABORT && g->res[8].fin == SRT_FINISH_ABORT,
        "aborts take effect at the next step");
     is_int(g->res[1].n_out, n_before, "no token after the abort");
     run_all(g, 5000);
     int others_ok = 1;
     for (int r = 0; r < 10; r++)
         if (r != 1 && r != 8)
-            others_ok &= g->res[r].fin == SRT_CHAN_FINISH_LENGTH && g->res[r].n_out == 30 && g->res[r].n_finish == 1;
+            others_ok &= g->res[r].fin == SRT_FINISH_LENGTH && g->res[r].n_out == 30 && g->res[r].n_finish == 1;
     ok(others_ok && !g->check_failed, "the rest complete%s", g->why);
     srt_sched_metrics m;
     srt_sched_get_metrics(g->s, &m);
@@ -384,7 +385,7 @@ static void test_abort(void)
 
     /* abort everything mid-flight */
     for (int r = 10; r < 30; r++) {
-        srt_chan_sampling sp = greedy(30);
+        srt_sampling_params sp = greedy(30);
         submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
     }
     step(g);
@@ -408,18 +409,18 @@ static void test_queue_overflow(void)
     rig_init(g, &c);
     int st[8];
     for (int r = 0; r < 8; r++) {
-        srt_chan_sampling sp = greedy(5);
+        srt_sampling_params sp = greedy(5);
         st[r] = submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
     }
     ok(st[0] == 0 && st[1] == 0 && st[2] == 0 && st[3] == SRT_SCHED_SUBMIT_FULL && st[7] == SRT_SCHED_SUBMIT_FULL,
        "queue of 3: the 4th and later are refused");
     step(g);   /* two admitted, one still waiting: room for two more */
-    srt_chan_sampling sp = greedy(5);
+    srt_sampling_params sp = greedy(5);
     ok(submit(g, 3, prompts[3], plen[3], &sp, 0) == SRT_SCHED_SUBMIT_OK, "room again once admitted");
     run_all(g, 1000);
     int done = 1;
     for (int r = 0; r < 4; r++)
-        done &= g->res[r].n_out == 5 && g->res[r].fin == SRT_CHAN_FINISH_LENGTH;
+        done &= g->res[r].n_out == 5 && g->res[r].fin == SRT_FINISH_LENGTH;
     ok(done, "admitted requests complete");
     srt_sched_metrics m;
     srt_sched_get_metrics(g->s, &m);
@@ -440,52 +441,52 @@ static void test_stops(void)
     rig *g = calloc(1, sizeof *g);
     rig_init(g, &c);
     /* find what the model says after prompt 0 alone, then stop on its 3rd token */
-    srt_chan_sampling sp = greedy(10);
+    srt_sampling_params sp = greedy(10);
     sp.ignore_eos = 1;
     submit(g, 0, prompts[0], plen[0], &sp, 0);
     run_all(g, 100);
     int32_t third = g->res[0].out[2];
-    srt_chan_sampling st = greedy(10);
+    srt_sampling_params st = greedy(10);
     st.n_stop_ids = 1;
     st.stop_ids[0] = third;
     submit(g, 1, prompts[0], plen[0], &st, 0);
     run_all(g, 100);
-    ok(g->res[1].fin == SRT_CHAN_FINISH_STOP && g->res[1].stop_id == third &&
+    ok(g->res[1].fin == SRT_FINISH_STOP && g->res[1].stop_id == third &&
        g->res[1].n_out >= 1 && g->res[1].out[g->res[1].n_out - 1] == third &&
        g->res[1].n_out <= 3, "stop id ends the request (stop_id %d after %d tokens)", g->res[1].stop_id, g->res[1].n_out);
     int first_at = 0;
     while (g->res[0].out[first_at] != third)
         first_at++;
-    srt_chan_sampling mt = st;
-    mt.min_new_tokens = first_at + 2;
+    srt_sampling_params mt = st;
+    mt.min_tokens = first_at + 2;
     submit(g, 2, prompts[0], plen[0], &mt, 0);
     run_all(g, 100);
-    ok(g->res[2].n_out > first_at + 1 || g->res[2].fin == SRT_CHAN_FINISH_LENGTH,
+    ok(g->res[2].n_out > first_at + 1 || g->res[2].fin == SRT_FINISH_LENGTH,
        "min_new_tokens suppresses an early stop id");
     /* EOS: make the model's token the eos id of a fresh scheduler */
     rig_free(g);
     c.eos_ids[0] = third;
     rig_init(g, &c);
-    srt_chan_sampling e = greedy(10);
+    srt_sampling_params e = greedy(10);
     submit(g, 3, prompts[0], plen[0], &e, 0);
-    srt_chan_sampling ie = greedy(10);
+    srt_sampling_params ie = greedy(10);
     ie.ignore_eos = 1;
     submit(g, 4, prompts[0], plen[0], &ie, 0);
     run_all(g, 100);
-    ok(g->res[3].fin == SRT_CHAN_FINISH_STOP && g->res[3].stop_id == third, "EOS stops");
-    ok(g->res[4].fin == SRT_CHAN_FINISH_LENGTH && g->res[4].n_out == 10, "ignore_eos runs to max_tokens");
-    srt_chan_sampling z = greedy(0);
+    ok(g->res[3].fin == SRT_FINISH_STOP && g->res[3].stop_id == third, "EOS stops");
+    ok(g->res[4].fin == SRT_FINISH_LENGTH && g->res[4].n_out == 10, "ignore_eos runs to max_tokens");
+    srt_sampling_params z = greedy(0);
     submit(g, 5, prompts[0], plen[0], &z, 0);
     run_all(g, 10);
-    ok(g->res[5].fin == SRT_CHAN_FINISH_LENGTH && g->res[5].n_out == 0, "max_tokens 0 finishes without tokens");
+    ok(g->res[5].fin == SRT_FINISH_LENGTH && g->res[5].n_out == 0, "max_tokens 0 finishes without tokens");
     /* context limit: prompt of 500 in a 512 context, asks 100 -> 12 */
     int32_t p500[500];
     for (int i = 0; i < 500; i++) p500[i] = 4 + i % 80;
-    srt_chan_sampling big = greedy(100);
+    srt_sampling_params big = greedy(100);
     big.ignore_eos = 1;
     submit(g, 6, p500, 500, &big, 0);
     run_all(g, 1000);
-    ok(g->res[6].fin == SRT_CHAN_FINISH_LENGTH && g->res[6].n_out == 12, "context length caps output (%d)", g->res[6].n_out);
+    ok(g->res[6].fin == SRT_FINISH_LENGTH && g->res[6].n_out == 12, "context length caps output (%d)", g->res[6].n_out);
     rig_free(g);
     free(g);
 }
@@ -498,7 +499,7 @@ static void test_n_group(int radix, int page)
     rig *g = calloc(1, sizeof *g);
     rig_init(g, &c);
     for (int k = 0; k < 4; k++) {
-        srt_chan_sampling sp = greedy(12);
+        srt_sampling_params sp = greedy(12);
         submit(g, (uint64_t)k, prompts[1], plen[1], &sp, 77);
     }
     run_all(g, 1000);
@@ -523,7 +524,7 @@ static void test_group_mismatch(void)
     c.radix_cache = 0;
     rig *g = calloc(1, sizeof *g);
     rig_init(g, &c);
-    srt_chan_sampling sp = greedy(6);
+    srt_sampling_params sp = greedy(6);
     submit(g, 0, prompts[1], plen[1], &sp, 5);
     submit(g, 1, prompts[2], plen[2], &sp, 5);
     run_all(g, 1000);
@@ -546,7 +547,7 @@ static void test_lpm_fallback(void)
     rig_init(g, &c);
     int32_t a[40], b[40];
     for (int i = 0; i < 40; i++) { a[i] = 4 + i; b[i] = 50 + i % 40; }
-    srt_chan_sampling sp = greedy(1);
+    srt_sampling_params sp = greedy(1);
     submit(g, 0, a, 40, &sp, 0);
     run_all(g, 100);
     for (int r = 1; r <= 130; r++) {
@@ -568,7 +569,7 @@ static void test_forward_error(void)
     rig *g = calloc(1, sizeof *g);
     rig_init(g, &c);
     for (int r = 0; r < 4; r++) {
-        srt_chan_sampling sp = greedy(8);
+        srt_sampling_params sp = greedy(8);
         submit(g, (uint64_t)r, prompts[r], plen[r], &sp, 0);
     }
     step(g);
@@ -576,12 +577,12 @@ static void test_forward_error(void)
     ok(step(g) == SRT_ERROR, "forward failure reported");
     int errs = 0;
     for (int r = 0; r < 4; r++)
-        errs += g->res[r].fin == SRT_CHAN_FINISH_ERROR;
+        errs += g->res[r].fin == SRT_FINISH_ERROR;
     is_int(errs, 4, "the batch's requests finish with ERROR");
     ok(!g->check_failed, "state consistent after the failure%s", g->why);
     srt_sched_flush_cache(g->s);
     is_int(srt_sched_kv_free_tokens(g->s), c.max_total_tokens, "their KV is freed, not cached");
-    srt_chan_sampling sp = greedy(8);
+    srt_sampling_params sp = greedy(8);
     submit(g, 10, prompts[0], plen[0], &sp, 0);
     run_all(g, 100);
     ok(g->res[10].n_out == 8, "scheduler usable afterwards");
@@ -598,7 +599,7 @@ static void test_lpm(void)
     rig_init(g, &c);
     int32_t a[40], b[40];
     for (int i = 0; i < 40; i++) { a[i] = 4 + i; b[i] = 50 + i % 40; }
-    srt_chan_sampling sp = greedy(2);
+    srt_sampling_params sp = greedy(2);
     submit(g, 0, a, 40, &sp, 0);
     run_all(g, 100);                   /* a is now cached */
     submit(g, 1, b, 40, &sp, 0);       /* unrelated, first in line */
@@ -630,7 +631,7 @@ static void test_metrics(void)
     rig *g = calloc(1, sizeof *g);
     rig_init(g, &c);
     for (int r = 0; r < 5; r++) {
-        srt_chan_sampling sp = greedy(6);
+        srt_sampling_params sp = greedy(6);
         submit(g, (uint64_t)r, prompts[1], plen[1], &sp, 0);
     }
     srt_sched_metrics m;

@@ -10,6 +10,7 @@
 
 #include "srt/model.h"
 #include "srt_hooks.h"
+#include "sched/serve.h"
 #include "srt/sched.h"
 #include "tap.h"
 
@@ -20,7 +21,7 @@ typedef struct result {
     int32_t         out[MAXOUT];
     int             n_out;
     int             n_finish;
-    srt_chan_finish fin;
+    srt_finish_reason fin;
 } result;
 
 static srt_model *model;
@@ -64,8 +65,8 @@ static int run(const srt_sched_config *cfg, int from, int to, int serial, result
     for (int r = from; r < to; ) {
         int last = serial ? r + 1 : to;
         for (int k = r; k < last; k++) {
-            srt_chan_sampling sp = { .temperature = 0, .top_p = 1, .repetition_penalty = 1,
-                                     .max_new_tokens = maxnew[k] };
+            srt_sampling_params sp = { .temperature = 0, .top_p = 1, .repetition_penalty = 1,
+                                     .max_tokens = maxnew[k] };
             srt_sched_submit_args a = { .id = (uint64_t)k, .prompt = prompts[k], .n_prompt = plen[k], .sampling = &sp };
             if (srt_sched_submit(s, &a, &err) != SRT_SCHED_SUBMIT_OK) {
                 snprintf(why, why_len, "submit: %s", err.msg);

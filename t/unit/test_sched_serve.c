@@ -13,6 +13,7 @@
 
 #include "ipc/channel.h"
 #include "srt/model.h"
+#include "sched/serve.h"
 #include "srt/sched.h"
 #include "tap.h"
 
@@ -94,7 +95,7 @@ static int reference(void)
     srt_sched_runner rn = srt_sched_model_runner_iface(mr);
     srt_sched_create(&c, &rn, &s, &err);
     for (int r = 0; r < NREQ; r++) {
-        srt_chan_sampling sp = { .top_p = 1, .repetition_penalty = 1, .max_new_tokens = 16, .ignore_eos = 1 };
+        srt_sampling_params sp = { .top_p = 1, .repetition_penalty = 1, .max_tokens = 16, .ignore_eos = 1 };
         srt_sched_submit_args a = { .id = 1, .prompt = prompts[r], .n_prompt = plen[r], .sampling = &sp };
         srt_sched_submit(s, &a, &err);
         int k = 0;
@@ -172,10 +173,11 @@ int main(void)
     uint32_t slot[NREQ], gen[NREQ];
     int submitted = 0;
     for (int r = 0; r < NREQ; r++) {
-        srt_chan_sampling sp;
-        memset(&sp, 0, sizeof sp);
-        sp.top_p = 1; sp.repetition_penalty = 1; sp.max_new_tokens = r == 5 ? 200 : 16; sp.ignore_eos = 1;
-        submitted += srt_chan_submit(c, prompts[r], (uint32_t)plen[r], &sp, 0, &slot[r], &gen[r]) == SRT_CHAN_SUBMIT_OK;
+        srt_request rq;
+        memset(&rq, 0, sizeof rq);
+        rq.sampling.top_p = 1; rq.sampling.repetition_penalty = 1; rq.sampling.ignore_eos = 1;
+        rq.sampling.max_tokens = r == 5 ? 200 : 16;
+        submitted += srt_chan_submit(c, prompts[r], (uint32_t)plen[r], &rq, 0, &slot[r], &gen[r]) == SRT_CHAN_SUBMIT_OK;
     }
     is_int(submitted, NREQ, "12 requests submitted");
     /* Request 5 asks for 200 tokens; abort it once it has produced a few. */
@@ -196,11 +198,11 @@ int main(void)
                 n_done++;
                 continue;
             }
-            if (out.finish == SRT_CHAN_FINISH_NONE)
+            if (out.finish == SRT_FINISH_NONE)
                 continue;
             done[r] = 1;
             n_done++;
-            int same = out.n_out == 16 && out.finish == SRT_CHAN_FINISH_LENGTH &&
+            int same = out.n_out == 16 && out.finish == SRT_FINISH_LENGTH &&
                        !memcmp(out.ids, expect[r], sizeof(int32_t) * 16);
             ok(same, "request %d over the channel == alone (%u tokens, cached %u)", r, out.n_out, out.cached_tokens);
             srt_chan_release(c, slot[r], gen[r]);

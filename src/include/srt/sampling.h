@@ -18,50 +18,15 @@
 #include <stdint.h>
 
 #include "srt/common.h"
-
-#define SRT_MAX_TOP_LOGPROBS 20
-#define SRT_MAX_STOP_IDS     64
-#define SRT_MAX_LOGIT_BIAS   300
-
-typedef struct srt_sampling_params {
-    float    temperature;          /* 0: greedy. default 1 */
-    float    top_p;                /* (0, 1], default 1 */
-    int32_t  top_k;                /* <= 0: off */
-    float    min_p;                /* [0, 1], default 0 */
-    float    repetition_penalty;   /* > 0, default 1: prompt and output tokens (HF/vLLM rule) */
-    float    frequency_penalty;    /* [-2, 2]: output tokens, times their count */
-    float    presence_penalty;     /* [-2, 2]: output tokens, once */
-    int32_t  max_tokens;           /* > 0 */
-    int32_t  min_tokens;           /* EOS and stop ids are masked until this many were generated */
-    int32_t  ignore_eos;           /* EOS does not finish (stop_token_ids still do) */
-    int32_t  n_stop_ids;
-    int32_t  stop_ids[SRT_MAX_STOP_IDS];
-    int32_t  n_logit_bias;
-    int32_t  logit_bias_ids[SRT_MAX_LOGIT_BIAS];
-    float    logit_bias[SRT_MAX_LOGIT_BIAS];
-    uint64_t seed;                 /* same seed, same params, same logits -> same tokens */
-    int32_t  logprobs;             /* report the chosen token's logprob */
-    int32_t  top_logprobs;         /* and this many alternatives (<= SRT_MAX_TOP_LOGPROBS) */
-} srt_sampling_params;
-
-/* Defaults: temperature 1, top_p 1, top_k off, min_p 0, penalties neutral, max_tokens 16. */
-void srt_sampling_params_default(srt_sampling_params *p);
-/* Range checks; the message names the field. */
-int  srt_sampling_params_check(const srt_sampling_params *p, int32_t vocab_size, srt_err *err);
-
-typedef enum srt_finish_reason {
-    SRT_FINISH_NONE = 0,
-    SRT_FINISH_STOP,        /* EOS or a stop token id (the token is part of the output) */
-    SRT_FINISH_LENGTH,      /* max_tokens reached */
-} srt_finish_reason;
+#include "srt/request.h"   /* srt_sampling_params, srt_finish_reason, limits */
 
 typedef struct srt_sample_result {
     int32_t token;
     int32_t finish;                               /* srt_finish_reason */
     float   logprob;                              /* when params.logprobs */
     int32_t n_top;
-    int32_t top_ids[SRT_MAX_TOP_LOGPROBS];
-    float   top_logprobs[SRT_MAX_TOP_LOGPROBS];
+    int32_t top_ids[SRT_REQ_MAX_TOP_LOGPROBS];
+    float   top_logprobs[SRT_REQ_MAX_TOP_LOGPROBS];
 } srt_sample_result;
 
 /* Scratch shared by the requests sampled on one thread (vocab-sized; no allocation per token). */

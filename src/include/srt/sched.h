@@ -18,16 +18,15 @@
  * step's prefill token budget and the KV budget allow; run one forward over decode tokens
  * and prefill chunks together; sample; stop on max tokens, EOS or stop ids.
  *
- * srt_sched_run() is the scheduler process's main loop over the shared-memory channel.
  * Not thread-safe: one thread owns a srt_sched. */
 #ifndef SRT_SCHED_H
 #define SRT_SCHED_H
 
 #include <stdint.h>
 
-#include "ipc/channel.h"      /* srt_chan, srt_chan_sampling, srt_chan_finish */
 #include "srt/batch.h"
 #include "srt/common.h"
+#include "srt/request.h"     /* srt_sampling_params, srt_finish_reason */
 
 typedef enum srt_sched_policy {
     SRT_SCHED_FCFS = 0,
@@ -54,11 +53,11 @@ typedef struct srt_sched_config {
 
 /* One sequence handed to the sampler. */
 typedef struct srt_sched_sample_seq {
-    const srt_chan_sampling *params;
-    const int32_t           *tokens;     /* prompt then output, n_prompt + n_output ids */
-    int32_t                  n_prompt;
-    int32_t                  n_output;
-    uint64_t                *rng;        /* the request's generator state */
+    const srt_sampling_params *params;
+    const int32_t             *tokens;   /* prompt then output, n_prompt + n_output ids */
+    int32_t                    n_prompt;
+    int32_t                    n_output;
+    uint64_t                  *rng;      /* the request's generator state */
 } srt_sched_sample_seq;
 
 /* What runs the model. forward writes logits[rows][vocab_size] for the batch's logit rows
@@ -118,11 +117,11 @@ int  srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runne
 void srt_sched_free(srt_sched *s);
 
 typedef struct srt_sched_submit_args {
-    uint64_t                 id;         /* caller's handle, unique among live requests */
-    uint64_t                 group;      /* n > 1 siblings share a non-zero group: prompt KV shared */
-    const int32_t           *prompt;
-    int32_t                  n_prompt;
-    const srt_chan_sampling *sampling;   /* copied; NULL = greedy, 16 tokens */
+    uint64_t                   id;       /* caller's handle, unique among live requests */
+    uint64_t                   group;    /* n > 1 siblings share a non-zero group: prompt KV shared */
+    const int32_t             *prompt;
+    int32_t                    n_prompt;
+    const srt_sampling_params *sampling; /* copied and clamped; NULL = greedy, 16 tokens */
 } srt_sched_submit_args;
 
 typedef enum srt_sched_submit_status {
@@ -139,17 +138,17 @@ int srt_sched_abort(srt_sched *s, uint64_t id);
 
 /* What a step produced for one request: a token, a finish, or both. */
 typedef struct srt_sched_event {
-    uint64_t        id;
-    int32_t         token;          /* -1: none (abort, error) */
-    float           logprob;
-    srt_chan_finish finish;         /* SRT_CHAN_FINISH_NONE while running */
-    int32_t         stop_id;        /* matched eos / stop id, or -1 */
-    int32_t         n_prompt;
-    int32_t         n_output;       /* after this event */
-    int32_t         cached_tokens;  /* prompt tokens served from the prefix cache */
-    int32_t         n_top;          /* top logprobs of this token's position */
-    int32_t         top_ids[SRT_CHAN_MAX_TOP_LOGPROBS];
-    float           top_logprobs[SRT_CHAN_MAX_TOP_LOGPROBS];
+    uint64_t          id;
+    int32_t           token;          /* -1: none (abort, error) */
+    float             logprob;
+    srt_finish_reason finish;         /* SRT_FINISH_NONE while running */
+    int32_t           stop_id;        /* matched eos / stop id, or -1 */
+    int32_t           n_prompt;
+    int32_t           n_output;       /* after this event */
+    int32_t           cached_tokens;  /* prompt tokens served from the prefix cache */
+    int32_t           n_top;          /* top logprobs of this token's position */
+    int32_t           top_ids[SRT_REQ_MAX_TOP_LOGPROBS];
+    float             top_logprobs[SRT_REQ_MAX_TOP_LOGPROBS];
 } srt_sched_event;
 
 /* One scheduling step and forward. Returns the number of events (see srt_sched_events), or
@@ -173,33 +172,7 @@ int64_t srt_sched_kv_free_tokens(const srt_sched *s);
  * request. Size the model runner's max_batch_tokens with it (max_seqs = max_running). */
 int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg);
 
-/* ---- the real model as a runner (src/sched/serve.c) ---- */
-struct srt_model;
-struct srt_model_config;
-typedef struct srt_sched_model_runner srt_sched_model_runner;
-
-/* A runner over the loaded model with its own KV pool of cfg->max_total_tokens f32 slots. */
-int  srt_sched_model_runner_create(struct srt_model *m, const srt_sched_config *cfg, int n_threads,
-                                   srt_sched_model_runner **out, srt_err *err);
-srt_sched_runner srt_sched_model_runner_iface(srt_sched_model_runner *mr);   /* sample: built-in */
-void srt_sched_model_runner_free(srt_sched_model_runner *mr);
-
-/* Scheduler settings from the directives (channel config) and the model: context length,
- * limits, chunked prefill (0 = unset: 2048; -1 = off, as SGLang's -1), KV budget (srt_max_total_tokens, else srt_mem_fraction_static of device_bytes
- * after the weights, capped at max_running x context), EOS ids. */
-int srt_sched_config_from_chan(const srt_chan_config *cc, const struct srt_model_config *mc,
-                               uint64_t device_bytes, srt_sched_config *out, srt_err *err);
-
-/* Where srt_sched_run() publishes its metrics: called in the scheduler process at most every
- * 50 ms while busy and once before it blocks idle. The host (the nginx scheduler process)
- * copies the struct into memory its workers read (e.g. with a seqlock) and renders it with
- * srt_sched_metrics_prometheus(). Set before srt_sched_run(); NULL turns it off. */
-typedef void (*srt_sched_metrics_sink)(const srt_sched_metrics *m, void *user);
-void srt_sched_set_metrics_sink(srt_sched_metrics_sink fn, void *user);
-
-/* The scheduler process: loads the model named in the channel's config, publishes
- * LOADING then READY (or FAILED), serves requests until srt_chan_sched_stopping(), and
- * returns SRT_OK. The caller has done srt_chan_sched_open(). */
-int srt_sched_run(srt_chan *c, srt_err *err);
+/* The scheduler process around this core (the model as a runner, the channel loop): see
+ * src/sched/serve.h. */
 
 #endif

@@ -8,8 +8,8 @@
  * The scheduler applies it between forward passes (the registry has no lock) and answers
  * an HTTP status and a JSON body: the registry listing (srt_hook_registry_list_json) on
  * success, an OpenAI-style error object otherwise. */
-#ifndef SRT_IPC_HOOK_ADMIN_H
-#define SRT_IPC_HOOK_ADMIN_H
+#ifndef SRT_HOOKS_ADMIN_H
+#define SRT_HOOKS_ADMIN_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
-/* srt_admin commands applied to the hook registry. See hook_admin.h. */
-#include "ipc/hook_admin.h"
+/* srt_admin commands applied to the hook registry. See admin.h. */
+#include "hooks/admin.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,0 +1,80 @@
+/* The request contract: what one generation request asks for and how it ended, as every
+ * component sees it. The nginx worker fills it (validated), the channel carries it in the
+ * slot as this very type, the scheduler and the sampler read it. Nothing else defines a
+ * sampling field, a limit on one, or a finish reason.
+ *
+ * Plain data, no pointers: a srt_request may live in shared memory. A process that reads it
+ * from there (the scheduler) does not trust it: srt_sampling_params_clamp() forces every
+ * count that indexes an array into range before use; srt_sampling_params_check() is the
+ * full validation with a message naming the field.
+ *
+ * Adding per-request data (structured output, per-request hook selection, returned
+ * activations): give it a member of srt_request below, with its own SRT_REQ_*_MAX bound
+ * defined here, and copy it like `sampling`:
+ *   - fixed size (a hook selection: n ids, at most SRT_REQ_MAX_x): an array member;
+ *   - variable size (a grammar's text): a { kind, length } member here, the bytes in an
+ *     area of the channel slot sized by that bound (src/ipc: the slot layout lists its
+ *     areas, srt_chan_size() sizes them), exposed to the scheduler through srt_chan_req;
+ *   - data flowing back (activations): an area in the slot's output side, like the
+ *     top-logprob ring, bounded the same way.
+ * Bounds are checked where the request is parsed (a 400 naming the field) and clamped where
+ * it is read back (the scheduler), both against the constants here. */
+#ifndef SRT_REQUEST_H
+#define SRT_REQUEST_H
+
+#include <stdint.h>
+
+#include "srt/common.h"
+
+#define SRT_REQ_MAX_STOP_IDS      64    /* stop_token_ids (after mapping stop strings) */
+#define SRT_REQ_MAX_LOGIT_BIAS    300   /* logit_bias entries */
+#define SRT_REQ_MAX_TOP_LOGPROBS  20    /* top_logprobs alternatives per token */
+
+/* How a request ended. The sampler sets NONE/STOP/LENGTH; the scheduler adds ABORT and
+ * ERROR; the channel carries the value to the worker unchanged. */
+typedef enum srt_finish_reason {
+    SRT_FINISH_NONE   = 0,   /* still running */
+    SRT_FINISH_STOP   = 1,   /* EOS or a stop token id (the token is part of the output) */
+    SRT_FINISH_LENGTH = 2,   /* max_tokens reached or the context is full */
+    SRT_FINISH_ABORT  = 3,   /* the client went away, or shutdown */
+    SRT_FINISH_ERROR  = 4,   /* the model or the scheduler failed (a message travels along) */
+} srt_finish_reason;
+
+/* Sampling parameters of one request. Order of processing: see srt/sampling.h. */
+typedef struct srt_sampling_params {
+    float    temperature;          /* 0: greedy. default 1 */
+    float    top_p;                /* (0, 1], default 1 */
+    int32_t  top_k;                /* <= 0: off */
+    float    min_p;                /* [0, 1], default 0 */
+    float    repetition_penalty;   /* > 0, default 1: prompt and output tokens (HF/vLLM rule) */
+    float    frequency_penalty;    /* [-2, 2]: output tokens, times their count */
+    float    presence_penalty;     /* [-2, 2]: output tokens, once */
+    int32_t  max_tokens;           /* new tokens; the scheduler caps it at the context */
+    int32_t  min_tokens;           /* EOS and stop ids are masked until this many were generated */
+    int32_t  ignore_eos;           /* EOS does not finish (stop_token_ids still do) */
+    int32_t  has_seed;             /* 0: the scheduler picks a seed per request */
+    uint64_t seed;                 /* same seed, same params, same logits -> same tokens */
+    int32_t  logprobs;             /* report the chosen token's logprob */
+    int32_t  top_logprobs;         /* and this many alternatives (<= SRT_REQ_MAX_TOP_LOGPROBS) */
+    int32_t  n_stop_ids;
+    int32_t  stop_ids[SRT_REQ_MAX_STOP_IDS];
+    int32_t  n_logit_bias;
+    int32_t  logit_bias_ids[SRT_REQ_MAX_LOGIT_BIAS];
+    float    logit_bias[SRT_REQ_MAX_LOGIT_BIAS];
+} srt_sampling_params;
+
+/* One request as the channel slot holds it (the prompt travels beside it, in the slot's
+ * token area). New per-request data goes here: see the rules at the top of this file. */
+typedef struct srt_request {
+    srt_sampling_params sampling;
+} srt_request;
+
+/* Defaults: temperature 1, top_p 1, top_k off, min_p 0, penalties neutral, max_tokens 16. */
+void srt_sampling_params_default(srt_sampling_params *p);
+/* Range checks; the message names the field. */
+int  srt_sampling_params_check(const srt_sampling_params *p, int32_t vocab_size, srt_err *err);
+/* Force the counts that index arrays (stop ids, logit bias, top logprobs) into
+ * [0, SRT_REQ_MAX_*]: for a copy read from memory another process may have scribbled. */
+void srt_sampling_params_clamp(srt_sampling_params *p);
+
+#endif
