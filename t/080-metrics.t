@@ -67,3 +67,15 @@ location = /metrics { srt_metrics yes; }
 --- must_die
 --- error_log
 "srt_metrics" must be "on" or "off", not "yes"
+
+
+
+=== TEST 5: the names the Gateway API Inference Extension's endpoint picker reads are there too
+--- request eval
+["POST /v1/completions\n" . '{"prompt": "Hello", "max_tokens": 2, "temperature": 0}',
+ "GET /metrics"]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+[qr/"finish_reason":"length"/,
+ qr/# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting\{model_name="smol"\} 0\n.*# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running\{model_name="smol"\} 0\n.*vllm:kv_cache_usage_perc\{model_name="smol"\} 0\n.*vllm:gpu_cache_usage_perc\{model_name="smol"\} 0\n.*vllm:prefix_cache_queries_total\{model_name="smol"\} [1-9]\d*\n.*vllm:cache_config_info\{block_size="1",num_gpu_blocks="2048"\} 1\n.*vllm:lora_requests_info\{max_lora="0",running_lora_adapters="",waiting_lora_adapters=""\} 1[7-9]\d{8}\n/s]

@@ -1,6 +1,9 @@
-/* Prometheus text exposition of the scheduler metrics (names follow SGLang's, prefix srt:). */
+/* Prometheus text exposition of the scheduler metrics (names follow SGLang's, prefix srt:),
+ * then the same load figures under the names the Gateway API Inference Extension's endpoint
+ * picker (EPP) scrapes by default, so that a node can be an InferencePool endpoint as it is. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "srt/sched.h"
 
@@ -42,6 +45,41 @@ static void hist(out *o, const char *name, const char *help, const char *labels,
         (unsigned long long)h->n);
 }
 
+static void vmetric(out *o, const char *name, const char *type, const char *help, const char *labels,
+                    double v)
+{
+    put(o, "# HELP vllm:%s %s\n# TYPE vllm:%s %s\nvllm:%s{%s} %.17g\n", name, help, name, type, name, labels, v);
+}
+
+/*
+ * GIE's model-server protocol: TotalQueuedRequests, TotalRunningRequests and KVCacheUtilization
+ * (vLLM's names; the EPP's --*-metric flags default to them), the LoRA info gauge whose value is
+ * the time it was last updated (we serve no adapters: empty lists, max_lora 0), and the optional
+ * cache_config_info its prefix scorer reads. KV use counts what requests hold, not cached
+ * prefixes nobody uses (those are evicted on demand), as vLLM's and SGLang's do.
+ */
+static void gie(out *o, const srt_sched_metrics *m, const char *labels)
+{
+    int64_t busy = m->kv_used_tokens - m->kv_evictable_tokens;
+    double usage = m->kv_total_tokens && busy > 0 ? (double)busy / (double)m->kv_total_tokens : 0;
+    int64_t ps = m->page_size > 0 ? m->page_size : 1;
+
+    vmetric(o, "num_requests_waiting", "gauge", "Requests waiting to be scheduled (GIE TotalQueuedRequests).", labels, (double)m->num_queued);
+    vmetric(o, "num_requests_running", "gauge", "Requests in the running batch (GIE TotalRunningRequests).", labels, (double)m->num_running);
+    vmetric(o, "kv_cache_usage_perc", "gauge", "KV cache in use by requests, 0 to 1 (GIE KVCacheUtilization).", labels, usage);
+    vmetric(o, "gpu_cache_usage_perc", "gauge", "Same as vllm:kv_cache_usage_perc (the name older EPPs read).", labels, usage);
+    vmetric(o, "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", labels, (double)m->prompt_tokens_total);
+    vmetric(o, "prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", labels, (double)m->cached_prompt_tokens_total);
+    put(o, "# HELP vllm:cache_config_info KV cache geometry (GIE BlockSize, NumGPUBlocks).\n"
+           "# TYPE vllm:cache_config_info gauge\n"
+           "vllm:cache_config_info{block_size=\"%lld\",num_gpu_blocks=\"%lld\"} 1\n",
+        (long long)ps, (long long)(m->kv_total_tokens / ps));
+    put(o, "# HELP vllm:lora_requests_info LoRA adapters (none are served); the value is when it was updated.\n"
+           "# TYPE vllm:lora_requests_info gauge\n"
+           "vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} %lld\n",
+        (long long)time(NULL));
+}
+
 size_t srt_sched_metrics_prometheus(const srt_sched_metrics *m, const char *model_name, char *buf, size_t cap)
 {
     char labels[300];
@@ -78,6 +116,7 @@ size_t srt_sched_metrics_prometheus(const srt_sched_metrics *m, const char *mode
     hist(&o, "time_to_first_token_seconds", "Time to first token.", labels, &m->ttft);
     hist(&o, "inter_token_latency_seconds", "Time between consecutive output tokens.", labels, &m->itl);
     hist(&o, "e2e_request_latency_seconds", "Request latency from arrival to finish.", labels, &m->e2e);
+    gie(&o, m, labels);
     if (cap > 0)
         buf[o.len < cap ? o.len : cap - 1] = 0;
     return o.len;

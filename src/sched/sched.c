@@ -872,6 +872,8 @@ void srt_sched_get_metrics(const srt_sched *s, srt_sched_metrics *m)
     m->kv_total_tokens = srt_kv_total_tokens(&s->kv);
     m->kv_used_tokens = m->kv_total_tokens - srt_kv_free_tokens(&s->kv);
     m->kv_cached_tokens = srt_radix_evictable_size(&s->cache) + srt_radix_protected_size(&s->cache);
+    m->kv_evictable_tokens = srt_radix_evictable_size(&s->cache);
+    m->page_size = s->kv.page_size;
 }
 
 int64_t srt_sched_flush_cache(srt_sched *s)

@@ -665,6 +665,18 @@ static void test_metrics(void)
     ok(strstr(text, "srt:time_to_first_token_seconds_bucket{model_name=\"tiny \\\"q\\\"\",le=\"+Inf\"} 5\n") &&
        strstr(text, "srt:inter_token_latency_seconds_count{model_name=\"tiny \\\"q\\\"\"} 25\n") &&
        strstr(text, "# TYPE srt:e2e_request_latency_seconds histogram\n"), "histograms: cumulative +Inf bucket and count");
+    ok(strstr(text, "vllm:num_requests_waiting{model_name=\"tiny \\\"q\\\"\"} 0\n") &&
+       strstr(text, "vllm:num_requests_running{model_name=\"tiny \\\"q\\\"\"} 0\n") &&
+       strstr(text, "# TYPE vllm:lora_requests_info gauge\n"
+                    "vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} "),
+       "GIE endpoint-picker names: queued, running, LoRA info with empty adapter lists");
+    ok(m.kv_evictable_tokens == m.kv_cached_tokens && m.kv_used_tokens > 0 &&
+       strstr(text, "vllm:kv_cache_usage_perc{model_name=\"tiny \\\"q\\\"\"} 0\n"),
+       "GIE KV usage counts what requests hold: 0 at rest though the cache holds %lld tokens",
+       (long long)m.kv_cached_tokens);
+    snprintf(want, sizeof want, "vllm:prefix_cache_hits_total{model_name=\"tiny \\\"q\\\"\"} %llu\n",
+             (unsigned long long)m.cached_prompt_tokens_total);
+    ok(strstr(text, want) != NULL, "GIE prefix cache hits counter");
     char small[64];
     size_t len2 = srt_sched_metrics_prometheus(&m, "tiny \"q\"", small, sizeof small);
     ok(len2 == len && strlen(small) == sizeof small - 1, "truncated output reports the full length");

@@ -90,6 +90,8 @@ typedef struct srt_sched_metrics {
     int64_t        kv_used_tokens;         /* held by requests and the radix cache */
     int64_t        kv_total_tokens;
     int64_t        kv_cached_tokens;       /* in the radix cache */
+    int64_t        kv_evictable_tokens;    /* in the radix cache, used by no request */
+    int64_t        page_size;              /* KV page (block) size in tokens */
     uint64_t       prompt_tokens_total;
     uint64_t       cached_prompt_tokens_total;   /* hit rate = cached / prompt */
     uint64_t       generation_tokens_total;
@@ -105,7 +107,9 @@ typedef struct srt_sched_metrics {
 } srt_sched_metrics;
 
 /* Prometheus text exposition (srt:num_running_reqs, srt:token_usage, srt:cache_hit_rate,
- * srt:time_to_first_token_seconds histogram, ...) with a model_name label. Writes at most
+ * srt:time_to_first_token_seconds histogram, ...) with a model_name label, followed by the
+ * names the Gateway API Inference Extension's endpoint picker reads (vllm:num_requests_waiting,
+ * vllm:num_requests_running, vllm:kv_cache_usage_perc, vllm:lora_requests_info, ...). Writes at most
  * cap bytes (NUL-terminated when cap > 0) and returns the full length, like snprintf. */
 size_t srt_sched_metrics_prometheus(const srt_sched_metrics *m, const char *model_name,
                                     char *buf, size_t cap);
