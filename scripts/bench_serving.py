@@ -13,6 +13,12 @@ Datasets
   generated-shared-prefix  --gsp-num-groups groups, each a long shared system prompt
                            followed by --gsp-prompts-per-group short questions (the
                            workload where a prefix cache pays off)
+  multi-turn               --mt-conversations chats of --mt-turns turns each (chat API): one of
+                           --mt-system-prompts shared system prompts, then user turns, each
+                           request carrying the whole history including the server's own
+                           earlier answers (like SGLang's multi-turn benchmark). A chat's turns
+                           are sequential; --max-concurrency chats run at once. The report adds
+                           the prefix-cache hit rate, cached_tokens / prompt_tokens, from usage
 
 Lengths are in tokens when --tokenizer points at a tokenizer.json and the `tokenizers`
 package is importable; otherwise one random word counts as one token (approximately).
@@ -24,6 +30,8 @@ Examples
       --num-prompts 64 --random-input-len 256 --random-output-len 64 --max-concurrency 16
   scripts/bench_serving.py --base-url http://127.0.0.1:8000 --dataset-name generated-shared-prefix \\
       --gsp-num-groups 4 --gsp-prompts-per-group 16 --output-file out.json
+  scripts/bench_serving.py --base-url http://127.0.0.1:8080 --dataset-name multi-turn \\
+      --mt-conversations 24 --mt-turns 4 --max-concurrency 6
 """
 import argparse
 import http.client
@@ -100,8 +108,19 @@ def dataset_gsp(args, tok, rng):
     return reqs[: args.num_prompts] if args.num_prompts else reqs
 
 
+def dataset_multiturn(args, tok, rng):
+    """Conversations: (system prompt, [user turn texts], output length)."""
+    systems = [tok.make_text(rng, args.mt_system_len) for _ in range(args.mt_system_prompts)]
+    convs = []
+    for c in range(args.mt_conversations):
+        users = [f"[{c}.{t}] " + tok.make_text(rng, args.mt_user_len) for t in range(args.mt_turns)]
+        convs.append((systems[c % len(systems)], users, args.mt_output_len))
+    return convs
+
+
 class Result:
-    __slots__ = ("ok", "error", "prompt_len", "output_len", "ttft", "itl", "latency", "start")
+    __slots__ = ("ok", "error", "prompt_len", "output_len", "ttft", "itl", "latency", "start",
+                 "text", "usage_prompt", "usage_cached", "route")
 
     def __init__(self):
         self.ok = False
@@ -112,6 +131,10 @@ class Result:
         self.itl = []
         self.latency = 0.0
         self.start = 0.0
+        self.text = ""
+        self.usage_prompt = None
+        self.usage_cached = None
+        self.route = None
 
 
 def send(args, url, prompt, prompt_len, out_len):
@@ -119,7 +142,9 @@ def send(args, url, prompt, prompt_len, out_len):
     r.prompt_len = prompt_len
     body = {"model": args.model, "max_tokens": out_len, "temperature": args.temperature,
             "stream": not args.disable_stream}
-    if args.chat:
+    if isinstance(prompt, list):
+        body["messages"] = prompt
+    elif args.chat:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
@@ -129,7 +154,8 @@ def send(args, url, prompt, prompt_len, out_len):
         body["stream_options"] = {"include_usage": True}
     if args.extra_body:
         body.update(args.extra_body)
-    path = url.path.rstrip("/") + ("/v1/chat/completions" if args.chat else "/v1/completions")
+    chat = args.chat or isinstance(prompt, list)
+    path = url.path.rstrip("/") + ("/v1/chat/completions" if chat else "/v1/completions")
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if body["stream"] else "application/json"}
     if args.api_key:
@@ -140,10 +166,11 @@ def send(args, url, prompt, prompt_len, out_len):
     try:
         conn.request("POST", path, body=data, headers=headers)
         resp = conn.getresponse()
+        r.route = resp.getheader("X-Srt-Route")
         if resp.status != 200:
             r.error = f"HTTP {resp.status}: {resp.read(300).decode(errors='replace')}"
             return r
-        chunks, usage_out, last = 0, None, r.start
+        chunks, usage_out, last, usage, done = 0, None, r.start, None, False
         if body["stream"]:
             while True:
                 line = resp.readline()
@@ -154,13 +181,16 @@ def send(args, url, prompt, prompt_len, out_len):
                     continue
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
+                    done = True
                     break
                 msg = json.loads(payload)
                 if msg.get("usage"):
-                    usage_out = msg["usage"].get("completion_tokens")
+                    usage = msg["usage"]
+                    usage_out = usage.get("completion_tokens")
                 text = ""
                 for ch in msg.get("choices") or []:
                     text += ch.get("text") or (ch.get("delta") or {}).get("content") or ""
+                r.text += text
                 if text:
                     now = time.perf_counter()
                     if chunks == 0:
@@ -172,8 +202,18 @@ def send(args, url, prompt, prompt_len, out_len):
         else:
             msg = json.loads(resp.read())
             r.ttft = time.perf_counter() - r.start
-            usage_out = (msg.get("usage") or {}).get("completion_tokens")
-            chunks = 1
+            usage = msg.get("usage") or {}
+            usage_out = usage.get("completion_tokens")
+            for ch in msg.get("choices") or []:
+                r.text += ch.get("text") or (ch.get("message") or {}).get("content") or ""
+            chunks = done = 1
+        if not done:
+            raise ConnectionError("the stream ended without [DONE]")
+        if usage:
+            r.usage_prompt = usage.get("prompt_tokens")
+            r.usage_cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            if r.usage_prompt:
+                r.prompt_len = r.usage_prompt
         r.latency = time.perf_counter() - r.start
         r.output_len = usage_out if usage_out is not None else chunks
         r.ok = True
@@ -216,6 +256,29 @@ def run(args, reqs):
     return results, duration
 
 
+def run_multiturn(args, convs):
+    """Each conversation's turns in order, the server's answers fed back; at most
+    --max-concurrency conversations at once. Results in completion order."""
+    url = urllib.parse.urlparse(args.base_url)
+    results, lock = [], threading.Lock()
+
+    def chat(conv):
+        system, users, out_len = conv
+        msgs = [{"role": "system", "content": system}]
+        for u in users:
+            msgs.append({"role": "user", "content": u})
+            r = send(args, url, list(msgs), 0, out_len)
+            with lock:
+                results.append(r)
+            # a failed turn leaves an empty answer: the conversation goes on, as a user's would
+            msgs.append({"role": "assistant", "content": r.text if r.ok else ""})
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.max_concurrency or len(convs) or 1) as ex:
+        list(ex.map(chat, convs))
+    return results, time.perf_counter() - t0
+
+
 def report(args, results, duration):
     ok = [r for r in results if r and r.ok]
     failed = [r for r in results if not r or not r.ok]
@@ -242,6 +305,11 @@ def report(args, results, duration):
         "mean_e2e_ms": statistics.fmean(e2e) if e2e else float("nan"),
         "median_e2e_ms": pct(e2e, 50), "p99_e2e_ms": pct(e2e, 99),
     }
+    usage = [r for r in ok if r.usage_prompt]
+    if usage:
+        m["prompt_tokens"] = sum(r.usage_prompt for r in usage)
+        m["cached_tokens"] = sum(r.usage_cached or 0 for r in usage)
+        m["cache_hit_rate"] = m["cached_tokens"] / m["prompt_tokens"]
     w = 50
     print("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=w, c="="))
     rows = [
@@ -255,6 +323,8 @@ def report(args, results, duration):
         ("Output token throughput (tok/s)", f"{m['output_throughput']:.2f}"),
         ("Total token throughput (tok/s)", f"{m['total_throughput']:.2f}"),
     ]
+    if "cache_hit_rate" in m:
+        rows.append(("Prefix cache hit rate", f"{m['cache_hit_rate']:.3f}"))
     for k, v in rows:
         print(f"{k:<36}{v:>14}")
     for title, keys in (("Time to First Token", ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms")),
@@ -283,7 +353,8 @@ def main(argv=None):
     ap.add_argument("--model", default=None, help="model name (default: first of /v1/models)")
     ap.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
     ap.add_argument("--api-key", default=None)
-    ap.add_argument("--dataset-name", choices=("random", "generated-shared-prefix"), default="random")
+    ap.add_argument("--dataset-name", choices=("random", "generated-shared-prefix", "multi-turn"),
+                    default="random")
     ap.add_argument("--num-prompts", type=int, default=100)
     ap.add_argument("--random-input-len", type=int, default=256)
     ap.add_argument("--random-output-len", type=int, default=64)
@@ -293,6 +364,12 @@ def main(argv=None):
     ap.add_argument("--gsp-system-prompt-len", type=int, default=1024)
     ap.add_argument("--gsp-question-len", type=int, default=32)
     ap.add_argument("--gsp-output-len", type=int, default=32)
+    ap.add_argument("--mt-conversations", type=int, default=24)
+    ap.add_argument("--mt-turns", type=int, default=4)
+    ap.add_argument("--mt-system-prompts", type=int, default=4)
+    ap.add_argument("--mt-system-len", type=int, default=512)
+    ap.add_argument("--mt-user-len", type=int, default=48)
+    ap.add_argument("--mt-output-len", type=int, default=32)
     ap.add_argument("--tokenizer", default=None, help="tokenizer.json for exact token lengths (optional)")
     ap.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s, Poisson (inf: all at once)")
     ap.add_argument("--max-concurrency", type=int, default=0, help="most requests in flight (0: unlimited)")
@@ -321,7 +398,12 @@ def main(argv=None):
             return 2
     rng = random.Random(args.seed)
     tok = Tok(args.tokenizer)
-    reqs = dataset_random(args, tok, rng) if args.dataset_name == "random" else dataset_gsp(args, tok, rng)
+    if args.dataset_name == "random":
+        reqs = dataset_random(args, tok, rng)
+    elif args.dataset_name == "multi-turn":
+        reqs = dataset_multiturn(args, tok, rng)
+    else:
+        reqs = dataset_gsp(args, tok, rng)
     if not reqs:
         print("bench_serving: empty dataset", file=sys.stderr)
         return 2
@@ -330,7 +412,10 @@ def main(argv=None):
         if not w.ok:
             print(f"bench_serving: warm-up request failed: {w.error}", file=sys.stderr)
             return 1
-    results, duration = run(args, reqs)
+    if args.dataset_name == "multi-turn":
+        results, duration = run_multiturn(args, reqs)
+    else:
+        results, duration = run(args, reqs)
     m = report(args, results, duration)
     if args.output_file:
         m["tag"] = args.tag

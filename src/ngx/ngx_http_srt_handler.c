@@ -855,6 +855,14 @@ ngx_http_srt_info(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     have_info = (srt_chan_model_info_get(m->chan, &info) == SRT_OK);
 
     if (ep == NGX_HTTP_SRT_EP_HEALTH) {
+        /* nginx -s quit: in-flight requests finish; fronts and probes move on */
+        if (ngx_exiting) {
+            return ngx_http_srt_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                           NULL, "draining",
+                                           "Model \"%V\" is draining: this "
+                                           "server is shutting down", &m->name);
+        }
+
         if (st != SRT_CHAN_SCHED_READY || ngx_process == NGX_PROCESS_SINGLE
             || m->load_error.len)
         {
