@@ -82,7 +82,7 @@ http {{
             proxy_set_header Connection "";
             proxy_buffering off;
             proxy_read_timeout 120s;
-            proxy_next_upstream error timeout http_502 http_503;
+            proxy_next_upstream error timeout http_502 http_503 non_idempotent;
             proxy_next_upstream_tries 3;
             add_header X-Srt-Route "$upstream_addr $srt_prefix_affinity" always;
         }}

@@ -1,0 +1,156 @@
+# srt_prefix_affinity: the cache-aware balancer in nginx's upstream{} block, and graceful drain.
+# The directive's errors, a front and a node in one nginx, then scripts/check_cluster.py on a
+# real cluster: three nodes on 127.0.0.2-4 and a front on 127.0.0.1 (ports TEST_NGINX_PORT+10
+# and +11), tiny model: prefix routing and hit rate vs round robin and one node, a node killed
+# with SIGKILL mid-run, a node drained with nginx -s quit.
+use Test::Nginx::Socket 'no_plan';
+use FindBin (); use lib "$FindBin::Bin/lib";
+use Test::Srt;
+
+master_on();
+log_level('info');
+
+our $CLUSTER_PORT = ($ENV{TEST_NGINX_PORT} || 1984) + 10;
+
+sub cluster {
+    my ($only) = @_;
+    my $out = `python3 $FindBin::Bin/../scripts/check_cluster.py --model $ENV{TEST_NGINX_SRT_TINY} --port $CLUSTER_PORT --only $only 2>&1`;
+    my $n = tap_lines("cluster", split /\n/, $out);
+    Test::More::ok($n > 0 && $? == 0, "scripts/check_cluster.py --only $only") or Test::More::diag($out);
+}
+
+srt_defaults(timeout => 120, http_config => <<'EOF2', config => <<'EOF3');
+upstream llm {
+    srt_prefix_affinity model=$TEST_NGINX_SRT_TINY block=4;
+    server 127.0.0.1:$TEST_NGINX_SERVER_PORT;
+    server 127.0.0.1:$TEST_NGINX_SERVER_PORT;
+    keepalive 4;
+}
+EOF2
+location /v1/ {
+    srt_model $TEST_NGINX_SRT_TINY name=tiny;
+    srt_device cpu;
+    srt_threads 1;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_wait_ready 60s;
+}
+location /front/ {
+    proxy_pass http://llm/;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    add_header X-Route $srt_prefix_affinity always;
+}
+EOF3
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: srt_prefix_affinity needs the model whose tokenizer and template the peers use
+--- http_config
+upstream llm { srt_prefix_affinity block=8; server 127.0.0.1:1; }
+--- config
+--- must_die
+--- error_log
+srt_prefix_affinity needs "model=PATH"
+
+
+
+=== TEST 2: an unknown parameter
+--- http_config
+upstream llm { srt_prefix_affinity model=$TEST_NGINX_SRT_TINY blocks=8; server 127.0.0.1:1; }
+--- config
+--- must_die
+--- error_log
+srt_prefix_affinity: invalid parameter "blocks=8" (model=PATH, chat_template=FILE, block=N, load_threshold=N, tree=SIZE)
+
+
+
+=== TEST 3: a model that is not there
+--- http_config
+upstream llm { srt_prefix_affinity model=/nonexistent/model; server 127.0.0.1:1; }
+--- config
+--- must_die
+--- error_log
+srt_prefix_affinity: cannot read "/nonexistent/model"
+
+
+
+=== TEST 4: bounds
+--- http_config
+upstream llm { srt_prefix_affinity model=$TEST_NGINX_SRT_TINY block=0; server 127.0.0.1:1; }
+--- config
+--- must_die
+--- error_log
+srt_prefix_affinity: "block" must be between 1 and 4096 tokens, not "block=0"
+
+
+
+=== TEST 5: ... and the tree is at least a few pages
+--- http_config
+upstream llm { srt_prefix_affinity model=$TEST_NGINX_SRT_TINY tree=1k; server 127.0.0.1:1; }
+--- config
+--- must_die
+--- error_log eval
+qr/srt_prefix_affinity: "tree" must be a size of at least \d+k, not "tree=1k"/
+
+
+
+=== TEST 6: through the front: the first request goes by load, the same prefix then goes where it went
+--- init
+Test::Srt::wait_ready('/v1', 60);
+--- request eval
+my $m = '{"model":"tiny","max_tokens":2,"temperature":0,"messages":[{"role":"system","content":"You are a terse assistant for the nginx documentation team."},{"role":"user","content":"Q';
+["POST /front/v1/chat/completions\n$m 1\"}]}", "POST /front/v1/chat/completions\n$m 2\"}]}"]
+--- error_code eval
+[200, 200]
+--- response_headers_like eval
+["X-Route: load 0/\\d+", "X-Route: prefix [1-9]\\d*/\\d+"]
+--- response_body_like eval
+[qr/"cached_tokens":0\}/, qr/"cached_tokens":[1-9]\d*\}/]
+
+
+
+=== TEST 7: a body the front cannot tokenize (not JSON) is routed by load; the node answers it
+--- init
+Test::Srt::wait_ready('/v1', 60);
+--- request
+POST /front/v1/chat/completions
+{"model":
+--- error_code: 400
+--- response_headers_like
+X-Route: load 0/0
+
+
+
+=== TEST 8: cluster: prefix routing, hit rate vs round robin and one node
+--- config
+location = /done { return 204; }
+--- init
+main::cluster('affinity');
+--- request
+GET /done
+--- error_code: 204
+
+
+
+=== TEST 9: cluster: a node killed with SIGKILL mid-run
+--- config
+location = /done { return 204; }
+--- init
+main::cluster('kill');
+--- request
+GET /done
+--- error_code: 204
+
+
+
+=== TEST 10: cluster: a node drained with nginx -s quit mid-run
+--- config
+location = /done { return 204; }
+--- init
+main::cluster('drain');
+--- request
+GET /done
+--- error_code: 204
