@@ -11,6 +11,9 @@
  * reads W from DRAM, as a real decode step does (a 135M model is ~100 MB); -c 0 measures
  * a weight that stays in cache.
  *
+ * -e 1 times the exact kernels (f32 activations, srt_cpu_exact_matmul) instead of the fast
+ * 8-bit-activation ones; fused q|k|v and gate|up become one call per weight.
+ *
  * GFLOP/s counts 2*rows*cols*n_tok; GB/s counts weight bytes read once per call. Both
  * use wall time; cpu_us is process CPU time per call divided by the thread count (with
  * one thread, the figure to trust on a busy machine). */
@@ -19,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cpu/cpu_exact.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/common.h"
 
@@ -71,6 +75,32 @@ static void fill(srt_dtype t, uint8_t *p, size_t bytes, int64_t cols)
     (void)cols;
 }
 
+static int exact;   /* -e 1 */
+
+static size_t scratch_bytes(srt_threadpool *tp, const srt_weight *w, int64_t n)
+{
+    if (exact)
+        return srt_cpu_exact_scratch_floats(srt_threadpool_size(tp), w->cols, n) * sizeof(float);
+    return srt_cpu_matmul_scratch_bytes(w, n);
+}
+
+static void mm(srt_threadpool *tp, const srt_weight *w, const float *x, int64_t n, float *y, void *scratch)
+{
+    if (!exact || srt_cpu_exact_matmul(tp, w, NULL, x, n, y, scratch) != SRT_OK)
+        srt_cpu_matmul(tp, w, NULL, x, n, y, scratch);
+}
+
+static void mm_multi(srt_threadpool *tp, int k, const srt_weight *const *w, const float *x, int64_t n,
+                     float *const *y, void *scratch)
+{
+    if (!exact) {
+        srt_cpu_matmul_multi(tp, k, w, NULL, x, n, y, scratch);
+        return;
+    }
+    for (int i = 0; i < k; i++)
+        mm(tp, w[i], x, n, y[i], scratch);
+}
+
 /* ---- -M: the matmuls of SmolLM2-135M forward passes ---- */
 
 enum { N_LAYER = 30, D_MODEL = 576, D_KV = 192, D_FF = 1536, N_VOCAB = 49152 };
@@ -111,7 +141,8 @@ static int model_sweep(srt_threadpool *tp, int ms)
         float *k = aligned_alloc(64, n * D_KV * 4), *v = aligned_alloc(64, n * D_KV * 4);
         float *g = aligned_alloc(64, n * D_FF * 4), *u = aligned_alloc(64, n * D_FF * 4);
         float *logits = aligned_alloc(64, N_VOCAB * 4);
-        void *scratch = aligned_alloc(64, (srt_cpu_matmul_scratch_bytes(&L[0].down, n) + 63) / 64 * 64);
+        size_t sb = scratch_bytes(tp, &L[0].down, n), sb2 = scratch_bytes(tp, &head, 1);
+        void *scratch = aligned_alloc(64, ((sb > sb2 ? sb : sb2) + 63) / 64 * 64);
         for (int64_t i = 0; i < n * D_FF; i++)
             x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
         int iters = 0;
@@ -120,15 +151,15 @@ static int model_sweep(srt_threadpool *tp, int ms)
             for (int l = 0; l < N_LAYER; l++) {
                 const srt_weight *qkv[3] = { &L[l].q, &L[l].k, &L[l].v };
                 float *qkv_y[3] = { q, k, v };
-                srt_cpu_matmul_multi(tp, 3, qkv, NULL, x, n, qkv_y, scratch);
-                srt_cpu_matmul(tp, &L[l].o, NULL, q, n, x, scratch);
+                mm_multi(tp, 3, qkv, x, n, qkv_y, scratch);
+                mm(tp, &L[l].o, q, n, x, scratch);
                 const srt_weight *gu[2] = { &L[l].gate, &L[l].up };
                 float *gu_y[2] = { g, u };
-                srt_cpu_matmul_multi(tp, 2, gu, NULL, x, n, gu_y, scratch);
+                mm_multi(tp, 2, gu, x, n, gu_y, scratch);
                 srt_cpu_silu_mul(tp, g, u, n * D_FF, g);
-                srt_cpu_matmul(tp, &L[l].down, NULL, g, n, x, scratch);
+                mm(tp, &L[l].down, g, n, x, scratch);
             }
-            srt_cpu_matmul(tp, &head, NULL, x + (n - 1) * D_MODEL, 1, logits, scratch);
+            mm(tp, &head, x + (n - 1) * D_MODEL, 1, logits, scratch);
             iters++;
             el = now_s() - t0;
         } while (el < ms * 1e-3 || iters < 2);
@@ -156,8 +187,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-m")) ms = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-c")) cold = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-M")) model = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-e")) exact = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms] [-c 0|1] [-M 0|1]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms] [-c 0|1] [-M 0|1] [-e 0|1]\n", argv[0]);
             return 1;
         }
     }
@@ -218,14 +250,14 @@ int main(int argc, char **argv)
                 float *y = aligned_alloc(64, (n_tok * rows * 4 + 63) / 64 * 64);
                 for (int64_t i = 0; i < n_tok * cols; i++)
                     x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
-                size_t sb = srt_cpu_matmul_scratch_bytes(&w, n_tok);
+                size_t sb = scratch_bytes(tp, &w, n_tok);
                 void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
-                srt_cpu_matmul(tp, &w, NULL, x, n_tok, y, scratch);   /* warm up */
+                mm(tp, &w, x, n_tok, y, scratch);   /* warm up */
                 int iters = 0;
                 double t0 = now_s(), c0 = cpu_s(), el;
                 do {
                     w.data = wd + (size_t)(iters % copies) * wbytes;
-                    srt_cpu_matmul(tp, &w, NULL, x, n_tok, y, scratch);
+                    mm(tp, &w, x, n_tok, y, scratch);
                     iters++;
                     el = now_s() - t0;
                 } while (el < ms * 1e-3);

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_dot.h"
+#include "backend/cpu/cpu_exact.h"
 #include "backend/cpu/cpu_precise.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/backend.h"
@@ -17,6 +18,7 @@ typedef struct cpu_backend {
     size_t          scratch_bytes;
     int             reference;    /* SRT_CPU_MATMUL=reference: f32 activations, scalar (slow; for checks) */
     int             precise;      /* f32 activations against dequantized weight rows */
+    int             exact_simd;   /* precise on AVX2/AVX-512: the register-dequantizing kernels */
     srt_dot_f32_fn  dot;
     srt_f32_to_f16_row_fn to_f16;
     float          *ones;         /* SILU_CHUNK ones: silu(x) = silu_mul(x, 1), bit for bit as fused */
@@ -36,8 +38,10 @@ typedef struct cpu_backend {
  * x for the fused kernels. */
 static size_t precise_scratch(const cpu_backend *c, const srt_weight *w, int64_t n_tok)
 {
-    return (size_t)srt_threadpool_size(c->tp) * PRECISE_TILE * (size_t)w->cols * sizeof(float) +
-           (size_t)(n_tok > 0 ? n_tok : 1) * (size_t)(w->cols / 32 + 1) * sizeof(float);
+    size_t fused = (size_t)srt_threadpool_size(c->tp) * PRECISE_TILE * (size_t)w->cols * sizeof(float) +
+                   (size_t)(n_tok > 0 ? n_tok : 1) * (size_t)(w->cols / 32 + 1) * sizeof(float);
+    size_t exact = srt_cpu_exact_scratch_floats(srt_threadpool_size(c->tp), w->cols, n_tok) * sizeof(float);
+    return fused > exact ? fused : exact;
 }
 
 static cpu_backend *cpu(srt_backend *be) { return (cpu_backend *)be->impl; }
@@ -127,6 +131,9 @@ static void cpu_matmul(srt_backend *be, const srt_weight *w, const float *bias, 
     cpu_backend *c = cpu(be);
     if (c->reference)
         srt_cpu_matmul_ref(w, bias, x, n_tok, y);
+    else if (c->precise && c->exact_simd &&
+             srt_cpu_exact_matmul(c->tp, w, bias, x, n_tok, y, c->scratch) == SRT_OK)
+        return;
     else if (c->precise) {
         precise_job j = { w, bias, x, n_tok, y, c->scratch, c->dot, NULL, NULL };
         if ((j.fused = srt_cpu_precise_dot(w->dtype)) != NULL) {
@@ -312,6 +319,7 @@ srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *
     c->reference = mm && strcmp(mm, "reference") == 0;
     c->precise = precise_matmul || (mm && strcmp(mm, "precise") == 0);
     c->dot = srt_cpu_dot_f32();
+    c->exact_simd = strcmp(srt_cpu_simd_name(), "portable") != 0;
     c->to_f16 = srt_cpu_f32_to_f16_row();
     for (int i = 0; i < SILU_CHUNK; i++)
         c->ones[i] = 1.0f;

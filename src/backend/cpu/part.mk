@@ -6,6 +6,7 @@ ENGINE_SRCS += src/util/dtype.c \
                src/backend/cpu/matmul.c \
                src/backend/cpu/kernels_portable.c \
                src/backend/cpu/kernels_avx2.c \
-               src/backend/cpu/kernels_avx512.c
+               src/backend/cpu/kernels_avx512.c \
+               src/backend/cpu/exact.c
 UNIT_TESTS  += $(BUILD)/t/test_cpu_kernels
 TOOLS       += $(BUILD)/bin/srt-bench-matmul
