@@ -244,6 +244,7 @@ location /v1 {
     srt_max_running_requests 8; srt_max_queued_requests 16; srt_max_total_tokens 4096;
     srt_mem_fraction_static 0.8; srt_chunked_prefill_size 512; srt_schedule_policy lpm;
     srt_tp_size 1; srt_radix_cache off; srt_page_size 1; srt_retry_after 5s;
+    srt_numerics fast; srt_kv_cache_dtype f32;
 }
 --- request
 POST /v1/chat/completions
@@ -283,3 +284,21 @@ location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_wait_ready soon; }
 --- must_die
 --- error_log
 "srt_wait_ready" directive invalid value
+
+
+
+=== TEST 28: srt_numerics takes exact|fast
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_numerics int8; }
+--- must_die
+--- error_log
+"srt_numerics" must be "exact" or "fast", not "int8"
+
+
+
+=== TEST 29: srt_kv_cache_dtype
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_kv_cache_dtype fp8_e5m2; }
+--- must_die
+--- error_log
+"srt_kv_cache_dtype" must be

@@ -41,8 +41,10 @@ static void usage(void)
             "  --ignore-eos       keep going past EOS\n"
             "  --threads N        compute threads (default: all cores)\n"
             "  --batch N          prefill chunk size (default 512)\n"
-            "  --kv-f16           keep the KV cache in f16\n"
-            "  --precise          f32 activations in matmuls (HF-exact; slower on quantized weights)\n");
+            "  --numerics exact|fast  exact (default): f32 activations, HF's greedy tokens;\n"
+            "                     fast: 8-bit activations on quantized weights (llama.cpp's scheme)\n"
+            "  --kv-cache-dtype f16|f32  the KV cache's element type (default f16)\n"
+            "  --precise, --kv-f16  the same as --numerics exact, --kv-cache-dtype f16\n");
 }
 
 static int parse_ids(const char *s, int32_t **out, int32_t *n)
@@ -136,7 +138,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = NULL, *ids_arg = NULL, *prompt_text = NULL;
     const char *system_text = NULL;
-    int threads = 0, batch = 512, kv_f16 = 0, print_ids = 0, precise = 0, chat = 0;
+    int threads = 0, batch = 512, kv_f16 = 1, print_ids = 0, precise = 1, chat = 0;
     srt_sampling_params sp;
     srt_err err = { { 0 } };
 
@@ -166,6 +168,8 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--kv-f16") == 0) kv_f16 = 1;
         else if (strcmp(a, "--ids") == 0) print_ids = 1;
         else if (strcmp(a, "--precise") == 0) precise = 1;
+        else if (ARG("--numerics") && (!strcmp(v, "exact") || !strcmp(v, "fast"))) precise = !strcmp(v, "exact");
+        else if (ARG("--kv-cache-dtype") && (!strcmp(v, "f16") || !strcmp(v, "f32"))) kv_f16 = !strcmp(v, "f16");
         else {
             usage();
             return 2;

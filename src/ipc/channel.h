@@ -67,6 +67,18 @@ typedef enum srt_chan_policy {
     SRT_CHAN_POLICY_LPM  = 1,
 } srt_chan_policy;
 
+typedef enum srt_chan_numerics {
+    SRT_CHAN_NUMERICS_EXACT = 0,   /* f32 activations: HF's greedy tokens */
+    SRT_CHAN_NUMERICS_FAST  = 1,   /* 8-bit activations on quantized weights (llama.cpp's scheme) */
+} srt_chan_numerics;
+
+typedef enum srt_chan_kv_dtype {
+    SRT_CHAN_KV_AUTO = 0,          /* f16 on the CPU, bf16 on CUDA */
+    SRT_CHAN_KV_F32  = 1,
+    SRT_CHAN_KV_F16  = 2,
+    SRT_CHAN_KV_BF16 = 3,
+} srt_chan_kv_dtype;
+
 typedef struct srt_chan_config {
     char     model_path[SRT_CHAN_PATH_MAX];   /* srt_model PATH */
     char     served_name[SRT_CHAN_NAME_MAX];  /* srt_model ... name=X (default: file stem) */
@@ -89,6 +101,8 @@ typedef struct srt_chan_config {
     int32_t  slot_tokens;                     /* token capacity of one slot (prompt + output) */
     int32_t  sched_spin_us;                   /* srt_scheduler_spin: busy-wait before blocking */
     int32_t  cuda_graph;                      /* srt_cuda_graph: 0 on where possible, -1 off */
+    int32_t  numerics;                        /* srt_numerics: srt_chan_numerics */
+    int32_t  kv_cache_dtype;                  /* srt_kv_cache_dtype: srt_chan_kv_dtype */
 } srt_chan_config;
 
 /* ---- scheduler state, published in the header for workers and /health ---- */

@@ -65,6 +65,23 @@ static ngx_conf_enum_t  ngx_http_srt_policies[] = {
     { ngx_null_string, 0 }
 };
 
+static ngx_conf_enum_t  ngx_http_srt_numerics[] = {
+    { ngx_string("exact"), SRT_CHAN_NUMERICS_EXACT },
+    { ngx_string("fast"), SRT_CHAN_NUMERICS_FAST },
+    { ngx_null_string, 0 }
+};
+
+static ngx_conf_enum_t  ngx_http_srt_kv_dtypes[] = {
+    { ngx_string("auto"), SRT_CHAN_KV_AUTO },
+    { ngx_string("f32"), SRT_CHAN_KV_F32 },
+    { ngx_string("float32"), SRT_CHAN_KV_F32 },
+    { ngx_string("f16"), SRT_CHAN_KV_F16 },
+    { ngx_string("float16"), SRT_CHAN_KV_F16 },
+    { ngx_string("bf16"), SRT_CHAN_KV_BF16 },
+    { ngx_string("bfloat16"), SRT_CHAN_KV_BF16 },
+    { ngx_null_string, 0 }
+};
+
 static ngx_http_srt_num_bounds_t  ngx_http_srt_threads_bounds = {
     1, 1024, "an integer between 1 and 1024 or \"auto\"",
     ngx_string("auto"), 0
@@ -136,6 +153,20 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_srt_loc_conf_t, schedule_policy),
       &ngx_http_srt_policies },
+
+    { ngx_string("srt_numerics"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, numerics),
+      &ngx_http_srt_numerics },
+
+    { ngx_string("srt_kv_cache_dtype"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, kv_cache_dtype),
+      &ngx_http_srt_kv_dtypes },
 
     { ngx_string("srt_threads"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -340,6 +371,8 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     }
 
     slcf->device = NGX_CONF_UNSET;
+    slcf->numerics = NGX_CONF_UNSET;
+    slcf->kv_cache_dtype = NGX_CONF_UNSET;
     slcf->threads = NGX_CONF_UNSET;
     slcf->context_length = NGX_CONF_UNSET;
     slcf->max_running = NGX_CONF_UNSET;
@@ -390,6 +423,10 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_str_value(conf->hooks_search, prev->hooks_search, "");
     ngx_conf_merge_str_value(conf->chat_template, prev->chat_template, "");
     ngx_conf_merge_value(conf->device, prev->device, SRT_CHAN_DEVICE_AUTO);
+    ngx_conf_merge_value(conf->numerics, prev->numerics,
+                         SRT_CHAN_NUMERICS_EXACT);
+    ngx_conf_merge_value(conf->kv_cache_dtype, prev->kv_cache_dtype,
+                         SRT_CHAN_KV_AUTO);
     ngx_conf_merge_value(conf->threads, prev->threads, 0);
     ngx_conf_merge_value(conf->context_length, prev->context_length, 0);
     ngx_conf_merge_value(conf->max_running, prev->max_running, 0);
@@ -511,6 +548,8 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     m->cfg.device = (int32_t) conf->device;
+    m->cfg.numerics = (int32_t) conf->numerics;
+    m->cfg.kv_cache_dtype = (int32_t) conf->kv_cache_dtype;
     m->cfg.threads = (int32_t) conf->threads;
     m->cfg.context_length = (int32_t) conf->context_length;
     m->cfg.max_running_requests = (int32_t) conf->max_running;

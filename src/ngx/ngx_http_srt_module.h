@@ -86,6 +86,8 @@ typedef struct {
     ngx_str_t                  hooks_search; /* srt_hooks_path */
     ngx_str_t                  chat_template;
     ngx_int_t                  device;
+    ngx_int_t                  numerics;
+    ngx_int_t                  kv_cache_dtype;
     ngx_int_t                  threads;
     ngx_int_t                  context_length;
     ngx_int_t                  max_running;

@@ -36,19 +36,21 @@ static int model_forward(void *self, const srt_forward_batch *b, float *logits, 
 }
 
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
-                               int cuda, double mem_fraction, int graphs, srt_sched_model_runner **out,
-                               srt_err *err);
+                               int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
+                               srt_sched_model_runner **out, srt_err *err);
 
 int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
                                   srt_sched_model_runner **out, srt_err *err)
 {
-    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, out, err);
+    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, out, err);
 }
 
-/* cuda: the runner and its KV pool (bf16) on the CUDA backend; graphs: SRT_RUNNER_GRAPHS_* */
+/* cuda: the runner and its KV pool (bf16) on the CUDA backend; graphs: SRT_RUNNER_GRAPHS_*;
+ * precise: f32 activations (srt_numerics exact); kv_dtype: 0 the device's default, else
+ * 1 + the KV pool's srt_dtype (srt_kv_cache_dtype) */
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
-                               int cuda, double mem_fraction, int graphs, srt_sched_model_runner **out,
-                               srt_err *err)
+                               int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
+                               srt_sched_model_runner **out, srt_err *err)
 {
     srt_sched_model_runner *mr = calloc(1, sizeof *mr);
     *out = NULL;
@@ -60,8 +62,9 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
         .n_threads = n_threads,
         .tp_rank = 0, .tp_size = 1,
         .device = cuda ? SRT_RUNNER_CUDA : SRT_RUNNER_CPU, .mem_fraction = mem_fraction,
-        .graphs = graphs,
+        .graphs = graphs, .precise_matmul = precise, .kv_cache_dtype = kv_dtype,
     };
+    srt_dtype kvt = kv_dtype > 0 ? (srt_dtype)(kv_dtype - 1) : cuda ? SRT_BF16 : SRT_F32;
     mr->tp = tp;
     if (tp) {
         if (srt_tp_group_setup(tp, m, &o, (int32_t)cfg->max_total_tokens, &mr->runner, &mr->kv, err) != SRT_OK) {
@@ -69,7 +72,7 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
             return SRT_ERROR;
         }
     } else if (srt_runner_create(m, &o, &mr->runner, err) != SRT_OK ||
-               srt_kv_pool_create_on(srt_model_config_of(m), 1, (int32_t)cfg->max_total_tokens, cuda ? SRT_BF16 : SRT_F32,
+               srt_kv_pool_create_on(srt_model_config_of(m), 1, (int32_t)cfg->max_total_tokens, kvt,
                                      srt_runner_backend(mr->runner), &mr->kv, err) != SRT_OK) {
         srt_sched_model_runner_free(mr);
         return SRT_ERROR;
@@ -173,7 +176,7 @@ int srt_sched_config_from_chan(const srt_chan_config *cc, const srt_model_config
         /* CPU: a fraction of RAM after the weights, capped at what the running requests
          * could ever fill; the cap keeps a small model from taking the machine. */
         double frac = cc->mem_fraction_static > 0 ? cc->mem_fraction_static : 0.2;
-        uint64_t per_tok = srt_kv_bytes_per_slot(mc, SRT_F32);
+        uint64_t per_tok = srt_kv_bytes_per_slot(mc, cc->kv_cache_dtype == SRT_CHAN_KV_F32 ? SRT_F32 : SRT_F16);
         c.max_total_tokens = srt_kv_budget_tokens(0, frac, device_bytes, file_bytes(cc->model_path),
                                                   per_tok, c.page_size);
         int64_t cap = (int64_t)c.max_running_requests * c.context_length;
@@ -353,6 +356,18 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
     return SRT_OK;
 }
 
+/* srt_kv_cache_dtype as model_runner_create's kv_dtype: auto is f16 on the CPU (half of
+ * f32's memory; the CPU attention reads f16 rows), bf16 on CUDA */
+static int kv_dtype_of(const srt_chan_config *cc, int cuda)
+{
+    switch (cc->kv_cache_dtype) {
+    case SRT_CHAN_KV_F32: return 1 + SRT_F32;
+    case SRT_CHAN_KV_F16: return 1 + SRT_F16;
+    case SRT_CHAN_KV_BF16: return 1 + SRT_BF16;
+    default: return 1 + (cuda ? SRT_BF16 : SRT_F16);
+    }
+}
+
 int srt_sched_run(srt_chan *c, srt_err *err)
 {
     const srt_chan_config *cc = srt_chan_get_config(c);
@@ -406,8 +421,13 @@ int srt_sched_run(srt_chan *c, srt_err *err)
             srt_hook_registry_load_file(hooks, cc->hooks_path, err) != SRT_OK)
             goto fail;
     }
+    if (!cuda && cc->kv_cache_dtype == SRT_CHAN_KV_BF16) {
+        srt_err_set(err, "srt_kv_cache_dtype bf16: the CPU backend keeps the KV cache in f16 or f32");
+        goto fail;
+    }
     if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static,
-                            cc->cuda_graph < 0 ? SRT_RUNNER_GRAPHS_OFF : SRT_RUNNER_GRAPHS_AUTO, &mr, err) != SRT_OK)
+                            cc->cuda_graph < 0 ? SRT_RUNNER_GRAPHS_OFF : SRT_RUNNER_GRAPHS_AUTO,
+                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), &mr, err) != SRT_OK)
         goto fail;
     if (cuda && hooks) {
         srt_hook_device_ops dops = { hook_d2h, hook_h2d, hook_d2d, srt_runner_backend(mr->runner) };

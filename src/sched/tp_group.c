@@ -29,7 +29,7 @@ typedef struct tp_control {
 
 /* The runner shape, sent once after rank 0 sized its KV pool. */
 typedef struct tp_setup {
-    int32_t max_batch_tokens, max_seqs, n_slots, precise_matmul;
+    int32_t max_batch_tokens, max_seqs, n_slots, precise_matmul, kv_cache_dtype;
     int32_t device, device_index;   /* rank k computes on device_index + k */
     double  mem_fraction;
 } tp_setup;
@@ -174,7 +174,8 @@ static int build_shard(srt_comm *comm, srt_model *m, const tp_setup *su, int n_t
     };
     if (srt_runner_create(m, &ro, r, err) != SRT_OK)
         return SRT_ERROR;
-    return srt_kv_pool_create_on(srt_model_config_of(m), comm->size, su->n_slots, cuda ? SRT_BF16 : SRT_F32,
+    srt_dtype kvt = su->kv_cache_dtype > 0 ? (srt_dtype)(su->kv_cache_dtype - 1) : cuda ? SRT_BF16 : SRT_F32;
+    return srt_kv_pool_create_on(srt_model_config_of(m), comm->size, su->n_slots, kvt,
                                  srt_runner_backend(*r), kv, err);
 }
 
@@ -405,8 +406,8 @@ int srt_tp_group_check(srt_tp_group *g, srt_err *err)
 int srt_tp_group_setup(srt_tp_group *g, srt_model *m, const srt_runner_opts *ro, int32_t n_slots,
                        srt_runner **runner, srt_kv_pool **kv, srt_err *err)
 {
-    tp_setup su = { ro->max_batch_tokens, ro->max_seqs, n_slots, ro->precise_matmul, ro->device, ro->device_index,
-                    ro->mem_fraction };
+    tp_setup su = { ro->max_batch_tokens, ro->max_seqs, n_slots, ro->precise_matmul, ro->kv_cache_dtype,
+                    ro->device, ro->device_index, ro->mem_fraction };
     srt_err e2;
     *runner = NULL;
     *kv = NULL;

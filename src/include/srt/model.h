@@ -140,6 +140,8 @@ typedef struct srt_runner_opts {
     struct srt_nccl_lib *nccl;
     int32_t precise_matmul;     /* f32 activations x dequantized weights (HF-exact path) instead
                                    of 8-bit quantized activations (fast path, llama.cpp-like) */
+    int32_t kv_cache_dtype;     /* KV pools made by srt_tp_group_setup: 0 the default (bf16 on
+                                   CUDA, f32 on the CPU), else 1 + their srt_dtype */
     /* SRT_RUNNER_CPU (0, the default) or SRT_RUNNER_CUDA: the CUDA backend plugin on device
      * device_index with mem_fraction (0, 1] of its memory (<= 0: 0.85) as its pool
      * (srt/backend_cuda.h). With tp > 1 each rank gives its own device_index (one GPU per
