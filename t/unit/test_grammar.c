@@ -1,0 +1,345 @@
+/* The grammar engine: GBNF / regex / JSON Schema compilation and errors, matching, and token masks
+ * checked against a brute-force oracle (every token tried on its own) over random walks, on a
+ * synthetic vocabulary with multi-byte and partial-UTF-8 tokens. Masks against xgrammar on a real
+ * tokenizer are in test_grammar_xgr.c. */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srt/grammar.h"
+#include "tap.h"
+
+static srt_grammar_vocab *V;
+static size_t N_IDS;
+static const char *TOKS[] = {
+    "a", "b", "c", "ab", "abc", "ba", "0", "1", "2", "9", "12", "123", "-", ".", "e", "+",
+    "{", "}", "[", "]", ",", ":", "\"", "\\", " ", "  ", "\n", "\t", "{\"", "\":", "\",", "\"}",
+    "\": \"", "true", "false", "null", "tr", "ue", "nu", "ll", "x", "y", "z", "xyz", "hello",
+    " hello", "name", "\"name\"", "age", "\xc3", "\xa9", "\xc3\xa9", "\xe2\x82", "\xac", "\xe2\x82\xac",
+    "caf\xc3", "\xf0\x9f\x98\x80", "\xf0\x9f", "\x98\x80", "A", "Z", "_", "/", "u", "n", "t", "r",
+    "f", "l", "s", "\\n", "\\\"", "\\u00", "e9", "E", "}}", "]]", "},", "],", "[{", "\"a\"", "3",
+    "4", "5", "6", "7", "8", "00", "-1", "1.5", "@", "com", "example", "date", "T", "Z",
+};
+#define N_TOKS (sizeof(TOKS) / sizeof(TOKS[0]))
+#define EOS_ID ((int32_t) N_TOKS)
+
+
+static void
+make_vocab(void)
+{
+    const char *bytes[N_TOKS + 2];
+    size_t      lens[N_TOKS + 2];
+    uint8_t     special[N_TOKS + 2];
+    int32_t     stop = EOS_ID;
+    srt_err     err;
+    size_t      i;
+
+    N_IDS = N_TOKS + 2;         /* EOS, and one padding id no tokenizer has */
+    for (i = 0; i < N_TOKS; i++) {
+        bytes[i] = TOKS[i];
+        lens[i] = strlen(TOKS[i]);
+        special[i] = 0;
+    }
+    bytes[N_TOKS] = "</s>"; lens[N_TOKS] = 4; special[N_TOKS] = 1;
+    bytes[N_TOKS + 1] = NULL; lens[N_TOKS + 1] = 0; special[N_TOKS + 1] = 0;
+    if (srt_grammar_vocab_new(N_IDS, bytes, lens, special, &stop, 1, &V, &err) != SRT_OK) {
+        printf("Bail out! vocab: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+
+static int
+matches(srt_grammar *g, const char *s)
+{
+    srt_grammar_matcher *m = srt_grammar_matcher_new(g);
+    int ok = m && (s[0] == '\0' || srt_grammar_matcher_accept_bytes(m, s, strlen(s)))
+             && srt_grammar_matcher_can_end(m);
+    srt_grammar_matcher_free(m);
+    return ok;
+}
+
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t
+rnd(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t) rng;
+}
+
+
+/* Random walks; at each step the mask must equal trying every token; returns mismatches. */
+static int
+walk_oracle(srt_grammar *g, int walks, int steps, int *ended)
+{
+    size_t    words = srt_grammar_mask_words(V), id;
+    uint32_t *mask = malloc(words * 4);
+    int       bad = 0, w, s, n_ok;
+    int32_t   ok[256];
+
+    for (w = 0; w < walks; w++) {
+        srt_grammar_matcher *m = srt_grammar_matcher_new(g);
+        for (s = 0; s < steps; s++) {
+            srt_grammar_matcher_fill_mask(m, mask);
+            n_ok = 0;
+            for (id = 0; id < N_IDS; id++) {
+                int want = srt_grammar_matcher_accept_token(m, (int32_t) id);
+                int got = (int) (mask[id >> 5] >> (id & 31) & 1);
+                if (want) {
+                    srt_grammar_matcher_rollback(m, 1);
+                    ok[n_ok++] = (int32_t) id;
+                }
+                if (want != got) {
+                    if (bad++ < 5) {
+                        tap_diag("walk %d step %d token %zu ('%s'): oracle %d mask %d", w, s, id,
+                                 id < N_TOKS ? TOKS[id] : "?", want, got);
+                    }
+                }
+            }
+            if (n_ok == 0) {
+                break;
+            }
+            /* prefer not to stop early so walks go deep */
+            id = (size_t) ok[rnd() % n_ok];
+            if ((int32_t) id == EOS_ID && n_ok > 1 && rnd() % 4) {
+                id = (size_t) ok[rnd() % n_ok];
+            }
+            srt_grammar_matcher_accept_token(m, (int32_t) id);
+            if (srt_grammar_matcher_is_terminated(m)) {
+                (*ended)++;
+                break;
+            }
+        }
+        srt_grammar_matcher_free(m);
+    }
+    free(mask);
+    return bad;
+}
+
+
+static void
+check_gbnf_error(const char *gbnf, const char *want)
+{
+    srt_grammar *g = NULL;
+    srt_err      err;
+    int          rc = srt_grammar_compile_gbnf(V, gbnf, strlen(gbnf), &g, &err);
+
+    tap_ok(rc == SRT_ERROR && strstr(err.msg, want) != NULL, "gbnf error '%s' -> %s",
+           want, rc == SRT_ERROR ? err.msg : "(compiled)");
+    srt_grammar_free(g);
+}
+
+
+static void
+check_regex_error(const char *re, const char *want)
+{
+    srt_grammar *g = NULL;
+    srt_err      err;
+    int          rc = srt_grammar_compile_regex(V, re, strlen(re), &g, &err);
+
+    tap_ok(rc == SRT_ERROR && strstr(err.msg, want) != NULL, "regex /%s/ error -> %s",
+           re, rc == SRT_ERROR ? err.msg : "(compiled)");
+    srt_grammar_free(g);
+}
+
+
+static srt_grammar *
+gbnf(const char *text)
+{
+    srt_grammar *g = NULL;
+    srt_err      err;
+
+    if (srt_grammar_compile_gbnf(V, text, strlen(text), &g, &err) != SRT_OK) {
+        tap_diag("compile failed: %s", err.msg);
+        return NULL;
+    }
+    return g;
+}
+
+
+static srt_grammar *
+regex(const char *re)
+{
+    srt_grammar *g = NULL;
+    srt_err      err;
+
+    if (srt_grammar_compile_regex(V, re, strlen(re), &g, &err) != SRT_OK) {
+        tap_diag("regex compile failed: %s", err.msg);
+        return NULL;
+    }
+    return g;
+}
+
+
+static void
+test_gbnf_matching(void)
+{
+    srt_grammar *g;
+
+    g = gbnf("root ::= \"ab\" [0-9]+ (\"x\" | \"yz\")?");
+    tap_ok(g && matches(g, "ab1") && matches(g, "ab12x") && matches(g, "ab0yz"), "gbnf: accepts");
+    tap_ok(g && !matches(g, "ab") && !matches(g, "abx") && !matches(g, "ab1y"), "gbnf: rejects");
+    srt_grammar_free(g);
+
+    /* rules over several lines, comments, recursion (right and middle), repetition counts */
+    g = gbnf("# nested lists\nroot ::= list\nlist ::= \"[\" (item (\",\" item)*)? \"]\"\n"
+             "item ::= list |\n   [a-c]{1,3}  # letters\n");
+    tap_ok(g && matches(g, "[]") && matches(g, "[a,[b,[]],abc]") && !matches(g, "[abca]")
+           && !matches(g, "[a,]"), "gbnf: recursion and counted repetition");
+    srt_grammar_free(g);
+
+    /* code points: literals and classes are UTF-8; negated classes exclude by code point */
+    g = gbnf("root ::= \"caf\\u00e9\" [^a-z\\u00e9]");
+    tap_ok(g && matches(g, "caf\xc3\xa9" "\xe2\x82\xac") && !matches(g, "caf\xc3\xa9" "a")
+           && !matches(g, "caf\xc3\xa9" "\xc3\xa9") && !matches(g, "caf\xc3\xa9" "\xc3"),
+           "gbnf: UTF-8 literals and negated classes");
+    srt_grammar_free(g);
+
+    /* right recursion over long input stays flat */
+    g = gbnf("root ::= \"a\" root | \"b\"");
+    {
+        char big[20002];
+        memset(big, 'a', 20000);
+        big[20000] = 'b';
+        big[20001] = '\0';
+        tap_ok(g && matches(g, big), "gbnf: 20000-deep right recursion");
+    }
+    srt_grammar_free(g);
+
+    check_gbnf_error("root ::= foo", "rule 'foo' is used at byte 9 but never defined");
+    check_gbnf_error("main ::= \"a\"", "no 'root' rule");
+    check_gbnf_error("root ::= root \"a\" | \"b\"", "'root' is left-recursive");
+    check_gbnf_error("root ::= x\nx ::= y? x \"a\"\ny ::= \"b\"", "'x' is left-recursive");
+    check_gbnf_error("root ::= \"a\\q\"", "unknown escape '\\q' at byte 12");
+    check_gbnf_error("root ::= (\"a\" ", "expected ')'");
+    check_gbnf_error("root ::= \"a\"{3,1}", "max below min");
+    check_gbnf_error("root ::= \"a\"\nroot ::= \"b\"", "defined twice");
+    check_gbnf_error("root ::= [z-a]", "out of order");
+    check_gbnf_error("root ::= \"abc", "unterminated string");
+}
+
+
+static void
+test_regex(void)
+{
+    srt_grammar *g;
+
+    g = regex("^\\d{3}-\\d{2,}(x|y)?$");
+    tap_ok(g && matches(g, "123-45") && matches(g, "123-456y") && !matches(g, "12-45")
+           && !matches(g, "123-4"), "regex: digits and counts");
+    srt_grammar_free(g);
+
+    g = regex("[^\\s\\d][\\w.]*@(?:example|test)\\.com");
+    tap_ok(g && matches(g, "a.b_c@example.com") && !matches(g, "1a@test.com")
+           && !matches(g, "ab@examplecom") && matches(g, "\xc3\xa9@test.com"),
+           "regex: classes, shorthands, groups");
+    srt_grammar_free(g);
+
+    g = regex("a.c|[\\u00e9-\\u00ff]+?|x{2}|{");
+    tap_ok(g && matches(g, "abc") && matches(g, "a\xe2\x82\xac" "c") && matches(g, "a\nc")
+           && matches(g, "\xc3\xa9\xc3\xbf") && matches(g, "xx") && matches(g, "{"),
+           "regex: dot (newline too, as xgrammar), unicode ranges, lazy, literal brace");
+    srt_grammar_free(g);
+
+    check_regex_error("(a", "missing ')' at offset 2");
+    check_regex_error("a)", "unbalanced ')'");
+    check_regex_error("(a)\\1", "backreferences are not supported at offset 4");
+    check_regex_error("(?=a)", "lookaround");
+    check_regex_error("a\\bb", "word boundaries");
+    check_regex_error("*a", "nothing to repeat");
+    check_regex_error("a^b", "'^' is only supported at the start");
+    check_regex_error("[a-", "unterminated character class");
+}
+
+
+static void
+test_masks(void)
+{
+    static const char *grammars[] = {
+        "root ::= \"ab\" [0-9]+ (\"x\" | \"yz\")?",
+        "root ::= list\nlist ::= \"[\" (item (\",\" item)*)? \"]\"\nitem ::= list | [a-c]{1,3}",
+        "root ::= obj\nobj ::= \"{\" ws (pair (ws \",\" ws pair)*)? ws \"}\"\n"
+        "pair ::= str ws \":\" ws val\nval ::= str | num | obj | \"true\" | \"null\"\n"
+        "str ::= \"\\\"\" ([^\"\\\\] | \"\\\\\" [\"\\\\n])* \"\\\"\"\n"
+        "num ::= \"-\"? [0-9]+ (\".\" [0-9]+)?\nws ::= [ \\n]{0,2}",
+        "root ::= [^\"]{0,6} \"\\\"\"",
+        "root ::= (\"a\" | \"ab\" | \"abc\") (\"c\" | \"bc\")* \"!\"?",
+        "root ::= x y\nx ::= \"a\"*\ny ::= x \"b\" | \"c\"",
+        "root ::= \"caf\\u00e9\" [^a-z]* \"\\u20ac\"",
+        "root ::= s\ns ::= \"(\" s \")\" s | \"\"",
+    };
+    static const char *regexes[] = {
+        "\\d{1,3}(\\.\\d+)?",
+        "[a-z]+@[a-z]+\\.com",
+        "(true|false|null)",
+        "\"[^\"]*\"",
+        "[\\u00e0-\\u00ff\\u20ac]{2,4}",
+        ".{0,5}e",
+    };
+    size_t i;
+    int    ended, bad;
+
+    for (i = 0; i < sizeof(grammars) / sizeof(grammars[0]); i++) {
+        srt_grammar *g = gbnf(grammars[i]);
+        ended = 0;
+        bad = g ? walk_oracle(g, 20, 40, &ended) : -1;
+        tap_ok(bad == 0, "masks = oracle, grammar %zu (%d walks ended)", i, ended);
+        srt_grammar_free(g);
+    }
+    for (i = 0; i < sizeof(regexes) / sizeof(regexes[0]); i++) {
+        srt_grammar *g = regex(regexes[i]);
+        ended = 0;
+        bad = g ? walk_oracle(g, 20, 40, &ended) : -1;
+        tap_ok(bad == 0, "masks = oracle, regex /%s/ (%d walks ended)", regexes[i], ended);
+        srt_grammar_free(g);
+    }
+}
+
+
+static void
+test_matcher_api(void)
+{
+    srt_grammar         *g = gbnf("root ::= \"{\\\"name\\\": \" [0-9]+ \"}\"");
+    srt_grammar_matcher *m = g ? srt_grammar_matcher_new(g) : NULL;
+    char                 buf[64];
+    size_t               n;
+    uint32_t             mask[8];
+
+    if (m == NULL) {
+        tap_ok(0, "matcher");
+        return;
+    }
+    n = srt_grammar_matcher_forced_bytes(m, buf, sizeof(buf));
+    tap_ok(n == 9 && memcmp(buf, "{\"name\": ", 9) == 0, "forced bytes: the literal prefix (%zu)",
+           n);
+    tap_ok(srt_grammar_matcher_accept_bytes(m, "{\"name\": 1", 10), "accept bytes");
+    tap_ok(!srt_grammar_matcher_can_end(m), "cannot end inside");
+    tap_ok(!srt_grammar_matcher_accept_token(m, EOS_ID), "EOS refused before the end");
+    tap_ok(srt_grammar_matcher_accept_token(m, 17) /* } */ && srt_grammar_matcher_can_end(m),
+           "accept '}'");
+    srt_grammar_matcher_fill_mask(m, mask);
+    tap_ok(mask[EOS_ID >> 5] >> (EOS_ID & 31) & 1, "EOS in the mask at the end");
+    tap_ok(!(mask[(N_TOKS + 1) >> 5] >> ((N_TOKS + 1) & 31) & 1), "padding id never allowed");
+    tap_ok(srt_grammar_matcher_accept_token(m, EOS_ID) && srt_grammar_matcher_is_terminated(m),
+           "EOS terminates");
+    srt_grammar_matcher_rollback(m, 2);
+    tap_ok(!srt_grammar_matcher_can_end(m) && srt_grammar_matcher_accept_token(m, 7),
+           "rollback 2 undoes EOS and '}'");
+    srt_grammar_matcher_free(m);
+    srt_grammar_free(g);
+}
+
+
+int
+main(void)
+{
+    make_vocab();
+    test_gbnf_matching();
+    test_regex();
+    test_masks();
+    test_matcher_api();
+    srt_grammar_vocab_free(V);
+    return tap_done();
+}
