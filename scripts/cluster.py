@@ -57,6 +57,7 @@ http {{
             srt_max_total_tokens {kv};
             srt_max_running_requests 16;
             srt_wait_ready 60s;
+            add_header X-Srt-Load $srt_load always;
         }}
         location = /metrics {{ srt_metrics on; }}
     }}

@@ -11,6 +11,9 @@ master_on();
 log_level('info');
 
 our $CLUSTER_PORT = ($ENV{TEST_NGINX_PORT} || 1984) + 10;
+# two stand-in peers for the reported-load block (Test::Nginx substitutes $TEST_NGINX_*)
+$ENV{TEST_NGINX_PEER_A} = $CLUSTER_PORT + 20;
+$ENV{TEST_NGINX_PEER_B} = $CLUSTER_PORT + 21;
 
 sub cluster {
     my ($only) = @_;
@@ -34,6 +37,7 @@ location /v1/ {
     srt_context_length 512;
     srt_max_total_tokens 4096;
     srt_wait_ready 60s;
+    add_header X-Srt-Load $srt_load always;
 }
 location /front/ {
     proxy_pass http://llm/;
@@ -124,7 +128,48 @@ X-Route: load 0/0
 
 
 
-=== TEST 8: cluster: prefix routing, hit rate vs round robin and one node
+=== TEST 8: a node reports the requests it holds in X-Srt-Load ($srt_load)
+--- init
+Test::Srt::wait_ready('/v1', 60);
+--- request
+GET /v1/health
+--- error_code: 200
+--- response_headers
+X-Srt-Load: 0
+
+
+
+=== TEST 9: a peer's own report of its load counts: the peer with the prefix but 100 requests is passed over
+--- http_config
+upstream mix {
+    srt_prefix_affinity model=$TEST_NGINX_SRT_TINY block=4 load_threshold=2;
+    server 127.0.0.1:$TEST_NGINX_PEER_A;
+    server 127.0.0.1:$TEST_NGINX_PEER_B;
+}
+server {
+    listen 127.0.0.1:$TEST_NGINX_PEER_A;
+    location / { add_header X-Srt-Load 100; return 200 "busy\n"; }
+}
+server {
+    listen 127.0.0.1:$TEST_NGINX_PEER_B;
+    location / { return 200 "idle\n"; }
+}
+--- config
+location /mix/ {
+    proxy_pass http://mix/;
+    add_header X-Route $srt_prefix_affinity always;
+}
+--- request eval
+my $p = '{"prompt":"alpha beta gamma delta epsilon zeta eta theta iota kappa"}';
+["POST /mix/v1/completions\n$p", "POST /mix/v1/completions\n$p"]
+--- response_body eval
+["busy\n", "idle\n"]
+--- response_headers_like eval
+["X-Route: load 0/\\d+", "X-Route: balance [1-9]\\d*/\\d+"]
+
+
+
+=== TEST 10: cluster: prefix routing, hit rate vs round robin and one node
 --- config
 location = /done { return 204; }
 --- init
@@ -135,7 +180,7 @@ GET /done
 
 
 
-=== TEST 9: cluster: a node killed with SIGKILL mid-run
+=== TEST 11: cluster: a node killed with SIGKILL mid-run
 --- config
 location = /done { return 204; }
 --- init
@@ -146,7 +191,7 @@ GET /done
 
 
 
-=== TEST 10: cluster: a node drained with nginx -s quit mid-run
+=== TEST 12: cluster: a node drained with nginx -s quit mid-run
 --- config
 location = /done { return 204; }
 --- init

@@ -36,19 +36,20 @@
 #include <yajl/yajl_tree.h>
 #include <yajl/yajl_gen.h>
 
-#include "srt/common.h"
-#include "srt/tokenizer.h"
-#include "srt/chat_template.h"
+#include "ngx_http_srt_module.h"
 
 
 #define NGX_HTTP_SRT_AFF_MAX_PEERS    64     /* one bit each in a node */
 #define NGX_HTTP_SRT_AFF_MAX_BLOCKS   8192   /* longest prefix tracked, in blocks */
 #define NGX_HTTP_SRT_AFF_MAX_BODY     (16 * 1024 * 1024)
+#define NGX_HTTP_SRT_AFF_REPORT_TTL   2000   /* ms a peer's X-Srt-Load counts */
 
 
 typedef struct {
     ngx_atomic_t                     inflight;  /* requests at this peer now */
     ngx_atomic_t                     routed;    /* requests sent, ever */
+    ngx_atomic_t                     reported;  /* its X-Srt-Load, all fronts' */
+    ngx_atomic_t                     reported_at; /* ngx_current_msec of it */
     ngx_uint_t                       blocks;    /* tree nodes carrying its bit */
 } ngx_http_srt_aff_peer_sh_t;
 
@@ -166,10 +167,19 @@ ngx_module_t  ngx_http_srt_upstream_module = {
 };
 
 
+static ngx_int_t ngx_http_srt_load_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
+
 static ngx_http_variable_t  ngx_http_srt_aff_vars[] = {
 
     /* "prefix 96/120": why the peer was chosen, tokens matched there / prompt tokens */
     { ngx_string("srt_prefix_affinity"), NULL, ngx_http_srt_aff_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    /* on a node: the requests its model holds (running and waiting), for
+     * `add_header X-Srt-Load $srt_load always;` that fronts read */
+    { ngx_string("srt_load"), NULL, ngx_http_srt_load_variable, 0,
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
@@ -1144,6 +1154,73 @@ ngx_http_srt_aff_match(ngx_http_srt_aff_data_t *ad, uint64_t usable,
 
 /* ---- the balancer ---- */
 
+/*
+ * A peer's load: the requests this front has in flight there, or what the peer
+ * itself last said it holds (X-Srt-Load, which counts every front's requests),
+ * whichever is larger, as long as that report is fresh.
+ */
+
+static ngx_uint_t
+ngx_http_srt_aff_load_of(ngx_http_srt_aff_sh_t *sh, ngx_uint_t i)
+{
+    ngx_uint_t  load, rep;
+
+    load = sh->peer[i].inflight;
+    rep = sh->peer[i].reported;
+
+    if (rep > load
+        && (ngx_msec_int_t) (ngx_current_msec - sh->peer[i].reported_at)
+           < NGX_HTTP_SRT_AFF_REPORT_TTL)
+    {
+        load = rep;
+    }
+
+    return load;
+}
+
+
+static void
+ngx_http_srt_aff_read_report(ngx_http_srt_aff_data_t *ad, ngx_uint_t i)
+{
+    ngx_int_t             n;
+    ngx_uint_t            k;
+    ngx_list_part_t      *part;
+    ngx_table_elt_t      *h;
+    ngx_http_upstream_t  *u;
+
+    u = ad->request->upstream;
+    if (u == NULL || u->headers_in.status_n == 0) {
+        return;
+    }
+
+    part = &u->headers_in.headers.part;
+    h = part->elts;
+
+    for (k = 0; /* void */; k++) {
+
+        if (k >= part->nelts) {
+            if (part->next == NULL) {
+                return;
+            }
+            part = part->next;
+            h = part->elts;
+            k = 0;
+        }
+
+        if (h[k].key.len == sizeof("X-Srt-Load") - 1
+            && ngx_strncasecmp(h[k].key.data, (u_char *) "X-Srt-Load",
+                               sizeof("X-Srt-Load") - 1) == 0)
+        {
+            n = ngx_atoi(h[k].value.data, h[k].value.len);
+            if (n >= 0) {
+                ad->conf->sh->peer[i].reported = n;
+                ad->conf->sh->peer[i].reported_at = ngx_current_msec;
+            }
+            return;
+        }
+    }
+}
+
 static ngx_int_t
 ngx_http_srt_aff_get_peer(ngx_peer_connection_t *pc, void *data)
 {
@@ -1238,7 +1315,7 @@ ngx_http_srt_aff_get_peer(ngx_peer_connection_t *pc, void *data)
             continue;
         }
 
-        load = sh->peer[i].inflight;
+        load = ngx_http_srt_aff_load_of(sh, i);
 
         if (least == NGX_HTTP_SRT_AFF_MAX_PEERS || load < lo
             || (load == lo && sh->peer[i].blocks < sh->peer[least].blocks))
@@ -1312,6 +1389,7 @@ ngx_http_srt_aff_free_peer(ngx_peer_connection_t *pc, void *data,
     ngx_http_srt_aff_data_t *ad = data;
 
     if (ad->counted >= 0) {
+        ngx_http_srt_aff_read_report(ad, ad->counted);
         (void) ngx_atomic_fetch_add(&ad->conf->sh->peer[ad->counted].inflight,
                                     (ngx_atomic_int_t) -1);
         ad->counted = -1;
@@ -1342,6 +1420,38 @@ ngx_http_srt_aff_variable(ngx_http_request_t *r,
 
     v->len = ngx_sprintf(p, "%s %ui/%ui", ad->why, ad->matched, ad->ntokens)
              - p;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    v->data = p;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_load_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                   *p;
+    srt_chan_stats            st;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+
+    if (slcf == NULL || slcf->model == NULL || slcf->model->chan == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    srt_chan_stats_get(slcf->model->chan, &st);
+
+    p = ngx_pnalloc(r->pool, NGX_INT32_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->len = ngx_sprintf(p, "%uD", st.slots_used) - p;
     v->valid = 1;
     v->no_cacheable = 0;
     v->not_found = 0;
