@@ -252,17 +252,60 @@ def check_drain(a, tmp):
         c.stop()
 
 
+def check_reload(a, tmp):
+    """A reload that reorders the upstream's servers: no prefix is credited to a server that
+    never saw it (the tree's peer bits are per position in the list)."""
+    c = cluster.Cluster(f"{tmp}/reload", a.model, port=a.port, mode="affinity")
+    try:
+        c.start()
+        body = json.dumps({"model": "m", "max_tokens": 2, "temperature": 0,
+                           "messages": [{"role": "user", "content": "reload check " * 20}]})
+        import http.client
+
+        def ask():
+            h = http.client.HTTPConnection("127.0.0.1", a.port, timeout=30)
+            h.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+            r = h.getresponse()
+            r.read()
+            route = r.getheader("X-Srt-Route") or ""
+            h.close()
+            return r.status, route
+
+        st1, r1 = ask()
+        st2, r2 = ask()
+        ok(st1 == 200 and st2 == 200 and r2.split(" ")[0] == r1.split(" ")[0] and " prefix " in r2,
+           f"reload: the same prompt twice goes to the same node by prefix ({r1} / {r2})")
+        conf = os.path.join(c.front.prefix, "conf/nginx.conf")
+        with open(conf) as f:
+            text = f.read()
+        lines = [ln for ln in text.splitlines() if ln.strip().startswith("server 127.0.0.")]
+        for old, new in zip(lines, reversed(lines)):
+            text = text.replace(old, "@@" + new.strip(), 1)
+        text = text.replace("@@", "        ")
+        with open(conf, "w") as f:
+            f.write(text)
+        first = r1.split(" ")[0]
+        ok(c.front.signal("reload"), "reload: the front's servers reversed and reloaded")
+        time.sleep(1.5)
+        st3, r3 = ask()
+        ok(st3 == 200 and not (" prefix " in r3 and r3.split(" ")[0] != first),
+           f"reload: no prefix credited to a server that never had it ({r3}, first went to {first})")
+    finally:
+        c.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--port", type=int, default=2610)
     ap.add_argument("--tokenizer", default=None)
-    ap.add_argument("--only", default=None, help="affinity, kill or drain")
+    ap.add_argument("--only", default=None, help="affinity, kill, drain or reload")
     a = ap.parse_args()
     if a.tokenizer is None and os.path.exists(os.path.join(a.model, "tokenizer.json")):
         a.tokenizer = os.path.join(a.model, "tokenizer.json")
     tmp = tempfile.mkdtemp(prefix="srt-check-")
-    for name, fn in (("affinity", check_affinity), ("kill", check_kill), ("drain", check_drain)):
+    for name, fn in (("affinity", check_affinity), ("kill", check_kill), ("drain", check_drain),
+                     ("reload", check_reload)):
         if a.only in (None, name):
             try:
                 fn(a, tmp)

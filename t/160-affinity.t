@@ -2,7 +2,8 @@
 # The directive's errors, a front and a node in one nginx, then scripts/check_cluster.py on a
 # real cluster: three nodes on 127.0.0.2-4 and a front on 127.0.0.1 (ports TEST_NGINX_PORT+10
 # and +11), tiny model: prefix routing and hit rate vs round robin and one node, a node killed
-# with SIGKILL mid-run, a node drained with nginx -s quit.
+# with SIGKILL mid-run, a node drained with nginx -s quit, a reload of the front that reorders
+# its servers.
 use Test::Nginx::Socket 'no_plan';
 use FindBin (); use lib "$FindBin::Bin/lib";
 use Test::Srt;
@@ -196,6 +197,17 @@ GET /done
 location = /done { return 204; }
 --- init
 main::cluster('drain');
+--- request
+GET /done
+--- error_code: 204
+
+
+
+=== TEST 13: cluster: a reload that reorders the front's servers credits no prefix to the wrong one
+--- config
+location = /done { return 204; }
+--- init
+main::cluster('reload');
 --- request
 GET /done
 --- error_code: 204

@@ -47,7 +47,7 @@
 
 typedef struct {
     ngx_atomic_t                     inflight;  /* requests at this peer now */
-    ngx_atomic_t                     routed;    /* requests sent, ever */
+    uint32_t                         name;      /* crc32 of the server it is */
     ngx_atomic_t                     reported;  /* its X-Srt-Load, all fronts' */
     ngx_atomic_t                     reported_at; /* ngx_current_msec of it */
     ngx_uint_t                       blocks;    /* tree nodes carrying its bit */
@@ -1227,6 +1227,7 @@ ngx_http_srt_aff_get_peer(ngx_peer_connection_t *pc, void *data)
     ngx_http_srt_aff_data_t *ad = data;
 
     time_t                             now;
+    uint32_t                           crc;
     uint64_t                           usable, bit;
     uintptr_t                          m;
     ngx_uint_t                         i, n, best, least, load, lo, bl;
@@ -1266,6 +1267,13 @@ ngx_http_srt_aff_get_peer(ngx_peer_connection_t *pc, void *data)
     {
         p[i] = peer;
         len[i] = 0;
+
+        /* a reload that changed the servers: this bit meant another one */
+        crc = ngx_crc32_short(peer->name.data, peer->name.len);
+        if (sh->peer[i].name != crc) {
+            ngx_http_srt_aff_expire(acf, i);
+            sh->peer[i].name = crc;
+        }
 
         n = i / (8 * sizeof(uintptr_t));
         m = (uintptr_t) 1 << i % (8 * sizeof(uintptr_t));
@@ -1353,7 +1361,6 @@ ngx_http_srt_aff_get_peer(ngx_peer_connection_t *pc, void *data)
     ngx_http_srt_aff_insert(ad, best);
 
     (void) ngx_atomic_fetch_add(&sh->peer[best].inflight, 1);
-    (void) ngx_atomic_fetch_add(&sh->peer[best].routed, 1);
     ad->counted = best;
 
     ngx_shmtx_unlock(&acf->shpool->mutex);
