@@ -404,6 +404,13 @@ srt_grammar_matcher_fill_mask(srt_grammar_matcher *m, uint32_t *mask)
 }
 
 
+size_t
+srt_grammar_matcher_mask_words(const srt_grammar_matcher *m)
+{
+    return m->g->vocab->words;
+}
+
+
 void
 srt_grammar_matcher_rollback(srt_grammar_matcher *m, size_t n)
 {

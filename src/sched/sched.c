@@ -6,6 +6,7 @@
 
 #include "cache/kv_alloc.h"
 #include "cache/radix_cache.h"
+#include "srt/grammar.h"
 #include "srt/sampling.h"
 #include "srt/sched.h"
 #include "srt_hooks.h"
@@ -37,6 +38,7 @@ typedef struct sreq {
     int               admitted_once;
     srt_sampling_params sp;          /* clamped; min_tokens capped at max_new */
     srt_sampler       smp;           /* built-in sampler state (prompt + output history) */
+    srt_grammar_matcher *gm;         /* structured output: where the output is in its grammar */
     int               has_smp;
     uint64_t          rng;
     uint64_t          admit_order, arrival_order;
@@ -78,6 +80,8 @@ struct srt_sched {
     float            *logprobs;
     srt_sched_sample_seq *sseqs;
     int32_t          *row_req;       /* pool index of each logit row */
+    uint32_t         *gmask;         /* a grammar's token mask */
+    size_t            gmask_words;
     srt_sample_result *results;
     srt_sampler_ws   *ws;
 
@@ -221,12 +225,14 @@ void srt_sched_free(srt_sched *s)
     free(s->b_tokens); free(s->b_pos); free(s->b_slots); free(s->b_req_ids); free(s->b_seq_start);
     free(s->b_seq_len); free(s->b_logit_rows); free(s->b_seq_slots); free(s->b_seq_req);
     free(s->logits); free(s->sampled); free(s->logprobs); free(s->sseqs); free(s->events);
-    free(s->row_req); free(s->results);
+    free(s->row_req); free(s->results); free(s->gmask);
     srt_sampler_ws_free(s->ws);
     if (s->pool)
         for (int32_t i = 0; i < s->pool_n; i++)
-            if (s->pool[i].has_smp)
+            if (s->pool[i].has_smp) {
                 srt_sampler_free(&s->pool[i].smp);
+                srt_grammar_matcher_free(s->pool[i].gm);
+            }
     free(s->pool);
     free(s);
 }
@@ -299,6 +305,15 @@ srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_ar
                          a->prompt, a->n_prompt, err) != SRT_OK)
         return SRT_SCHED_SUBMIT_INVALID;
     r->has_smp = 1;
+    if (a->grammar) {
+        r->gm = srt_grammar_matcher_new(a->grammar);
+        if (r->gm == NULL) {
+            srt_sampler_free(&r->smp);
+            r->has_smp = 0;
+            srt_err_set(err, "out of memory for the grammar matcher");
+            return SRT_SCHED_SUBMIT_INVALID;
+        }
+    }
     s->n_pool_free--;
     r->tokens = tokens;
     r->id = a->id;
@@ -360,6 +375,8 @@ static void release_pool(srt_sched *s, sreq *r)
     if (r->has_smp)
         srt_sampler_free(&r->smp);
     r->has_smp = 0;
+    srt_grammar_matcher_free(r->gm);
+    r->gm = NULL;
     r->state = REQ_FREE;
     s->pool_free[s->n_pool_free++] = (int32_t)(r - s->pool);
 }
@@ -715,6 +732,34 @@ static int check_stop(const srt_sched *s, const sreq *r, int32_t tok, int32_t *s
     return SRT_FINISH_NONE;
 }
 
+/* Structured output: a constrained row keeps only the logits of the tokens its grammar
+ * allows, so the sampler, logprobs and top_logprobs all see the constrained distribution.
+ * Unconstrained rows are never touched; a constrained row costs one mask (cached per grammar
+ * state, see src/grammar/mask.c) and one pass over the row. */
+static int apply_grammar(srt_sched *s, sreq *r, float *l)
+{
+    int32_t V = s->cfg.vocab_size;
+    size_t  gw = srt_grammar_matcher_mask_words(r->gm), vw = ((size_t)V + 31) / 32;
+
+    if (s->gmask == NULL || s->gmask_words < gw) {
+        uint32_t *m = realloc(s->gmask, sizeof(uint32_t) * gw);
+        if (m == NULL)
+            return SRT_ERROR;
+        s->gmask = m;
+        s->gmask_words = gw;
+    }
+    srt_grammar_matcher_fill_mask(r->gm, s->gmask);
+    for (size_t w = 0; w < vw; w++) {
+        uint32_t bits = w < gw ? s->gmask[w] : 0;
+        if (bits == 0xffffffffu && (int64_t)(w + 1) * 32 <= V)
+            continue;
+        for (int32_t k = 0; k < 32 && (int64_t)w * 32 + k < V; k++)
+            if (!(bits >> k & 1))
+                l[w * 32 + (size_t)k] = -INFINITY;
+    }
+    return SRT_OK;
+}
+
 int srt_sched_step(srt_sched *s, srt_err *err)
 {
     int32_t n_tok = 0, n_rows = 0, n_decode = 0;
@@ -778,6 +823,11 @@ int srt_sched_step(srt_sched *s, srt_err *err)
     };
     int rc = s->runner.forward(s->runner.self, &b, s->logits, err);
     if (rc == SRT_OK && n_rows > 0) {
+        for (int32_t i = 0; i < n_rows && rc == SRT_OK; i++) {
+            sreq *r = &s->pool[s->row_req[i]];
+            if (r->gm && apply_grammar(s, r, s->logits + (int64_t)i * s->cfg.vocab_size) != SRT_OK)
+                rc = srt_err_set(err, "out of memory for a grammar mask");
+        }
         for (int32_t i = 0; i < n_rows; i++)
             s->logprobs[i] = 0;
         if (s->runner.sample) {
@@ -824,6 +874,13 @@ int srt_sched_step(srt_sched *s, srt_err *err)
         r->samples = 0;
         if (tok < 0 || tok >= s->cfg.vocab_size) {
             finish_running(s, r, SRT_FINISH_ERROR, -1, -1, 0, 0);
+            continue;
+        }
+        if (r->gm && !srt_grammar_matcher_accept_token(r->gm, tok)) {
+            /* only when the grammar allowed nothing (a dead end): the logits were all -inf */
+            srt_log(SRT_LOG_ERROR, "sched: request %llu: its grammar allows no token here",
+                    (unsigned long long)r->id);
+            finish_running(s, r, SRT_FINISH_ERROR, -1, -1, 0, 1);
             continue;
         }
         r->tokens[r->n_prompt + r->n_output++] = tok;

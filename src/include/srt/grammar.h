@@ -84,6 +84,8 @@ void srt_grammar_matcher_free(srt_grammar_matcher *m);
 int srt_grammar_matcher_accept_token(srt_grammar_matcher *m, int32_t id);
 /* The same for raw bytes (tests, forced continuations). */
 int srt_grammar_matcher_accept_bytes(srt_grammar_matcher *m, const char *bytes, size_t len);
+/* srt_grammar_mask_words() of the matcher's vocab. */
+size_t srt_grammar_matcher_mask_words(const srt_grammar_matcher *m);
 /* Writes srt_grammar_mask_words() words. */
 void srt_grammar_matcher_fill_mask(srt_grammar_matcher *m, uint32_t *mask);
 /* Undo the last n accepted tokens (or byte runs); n beyond the history is clamped. */

@@ -126,6 +126,10 @@ typedef struct srt_sched_submit_args {
     const int32_t             *prompt;
     int32_t                    n_prompt;
     const srt_sampling_params *sampling; /* copied and clamped; NULL = greedy, 16 tokens */
+    struct srt_grammar        *grammar;  /* NULL, or the output is constrained to it: the
+                                            scheduler holds a matcher (and so a reference)
+                                            while the request lives; its vocab's ids are this
+                                            model's, its stop ids include cfg.eos_ids */
 } srt_sched_submit_args;
 
 typedef enum srt_sched_submit_status {
