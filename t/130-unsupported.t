@@ -31,53 +31,61 @@ run_tests();
 
 __DATA__
 
-=== TEST 1: SGLang regex
+=== TEST 1: structured output specs pass validation (503: no scheduler here)
+--- request eval
+[ "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "regex": "[0-9]+"}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "ebnf": "root ::= \\"a\\""}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "json_schema": "{\\"type\\": \\"object\\"}"}',
+  "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}',
+  "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}' ]
+--- error_code eval
+[503, 503, 503, 503, 503]
+
+
+
+=== TEST 2: an invalid regex: 400 with its offset
 --- request
 POST /v1/chat/completions
-{"messages": [{"role": "user", "content": "hi"}], "regex": "[0-9]+"}
+{"messages": [{"role": "user", "content": "hi"}], "regex": "[0-9"}
 --- error_code: 400
 --- response_body
-{"error":{"message":"'regex' is not supported by this server","type":"invalid_request_error","param":"regex","code":400}}
+{"error":{"message":"Invalid 'regex': regex: unterminated character class at offset 4","type":"invalid_request_error","param":"regex","code":400}}
 
 
 
-=== TEST 2: SGLang ebnf on completions
---- request
-POST /v1/completions
-{"prompt": "hi", "ebnf": "root ::= \"a\""}
---- error_code: 400
---- response_body_like chomp
-"param":"ebnf"
-
-
-
-=== TEST 3: SGLang json_schema
---- request
-POST /v1/completions
-{"prompt": "hi", "json_schema": "{\"type\": \"object\"}"}
---- error_code: 400
---- response_body_like chomp
-"param":"json_schema"
-
-
-
-=== TEST 4: response_format json_object
+=== TEST 3: an unsupported JSON Schema keyword is named
 --- request
 POST /v1/chat/completions
-{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}
---- error_code: 400
---- response_body
-{"error":{"message":"'response_format' of type \"json_object\" is not supported by this server","type":"invalid_request_error","param":"response_format","code":400}}
-
-
-
-=== TEST 5: response_format json_schema
---- request
-POST /v1/chat/completions
-{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}
+{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "patternProperties": {"a": {}}}}}}
 --- error_code: 400
 --- response_body_like chomp
-"param":"response_format"
+"message":"Invalid 'response_format': json_schema: keyword 'patternProperties' is not supported","type":"invalid_request_error","param":"response_format"
+
+
+
+=== TEST 4: response_format of an unknown type, and grammar specs that conflict
+--- request eval
+[ "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "regex": "a", "ebnf": "root ::= \\"a\\""}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "regex": "a", "ignore_eos": true}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "regex": "a", "min_tokens": 2}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "regex": 5}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "ebnf": "root ::= root \\"a\\""}' ]
+--- error_code eval
+[400, 400, 400, 400, 400, 400]
+--- response_body_like eval
+[ qr/'response_format' of type \\"xml\\" is not supported/, qr/"param":"ebnf"/, qr/"param":"ignore_eos"/,
+  qr/"param":"min_tokens"/, qr/'regex' must be a string/, qr/left-recursive/ ]
+
+
+
+=== TEST 5: json_schema that is not valid JSON
+--- request
+POST /v1/completions
+{"prompt": "hi", "json_schema": "{\"type\": "}
+--- error_code: 400
+--- response_body_like chomp
+"message":"Invalid 'json_schema': json_schema: invalid JSON
 
 
 

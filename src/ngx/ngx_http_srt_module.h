@@ -21,6 +21,7 @@
 #include <yajl/yajl_gen.h>
 
 #include "ipc/channel.h"
+#include "srt/grammar.h"
 #include "srt/tokenizer.h"
 #include "srt/chat_template.h"
 

@@ -766,44 +766,196 @@ ngx_http_srt_unsupported_field(ngx_http_srt_parse_t *ps, const char *key,
 
 
 /*
- * Structured outputs and tools, until the grammar engine serves them: a text
- * response_format and tools the model may not call are what plain decoding
- * already does; anything else is refused by name.
+ * Structured outputs: response_format json_object / json_schema, SGLang's regex, ebnf and
+ * json_schema. One at most; the spec is compiled here once to refuse a bad one with a 400
+ * naming the keyword or position (the scheduler compiles it again, against the vocabulary,
+ * and caches it). Tools the model may call are not served yet and are refused by name.
  */
+
+static ngx_int_t
+ngx_http_srt_grammar_set(ngx_http_srt_parse_t *ps, const char *param,
+    srt_grammar_kind kind, const char *text, size_t len)
+{
+    int                 rc;
+    srt_err             err;
+    srt_grammar        *g = NULL;
+    srt_grammar_spec   *gs = &ps->p->rq.grammar;
+
+    if (gs->kind != SRT_GRAMMAR_NONE) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, param,
+                                 "only one of 'response_format' (json), "
+                                 "'json_schema', 'regex' and 'ebnf' may be "
+                                 "given");
+    }
+
+    if (len >= SRT_REQ_MAX_GRAMMAR) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, param,
+                                 "'%s' may be at most %d bytes", param,
+                                 SRT_REQ_MAX_GRAMMAR - 1);
+    }
+
+    err.msg[0] = '\0';
+
+    switch (kind) {
+    case SRT_GRAMMAR_JSON_SCHEMA:
+        rc = srt_grammar_compile_json_schema(NULL, text, len, NULL, &g, &err);
+        break;
+    case SRT_GRAMMAR_REGEX:
+        rc = srt_grammar_compile_regex(NULL, text, len, &g, &err);
+        break;
+    case SRT_GRAMMAR_GBNF:
+        rc = srt_grammar_compile_gbnf(NULL, text, len, &g, &err);
+        break;
+    default:
+        rc = SRT_OK;
+    }
+
+    srt_grammar_free(g);
+
+    if (rc != SRT_OK) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, param,
+                                 "Invalid '%s': %s", param, err.msg);
+    }
+
+    gs->kind = kind;
+    gs->len = (int32_t) len;
+    ngx_memcpy(gs->text, text, len);
+    gs->text[len] = '\0';
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_grammar_string(ngx_http_srt_parse_t *ps, yajl_val v,
+    const char *param, srt_grammar_kind kind)
+{
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_OK;
+    }
+
+    if (!YAJL_IS_STRING(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, param,
+                                 "'%s' must be a string", param);
+    }
+
+    return ngx_http_srt_grammar_set(ps, param, kind, v->u.string,
+                                    ngx_strlen(v->u.string));
+}
+
+
+static yajl_val
+ngx_http_srt_member(yajl_val obj, const char *key)
+{
+    size_t  i;
+
+    if (!YAJL_IS_OBJECT(obj)) {
+        return NULL;
+    }
+
+    for (i = 0; i < obj->u.object.len; i++) {
+        if (ngx_strcmp(obj->u.object.keys[i], key) == 0) {
+            return obj->u.object.values[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+static ngx_int_t
+ngx_http_srt_response_format(ngx_http_srt_parse_t *ps, yajl_val fmt)
+{
+    size_t          len;
+    yajl_gen        g;
+    yajl_val        type, js, schema;
+    ngx_int_t       rc;
+    const u_char   *buf;
+
+    if (fmt == NULL || YAJL_IS_NULL(fmt)) {
+        return NGX_OK;
+    }
+
+    type = ngx_http_srt_member(fmt, "type");
+
+    if (!YAJL_IS_STRING(type)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "response_format",
+                                 "'response_format' must be an object "
+                                 "with a string 'type'");
+    }
+
+    if (ngx_strcmp(type->u.string, "text") == 0) {
+        return NGX_OK;
+    }
+
+    if (ngx_strcmp(type->u.string, "json_object") == 0) {
+        return ngx_http_srt_grammar_set(ps, "response_format",
+                                        SRT_GRAMMAR_JSON_OBJECT, "", 0);
+    }
+
+    if (ngx_strcmp(type->u.string, "json_schema") != 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "response_format",
+                                 "'response_format' of type \"%s\" is "
+                                 "not supported by this server; use text, "
+                                 "json_object or json_schema",
+                                 type->u.string);
+    }
+
+    js = ngx_http_srt_member(fmt, "json_schema");
+    schema = ngx_http_srt_member(js, "schema");
+
+    if (!YAJL_IS_OBJECT(js)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "response_format",
+                                 "'response_format.json_schema' must be an "
+                                 "object");
+    }
+
+    if (schema == NULL || YAJL_IS_NULL(schema)) {
+        /* OpenAI: a json_schema without a schema constrains to any JSON */
+        return ngx_http_srt_grammar_set(ps, "response_format",
+                                        SRT_GRAMMAR_JSON_SCHEMA, "{}", 2);
+    }
+
+    if (!YAJL_IS_OBJECT(schema) && !YAJL_IS_TRUE(schema)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "response_format",
+                                 "'response_format.json_schema.schema' must "
+                                 "be an object");
+    }
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_srt_gen_val(g, schema) != yajl_gen_status_ok) {
+        yajl_gen_free(g);
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "response_format",
+                                 "'response_format.json_schema.schema' "
+                                 "cannot be serialized");
+    }
+
+    yajl_gen_get_buf(g, &buf, &len);
+    rc = ngx_http_srt_grammar_set(ps, "response_format",
+                                  SRT_GRAMMAR_JSON_SCHEMA,
+                                  (const char *) buf, len);
+    yajl_gen_free(g);
+
+    return rc;
+}
+
+
+/* Tools the model may call are not served yet: refused by name. */
 
 static ngx_int_t
 ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
     yajl_val tools, yajl_val choice, yajl_val fcall)
 {
-    size_t       i;
-    yajl_val     type;
     ngx_flag_t   has_tools;
+    ngx_int_t    rc;
 
-    if (fmt && !YAJL_IS_NULL(fmt)) {
-        type = NULL;
-
-        if (YAJL_IS_OBJECT(fmt)) {
-            for (i = 0; i < fmt->u.object.len; i++) {
-                if (ngx_strcmp(fmt->u.object.keys[i], "type") == 0) {
-                    type = fmt->u.object.values[i];
-                }
-            }
-        }
-
-        if (!YAJL_IS_STRING(type)) {
-            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
-                                     "response_format",
-                                     "'response_format' must be an object "
-                                     "with a string 'type'");
-        }
-
-        if (ngx_strcmp(type->u.string, "text") != 0) {
-            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
-                                     "response_format",
-                                     "'response_format' of type \"%s\" is "
-                                     "not supported by this server",
-                                     type->u.string);
-        }
+    rc = ngx_http_srt_response_format(ps, fmt);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     if (tools && !YAJL_IS_NULL(tools) && !YAJL_IS_ARRAY(tools)) {
@@ -866,7 +1018,8 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
                           f_pres, f_rep, f_bias, f_ignore_eos, f_min_tokens,
                           f_logprobs, f_top_logprobs, f_user, f_stream,
                           f_stream_options, f_tools, f_echo, f_best_of,
-                          f_format, f_tool_choice, f_fcall, f_modalities;
+                          f_format, f_tool_choice, f_fcall, f_modalities,
+                          f_regex, f_ebnf, f_json_schema;
     ngx_int_t             rc;
     long long             ll;
     ngx_flag_t            flag = 0;
@@ -930,6 +1083,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     f_ignore_eos = f_min_tokens = f_logprobs = f_top_logprobs = NULL;
     f_user = f_stream = f_stream_options = f_tools = f_echo = NULL;
     f_best_of = f_format = f_tool_choice = f_fcall = f_modalities = NULL;
+    f_regex = f_ebnf = f_json_schema = NULL;
 
     for (i = 0; i < root->u.object.len; i++) {
         key = root->u.object.keys[i];
@@ -967,6 +1121,9 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         field("tool_choice", f_tool_choice);
         field("function_call", f_fcall);
         field("modalities", f_modalities);
+        field("regex", f_regex);
+        field("ebnf", f_ebnf);
+        field("json_schema", f_json_schema);
 #undef field
 
         if (ngx_http_srt_unsupported_field(&ps, key, v) != NGX_OK) {
@@ -977,6 +1134,13 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
 
     rc = ngx_http_srt_output_format(&ps, f_format, f_tools, f_tool_choice,
                                     f_fcall);
+    ngx_http_srt_check(rc);
+    rc = ngx_http_srt_grammar_string(&ps, f_json_schema, "json_schema",
+                                     SRT_GRAMMAR_JSON_SCHEMA);
+    ngx_http_srt_check(rc);
+    rc = ngx_http_srt_grammar_string(&ps, f_regex, "regex", SRT_GRAMMAR_REGEX);
+    ngx_http_srt_check(rc);
+    rc = ngx_http_srt_grammar_string(&ps, f_ebnf, "ebnf", SRT_GRAMMAR_GBNF);
     ngx_http_srt_check(rc);
 
     if (f_modalities && !YAJL_IS_NULL(f_modalities)
@@ -1245,6 +1409,21 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     rc = ngx_http_srt_get_int(&ps, f_min_tokens, "min_tokens", 0,
                               NGX_MAX_INT32_VALUE, &ll);
     ngx_http_srt_check(rc);
+
+    /* a grammar decides where the output may end: EOS cannot be held back */
+    if (p->rq.grammar.kind != SRT_GRAMMAR_NONE
+        && (p->rq.sampling.ignore_eos || (rc == NGX_OK && ll > 0)))
+    {
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
+                               p->rq.sampling.ignore_eos ? "ignore_eos"
+                                                         : "min_tokens",
+                               "'%s' cannot be combined with structured "
+                               "output (the grammar decides where the "
+                               "output ends)",
+                               p->rq.sampling.ignore_eos ? "ignore_eos"
+                                                         : "min_tokens");
+        goto failed;
+    }
 
     if (p->endpoint == NGX_HTTP_SRT_EP_COMPLETIONS
         && (f_prompt == NULL || YAJL_IS_NULL(f_prompt)))

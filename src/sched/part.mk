@@ -1,4 +1,5 @@
-ENGINE_SRCS += src/sched/sched.c src/sched/serve.c src/sched/metrics.c src/sched/tp_group.c
+ENGINE_SRCS += src/sched/sched.c src/sched/serve.c src/sched/metrics.c src/sched/tp_group.c \
+               src/sched/grammar_cache.c
 UNIT_TESTS  += $(BUILD)/t/test_sched
 UNIT_TESTS  += $(BUILD)/t/test_sched_model
 UNIT_TESTS  += $(BUILD)/t/test_sched_serve

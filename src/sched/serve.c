@@ -16,6 +16,7 @@
 #include "hooks/admin.h"
 #include "srt/backend_cuda.h"
 #include "srt/model.h"
+#include "sched/grammar_cache.h"
 #include "sched/serve.h"
 #include "srt/sched.h"
 
@@ -270,7 +271,7 @@ static int tp_group_lost(srt_chan *c, live_req *live, int n_live, srt_err *err)
 }
 
 static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hook_registry *hooks,
-                 srt_tp_group *tp, srt_err *err)
+                 srt_tp_group *tp, grammar_cache *gc, srt_err *err)
 {
     int n_live = cfg->max_running_requests + cfg->max_queued_requests;
     live_req *live = calloc((size_t)n_live, sizeof *live);
@@ -310,7 +311,17 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
             srt_sched_submit_args a = { .id = req_id(rq.slot, rq.gen), .group = rq.group,
                                         .prompt = rq.prompt, .n_prompt = (int32_t)rq.n_prompt,
                                         .sampling = &sp };
+            if (rq.rq->grammar.kind != SRT_GRAMMAR_NONE) {
+                a.grammar = gc ? grammar_cache_get(gc, &rq.rq->grammar, &e2) : NULL;
+                if (a.grammar == NULL) {
+                    if (!gc)
+                        srt_err_set(&e2, "out of memory for structured output");
+                    srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
+                    continue;
+                }
+            }
             srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
+            srt_grammar_free(a.grammar);     /* the request's matcher holds its own reference */
             if (st != SRT_SCHED_SUBMIT_OK) {
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
@@ -453,7 +464,9 @@ int srt_sched_run(srt_chan *c, srt_err *err)
             cc->model_path, cfg.context_length, cfg.max_running_requests, (long long)cfg.max_total_tokens,
             cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
             cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs", info.device);
-    rc = serve(c, s, &cfg, hooks, tp, err);
+    grammar_cache *gc = grammar_cache_new(cc->model_path, cfg.vocab_size, cfg.eos_ids, cfg.n_eos);
+    rc = serve(c, s, &cfg, hooks, tp, gc, err);
+    grammar_cache_free(gc);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
     srt_tp_group_stop(tp);

@@ -29,6 +29,7 @@
 #define SRT_REQ_MAX_STOP_IDS      64    /* stop_token_ids (after mapping stop strings) */
 #define SRT_REQ_MAX_LOGIT_BIAS    300   /* logit_bias entries */
 #define SRT_REQ_MAX_TOP_LOGPROBS  20    /* top_logprobs alternatives per token */
+#define SRT_REQ_MAX_GRAMMAR       16384 /* bytes of a structured-output spec (schema, regex, GBNF) */
 
 /* How a request ended. The sampler sets NONE/STOP/LENGTH; the scheduler adds ABORT and
  * ERROR; the channel carries the value to the worker unchanged. */
@@ -63,10 +64,29 @@ typedef struct srt_sampling_params {
     float    logit_bias[SRT_REQ_MAX_LOGIT_BIAS];
 } srt_sampling_params;
 
+/* Structured output: the output must match this (src/include/srt/grammar.h compiles it).
+ * The text is validated where the request is parsed (a 400 naming the position) and compiled
+ * again by the scheduler, which caches compiled grammars by (kind, text). It is a fixed-size
+ * member for now (16 KB per slot) rather than a slot area: see the rules above. */
+typedef enum srt_grammar_kind {
+    SRT_GRAMMAR_NONE        = 0,
+    SRT_GRAMMAR_JSON_SCHEMA = 1,   /* a JSON Schema (response_format json_schema, SGLang json_schema) */
+    SRT_GRAMMAR_JSON_OBJECT = 2,   /* any JSON object (response_format json_object); no text */
+    SRT_GRAMMAR_REGEX       = 3,   /* SGLang regex */
+    SRT_GRAMMAR_GBNF        = 4,   /* SGLang ebnf, llama.cpp GBNF */
+} srt_grammar_kind;
+
+typedef struct srt_grammar_spec {
+    int32_t kind;                        /* srt_grammar_kind */
+    int32_t len;                         /* bytes of text, < SRT_REQ_MAX_GRAMMAR */
+    char    text[SRT_REQ_MAX_GRAMMAR];   /* NUL-terminated */
+} srt_grammar_spec;
+
 /* One request as the channel slot holds it (the prompt travels beside it, in the slot's
  * token area). New per-request data goes here: see the rules at the top of this file. */
 typedef struct srt_request {
     srt_sampling_params sampling;
+    srt_grammar_spec    grammar;
 } srt_request;
 
 /* Defaults: temperature 1, top_p 1, top_k off, min_p 0, penalties neutral, max_tokens 16. */
