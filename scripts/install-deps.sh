@@ -17,6 +17,9 @@
 #
 #   SRT_MODEL_DIR        model cache (default <repo>/.cache/models)
 #   SRT_SKIP_MODELS=1    do not fetch/generate models
+#
+# passwd (useradd) and acl (setfacl) are for scripts/srt-user.sh: as root, the nginx workers
+# and the scheduler of `make run` / `make test` run as the system user ngx-srt.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +32,7 @@ APT_PACKAGES=(
     perl libtest-base-perl libtext-diff-perl liblist-moreutils-perl libtest-longstring-perl
     libhttp-message-perl libipc-run-perl liburi-perl libwww-perl
     valgrind ca-certificates
+    passwd acl
     python3 python3-pip python3-venv
 )
 # module name -> pip requirement

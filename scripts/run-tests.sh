@@ -22,6 +22,12 @@ prove_args=()
 if [ -n "$suites" ]; then
     export TEST_NGINX_BINARY=${TEST_NGINX_BINARY:-/usr/sbin/nginx}
     export TEST_NGINX_SRT_MODULE=${TEST_NGINX_SRT_MODULE:-$PWD/$BUILD/nginx/ngx_http_srt_module.so}
+    # as root, the workers and the scheduler run as an unprivileged user that can read the
+    # clone and the models (scripts/srt-user.sh says how); the harnesses take it from here
+    if [ "$(id -u)" = 0 ] && [ -z "${TEST_NGINX_WORKER_USER:-}" ]; then
+        TEST_NGINX_WORKER_USER=$(scripts/srt-user.sh "$PWD" $([ -d "$SRT_MODEL_DIR" ] && echo "$SRT_MODEL_DIR"))
+        export TEST_NGINX_WORKER_USER
+    fi
 fi
 # Unit binaries are executed directly; .t files by perl with t/lib on @INC.
 prove --timer -I t/lib --exec "$PWD/scripts/prove-exec.sh" "${prove_args[@]}" $suites

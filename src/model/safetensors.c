@@ -1,5 +1,6 @@
 /* safetensors: 8-byte little-endian header length, a JSON header, then raw tensor data.
  * Sharded checkpoints name their shards in model.safetensors.index.json. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +136,7 @@ static char *read_small_file(const char *path, size_t max, srt_err *err)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        srt_err_set(err, "%s: cannot open", path);
+        srt_err_open(err, path, errno);
         return NULL;
     }
     char *buf = malloc(max + 1);

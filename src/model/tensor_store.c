@@ -16,7 +16,7 @@ int srt_map_file(const char *path, srt_mapped_file *out, srt_err *err)
     out->fd = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return srt_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+        return srt_err_open(err, path, errno);
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return srt_err_set(err, "%s: not a regular file", path);

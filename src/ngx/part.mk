@@ -37,5 +37,9 @@ run: deps
 	@echo 'serving SmolLM2-135M-Instruct on http://127.0.0.1:8080 (Ctrl-C stops it); try:'
 	@echo "  curl -s http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\"
 	@echo "    -d '{\"model\":\"smollm2\",\"messages\":[{\"role\":\"user\",\"content\":\"What is nginx?\"}],\"max_tokens\":64}'"
-	@# as root, workers and the scheduler would run as "nobody", who may not read a model under /root
-	nginx -p $(CURDIR) -c conf/nginx.conf -g "daemon off; $$([ "$$(id -u)" = 0 ] && echo 'user root;')"
+	@# started as root, the workers and the scheduler run as an unprivileged user that can read
+	@# the clone and the model (scripts/srt-user.sh creates it and says how), never as root
+	@u=$$(scripts/srt-user.sh "$(CURDIR)") || exit 1; \
+	 g='daemon off;'; [ "$$(id -u)" = 0 ] && g="$$g user $$u;"; \
+	 echo "nginx workers and the scheduler run as $$u"; \
+	 set -x; exec nginx -p "$(CURDIR)/" -c conf/nginx.conf -g "$$g"

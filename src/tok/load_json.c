@@ -41,7 +41,7 @@ int tok_read_file(const char *path, char **buf, size_t *len, srt_err *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        srt_err_set(err, "cannot open %s: %s", path, strerror(errno));
+        srt_err_open(err, path, errno);
         return SRT_ERROR;
     }
     if (fseek(f, 0, SEEK_END) != 0) {

@@ -1,5 +1,9 @@
+#include <errno.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "srt/common.h"
 
@@ -16,6 +20,21 @@ int srt_err_set(srt_err *err, const char *fmt, ...)
         va_end(ap);
     }
     return SRT_ERROR;
+}
+
+int srt_err_open(srt_err *err, const char *path, int errnum)
+{
+    struct passwd *pw;
+    uid_t uid;
+
+    if (errnum != EACCES && errnum != EPERM)
+        return srt_err_set(err, "%s: cannot open: %s", path, strerror(errnum));
+    uid = geteuid();
+    pw = getpwuid(uid);
+    return srt_err_set(err, "%s: cannot open: %s (this process runs as user \"%s\", uid %u, "
+                       "which needs read access to the file and search access to every "
+                       "directory above it)", path, strerror(errnum), pw ? pw->pw_name : "?",
+                       (unsigned) uid);
 }
 
 void srt_log_set_sink(srt_log_sink sink, void *user, srt_log_level max_level)

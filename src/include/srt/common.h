@@ -16,6 +16,11 @@ typedef struct srt_err {
 
 int srt_err_set(srt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* "PATH: cannot open: REASON" for an open() that failed with errnum; a permission error
+ * also names the user the process runs as (nginx's scheduler is not root: the usual
+ * cause is a model that its user cannot read). */
+int srt_err_open(srt_err *err, const char *path, int errnum);
+
 typedef enum srt_log_level {
     SRT_LOG_ERROR = 0,
     SRT_LOG_WARN  = 1,

@@ -291,10 +291,11 @@ sub tap_lines {
 # A second nginx with its own prefix and port, for tests that start, signal and stop it
 # themselves:
 #   my $ngx = private_nginx("stop-quit", $port, $location_body);
+#   my $ngx = private_nginx($name, $port, $location_body, user => 'nobody');  # a root master's workers
 #   $ngx->start; $ngx->log; $ngx->signal('reload'); $ngx->write($new_body); $ngx->stop;
 sub private_nginx {
-    my ($name, $port, $location) = @_;
-    my $self = bless { prefix => srt_dir($name), port => $port }, 'Test::Srt::Nginx';
+    my ($name, $port, $location, %opt) = @_;
+    my $self = bless { prefix => srt_dir($name), port => $port, user => $opt{user} }, 'Test::Srt::Nginx';
     system("rm -rf '$self->{prefix}'");
     File::Path::make_path("$self->{prefix}/conf", "$self->{prefix}/logs");
     $self->write($location);
@@ -309,8 +310,13 @@ sub write {
     my ($self, $location) = @_;
     my $p = $self->{prefix};
     open my $fh, '>', "$p/conf/nginx.conf" or die "$p/conf/nginx.conf: $!";
+    # the workers' user as both harnesses give their own nginx: TEST_NGINX_WORKER_USER,
+    # else root when started as root
+    my $u = $self->{user} // $ENV{TEST_NGINX_WORKER_USER};
+    my $user = defined $u && length $u ? "user $u;" : $> == 0 ? 'user root;' : '';
     print $fh <<"CONF";
 load_module $ENV{TEST_NGINX_SRT_MODULE};
+$user
 master_process on;
 daemon on;
 worker_processes 1;

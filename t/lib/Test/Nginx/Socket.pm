@@ -265,7 +265,20 @@ $config
 $root    }
 }
 $post
+${\ worker_user_directive()}
 EOF
+}
+
+# As openresty's Test::Nginx: TEST_NGINX_WORKER_USER names the user of the workers (and so
+# of the srt scheduler) when nginx starts as root (scripts/run-tests.sh sets it, see
+# scripts/srt-user.sh); without it, a root run keeps root, as there.
+sub worker_user_directive {
+    my $u = $ENV{TEST_NGINX_WORKER_USER};
+    if (defined $u && length $u) {
+        die "TEST_NGINX_WORKER_USER: bad user name '$u'\n" unless $u =~ /^\w[-\w]+(?:\s+\w[-\w]+)?$/;
+        return "user $u;";
+    }
+    return $> == 0 ? 'user root;' : '';
 }
 
 sub read_pid {
