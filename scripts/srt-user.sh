@@ -38,11 +38,12 @@ fi
 
 can() { runuser -u "$user" -- test "$@" 2>/dev/null; }
 
-grant() {   # grant ACL_SPEC on PATH (setfacl's own message is not one line: say it ourselves)
-    local spec=$1; shift
-    command -v setfacl >/dev/null || die "user $user cannot reach $*: no setfacl (apt package acl) to grant it"
-    setfacl "$@" -m "$spec" 2>/dev/null ||
-        die "user $user cannot reach ${*: -1}, and its filesystem refuses the ACL '$spec'; clone into a directory others can read (e.g. /srv or /opt), or run as an ordinary user"
+grant() {   # grant SPEC [-R] PATH: one ACL entry; setfacl's own complaint, if any, in one line
+    local spec=$1 path=${*: -1} why
+    shift
+    command -v setfacl >/dev/null || die "user $user cannot reach $path: no setfacl (apt package acl) to grant it"
+    why=$(setfacl "${@:1:$#-1}" -m "$spec" "$path" 2>&1) ||
+        die "user $user cannot reach $path, and setfacl -m $spec refuses: $(echo "$why" | head -n1); clone into a directory others can read (e.g. /srv or /opt), or run as an ordinary user"
 }
 
 for path in "$@"; do
