@@ -28,7 +28,9 @@ CUDA_LDLIBS := -L$(CUBLAS_LIBDIR) -Wl,-rpath,$(CUBLAS_LIBDIR) $(CUBLAS_LIB) \
 
 ifneq ($(NVCC),)
 EXTRA_ALL += $(CUDA_PLUGIN)
-CFLAGS_src_backend_cuda_cuda_loader := -DSRT_HAVE_CUDA -DSRT_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_PLUGIN))"'
+# where the loader looks for the plugin: the build tree, or where `make install` puts it
+CUDA_PLUGIN_PATH ?= $(abspath $(CUDA_PLUGIN))
+CFLAGS_src_backend_cuda_cuda_loader := -DSRT_HAVE_CUDA -DSRT_CUDA_PLUGIN_PATH='"$(CUDA_PLUGIN_PATH)"'
 endif
 
 $(BUILD)/obj/kernels/%.o: kernels/%.cu kernels/common.cuh kernels/srt_kernels.h
