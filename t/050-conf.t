@@ -81,6 +81,7 @@ system("mkdir -p $run");
 system("cp $ENV{TEST_NGINX_SRT_TLS_CERT} $run/server.crt") unless -e "$run/server.crt";
 system("cp $ENV{TEST_NGINX_SRT_TLS_KEY} $run/server.key") unless -e "$run/server.key";
 system("cp $ENV{TEST_NGINX_SRT_HTPASSWD} $run/htpasswd") unless -e "$run/htpasswd";
+system(qq{echo '"Bearer sk-example" example;' > $run/api-keys.map}) unless -e "$run/api-keys.map";
 for my $conf (qw(nginx nginx-secure nginx-two-models nginx-front)) {
     my $bin = $ENV{TEST_NGINX_BINARY} || 'nginx';
     my $out = `$bin -t -p $ENV{PWD} -c conf/$conf.conf 2>&1`;
