@@ -61,8 +61,10 @@ for path in "$@"; do
         can -x "$d" || grant "u:$user:--x" "$d"
     done
     if [ -d "$path" ]; then
-        if ! can -r "$path" -a -x "$path" || [ -n "$(find "$path" ! -perm -o+r -print -quit 2>/dev/null)" ]; then
-            # some of the tree is not world-readable (umask 077 clones): read access for the user only
+        if ! can -r "$path" -a -x "$path" ||
+           [ -n "$(runuser -u "$user" -- find "$path" ! -readable -print -quit 2>/dev/null)" ]; then
+            # some of the tree is not readable by the user (a umask 077 clone, mkstemp's 0600
+            # files): read access for the user only
             grant "u:$user:rX" -R "$path"
             grant "d:u:$user:rX" -R "$path"
         fi

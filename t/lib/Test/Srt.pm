@@ -46,10 +46,24 @@ $ENV{TEST_NGINX_SRT_HOOK_LIB} ||= "$Root/build/lib";
 
 # A scratch directory beside t/servroot for files the tests write themselves (the
 # harnesses wipe parts of t/servroot before every block).
+# Under a root master whose workers run as TEST_NGINX_WORKER_USER, the directory (and those
+# above it up to t/servroot_srt) belongs to that user: hooks in the scheduler write there too.
 sub srt_dir {
     my ($sub) = @_;
-    my $dir = "$Root/t/servroot_srt" . (defined $sub ? "/$sub" : '');
+    my $base = "$Root/t/servroot_srt";
+    my $dir = $base . (defined $sub ? "/$sub" : '');
     File::Path::make_path($dir);
+    my $u = $ENV{TEST_NGINX_WORKER_USER};
+    if ($> == 0 && defined $u && length $u) {
+        my ($name, $group) = split ' ', $u;
+        my (undef, undef, $uid, $gid) = getpwnam($name);
+        $gid = (getgrnam($group))[2] if defined $group;
+        if (defined $uid && $uid != 0) {
+            for (my $d = $dir; length($d) >= length($base); $d =~ s{/[^/]+$}{}) {
+                chown $uid, $gid, $d;
+            }
+        }
+    }
     return $dir;
 }
 
