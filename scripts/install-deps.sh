@@ -69,8 +69,11 @@ if [ ${#missing[@]} -gt 0 ]; then
         exit 1
     fi
     log "apt: installing ${missing[*]}"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    # apt's own output says more; the last line says what failed, in one line
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q ||
+        { echo "install-deps: apt-get update failed: no network to the Debian mirror, or a broken sources.list?" >&2; exit 1; }
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+        { echo "install-deps: apt-get install of ${missing[*]} failed (not in this Debian's archive, or no network); nothing of ours was installed" >&2; exit 1; }
 else
     log "apt: all ${#APT_PACKAGES[@]} packages present"
 fi
@@ -108,7 +111,8 @@ print(int(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-
         pip_target="$PYTHON"
     fi
     log "pip: installing ${py_missing[*]} into $pip_target"
-    "$PYTHON" -m pip "${pip_args[@]}" "${py_missing[@]}"
+    "$PYTHON" -m pip "${pip_args[@]}" "${py_missing[@]}" ||
+        { echo "install-deps: pip install ${py_missing[*]} failed (no network to PyPI?)" >&2; exit 1; }
     if ! "$PYTHON" -c "import $(IFS=,; echo "${PY_MODULES[*]}")"; then
         echo "install-deps: python modules still not importable after pip install" >&2
         exit 1
