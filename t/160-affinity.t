@@ -16,6 +16,14 @@ our $CLUSTER_PORT = ($ENV{TEST_NGINX_PORT} || 1984) + 10;
 $ENV{TEST_NGINX_PEER_A} = $CLUSTER_PORT + 20;
 $ENV{TEST_NGINX_PEER_B} = $CLUSTER_PORT + 21;
 
+# request bodies the blocks share
+my $sys = '{"model":"tiny","max_tokens":2,"temperature":0,"messages":[{"role":"system","content":"You are a terse assistant for the nginx documentation team."},{"role":"user","content":"Q';
+our $CHAT1 = "$sys 1\"}]}";
+our $CHAT2 = "$sys 2\"}]}";
+our $MIX = '{"prompt":"alpha beta gamma delta epsilon zeta eta theta iota kappa"}';
+our @LRU = map { my $i = $_; '{"model":"tiny","max_tokens":1,"temperature":0,"prompt":"'
+                 . join(' ', map { "w${i}x$_" } 1 .. 12) . '"}' } 1 .. 25;
+
 sub cluster {
     my ($only) = @_;
     my $out = `python3 $FindBin::Bin/../scripts/check_cluster.py --model $ENV{TEST_NGINX_SRT_TINY} --port $CLUSTER_PORT --only $only 2>&1`;
@@ -104,16 +112,18 @@ qr/srt_prefix_affinity: "tree" must be a size of at least \d+k, not "tree=1k"/
 
 === TEST 6: through the front: the first request goes by load, the same prefix then goes where it went
 --- init
+package main;
 Test::Srt::wait_ready('/v1', 60);
+my ($st, $body, $raw) = http_request('POST', '/front/v1/chat/completions', $main::CHAT1);
+Test::More::like($raw, qr/\r\nX-Route: load 0\/\d+\r\n/, "the first request: no prefix anywhere, by load");
+Test::More::like($body, qr/"cached_tokens":0\}/, "... and the node had nothing cached");
 --- request eval
-my $m = '{"model":"tiny","max_tokens":2,"temperature":0,"messages":[{"role":"system","content":"You are a terse assistant for the nginx documentation team."},{"role":"user","content":"Q';
-["POST /front/v1/chat/completions\n$m 1\"}]}", "POST /front/v1/chat/completions\n$m 2\"}]}"]
---- error_code eval
-[200, 200]
---- response_headers_like eval
-["X-Route: load 0/\\d+", "X-Route: prefix [1-9]\\d*/\\d+"]
---- response_body_like eval
-[qr/"cached_tokens":0\}/, qr/"cached_tokens":[1-9]\d*\}/]
+"POST /front/v1/chat/completions\n$main::CHAT2"
+--- error_code: 200
+--- response_headers_like
+X-Route: prefix [1-9]\d*/\d+
+--- response_body_like chomp
+"cached_tokens":[1-9]\d*\}
 
 
 
@@ -160,13 +170,17 @@ location /mix/ {
     proxy_pass http://mix/;
     add_header X-Route $srt_prefix_affinity always;
 }
+--- init
+package main;
+my ($st, $body, $raw) = http_request('POST', '/mix/v1/completions', $main::MIX);
+Test::More::like($raw, qr/\r\nX-Route: load 0\/\d+\r\n/, "the first request goes by load (a tie)");
+Test::More::is($body, "busy\n", "... to the first peer, which then says it holds 100 requests");
 --- request eval
-my $p = '{"prompt":"alpha beta gamma delta epsilon zeta eta theta iota kappa"}';
-["POST /mix/v1/completions\n$p", "POST /mix/v1/completions\n$p"]
---- response_body eval
-["busy\n", "idle\n"]
---- response_headers_like eval
-["X-Route: load 0/\\d+", "X-Route: balance [1-9]\\d*/\\d+"]
+"POST /mix/v1/completions\n$main::MIX"
+--- response_body
+idle
+--- response_headers_like
+X-Route: balance 0/\d+
 
 
 
@@ -211,3 +225,32 @@ main::cluster('reload');
 --- request
 GET /done
 --- error_code: 204
+
+
+
+
+=== TEST 14: the tree is bounded by its zone: with room for a few hundred blocks, the newest prompts keep theirs and the oldest lose them (LRU)
+--- http_config
+upstream llm {
+    srt_prefix_affinity model=$TEST_NGINX_SRT_TINY block=2 tree=32k;
+    server 127.0.0.1:$TEST_NGINX_SERVER_PORT;
+    server 127.0.0.1:$TEST_NGINX_SERVER_PORT;
+}
+--- init
+package main;
+Test::Srt::wait_ready('/v1', 60);
+my $ok = 1;
+for my $p (@main::LRU) {
+    my ($st) = http_request('POST', '/front/v1/completions', $p);
+    $ok &&= $st == 200;
+}
+Test::More::ok($ok, scalar(@main::LRU) . " prompts of 25 blocks each through a tree with room for a few hundred");
+my ($st, $body, $raw) = http_request('POST', '/front/v1/completions', $main::LRU[-1]);
+Test::More::like($raw, qr/\r\nX-Route: prefix \d\d+\/\d+\r\n/, "the newest prompt still matches whole");
+--- request eval
+"POST /front/v1/completions\n$main::LRU[0]"
+--- error_code: 200
+--- response_headers_like
+X-Route: \w+ \d/\d+
+--- no_error_log
+ngx_slab_alloc() failed
