@@ -761,7 +761,9 @@ sub check_response {
     }
 
     if (defined(my $rhl = $block->response_headers_like)) {
-        for my $line (split /\n/, $rhl) {
+        # `--- response_headers_like eval` with one entry per request, or one for all
+        $rhl = $rhl->[$i] if ref $rhl eq 'ARRAY';
+        for my $line (split /\n/, $rhl // '') {
             next unless $line =~ /^([^:]+):\s*(.*)$/;
             Test::More::like($headers->{lc $1} // '', qr/$2/, "$name - header $1 like");
         }
