@@ -47,6 +47,7 @@ def main():
     out = {}
     for mode in a.modes.split(","):
         prefix = tempfile.mkdtemp(prefix=f"srt-bench-{mode}-")
+        os.chmod(prefix, 0o755)   # the nodes' workers write under it (cluster.py)
         c = cluster.Cluster(prefix, a.model, nodes=3, port=a.port, mode=mode, kv=a.kv,
                             threshold=a.threshold)
         try:

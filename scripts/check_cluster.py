@@ -13,6 +13,8 @@ t/160-affinity.t. Standard library only.
   drain        a node sent `nginx -s quit` mid-run: its in-flight requests finish with 200,
                /health on a connection opened before says 503 "draining", new requests go to
                the other nodes and all succeed
+  reload       the front reloaded with its servers reordered: no prefix credited to the wrong one
+  fuzz         hostile requests through the front (scripts/fuzz_http.py): no front worker crashes
 
     scripts/check_cluster.py --model .cache/models/tiny-llama --port 2610 [--only kill]
 """
@@ -294,18 +296,38 @@ def check_reload(a, tmp):
         c.stop()
 
 
+def check_fuzz(a, tmp):
+    """Hostile requests through the front (scripts/fuzz_http.py): the balancer parses, renders
+    and tokenizes every body before the node sees it; no front worker may crash."""
+    import subprocess
+    c = cluster.Cluster(f"{tmp}/fuzz", a.model, port=a.port, mode="affinity")
+    try:
+        c.start()
+        r = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_http.py"),
+                            "--port", str(a.port), "--iterations", "300", "--model", "m", "--seed", "18"],
+                           capture_output=True, text=True, timeout=300)
+        ok(r.returncode == 0, "fuzz: 300 hostile requests through the front, every answer well-formed: "
+           + (r.stdout.strip().splitlines() or [""])[0])
+        with open(os.path.join(c.front.prefix, "logs/error.log")) as f:
+            log = f.read()
+        ok("exited on signal" not in log and "[alert]" not in log, "fuzz: no front worker crashed")
+    finally:
+        c.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--port", type=int, default=2610)
     ap.add_argument("--tokenizer", default=None)
-    ap.add_argument("--only", default=None, help="affinity, kill, drain or reload")
+    ap.add_argument("--only", default=None, help="affinity, kill, drain, reload or fuzz")
     a = ap.parse_args()
     if a.tokenizer is None and os.path.exists(os.path.join(a.model, "tokenizer.json")):
         a.tokenizer = os.path.join(a.model, "tokenizer.json")
     tmp = tempfile.mkdtemp(prefix="srt-check-")
+    os.chmod(tmp, 0o755)   # the nodes' workers write under it (cluster.py)
     for name, fn in (("affinity", check_affinity), ("kill", check_kill), ("drain", check_drain),
-                     ("reload", check_reload)):
+                     ("reload", check_reload), ("fuzz", check_fuzz)):
         if a.only in (None, name):
             try:
                 fn(a, tmp)

@@ -23,9 +23,13 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 NGINX = os.environ.get("TEST_NGINX_BINARY", "/usr/sbin/nginx")
 MODULE = os.environ.get("TEST_NGINX_SRT_MODULE", os.path.join(ROOT, "build/nginx/ngx_http_srt_module.so"))
+# As the test harnesses do: under a root master the workers (and the scheduler) run as
+# TEST_NGINX_WORKER_USER (scripts/srt-user.sh makes one that can read the models), else root.
+USER = ("user %s;" % (os.environ.get("TEST_NGINX_WORKER_USER") or "root")) if os.geteuid() == 0 else ""
 
 COMMON = """
 load_module {module};
+{user}
 master_process on;
 daemon on;
 worker_processes {workers};
@@ -105,8 +109,9 @@ def request(host, port, method, path, body=None, timeout=30):
 class Nginx:
     def __init__(self, prefix, conf):
         self.prefix = prefix
-        os.makedirs(os.path.join(prefix, "logs"), exist_ok=True)
-        os.makedirs(os.path.join(prefix, "conf"), exist_ok=True)
+        for d in (prefix, os.path.join(prefix, "logs"), os.path.join(prefix, "conf")):
+            os.makedirs(d, exist_ok=True)
+            os.chmod(d, 0o755)
         with open(os.path.join(prefix, "conf/nginx.conf"), "w") as f:
             f.write(conf)
 
@@ -176,10 +181,13 @@ class Cluster:
     def __init__(self, prefix, model, nodes=3, port=2610, mode="affinity", ctx=2048, kv=65536,
                  threshold=4, block=16, workers=1):
         self.prefix, self.model, self.port, self.mode = prefix, os.path.abspath(model), port, mode
+        # the workers (another user under a root master) keep request bodies under it
+        os.makedirs(prefix, exist_ok=True)
+        os.chmod(prefix, 0o755)
         self.addrs = [f"127.0.0.{i + 2}" for i in range(nodes)]
         self.node_port = port + 1
         self.nodes = [Nginx(f"{prefix}/node{i}", NODE.format(
-            module=MODULE, workers=workers, p=f"{prefix}/node{i}", addr=a, port=self.node_port,
+            module=MODULE, user=USER, workers=workers, p=f"{prefix}/node{i}", addr=a, port=self.node_port,
             model=self.model, ctx=ctx, kv=kv)) for i, a in enumerate(self.addrs)]
         used = self.addrs if mode != "single" else self.addrs[:1]
         servers = "\n".join(f"        server {a}:{self.node_port} max_fails=1 fail_timeout=5s;" for a in used)
@@ -187,7 +195,7 @@ class Cluster:
                                 f"block={block} tree=8m;",
                     "round-robin": "", "single": ""}[mode]
         self.front = Nginx(f"{prefix}/front", FRONT.format(
-            module=MODULE, workers=2, p=f"{prefix}/front", port=port, balancer=balancer, servers=servers))
+            module=MODULE, user=USER, workers=2, p=f"{prefix}/front", port=port, balancer=balancer, servers=servers))
 
     def start(self, timeout=120):
         for n in self.nodes:

@@ -3,7 +3,7 @@
 # real cluster: three nodes on 127.0.0.2-4 and a front on 127.0.0.1 (ports TEST_NGINX_PORT+10
 # and +11), tiny model: prefix routing and hit rate vs round robin and one node, a node killed
 # with SIGKILL mid-run, a node drained with nginx -s quit, a reload of the front that reorders
-# its servers.
+# its servers, hostile requests through the front.
 use Test::Nginx::Socket 'no_plan';
 use FindBin (); use lib "$FindBin::Bin/lib";
 use Test::Srt;
@@ -254,3 +254,14 @@ Test::More::like($raw, qr/\r\nX-Route: prefix \d\d+\/\d+\r\n/, "the newest promp
 X-Route: \w+ \d/\d+
 --- no_error_log
 ngx_slab_alloc() failed
+
+
+
+=== TEST 15: cluster: hostile requests through the front crash no front worker
+--- config
+location = /done { return 204; }
+--- init
+main::cluster('fuzz');
+--- request
+GET /done
+--- error_code: 204
