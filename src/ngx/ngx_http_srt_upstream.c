@@ -18,7 +18,8 @@
  * orphans a live path; the zone's size bounds the tree.
  *
  * The choice: the usable peer with the longest match, unless its load (requests in flight
- * from this front, all workers) exceeds the least loaded peer's by more than load_threshold;
+ * from this front, all workers, or the count the peer itself last reported in X-Srt-Load,
+ * whichever is larger) exceeds the least loaded peer's by more than load_threshold;
  * then, and when nobody has the prefix, the least loaded (ties: the smaller tree, so new
  * conversations spread). Peers nginx considers down (down, or max_fails within fail_timeout)
  * are skipped and their entries dropped: their caches are cold when they come back, or gone.
@@ -27,6 +28,9 @@
  * default), so init_peer finds it in r->request_body. Without a body, or one it cannot read,
  * the choice is by load alone. A retry (proxy_next_upstream) asks again, with the tried peers
  * excluded; nginx retries only while nothing has gone to the client.
+ *
+ * On a node, $srt_load is what its model holds (requests running and waiting), for
+ * `add_header X-Srt-Load $srt_load always;`.
  */
 
 #include <ngx_config.h>
@@ -86,7 +90,6 @@ typedef struct {
     ngx_shm_zone_t                  *zone;
     ngx_slab_pool_t                 *shpool;
     ngx_http_srt_aff_sh_t           *sh;
-    ngx_uint_t                       npeers;
 } ngx_http_srt_aff_conf_t;
 
 
@@ -527,14 +530,12 @@ invalid:
 static ngx_int_t
 ngx_http_srt_aff_init(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us)
 {
-    ngx_http_srt_aff_conf_t       *acf;
     ngx_http_upstream_rr_peers_t  *peers;
 
     if (ngx_http_upstream_init_round_robin(cf, us) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    acf = ngx_http_conf_upstream_srv_conf(us, ngx_http_srt_upstream_module);
     peers = us->peer.data;
 
     if (peers->number > NGX_HTTP_SRT_AFF_MAX_PEERS) {
@@ -544,8 +545,6 @@ ngx_http_srt_aff_init(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us)
                       &us->host, peers->number, NGX_HTTP_SRT_AFF_MAX_PEERS);
         return NGX_ERROR;
     }
-
-    acf->npeers = peers->number;
 
     us->peer.init = ngx_http_srt_aff_init_peer;
 
@@ -957,7 +956,6 @@ ngx_http_srt_aff_init_peer(ngx_http_request_t *r,
 
     ngx_http_set_ctx(r, ad, ngx_http_srt_upstream_module);
 
-    /* a retry in another location (error_page) may init again: key kept */
     body = ngx_http_srt_aff_body(r, &len);
     if (body == NULL || srt_json_depth((char *) body, len) > SRT_JSON_MAX_DEPTH) {
         return NGX_OK;
