@@ -200,7 +200,7 @@ GET /admin/hooks
 --- response_headers
 Content-Type: application/json
 --- response_body_like chomp
-^\{"generation":\d+,"active":2,"modules":\d+,"hooks":\[\{"id":1,"name":"steer","type":"forward","module":"model.layers.10","global":false,"active":true,"prepend":false,"always_call":false,"with_kwargs":false,"factory":"libsrt_hook_steer.so:srt_steer_factory","source":"[^"]+served.json"\},\{"id":2,"name":"log","type":"forward","module":"model.layers.0.mlp",.*"active":true.*\}\]\}$
+^\{"generation":\d+,"active":2,"modules":\d+,"hooks":\[\{"id":1,"name":"steer","type":"forward","module":"model.layers.10","global":false,"active":true,"prepend":false,"always_call":false,"with_kwargs":false,"per_request":false,"factory":"libsrt_hook_steer.so:srt_steer_factory","source":"[^"]+served.json"\},\{"id":2,"name":"log","type":"forward","module":"model.layers.0.mlp",.*"active":true.*\}\]\}$
 
 
 

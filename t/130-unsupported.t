@@ -25,7 +25,8 @@ our @F = (['audio', '{"voice": "alloy", "format": "wav"}'], ['reasoning_effort',
          ['documents', '[{"text": "x"}]'], ['chat_template', '"x"'], ['logits_processors', '["x"]'],
          ['grammar', '"root ::= \"a\""'], ['typical_p', '0.5'], ['mirostat', '2'],
          ['dry_multiplier', '0.8'], ['xtc_probability', '0.5'], ['dynatemp_range', '0.5'],
-         ['n_probs', '3'], ['samplers', '["top_k"]'], ['modalities', '["text", "audio"]']);
+         ['n_probs', '3'], ['samplers', '["top_k"]'], ['modalities', '["text", "audio"]'],
+         ['return_activations', '[{"module": "model.layers.10", "reduce": "last"}]']);
 
 run_tests();
 
@@ -173,8 +174,18 @@ POST /v1/completions
 
 === TEST 14: no-op values and harmless fields pass validation (503: no scheduler here)
 --- request eval
-[ "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "parallel_tool_calls": true, "functions": [], "function_call": "none", "modalities": ["text"], "regex": null, "skip_special_tokens": true, "continue_final_message": false, "chat_template_kwargs": {}, "user": "u", "metadata": {"a": "b"}, "store": false, "service_tier": "auto", "prompt_cache_key": "k", "safety_identifier": "s", "prediction": {"type": "content", "content": "x"}, "rid": "r1", "separate_reasoning": true, "stream_reasoning": true}',
+[ "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "parallel_tool_calls": true, "functions": [], "function_call": "none", "modalities": ["text"], "regex": null, "skip_special_tokens": true, "continue_final_message": false, "chat_template_kwargs": {}, "user": "u", "metadata": {"a": "b"}, "store": false, "service_tier": "auto", "prompt_cache_key": "k", "safety_identifier": "s", "prediction": {"type": "content", "content": "x"}, "rid": "r1", "separate_reasoning": true, "stream_reasoning": true, "hooks": [], "return_activations": [], "cache_salt": "tenant-a"}',
   "POST /v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"}',
   "POST /v1/completions\n" . '{"prompt": "hi", "suffix": ""}' ]
 --- error_code eval
 [503, 503, 503]
+
+
+
+=== TEST 15: "hooks" is refused where no srt_request_hooks lets a request select hooks
+--- request
+POST /v1/completions
+{"prompt": "hi", "hooks": [{"name": "steer", "config": {"scale": 4}}]}
+--- error_code: 400
+--- response_body
+{"error":{"message":"'hooks' is not enabled here: the location has no srt_request_hooks","type":"invalid_request_error","param":"hooks","code":400}}

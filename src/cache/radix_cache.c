@@ -79,10 +79,12 @@ static void child_unlink(srt_radix_cache *c, int32_t child)
 }
 
 /* The child whose first page equals key[0..page_size). */
-static int32_t find_child(const srt_radix_cache *c, int32_t node, const int32_t *key)
+static int32_t find_child(const srt_radix_cache *c, int32_t node, uint64_t ns, const int32_t *key)
 {
     for (int32_t ch = c->nodes[node].first_child; ch != SRT_RADIX_NONE; ch = c->nodes[ch].next_sib) {
         int32_t s = c->nodes[ch].first_slot, k = 0;
+        if (node == SRT_RADIX_ROOT && c->nodes[ch].ns != ns)
+            continue;
         while (k < c->page_size && c->tok[s] == key[k]) {
             s = c->next[s];
             k++;
@@ -114,6 +116,7 @@ static int32_t split_node(srt_radix_cache *c, int32_t child, int32_t k)
     n->len = k;
     n->lock_ref = ch->lock_ref;
     n->last_access = ch->last_access;
+    n->ns = ch->ns;
     n->first_child = child;
     n->n_children = 1;
     int32_t s = ch->first_slot;
@@ -128,7 +131,7 @@ static int32_t split_node(srt_radix_cache *c, int32_t child, int32_t k)
 
 /* Walks key down the tree; returns the matched (page-aligned) length and the node where it
  * ended, splitting a node the match ends inside. out (may be NULL) gets the slots. */
-static int32_t walk(srt_radix_cache *c, const int32_t *key, int32_t len, int32_t *out,
+static int32_t walk(srt_radix_cache *c, uint64_t ns, const int32_t *key, int32_t len, int32_t *out,
                     int32_t *last)
 {
     int32_t ps = c->page_size, node = SRT_RADIX_ROOT, i = 0;
@@ -136,7 +139,7 @@ static int32_t walk(srt_radix_cache *c, const int32_t *key, int32_t len, int32_t
     len = len / ps * ps;
     c->nodes[node].last_access = ++c->clock;
     while (i < len) {
-        int32_t ch = find_child(c, node, key + i);
+        int32_t ch = find_child(c, node, ns, key + i);
         if (ch == SRT_RADIX_NONE)
             break;
         srt_radix_node *n = &c->nodes[ch];
@@ -164,17 +167,29 @@ static int32_t walk(srt_radix_cache *c, const int32_t *key, int32_t len, int32_t
     return i;
 }
 
-int32_t srt_radix_match_prefix(srt_radix_cache *c, const int32_t *key, int32_t len,
-                               int32_t *out_slots, int32_t *last_node)
+int32_t srt_radix_match_prefix_ns(srt_radix_cache *c, uint64_t ns, const int32_t *key,
+                                  int32_t len, int32_t *out_slots, int32_t *last_node)
 {
     if (c->disabled || len <= 0) {
         *last_node = SRT_RADIX_ROOT;
         return 0;
     }
-    return walk(c, key, len, out_slots, last_node);
+    return walk(c, ns, key, len, out_slots, last_node);
+}
+
+int32_t srt_radix_match_prefix(srt_radix_cache *c, const int32_t *key, int32_t len,
+                               int32_t *out_slots, int32_t *last_node)
+{
+    return srt_radix_match_prefix_ns(c, 0, key, len, out_slots, last_node);
 }
 
 int32_t srt_radix_peek_prefix(const srt_radix_cache *c, const int32_t *key, int32_t len)
+{
+    return srt_radix_peek_prefix_ns(c, 0, key, len);
+}
+
+int32_t srt_radix_peek_prefix_ns(const srt_radix_cache *c, uint64_t ns, const int32_t *key,
+                                 int32_t len)
 {
     int32_t ps = c->page_size, node = SRT_RADIX_ROOT, i = 0;
 
@@ -182,7 +197,7 @@ int32_t srt_radix_peek_prefix(const srt_radix_cache *c, const int32_t *key, int3
         return 0;
     len = len / ps * ps;
     while (i < len) {
-        int32_t ch = find_child(c, node, key + i);
+        int32_t ch = find_child(c, node, ns, key + i);
         if (ch == SRT_RADIX_NONE)
             break;
         const srt_radix_node *n = &c->nodes[ch];
@@ -201,12 +216,18 @@ int32_t srt_radix_peek_prefix(const srt_radix_cache *c, const int32_t *key, int3
 
 int32_t srt_radix_insert(srt_radix_cache *c, const int32_t *key, const int32_t *slots, int32_t len)
 {
+    return srt_radix_insert_ns(c, 0, key, slots, len);
+}
+
+int32_t srt_radix_insert_ns(srt_radix_cache *c, uint64_t ns, const int32_t *key,
+                            const int32_t *slots, int32_t len)
+{
     int32_t node, i;
 
     if (c->disabled || len <= 0)
         return 0;
     len = len / c->page_size * c->page_size;
-    i = walk(c, key, len, NULL, &node);
+    i = walk(c, ns, key, len, NULL, &node);
     if (i < len) {
         int32_t id = node_new(c);
         if (id == SRT_RADIX_NONE)
@@ -214,6 +235,7 @@ int32_t srt_radix_insert(srt_radix_cache *c, const int32_t *key, const int32_t *
         srt_radix_node *n = &c->nodes[id];
         n->first_slot = slots[i];
         n->len = len - i;
+        n->ns = ns;
         n->last_access = ++c->clock;
         for (int32_t j = i; j < len; j++) {
             c->tok[slots[j]] = key[j];
@@ -393,7 +415,7 @@ int32_t srt_radix_match_req(srt_radix_cache *c, const int32_t *tokens, int32_t l
                             srt_cache_req *r)
 {
     int32_t last;
-    int32_t m = srt_radix_match_prefix(c, tokens, len - 1, r->row, &last);
+    int32_t m = srt_radix_match_prefix_ns(c, r->ns, tokens, len - 1, r->row, &last);
     r->prefix_len = m;
     r->last_node = last;
     srt_radix_inc_lock(c, last);
@@ -419,7 +441,7 @@ int srt_radix_cache_finished(srt_radix_cache *c, const int32_t *tokens, int32_t 
         return rc;
     }
     int32_t aligned = kv_len / c->page_size * c->page_size;
-    int32_t had = srt_radix_insert(c, tokens, r->row, aligned);
+    int32_t had = srt_radix_insert_ns(c, r->ns, tokens, r->row, aligned);
     if (had > r->prefix_len)
         rc |= srt_kv_free_slots(c->kv, r->row + r->prefix_len, had - r->prefix_len);
     if (kv_len > aligned)
@@ -440,10 +462,10 @@ int srt_radix_cache_unfinished(srt_radix_cache *c, const int32_t *tokens, int32_
     int32_t aligned = kv_len / c->page_size * c->page_size;
     if (aligned <= r->prefix_len)
         return SRT_OK;
-    int32_t had = srt_radix_insert(c, tokens, r->row, aligned);
+    int32_t had = srt_radix_insert_ns(c, r->ns, tokens, r->row, aligned);
     if (had > r->prefix_len)
         rc = srt_kv_free_slots(c->kv, r->row + r->prefix_len, had - r->prefix_len);
-    int32_t m = srt_radix_match_prefix(c, tokens, aligned, r->row, &last);
+    int32_t m = srt_radix_match_prefix_ns(c, r->ns, tokens, aligned, r->row, &last);
     srt_radix_inc_lock(c, last);
     release_lock(c, r);
     r->last_node = last;

@@ -10,6 +10,11 @@
  * next[slot]), since every cached token owns exactly one slot, and nodes come from a pool
  * of num_pages + 1 (each non-root node holds at least one page). Nothing allocates later.
  *
+ * Namespaces: every key lives in a namespace (a 64-bit id; 0 is the shared one). The root's
+ * children carry it and a match only enters children of its own namespace, so a prefix
+ * computed under a tenant's cache_salt or a request's hook selection is never served to
+ * another (the _ns functions; the others use namespace 0).
+ *
  * Disabled (srt_radix_cache off): nothing is ever matched or kept; cache_finished frees a
  * request's whole KV, like SGLang's ChunkCache. */
 #ifndef SRT_CACHE_RADIX_CACHE_H
@@ -31,6 +36,7 @@ typedef struct srt_radix_node {
     int32_t  n_children;
     uint64_t last_access;
     int32_t  in_use;
+    uint64_t ns;            /* children of the root: the namespace their subtree belongs to */
 } srt_radix_node;
 
 typedef struct srt_radix_cache {
@@ -58,15 +64,21 @@ void srt_radix_destroy(srt_radix_cache *c);
  * root when nothing matched). Splits the node the match ends in. Touches LRU times. */
 int32_t srt_radix_match_prefix(srt_radix_cache *c, const int32_t *key, int32_t len,
                                int32_t *out_slots, int32_t *last_node);
+int32_t srt_radix_match_prefix_ns(srt_radix_cache *c, uint64_t ns, const int32_t *key,
+                                  int32_t len, int32_t *out_slots, int32_t *last_node);
 
 /* Like match_prefix without side effects: no split, no LRU touch, no slots (for
  * scheduling policies that only rank requests). */
 int32_t srt_radix_peek_prefix(const srt_radix_cache *c, const int32_t *key, int32_t len);
+int32_t srt_radix_peek_prefix_ns(const srt_radix_cache *c, uint64_t ns, const int32_t *key,
+                                 int32_t len);
 
 /* Inserts key[0..len) (len truncated to whole pages) with its slots. Returns how many
  * leading tokens were already cached: their slots in `slots` are NOT taken by the tree
  * (the caller frees its duplicates); the rest now belong to the tree. */
 int32_t srt_radix_insert(srt_radix_cache *c, const int32_t *key, const int32_t *slots, int32_t len);
+int32_t srt_radix_insert_ns(srt_radix_cache *c, uint64_t ns, const int32_t *key,
+                            const int32_t *slots, int32_t len);
 
 /* Lock / unlock the path from node to the root. dec fails (changing nothing) if any
  * lock_ref on the path would go negative. */
@@ -90,6 +102,7 @@ typedef struct srt_cache_req {
     int32_t *row;
     int32_t  prefix_len;
     int32_t  last_node;   /* SRT_RADIX_NONE when nothing is locked */
+    uint64_t ns;          /* the namespace its prefixes are matched and cached in */
 } srt_cache_req;
 
 /* Starts a request: matches tokens[0..len-1) (one token is always left to compute, so the

@@ -20,6 +20,17 @@ static int inputs_unchanged_shape(const srt_module_args *before, const srt_modul
     return 1;
 }
 
+static int apply_replacement(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                             const char *module, srt_tensor_view *out,
+                             const srt_tensor_view *repl);
+static int pre_one(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                   srt_hook_call *call, int32_t start, int32_t len, void *arg);
+static int for_each_selecting(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                              srt_hook_call *call, const srt_tensor_view *rows,
+                              int (*fn)(const struct srt_module_hooks *, const srt_hook_slot *,
+                                        srt_hook_call *, int32_t, int32_t, void *),
+                              void *arg);
+
 static __attribute__((noinline)) int run_pre_hook(const struct srt_module_hooks *h, const srt_hook_slot *s,
                         srt_hook_call *call, srt_module_args *a)
 {
@@ -33,14 +44,16 @@ static __attribute__((noinline)) int run_pre_hook(const struct srt_module_hooks 
     call->host = s->host;
     if (!s->with_kwargs)
         a->n_kwargs = 0;
-    rc = s->hook->forward_pre(s->hook, call, a);
+    if (s->per_request)
+        rc = a->n_inputs > 0 ? for_each_selecting(h, s, call, &a->inputs[0], pre_one, a) : SRT_OK;
+    else
+        rc = s->hook->forward_pre(s->hook, call, a);
     if (!s->with_kwargs) {
         a->n_kwargs = saved_kwargs;
         /* A hook that did not ask for kwargs must not see or change them. */
         memcpy(a->kwarg_names, before.kwarg_names, sizeof a->kwarg_names);
         memcpy(a->kwargs, before.kwargs, sizeof a->kwargs);
     }
-    (void)h;
     if (rc < 0) {
         srt_log(SRT_LOG_ERROR, "forward pre-hook '%s' (id %lld) failed on %s",
                 s->spec_name, (long long)s->id, call->module->name);
@@ -80,6 +93,144 @@ static int apply_replacement(const struct srt_module_hooks *h, const srt_hook_sl
     return SRT_ERROR;
 }
 
+
+/* ---- per-request hooks: one call per selecting request, on that request's rows only ---- */
+
+/* The rows [start, start + len) of a view whose first dimension is the batch's tokens;
+ * other views (a module's weights-shaped or per-sequence tensors) pass unchanged. */
+static void cut_rows(srt_tensor_view *v, int32_t n_tokens, int32_t start, int32_t len)
+{
+    if (v->ndim < 1 || v->shape[0] != n_tokens || v->data == NULL)
+        return;
+    v->shape[0] = len;
+    v->data = (char *)v->data + (size_t)start * (size_t)v->strides[0] * srt_hook_dtype_size(v->dtype);
+}
+
+static void cut_args(srt_module_args *a, int32_t n_tokens, int32_t start, int32_t len)
+{
+    for (int i = 0; i < a->n_inputs; i++)
+        cut_rows(&a->inputs[i], n_tokens, start, len);
+    for (int i = 0; i < a->n_kwargs; i++)
+        cut_rows(&a->kwargs[i], n_tokens, start, len);
+}
+
+/* The selection of `hook` by request id, or -1. */
+static int selected(const srt_hook_req *e, const srt_hook *hook)
+{
+    for (int i = 0; e && i < e->n; i++)
+        if (e->hook[i] == hook)
+            return i;
+    return -1;
+}
+
+/* Calls fn once per run of tokens of one request that selected the slot's hook. The batch
+ * keeps each sequence's tokens together, so a run is a contiguous range of rows. */
+typedef int (*per_req_fn)(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                          srt_hook_call *call, int32_t start, int32_t len, void *arg);
+
+static int for_each_selecting(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                              srt_hook_call *call, const srt_tensor_view *rows, per_req_fn fn,
+                              void *arg)
+{
+    const srt_batch_ctx *b = call->batch;
+    int rc = SRT_OK;
+
+    if (s->reqs == NULL || s->reqs->n == 0 || b == NULL || b->request_ids == NULL)
+        return SRT_OK;
+    for (int32_t t = 0; t < b->n_tokens; ) {
+        int32_t end = t + 1;
+        while (end < b->n_tokens && b->request_ids[end] == b->request_ids[t])
+            end++;
+        const srt_hook_req *e = srt_hook_req_find(s->reqs, b->request_ids[t]);
+        int k = selected(e, s->hook);
+        if (k >= 0) {
+            if (rows->ndim < 1 || rows->shape[0] != b->n_tokens) {
+                /* rows are not tokens here (lm_head's logit rows): the request's rows cannot
+                 * be told apart, so the hook is not called rather than see other requests */
+                srt_log(SRT_LOG_DEBUG, "per-request hook '%s' skipped on %s: its rows are "
+                        "not the batch's tokens", s->spec_name, call->module->name);
+                return SRT_OK;
+            }
+            srt_batch_ctx sub = *b;
+            const srt_batch_ctx *saved = call->batch;
+            sub.n_tokens = end - t;
+            sub.request_ids = b->request_ids + t;
+            sub.positions = b->positions ? b->positions + t : NULL;
+            sub.n_seqs = 1;
+            call->batch = &sub;
+            call->request_id = b->request_ids[t];
+            call->request_config_json = e->config[k];
+            call->request_host = &e->host[k].host;
+            if (fn(h, s, call, t, end - t, arg) != SRT_OK)
+                rc = SRT_ERROR;
+            call->batch = saved;
+            call->request_id = 0;
+            call->request_config_json = NULL;
+            call->request_host = NULL;
+            if (rc != SRT_OK)
+                return rc;
+        }
+        t = end;
+    }
+    return rc;
+}
+
+/* A per-request pre-hook sees the request's rows of the inputs; values it puts in a buffer
+ * of its own are copied into those rows (the module reads them from there). */
+static int pre_one(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                   srt_hook_call *call, int32_t start, int32_t len, void *arg)
+{
+    srt_module_args *full = arg;
+    int32_t n_tokens = (int32_t)full->inputs[0].shape[0];
+    srt_module_args a = *full, cut;
+
+    cut_args(&a, n_tokens, start, len);
+    cut = a;
+    if (s->hook->forward_pre(s->hook, call, &a) < 0) {
+        srt_log(SRT_LOG_ERROR, "forward pre-hook '%s' (id %lld) failed on %s for request %llu",
+                s->spec_name, (long long)s->id, call->module->name,
+                (unsigned long long)call->request_id);
+        return SRT_ERROR;
+    }
+    if (!inputs_unchanged_shape(&cut, &a))
+        return SRT_ERROR;
+    for (int i = 0; i < a.n_inputs; i++)
+        if (a.inputs[i].data != cut.inputs[i].data &&
+            apply_replacement(h, s, call->module->name, &cut.inputs[i], &a.inputs[i]) != SRT_OK)
+            return SRT_ERROR;
+    return SRT_OK;
+}
+
+typedef struct post_arg {
+    srt_module_args *a;
+    srt_tensor_view *output;
+    int              status;
+} post_arg;
+
+static int post_one(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                    srt_hook_call *call, int32_t start, int32_t len, void *arg)
+{
+    post_arg *p = arg;
+    int32_t n_tokens = (int32_t)p->output->shape[0];
+    srt_module_args a = *p->a;
+    srt_tensor_view out = *p->output, repl;
+    int hrc;
+
+    cut_args(&a, n_tokens, start, len);
+    cut_rows(&out, n_tokens, start, len);
+    repl.data = NULL;
+    hrc = s->hook->forward(s->hook, call, &a, &out, &repl);
+    if (hrc < 0) {
+        srt_log(SRT_LOG_ERROR, "forward hook '%s' (id %lld) failed on %s for request %llu",
+                s->spec_name, (long long)s->id, call->module->name,
+                (unsigned long long)call->request_id);
+        return SRT_ERROR;
+    }
+    if (hrc == SRT_HOOK_REPLACED && p->status == SRT_OK)
+        return apply_replacement(h, s, call->module->name, &out, &repl);
+    return SRT_OK;
+}
+
 static int run_post_hooks(const srt_module *m, const struct srt_module_hooks *h,
                           srt_hook_call *call, srt_module_args *a, srt_tensor_view *output,
                           int rc)
@@ -102,6 +253,14 @@ static int run_post_hooks(const srt_module *m, const struct srt_module_hooks *h,
         /* Hidden for the call only (the args may be the caller's). */
         if (!s->with_kwargs)
             a->n_kwargs = 0;
+        if (s->per_request) {
+            post_arg pa = { a, output, rc };
+            hrc = for_each_selecting(h, s, call, output, post_one, &pa);
+            a->n_kwargs = saved_kwargs;
+            if (hrc != SRT_OK)
+                rc = SRT_ERROR;
+            continue;
+        }
         hrc = s->hook->forward(s->hook, call, a, output, &repl);
         a->n_kwargs = saved_kwargs;
         if (hrc < 0) {
@@ -156,6 +315,9 @@ int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn 
     call.is_global = 0;
     call.is_pre = 1;
     call.host = NULL;
+    call.request_id = 0;
+    call.request_config_json = NULL;
+    call.request_host = NULL;
     if (h->n_pre > 0)
         return dispatch_with_pre(m, h, &call, fn, self, args, output);
     rc = fn(self, batch, args, output) == SRT_OK ? SRT_OK : SRT_ERROR;

@@ -8,6 +8,7 @@
 #include "srt/module.h"
 #include "srt_hooks.h"
 #include "hooks/registry.h"
+#include "srt/request.h"
 
 /* One hook as the dispatcher sees it: everything needed for a call, copied from the
  * registration so the hot loop touches one flat array. */
@@ -19,7 +20,11 @@ typedef struct srt_hook_slot {
     uint8_t              with_kwargs;
     uint8_t              always_call;
     uint8_t              is_global;
+    uint8_t              per_request;  /* runs only for requests that selected its spec */
+    const struct srt_hook_req_table *reqs;  /* the registry's selections (per_request only) */
 } srt_hook_slot;
+
+
 
 /* Attached to srt_module.hooks: the resolved order, global hooks first. Rebuilt by the
  * registry after every mutation (between forward passes), never during a forward. */
@@ -44,6 +49,7 @@ int     srt_hook_view_copy_cpu(srt_tensor_view *dst, const srt_tensor_view *src)
 /* One entry of a spec file, after type checks (spec.c). */
 typedef struct srt_hook_spec {
     char  *name;            /* "" when absent */
+    int    per_request;     /* runs only for requests that select it ("hooks" field) */
     char  *where;           /* "forward_hooks[2]" for messages */
     int    pre;             /* from "forward_pre_hooks" */
     int    global;
@@ -93,5 +99,24 @@ int  srt_hook_host_init(srt_hook_host_state *st, const char *spec_name, const ch
                         const char *config_json, int tp_rank, int tp_size,
                         const struct srt_hook_device_ops *dev, srt_err *err);
 void srt_hook_host_fini(srt_hook_host_state *st);
+
+/* One live request's selections (per_request.c): which hook objects, with which config. */
+typedef struct srt_hook_req {
+    uint64_t            id;
+    int                 n;
+    const srt_hook     *hook[SRT_REQ_MAX_HOOKS];
+    char               *config[SRT_REQ_MAX_HOOKS];
+    srt_hook_host_state host[SRT_REQ_MAX_HOOKS];
+} srt_hook_req;
+
+typedef struct srt_hook_req_table {
+    srt_hook_req **v;               /* entries are heap-allocated: hosts point into them */
+    int           n, cap;
+} srt_hook_req_table;
+
+/* The request's entry (NULL when it selected nothing). */
+const srt_hook_req *srt_hook_req_find(const srt_hook_req_table *t, uint64_t id);
+void srt_hook_req_table_free(srt_hook_req_table *t);
+void srt_hook_req_free(srt_hook_req *e);
 
 #endif

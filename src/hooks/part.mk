@@ -1,7 +1,7 @@
 # Forward hooks: spec parsing, matching, factory loading, registry, dispatch.
 ENGINE_SRCS += src/hooks/dispatch.c src/hooks/tensor_util.c src/hooks/match.c \
                src/hooks/spec.c src/hooks/resolve.c src/hooks/host.c src/hooks/registry.c \
-               src/hooks/admin.c
+               src/hooks/admin.c src/hooks/per_request.c
 UNIT_TESTS  += $(BUILD)/t/test_hook_admin
 
 # Test hook libraries (t/unit/test_hooks_lib*.c) and the engine tests that dlopen them.
@@ -9,7 +9,7 @@ HOOK_TEST_LIBDIR := $(abspath $(BUILD))/t/hooklib
 HOOK_TEST_LIBS   := $(BUILD)/t/hooklib/libtesthooks.so $(BUILD)/t/hooklib/libbadabi.so \
                     $(BUILD)/t/hooklib/libnoabi.so
 EXTRA_ALL  += $(HOOK_TEST_LIBS)
-UNIT_TESTS += $(BUILD)/t/test_hooks
+UNIT_TESTS += $(BUILD)/t/test_hooks $(BUILD)/t/test_hooks_per_request
 
 $(BUILD)/t/hooklib/libtesthooks.so: t/unit/test_hooks_lib.c src/include/srt_hooks.h
 	@mkdir -p $(dir $@)

@@ -28,6 +28,7 @@ typedef struct hook_obj {
     char               *config_json;
     void               *lib;
     int                 refs;       /* registrations not deleted */
+    int                 per_request;
 } hook_obj;
 
 typedef struct hook_reg {
@@ -55,6 +56,7 @@ struct srt_hook_registry {
     int                 tp_size;
     int                 n_active;
     srt_hook_device_ops dev;
+    srt_hook_req_table  reqs;       /* live requests' per-request selections */
 };
 
 /* ---- creation ------------------------------------------------------------------------ */
@@ -288,8 +290,10 @@ static int cmp_order(const void *a, const void *b)
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-static void fill_slot(srt_hook_slot *s, const hook_reg *r)
+static void fill_slot(const srt_hook_registry *reg, srt_hook_slot *s, const hook_reg *r)
 {
+    s->per_request = (uint8_t)r->obj->per_request;
+    s->reqs = &reg->reqs;
     s->hook = r->obj->hook;
     s->host = &r->obj->host.host;
     s->spec_name = r->obj->spec_name;
@@ -350,7 +354,7 @@ static int rebuild(srt_hook_registry *reg, srt_err *err)
                 hook_reg *r = sorted[k];
                 if (pass == 0 ? !r->global : (r->global || r->module != m))
                     continue;
-                fill_slot(r->pre ? &h->pre[ip++] : &h->post[iq++], r);
+                fill_slot(reg, r->pre ? &h->pre[ip++] : &h->post[iq++], r);
             }
     }
     for (int m = 0; m < reg->n; m++) {
@@ -432,6 +436,7 @@ static int load_specs(srt_hook_registry *reg, const srt_hook_spec_list *l, const
         o = obj_new(reg, s->name, s->factory, origin, s->config_json, err);
         if (o == NULL)
             goto out;
+        o->per_request = s->per_request;
         o->lib = res[i].lib;        /* the object now owns the library reference */
         res[i].lib = NULL;
         h = res[i].factory(o->config_json, &o->host.host);
@@ -672,6 +677,7 @@ int64_t srt_hook_attach(srt_hook_registry *reg, const char *module_name, srt_hoo
     if (o == NULL)
         goto fail;
     o->hook = hook;
+    o->per_request = opts->per_request;
     r = reg_add(reg, o, m, opts->pre, opts->global ? 1 : 0, opts->prepend, opts->always_call,
                 opts->with_kwargs, err);
     if (r == NULL) {
@@ -846,6 +852,7 @@ int srt_hook_registry_list_json(srt_hook_registry *reg, char **out, size_t *len,
         gen_kv_bool(g, "prepend", r->prepend);
         gen_kv_bool(g, "always_call", r->always_call);
         gen_kv_bool(g, "with_kwargs", r->with_kwargs);
+        gen_kv_bool(g, "per_request", r->obj->per_request);
         gen_kv_str(g, "factory", r->obj->factory);
         gen_kv_str(g, "source", r->obj->source);
         yajl_gen_map_close(g);
@@ -895,5 +902,80 @@ void srt_hook_registry_free(srt_hook_registry *reg)
     free(reg->mods);
     free(reg->regs);
     free(reg->search_path);
+    srt_hook_req_table_free(&reg->reqs);
     free(reg);
+}
+
+/* ---- per-request selections ------------------------------------------------------------ */
+
+int srt_hook_request_begin(srt_hook_registry *reg, uint64_t request_id,
+                           const srt_request_hooks *sel_in, srt_err *err)
+{
+    srt_request_hooks sel = *sel_in;    /* may be shared memory: one read, then clamp */
+    srt_hook_req *e;
+
+    srt_request_hooks_clamp(&sel);
+    if (sel.n == 0)
+        return SRT_OK;
+    if (reg == NULL)
+        return srt_err_set(err, "hook '%s' was selected, but this model has no forward hooks "
+                           "(srt_forward_hooks)", sel.name[0]);
+    e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return srt_err_set(err, "out of memory");
+    e->id = request_id;
+    for (int i = 0; i < sel.n; i++) {
+        const hook_obj *o;
+        const char *cfg = sel.config_len[i] ? sel.config_text + sel.config_off[i] : "{}";
+
+        for (o = reg->objs; o; o = o->next)
+            if (o->per_request && o->hook && strcmp(o->spec_name, sel.name[i]) == 0)
+                break;
+        if (o == NULL) {
+            srt_err_set(err, "hook '%s' is not a per-request hook spec of this model "
+                        "(\"per_request\": true in srt_forward_hooks)", sel.name[i]);
+            goto fail;
+        }
+        e->hook[e->n] = o->hook;
+        e->config[e->n] = strdup(cfg);
+        if (e->config[e->n] == NULL) {
+            srt_err_set(err, "out of memory");
+            goto fail;
+        }
+        if (srt_hook_host_init(&e->host[e->n], o->spec_name, o->source, e->config[e->n],
+                               reg->tp_rank, reg->tp_size, &reg->dev, err) != SRT_OK) {
+            free(e->config[e->n]);
+            goto fail;
+        }
+        e->n++;
+    }
+    if (reg->reqs.n == reg->reqs.cap) {
+        int cap = reg->reqs.cap ? reg->reqs.cap * 2 : 16;
+        srt_hook_req **v = realloc(reg->reqs.v, (size_t)cap * sizeof *v);
+        if (v == NULL) {
+            srt_err_set(err, "out of memory");
+            goto fail;
+        }
+        reg->reqs.v = v;
+        reg->reqs.cap = cap;
+    }
+    srt_hook_request_end(reg, request_id);
+    reg->reqs.v[reg->reqs.n++] = e;
+    return SRT_OK;
+fail:
+    srt_hook_req_free(e);
+    return SRT_ERROR;
+}
+
+void srt_hook_request_end(srt_hook_registry *reg, uint64_t request_id)
+{
+    if (reg == NULL)
+        return;
+    for (int k = 0; k < reg->reqs.n; k++) {
+        if (reg->reqs.v[k]->id != request_id)
+            continue;
+        srt_hook_req_free(reg->reqs.v[k]);
+        reg->reqs.v[k] = reg->reqs.v[--reg->reqs.n];
+        return;
+    }
 }

@@ -20,6 +20,7 @@
 
 #include "srt/common.h"
 #include "srt/module.h"
+#include "srt/request.h"
 
 typedef struct srt_hook_registry srt_hook_registry;
 
@@ -77,6 +78,7 @@ typedef struct srt_hook_attach_opts {
     int         prepend;
     int         always_call; /* forward hooks only */
     int         with_kwargs;
+    int         per_request; /* runs only for requests that select it (srt_hook_request_begin) */
 } srt_hook_attach_opts;
 int64_t srt_hook_attach(srt_hook_registry *reg, const char *module_name, srt_hook *hook,
                         const srt_hook_attach_opts *opts, srt_err *err);
@@ -103,6 +105,15 @@ int srt_hook_registry_list_json(srt_hook_registry *reg, char **out, size_t *len,
 int      srt_hook_registry_active(const srt_hook_registry *reg);
 /* Changes on every mutation, so a runner can notice that hooks changed. */
 uint64_t srt_hook_registry_generation(const srt_hook_registry *reg);
+
+/* Per-request hooks. A spec with "per_request": true runs only for the tokens of requests
+ * that selected it, each call seeing one request's rows and its config (srt_hooks.h, ABI
+ * 1.1). The scheduler calls begin when it takes a request with a selection (an error names
+ * a name that is not a per-request spec: the request then fails) and end when it finishes;
+ * both between forward passes. reg may be NULL (no hooks): begin fails for any selection. */
+int  srt_hook_request_begin(srt_hook_registry *reg, uint64_t request_id,
+                            const srt_request_hooks *sel, srt_err *err);
+void srt_hook_request_end(srt_hook_registry *reg, uint64_t request_id);
 
 /* Python fnmatch.fnmatch semantics on POSIX: '*' crosses '.', no escapes, case-sensitive. */
 int srt_hook_fnmatch(const char *pattern, const char *name);

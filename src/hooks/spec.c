@@ -105,7 +105,7 @@ static int get_bool(yajl_val spec, const char *key, int *out, const char *origin
 
 static const char *const known_fields[] = {
     "name", "target_modules", "hook_factory", "config",
-    "prepend", "always_call", "with_kwargs", "global", NULL
+    "prepend", "always_call", "with_kwargs", "global", "per_request", NULL
 };
 
 static int parse_spec(yajl_val v, const char *origin, const char *list, int idx, int pre,
@@ -148,7 +148,8 @@ static int parse_spec(yajl_val v, const char *origin, const char *list, int idx,
     if (get_bool(v, "prepend", &s->prepend, origin, where, err) != SRT_OK ||
         get_bool(v, "always_call", &s->always_call, origin, where, err) != SRT_OK ||
         get_bool(v, "with_kwargs", &s->with_kwargs, origin, where, err) != SRT_OK ||
-        get_bool(v, "global", &s->global, origin, where, err) != SRT_OK)
+        get_bool(v, "global", &s->global, origin, where, err) != SRT_OK ||
+        get_bool(v, "per_request", &s->per_request, origin, where, err) != SRT_OK)
         return SRT_ERROR;
     if (pre && s->always_call)
         return srt_err_set(err, "%s: %s (spec '%s'): 'always_call' applies to forward hooks "

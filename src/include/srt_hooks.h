@@ -12,6 +12,10 @@
  * The server refuses a library whose srt_hook_abi_version, or a hook whose abi_version,
  * differs from SRT_HOOK_ABI_VERSION in its major part, or has a newer minor part.
  *
+ * Versions. 1.1 appends fields to srt_hook_call (per-request hooks: the request and its
+ * config); nothing of 1.0 moved, so 1.0 libraries keep working unchanged. A library that
+ * reads a 1.1 field checks SRT_HOOK_CALL_HAS(call, field) first.
+ *
  * OWNED BY THE HOOKS COMPONENT: it may extend this file, keeping the types below stable,
  * because the model code (src/model) already builds against them.
  */
@@ -21,7 +25,7 @@
 #include <stdint.h>
 
 #define SRT_HOOK_ABI_VERSION_MAJOR 1
-#define SRT_HOOK_ABI_VERSION_MINOR 0
+#define SRT_HOOK_ABI_VERSION_MINOR 1
 #define SRT_HOOK_ABI_VERSION ((SRT_HOOK_ABI_VERSION_MAJOR << 16) | SRT_HOOK_ABI_VERSION_MINOR)
 
 typedef enum srt_hook_dtype {
@@ -136,7 +140,23 @@ typedef struct srt_hook_call {
     int32_t                      is_global;
     int32_t                      is_pre;
     const struct srt_hook_host  *host;            /* the host services given to the factory */
+
+    /* ---- ABI 1.1 ----
+     * Per-request hooks (specs with "per_request": true, selected by a request's "hooks"
+     * field) are called once per selecting request with only that request's rows: every
+     * view whose first dimension is the batch's tokens, and batch (n_tokens, request_ids,
+     * positions), are cut down to that request's tokens, so other requests in the batch are
+     * never seen nor touched. request_config_json is the request's "config" for this spec
+     * ("{}" when it gave none); request_host's config_number/bool/string/numbers read it
+     * (host->config_* still read the spec's config). NULL/0 for hooks not per request. */
+    uint64_t                     request_id;
+    const char                  *request_config_json;
+    const struct srt_hook_host  *request_host;
 } srt_hook_call;
+
+/* True when the engine that made `call` fills `field` (ABI 1.1 fields of srt_hook_call). */
+#define SRT_HOOK_CALL_HAS(call, field) \
+    ((call)->struct_size >= (uint32_t)((char *)&(call)->field - (char *)(call)) + sizeof((call)->field))
 
 typedef int (*srt_hook_pre_fn)(struct srt_hook *hook, const srt_hook_call *call,
                                srt_module_args *args);

@@ -34,6 +34,8 @@ static char *ngx_http_srt_set_spin(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_srt_request_hooks(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_srt_admin(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -280,6 +282,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, hooks_search),
       NULL },
 
+    { ngx_string("srt_request_hooks"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_srt_request_hooks,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("srt_admin"),
       NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_http_srt_admin,
@@ -388,6 +397,7 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     slcf->sched_spin = NGX_CONF_UNSET;
     slcf->retry_after = NGX_CONF_UNSET_MSEC;
     slcf->wait_ready = NGX_CONF_UNSET_MSEC;
+    slcf->request_hooks = NGX_CONF_UNSET_PTR;
 
     return slcf;
 }
@@ -421,6 +431,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_str_value(conf->hooks, prev->hooks, "");
     ngx_conf_merge_str_value(conf->hooks_search, prev->hooks_search, "");
+    ngx_conf_merge_ptr_value(conf->request_hooks, prev->request_hooks, NULL);
     ngx_conf_merge_str_value(conf->chat_template, prev->chat_template, "");
     ngx_conf_merge_value(conf->device, prev->device, SRT_CHAN_DEVICE_AUTO);
     ngx_conf_merge_value(conf->numerics, prev->numerics,
@@ -790,6 +801,54 @@ ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_srt_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+/* srt_request_hooks NAME ... | off: the per_request hook specs a request here may
+ * select with "hooks" (nginx access control in front decides who gets here). */
+static char *
+ngx_http_srt_request_hooks(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_srt_loc_conf_t *slcf = conf;
+
+    ngx_str_t   *value, *name;
+    ngx_uint_t   i;
+
+    if (slcf->request_hooks != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        slcf->request_hooks = NULL;
+        return NGX_CONF_OK;
+    }
+
+    slcf->request_hooks = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                           sizeof(ngx_str_t));
+    if (slcf->request_hooks == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        if (value[i].len == 0 || value[i].len >= SRT_REQ_HOOK_NAME_MAX) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"srt_request_hooks\": \"%V\" is not a hook "
+                               "spec name (1 to %d bytes)", &value[i],
+                               SRT_REQ_HOOK_NAME_MAX - 1);
+            return NGX_CONF_ERROR;
+        }
+
+        name = ngx_array_push(slcf->request_hooks);
+        if (name == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *name = value[i];
+    }
 
     return NGX_CONF_OK;
 }

@@ -85,6 +85,7 @@ typedef struct {
     ngx_str_t                  model_name;
     ngx_str_t                  hooks;
     ngx_str_t                  hooks_search; /* srt_hooks_path */
+    ngx_array_t               *request_hooks; /* srt_request_hooks: ngx_str_t, NULL = off */
     ngx_str_t                  chat_template;
     ngx_int_t                  device;
     ngx_int_t                  numerics;

@@ -678,6 +678,7 @@ static const ngx_http_srt_unsup_t  ngx_http_srt_unsupported[] = {
     { "chat_template_kwargs",      NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "continue_final_message",    NGX_HTTP_SRT_UNSUP_TRUE },
     { "return_hidden_states",      NGX_HTTP_SRT_UNSUP_TRUE },
+    { "return_activations",        NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "no_stop_trim",              NGX_HTTP_SRT_UNSUP_TRUE },
     { "stop_regex",                NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "skip_special_tokens",       NGX_HTTP_SRT_UNSUP_FALSE },
@@ -1002,6 +1003,210 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
     return NGX_OK;
 }
 
+/*
+ * Per-request hooks and cache isolation (src/hooks/README.md):
+ * "hooks": [{"name": N, "config": {...}}] selects hook specs marked per_request,
+ * only those the location lists in srt_request_hooks; "cache_salt" keeps the
+ * request's prefix cache apart from other tenants'. Both set rq.cache_ns: a
+ * hash of the salt and the selection, so no cached prefix computed under
+ * another selection, config or salt is ever served.
+ */
+
+static uint64_t
+ngx_http_srt_fnv(uint64_t h, const char *s, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        h ^= (u_char) s[i];
+        h *= 0x100000001b3ULL;
+    }
+
+    h ^= 0xff;          /* field separator: ("ab","c") != ("a","bc") */
+    h *= 0x100000001b3ULL;
+
+    return h;
+}
+
+
+static ngx_int_t
+ngx_http_srt_request_hooks(ngx_http_srt_parse_t *ps, yajl_val f_hooks,
+    yajl_val f_salt)
+{
+    size_t                    i, j, k, off, len;
+    uint64_t                  h;
+    yajl_val                  e, name, config;
+    yajl_gen                  g;
+    const char               *key;
+    ngx_str_t                *allowed;
+    ngx_uint_t                a, ok;
+    const unsigned char      *buf;
+    yajl_gen_status           st;
+    srt_request_hooks        *rh;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    rh = &ps->p->rq.hooks;
+    ngx_memzero(rh, sizeof(srt_request_hooks));
+    ps->p->rq.cache_ns = 0;
+    h = 0xcbf29ce484222325ULL;
+
+    if (f_salt && !YAJL_IS_NULL(f_salt)) {
+        if (!YAJL_IS_STRING(f_salt) || f_salt->u.string[0] == '\0') {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "cache_salt",
+                                     "'cache_salt' must be a non-empty "
+                                     "string");
+        }
+
+        h = ngx_http_srt_fnv(h, "salt", 4);
+        h = ngx_http_srt_fnv(h, f_salt->u.string,
+                             ngx_strlen(f_salt->u.string));
+        ps->p->rq.cache_ns = 1;
+    }
+
+    if (f_hooks == NULL || YAJL_IS_NULL(f_hooks)
+        || (YAJL_IS_ARRAY(f_hooks) && f_hooks->u.array.len == 0))
+    {
+        goto done;
+    }
+
+    slcf = ngx_http_get_module_loc_conf(ps->r, ngx_http_srt_module);
+
+    if (slcf->request_hooks == NULL) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                 "'hooks' is not enabled here: the location "
+                                 "has no srt_request_hooks");
+    }
+
+    if (!YAJL_IS_ARRAY(f_hooks)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                 "'hooks' must be an array of {\"name\": ..., "
+                                 "\"config\": {...}} objects");
+    }
+
+    if (f_hooks->u.array.len > SRT_REQ_MAX_HOOKS) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                 "'hooks' selects %uz hooks; at most %d",
+                                 f_hooks->u.array.len, SRT_REQ_MAX_HOOKS);
+    }
+
+    allowed = slcf->request_hooks->elts;
+    off = 0;
+
+    for (i = 0; i < f_hooks->u.array.len; i++) {
+        e = f_hooks->u.array.values[i];
+        name = config = NULL;
+
+        if (!YAJL_IS_OBJECT(e)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                     "hooks[%uz] must be an object with a "
+                                     "'name'", i);
+        }
+
+        for (j = 0; j < e->u.object.len; j++) {
+            key = e->u.object.keys[j];
+
+            if (ngx_strcmp(key, "name") == 0) {
+                name = e->u.object.values[j];
+
+            } else if (ngx_strcmp(key, "config") == 0) {
+                config = e->u.object.values[j];
+
+            } else {
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                         "hooks[%uz] has an unknown field "
+                                         "'%s' (name, config)", i, key);
+            }
+        }
+
+        if (!YAJL_IS_STRING(name) || name->u.string[0] == '\0'
+            || ngx_strlen(name->u.string) >= SRT_REQ_HOOK_NAME_MAX)
+        {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                     "hooks[%uz].name must be a hook spec "
+                                     "name (a string of 1 to %d bytes)", i,
+                                     SRT_REQ_HOOK_NAME_MAX - 1);
+        }
+
+        ok = 0;
+        for (a = 0; a < slcf->request_hooks->nelts; a++) {
+            if (allowed[a].len == ngx_strlen(name->u.string)
+                && ngx_strncmp(allowed[a].data, name->u.string,
+                               allowed[a].len) == 0)
+            {
+                ok = 1;
+            }
+        }
+
+        if (!ok) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                     "hook '%s' may not be selected here "
+                                     "(srt_request_hooks)", name->u.string);
+        }
+
+        for (k = 0; k < i; k++) {
+            if (ngx_strcmp(rh->name[k], name->u.string) == 0) {
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                         "hook '%s' is selected twice",
+                                         name->u.string);
+            }
+        }
+
+        ngx_cpystrn((u_char *) rh->name[i], (u_char *) name->u.string,
+                    SRT_REQ_HOOK_NAME_MAX);
+        h = ngx_http_srt_fnv(h, rh->name[i], ngx_strlen(rh->name[i]));
+
+        if (config && !YAJL_IS_NULL(config)) {
+            if (!YAJL_IS_OBJECT(config)) {
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                         "hooks[%uz].config must be an "
+                                         "object", i);
+            }
+
+            g = yajl_gen_alloc(NULL);
+            if (g == NULL) {
+                return NGX_ERROR;
+            }
+
+            st = ngx_http_srt_gen_val(g, config);
+            if (st != yajl_gen_status_ok) {
+                yajl_gen_free(g);
+                return ngx_http_srt_gen_failed(ps, st, "hooks");
+            }
+
+            yajl_gen_get_buf(g, &buf, &len);
+
+            if (len + 1 > SRT_REQ_HOOK_CONFIG_MAX - off) {
+                yajl_gen_free(g);
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "hooks",
+                                         "the hooks' configs take more than "
+                                         "%d bytes of JSON",
+                                         SRT_REQ_HOOK_CONFIG_MAX - 1);
+            }
+
+            ngx_memcpy(rh->config_text + off, buf, len);
+            rh->config_text[off + len] = '\0';
+            rh->config_off[i] = (uint32_t) off;
+            rh->config_len[i] = (uint32_t) len;
+            h = ngx_http_srt_fnv(h, (const char *) buf, len);
+            off += len + 1;
+            yajl_gen_free(g);
+
+        } else {
+            h = ngx_http_srt_fnv(h, "{}", 2);
+        }
+
+        rh->n = (int32_t) (i + 1);
+    }
+
+done:
+
+    if (rh->n > 0 || ps->p->rq.cache_ns) {
+        ps->p->rq.cache_ns = h ? h : 1;   /* 0 is the shared namespace */
+    }
+
+    return NGX_OK;
+}
+
 
 ngx_int_t
 ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
@@ -1019,7 +1224,8 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
                           f_logprobs, f_top_logprobs, f_user, f_stream,
                           f_stream_options, f_tools, f_echo, f_best_of,
                           f_format, f_tool_choice, f_fcall, f_modalities,
-                          f_regex, f_ebnf, f_json_schema;
+                          f_regex, f_ebnf, f_json_schema,
+                          f_hooks, f_salt;
     ngx_int_t             rc;
     long long             ll;
     ngx_flag_t            flag = 0;
@@ -1084,6 +1290,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     f_user = f_stream = f_stream_options = f_tools = f_echo = NULL;
     f_best_of = f_format = f_tool_choice = f_fcall = f_modalities = NULL;
     f_regex = f_ebnf = f_json_schema = NULL;
+    f_hooks = f_salt = NULL;
 
     for (i = 0; i < root->u.object.len; i++) {
         key = root->u.object.keys[i];
@@ -1124,6 +1331,8 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         field("regex", f_regex);
         field("ebnf", f_ebnf);
         field("json_schema", f_json_schema);
+        field("hooks", f_hooks);
+        field("cache_salt", f_salt);
 #undef field
 
         if (ngx_http_srt_unsupported_field(&ps, key, v) != NGX_OK) {
@@ -1141,6 +1350,9 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     rc = ngx_http_srt_grammar_string(&ps, f_regex, "regex", SRT_GRAMMAR_REGEX);
     ngx_http_srt_check(rc);
     rc = ngx_http_srt_grammar_string(&ps, f_ebnf, "ebnf", SRT_GRAMMAR_GBNF);
+    ngx_http_srt_check(rc);
+
+    rc = ngx_http_srt_request_hooks(&ps, f_hooks, f_salt);
     ngx_http_srt_check(rc);
 
     if (f_modalities && !YAJL_IS_NULL(f_modalities)

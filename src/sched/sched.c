@@ -321,6 +321,7 @@ srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_ar
     r->state = REQ_WAITING;
     r->row = -1;
     r->cr.last_node = SRT_RADIX_NONE;
+    r->cr.ns = a->cache_ns;
     memcpy(r->tokens, a->prompt, sizeof(int32_t) * (size_t)a->n_prompt);
     r->n_prompt = a->n_prompt;
     r->sp = sp;
@@ -607,7 +608,7 @@ static int prefix_in_flight(srt_sched *s, sreq *r, int32_t cached)
     for (int32_t i = 0; i < s->n_running; i++) {
         const sreq *g = &s->pool[s->running[i]];
         int32_t lim = known - 1 < g->n_prompt ? known - 1 : g->n_prompt, k = 0;
-        if (g->kv_len >= lim || lim - cached <= IN_BATCH_SHARE_MIN)
+        if (g->cr.ns != r->cr.ns || g->kv_len >= lim || lim - cached <= IN_BATCH_SHARE_MIN)
             continue;
         while (k < lim && g->tokens[k] == r->tokens[k])
             k++;
@@ -623,7 +624,7 @@ static void order_waiting(srt_sched *s)
         return;
     for (int32_t i = 0; i < s->n_waiting; i++) {
         sreq *r = &s->pool[s->waiting[i]];
-        r->peek = srt_radix_peek_prefix(&s->cache, r->tokens, n_known(r) - 1);
+        r->peek = srt_radix_peek_prefix_ns(&s->cache, r->cr.ns, r->tokens, n_known(r) - 1);
     }
     /* stable insertion sort: longest cached prefix first, queue order among equals */
     for (int32_t i = 1; i < s->n_waiting; i++) {
@@ -655,7 +656,7 @@ static void admit(srt_sched *s, int32_t budget)
         }
         int32_t known = n_known(r);
         if (s->n_running > 0) {
-            int32_t cached = srt_radix_peek_prefix(&s->cache, r->tokens, known - 1);
+            int32_t cached = srt_radix_peek_prefix_ns(&s->cache, r->cr.ns, r->tokens, known - 1);
             if (!s->cache.disabled && prefix_in_flight(s, r, cached)) {
                 wi++;
                 deferred++;

@@ -228,7 +228,8 @@ typedef struct live_req {
 
 static uint64_t req_id(uint32_t slot, uint32_t gen) { return ((uint64_t)gen << 32) | slot; }
 
-static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live)
+static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live,
+                           srt_hook_registry *hooks)
 {
     int n;
     const srt_sched_event *ev = srt_sched_events(s, &n);
@@ -243,6 +244,7 @@ static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live
             srt_sched_abort(s, e->id);   /* stale handle or output area full */
         }
         if (e->finish != SRT_FINISH_NONE) {
+            srt_hook_request_end(hooks, e->id);
             srt_chan_sched_finish(c, slot, gen, e->finish, e->stop_id, (uint32_t)e->cached_tokens,
                                   e->finish == SRT_FINISH_ERROR ? "the model failed on this batch" : NULL);
             for (int k = 0; k < n_live; k++)
@@ -290,7 +292,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                     srt_sched_abort(s, live[k].id);
             while (srt_sched_has_work(s)) {
                 srt_sched_step(s, err);
-                publish_events(c, s, live, n_live);
+                publish_events(c, s, live, n_live, hooks);
             }
             srt_chan_sched_flush(c);
             break;
@@ -310,18 +312,30 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                 sp.max_tokens = (int32_t)rq.max_output;
             srt_sched_submit_args a = { .id = req_id(rq.slot, rq.gen), .group = rq.group,
                                         .prompt = rq.prompt, .n_prompt = (int32_t)rq.n_prompt,
-                                        .sampling = &sp };
+                                        .sampling = &sp, .cache_ns = rq.rq->cache_ns };
+            if (tp && rq.rq->hooks.n != 0) {
+                srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0,
+                                      "per-request hooks are not available with srt_tp_size > 1 yet");
+                continue;
+            }
+            if (srt_hook_request_begin(hooks, a.id, &rq.rq->hooks, &e2) != SRT_OK) {
+                srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
+                continue;
+            }
             if (rq.rq->grammar.kind != SRT_GRAMMAR_NONE) {
                 a.grammar = gc ? grammar_cache_get(gc, &rq.rq->grammar, &e2) : NULL;
                 if (a.grammar == NULL) {
                     if (!gc)
                         srt_err_set(&e2, "out of memory for structured output");
+                    srt_hook_request_end(hooks, a.id);
                     srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                     continue;
                 }
             }
             srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
             srt_grammar_free(a.grammar);     /* the request's matcher holds its own reference */
+            if (st != SRT_SCHED_SUBMIT_OK)
+                srt_hook_request_end(hooks, a.id);
             if (st != SRT_SCHED_SUBMIT_OK) {
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
@@ -341,7 +355,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
         if (srt_sched_has_work(s)) {
             if (srt_sched_step(s, err) < 0)
                 srt_log(SRT_LOG_ERROR, "scheduler step: %s", err->msg);
-            publish_events(c, s, live, n_live);
+            publish_events(c, s, live, n_live, hooks);
             if (tp && srt_tp_group_check(tp, err) != SRT_OK)
                 return tp_group_lost(c, live, n_live, err);
             srt_chan_sched_flush(c);

@@ -30,6 +30,9 @@
 #define SRT_REQ_MAX_LOGIT_BIAS    300   /* logit_bias entries */
 #define SRT_REQ_MAX_TOP_LOGPROBS  20    /* top_logprobs alternatives per token */
 #define SRT_REQ_MAX_GRAMMAR       16384 /* bytes of a structured-output spec (schema, regex, GBNF) */
+#define SRT_REQ_MAX_HOOKS         4     /* "hooks": per-request hook selections */
+#define SRT_REQ_HOOK_NAME_MAX     64    /* a selected spec's name, NUL included */
+#define SRT_REQ_HOOK_CONFIG_MAX   8192  /* all selections' "config" JSON texts together */
 
 /* How a request ended. The sampler sets NONE/STOP/LENGTH; the scheduler adds ABORT and
  * ERROR; the channel carries the value to the worker unchanged. */
@@ -82,11 +85,27 @@ typedef struct srt_grammar_spec {
     char    text[SRT_REQ_MAX_GRAMMAR];   /* NUL-terminated */
 } srt_grammar_spec;
 
+/* "hooks": [{"name": N, "config": {...}}]: forward-hook specs marked "per_request" that run
+ * for this request's tokens only, each with its own config (JSON text, NUL-terminated, at
+ * config_text + config_off[i]). cache_ns names the radix-cache namespace the request may
+ * share prefixes in: 0 for requests without hooks or cache_salt (the shared one), else a
+ * hash of cache_salt and the selection (names and configs), so no prefix computed under
+ * another selection, config or tenant salt is ever served. */
+typedef struct srt_request_hooks {
+    int32_t  n;
+    char     name[SRT_REQ_MAX_HOOKS][SRT_REQ_HOOK_NAME_MAX];
+    uint32_t config_off[SRT_REQ_MAX_HOOKS];
+    uint32_t config_len[SRT_REQ_MAX_HOOKS];   /* without the NUL */
+    char     config_text[SRT_REQ_HOOK_CONFIG_MAX];
+} srt_request_hooks;
+
 /* One request as the channel slot holds it (the prompt travels beside it, in the slot's
  * token area). New per-request data goes here: see the rules at the top of this file. */
 typedef struct srt_request {
     srt_sampling_params sampling;
     srt_grammar_spec    grammar;
+    srt_request_hooks   hooks;
+    uint64_t            cache_ns;
 } srt_request;
 
 /* Defaults: temperature 1, top_p 1, top_k off, min_p 0, penalties neutral, max_tokens 16. */
@@ -96,5 +115,8 @@ int  srt_sampling_params_check(const srt_sampling_params *p, int32_t vocab_size,
 /* Force the counts that index arrays (stop ids, logit bias, top logprobs) into
  * [0, SRT_REQ_MAX_*]: for a copy read from memory another process may have scribbled. */
 void srt_sampling_params_clamp(srt_sampling_params *p);
+/* The same for a hook selection: n in range, names and configs NUL-terminated inside their
+ * arrays (a config that does not fit is dropped: length 0 reads as "{}"). */
+void srt_request_hooks_clamp(srt_request_hooks *h);
 
 #endif

@@ -130,6 +130,7 @@ typedef struct srt_sched_submit_args {
                                             scheduler holds a matcher (and so a reference)
                                             while the request lives; its vocab's ids are this
                                             model's, its stop ids include cfg.eos_ids */
+    uint64_t                   cache_ns; /* radix-cache namespace (srt_request.cache_ns), 0 = shared */
 } srt_sched_submit_args;
 
 typedef enum srt_sched_submit_status {
