@@ -19,7 +19,8 @@
 #   SRT_SKIP_MODELS=1    do not fetch/generate models
 #
 # passwd (useradd) and acl (setfacl) are for scripts/srt-user.sh: as root, the nginx workers
-# and the scheduler of `make run` / `make test` run as the system user ngx-srt.
+# and the scheduler of `make run` / `make test` run as the system user ngx-srt. procps: ps,
+# which the suites use to find nginx's processes (a minimal Debian has none).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +33,7 @@ APT_PACKAGES=(
     perl libtest-base-perl libtext-diff-perl liblist-moreutils-perl libtest-longstring-perl
     libhttp-message-perl libipc-run-perl liburi-perl libwww-perl
     valgrind ca-certificates
-    passwd acl
+    passwd acl procps
     python3 python3-pip python3-venv
 )
 # module name -> pip requirement
