@@ -114,11 +114,12 @@ static void cut_args(srt_module_args *a, int32_t n_tokens, int32_t start, int32_
         cut_rows(&a->kwargs[i], n_tokens, start, len);
 }
 
-/* The selection of `hook` by request id, or -1. */
-static int selected(const srt_hook_req *e, const srt_hook *hook)
+/* Which of the request's selections names the slot's spec, or -1. By name: one spec may
+ * have several hook objects (a control vector has one per layer). */
+static int selected(const srt_hook_req *e, const char *spec_name)
 {
     for (int i = 0; e && i < e->n; i++)
-        if (e->hook[i] == hook)
+        if (strcmp(e->spec[i], spec_name) == 0)
             return i;
     return -1;
 }
@@ -142,7 +143,7 @@ static int for_each_selecting(const struct srt_module_hooks *h, const srt_hook_s
         while (end < b->n_tokens && b->request_ids[end] == b->request_ids[t])
             end++;
         const srt_hook_req *e = srt_hook_req_find(s->reqs, b->request_ids[t]);
-        int k = selected(e, s->hook);
+        int k = selected(e, s->spec_name);
         if (k >= 0) {
             if (rows->ndim < 1 || rows->shape[0] != b->n_tokens) {
                 /* rows are not tokens here (lm_head's logit rows): the request's rows cannot

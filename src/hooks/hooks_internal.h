@@ -104,7 +104,7 @@ void srt_hook_host_fini(srt_hook_host_state *st);
 typedef struct srt_hook_req {
     uint64_t            id;
     int                 n;
-    const srt_hook     *hook[SRT_REQ_MAX_HOOKS];
+    char                spec[SRT_REQ_MAX_HOOKS][SRT_REQ_HOOK_NAME_MAX];  /* selected names */
     char               *config[SRT_REQ_MAX_HOOKS];
     srt_hook_host_state host[SRT_REQ_MAX_HOOKS];
 } srt_hook_req;

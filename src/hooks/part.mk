@@ -1,7 +1,7 @@
 # Forward hooks: spec parsing, matching, factory loading, registry, dispatch.
 ENGINE_SRCS += src/hooks/dispatch.c src/hooks/tensor_util.c src/hooks/match.c \
                src/hooks/spec.c src/hooks/resolve.c src/hooks/host.c src/hooks/registry.c \
-               src/hooks/admin.c src/hooks/per_request.c
+               src/hooks/admin.c src/hooks/per_request.c src/hooks/control_vector.c
 UNIT_TESTS  += $(BUILD)/t/test_hook_admin
 
 # Test hook libraries (t/unit/test_hooks_lib*.c) and the engine tests that dlopen them.

@@ -936,7 +936,7 @@ int srt_hook_request_begin(srt_hook_registry *reg, uint64_t request_id,
                         "(\"per_request\": true in srt_forward_hooks)", sel.name[i]);
             goto fail;
         }
-        e->hook[e->n] = o->hook;
+        memcpy(e->spec[e->n], sel.name[i], sizeof e->spec[e->n]);
         e->config[e->n] = strdup(cfg);
         if (e->config[e->n] == NULL) {
             srt_err_set(err, "out of memory");

@@ -115,6 +115,24 @@ int  srt_hook_request_begin(srt_hook_registry *reg, uint64_t request_id,
                             const srt_request_hooks *sel, srt_err *err);
 void srt_hook_request_end(srt_hook_registry *reg, uint64_t request_id);
 
+/* Control vectors (srt_control_vector): llama.cpp's control-vector GGUF ("direction.N", F32,
+ * N >= 1) added, times scale, to the output of model.layers.N for N in
+ * [max(layer_start, 1), min(layer_end, n_layers - 1)] (<= 0: llama.cpp's defaults), as
+ * llama.cpp's --control-vector-scaled and --control-vector-layer-range do. Registered as a
+ * forward hook per layer under one spec name (default "control_vector"); per_request: only
+ * for requests selecting that name, whose config may set "scale". */
+typedef struct srt_control_vector_opts {
+    const char *path;
+    const char *name;
+    float       scale;
+    int         layer_start, layer_end;
+    int         per_request;
+} srt_control_vector_opts;
+int srt_hook_control_vector_load(srt_hook_registry *reg, const srt_control_vector_opts *o,
+                                 int n_layers, srt_err *err);
+/* For nginx -t: the file is a control vector (directions parse, sizes agree). */
+int srt_hook_control_vector_check(const char *path, srt_err *err);
+
 /* Python fnmatch.fnmatch semantics on POSIX: '*' crosses '.', no escapes, case-sensitive. */
 int srt_hook_fnmatch(const char *pattern, const char *name);
 

@@ -103,6 +103,12 @@ typedef struct srt_chan_config {
     int32_t  cuda_graph;                      /* srt_cuda_graph: 0 on where possible, -1 off */
     int32_t  numerics;                        /* srt_numerics: srt_chan_numerics */
     int32_t  kv_cache_dtype;                  /* srt_kv_cache_dtype: srt_chan_kv_dtype */
+    /* srt_control_vector FILE scale=S layers=A-B name=N per_request */
+    char     cvec_path[SRT_CHAN_PATH_MAX];    /* "" if none */
+    char     cvec_name[SRT_CHAN_NAME_MAX];    /* "" = "control_vector" */
+    float    cvec_scale;
+    int32_t  cvec_layer_start, cvec_layer_end;/* inclusive; 0 = llama.cpp's defaults */
+    int32_t  cvec_per_request;
 } srt_chan_config;
 
 /* ---- scheduler state, published in the header for workers and /health ---- */

@@ -36,6 +36,8 @@ static char *ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_request_hooks(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_srt_control_vector(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_srt_admin(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -282,6 +284,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, hooks_search),
       NULL },
 
+    { ngx_string("srt_control_vector"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_srt_control_vector,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("srt_request_hooks"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_srt_request_hooks,
@@ -432,6 +441,15 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_str_value(conf->hooks, prev->hooks, "");
     ngx_conf_merge_str_value(conf->hooks_search, prev->hooks_search, "");
     ngx_conf_merge_ptr_value(conf->request_hooks, prev->request_hooks, NULL);
+
+    if (conf->cvec_path.data == NULL) {
+        conf->cvec_path = prev->cvec_path;
+        conf->cvec_name = prev->cvec_name;
+        conf->cvec_scale = prev->cvec_scale;
+        conf->cvec_start = prev->cvec_start;
+        conf->cvec_end = prev->cvec_end;
+        conf->cvec_per_request = prev->cvec_per_request;
+    }
     ngx_conf_merge_str_value(conf->chat_template, prev->chat_template, "");
     ngx_conf_merge_value(conf->device, prev->device, SRT_CHAN_DEVICE_AUTO);
     ngx_conf_merge_value(conf->numerics, prev->numerics,
@@ -554,6 +572,32 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "\"srt_forward_hooks\": %s (srt_model \"%V\")",
                                err.msg, &m->path);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (conf->cvec_path.len) {
+        srt_err  err;
+
+        if (ngx_http_srt_copy_cstr(m->cfg.cvec_path, sizeof(m->cfg.cvec_path),
+                                   &conf->cvec_path) != NGX_OK
+            || ngx_http_srt_copy_cstr(m->cfg.cvec_name,
+                                      sizeof(m->cfg.cvec_name),
+                                      &conf->cvec_name) != NGX_OK)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"srt_control_vector\": path or name too long");
+            return NGX_CONF_ERROR;
+        }
+
+        m->cfg.cvec_scale = conf->cvec_scale;
+        m->cfg.cvec_layer_start = (int32_t) conf->cvec_start;
+        m->cfg.cvec_layer_end = (int32_t) conf->cvec_end;
+        m->cfg.cvec_per_request = (int32_t) conf->cvec_per_request;
+
+        if (srt_hook_control_vector_check(m->cfg.cvec_path, &err) != SRT_OK) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"srt_control_vector\": %s", err.msg);
             return NGX_CONF_ERROR;
         }
     }
@@ -803,6 +847,81 @@ ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf->handler = ngx_http_srt_handler;
 
     return NGX_CONF_OK;
+}
+
+
+/* srt_control_vector FILE [scale=S] [layers=A-B] [name=N] [per_request]:
+ * llama.cpp's control-vector GGUF as a built-in hook (src/hooks/README.md). */
+static char *
+ngx_http_srt_control_vector(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_srt_loc_conf_t *slcf = conf;
+
+    u_char     *dash;
+    ngx_str_t  *value, v;
+    ngx_int_t   a, b;
+    ngx_uint_t  i;
+
+    if (slcf->cvec_path.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    slcf->cvec_path = value[1];
+    if (ngx_conf_full_name(cf->cycle, &slcf->cvec_path, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    slcf->cvec_scale = 1.0f;
+    ngx_str_set(&slcf->cvec_name, "control_vector");
+
+    for (i = 2; i < cf->args->nelts; i++) {
+        if (ngx_strncmp(value[i].data, "scale=", 6) == 0) {
+            char  *end;
+            double d = strtod((char *) value[i].data + 6, &end);
+            if (value[i].len == 6 || *end != '\0' || !(d > -1e6 && d < 1e6)) {
+                goto invalid;
+            }
+            slcf->cvec_scale = (float) d;
+
+        } else if (ngx_strncmp(value[i].data, "layers=", 7) == 0) {
+            v.data = value[i].data + 7;
+            v.len = value[i].len - 7;
+            dash = ngx_strlchr(v.data, v.data + v.len, '-');
+            if (dash == NULL) {
+                goto invalid;
+            }
+            a = ngx_atoi(v.data, dash - v.data);
+            b = ngx_atoi(dash + 1, v.data + v.len - dash - 1);
+            if (a == NGX_ERROR || b == NGX_ERROR || a < 1 || b < a) {
+                goto invalid;
+            }
+            slcf->cvec_start = a;
+            slcf->cvec_end = b;
+
+        } else if (ngx_strncmp(value[i].data, "name=", 5) == 0
+                   && value[i].len > 5 && value[i].len - 5 < SRT_REQ_HOOK_NAME_MAX)
+        {
+            slcf->cvec_name.data = value[i].data + 5;
+            slcf->cvec_name.len = value[i].len - 5;
+
+        } else if (ngx_strcmp(value[i].data, "per_request") == 0) {
+            slcf->cvec_per_request = 1;
+
+        } else {
+            goto invalid;
+        }
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"srt_control_vector\": invalid parameter \"%V\" "
+                       "(scale=S, layers=A-B with 1 <= A <= B, name=N, "
+                       "per_request)", &value[i]);
+    return NGX_CONF_ERROR;
 }
 
 

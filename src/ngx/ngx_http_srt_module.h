@@ -86,6 +86,12 @@ typedef struct {
     ngx_str_t                  hooks;
     ngx_str_t                  hooks_search; /* srt_hooks_path */
     ngx_array_t               *request_hooks; /* srt_request_hooks: ngx_str_t, NULL = off */
+    ngx_str_t                  cvec_path;   /* srt_control_vector FILE ... */
+    ngx_str_t                  cvec_name;
+    float                      cvec_scale;
+    ngx_int_t                  cvec_start;
+    ngx_int_t                  cvec_end;
+    ngx_flag_t                 cvec_per_request;
     ngx_str_t                  chat_template;
     ngx_int_t                  device;
     ngx_int_t                  numerics;

@@ -446,6 +446,22 @@ int srt_sched_run(srt_chan *c, srt_err *err)
             srt_hook_registry_load_file(hooks, cc->hooks_path, err) != SRT_OK)
             goto fail;
     }
+    if (cc->cvec_path[0]) {
+        int n_mod;
+        srt_module *mods = srt_model_modules(m, &n_mod);
+        srt_control_vector_opts co = { .path = cc->cvec_path, .name = cc->cvec_name,
+                                       .scale = cc->cvec_scale, .layer_start = cc->cvec_layer_start,
+                                       .layer_end = cc->cvec_layer_end,
+                                       .per_request = cc->cvec_per_request };
+        if (tp) {
+            srt_err_set(err, "srt_control_vector: not available with srt_tp_size > 1 yet");
+            goto fail;
+        }
+        if (!hooks && !(hooks = srt_hook_registry_create(mods, n_mod, err)))
+            goto fail;
+        if (srt_hook_control_vector_load(hooks, &co, srt_model_config_of(m)->n_layers, err) != SRT_OK)
+            goto fail;
+    }
     if (!cuda && cc->kv_cache_dtype == SRT_CHAN_KV_BF16) {
         srt_err_set(err, "srt_kv_cache_dtype bf16: the CPU backend keeps the KV cache in f16 or f32");
         goto fail;
