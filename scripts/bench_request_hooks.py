@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Cost of per-request hooks (issue 17; BENCHMARKS.md, "Per-request hooks").
+
+    scripts/bench_request_hooks.py [--model .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf]
+        [--threads 2] [--batch 16] [--tokens 32] [--rounds 3] [--port 28690]
+
+Starts a private nginx (prefix under /tmp, stopped at the end) serving the model with a
+per-request steering spec (libsrt_hook_steer.so on model.layers.10, "per_request": true) and
+sends rounds of --batch concurrent greedy completions (distinct prompts, --tokens output tokens,
+ignore_eos), in three variants interleaved per round:
+    none     no request selects the hook
+    half     every other request selects it ("hooks": [{"name": "steer", "config": {"scale": 4}}])
+    all      every request selects it
+and reports output tokens/s (best round) and the ratio to `none` (target for `half`: >= 0.9).
+The radix cache is off so every round computes its prompts. Standard library only."""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CONF = """load_module {so};
+master_process on;
+worker_processes 1;
+pid {pfx}/nginx.pid;
+error_log {pfx}/error.log notice;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {pfx}/client_body_temp;
+    proxy_temp_path {pfx}/proxy_temp;
+    fastcgi_temp_path {pfx}/fastcgi_temp;
+    uwsgi_temp_path {pfx}/uwsgi_temp;
+    scgi_temp_path {pfx}/scgi_temp;
+    srt_temp_path {pfx}/srt_temp;
+    server {{
+        listen 127.0.0.1:{port};
+        location /v1/ {{
+            srt_model {model} name=m;
+            srt_device cpu;
+            srt_threads {threads};
+            srt_radix_cache off;
+            srt_context_length 1024;
+            srt_max_running_requests {batch};
+            srt_max_total_tokens 16384;
+            srt_forward_hooks {pfx}/hooks.json;
+            srt_hooks_path {lib};
+            srt_request_hooks steer;
+            srt_wait_ready 300s;
+        }}
+    }}
+}}
+"""
+
+
+def one(port, body, out, i):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    out[i] = json.loads(data)["usage"]["completion_tokens"] if r.status == 200 else -1
+    c.close()
+
+
+def run_batch(port, args, variant, rnd):
+    bodies = []
+    for i in range(args.batch):
+        b = {"model": "m", "prompt": f"Request {rnd}-{i}: write a short story about the number {i * 37 + rnd}.",
+             "max_tokens": args.tokens, "temperature": 0, "ignore_eos": True}
+        if variant == "all" or (variant == "half" and i % 2):
+            b["hooks"] = [{"name": "steer", "config": {"scale": 4}}]
+        bodies.append(b)
+    out = [0] * args.batch
+    ts = [threading.Thread(target=one, args=(port, b, out, i)) for i, b in enumerate(bodies)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    dt = time.perf_counter() - t0
+    if min(out) < 0:
+        sys.exit(f"bench_request_hooks: a {variant} request failed")
+    return sum(out) / dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--module", default=os.path.join(ROOT, "build/nginx/ngx_http_srt_module.so"))
+    ap.add_argument("--hook-lib", default=os.path.join(ROOT, "build/lib"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--port", type=int, default=28690)
+    ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    args = ap.parse_args()
+    pfx = tempfile.mkdtemp(prefix="srt-bench-reqhooks.")
+    vec = [round(3 * __import__("math").sin(i * 0.7), 3) for i in range(576)]
+    with open(os.path.join(pfx, "hooks.json"), "w") as f:
+        json.dump({"forward_hooks": [{"name": "steer", "per_request": True, "target_modules": ["model.layers.10"],
+                                      "hook_factory": "libsrt_hook_steer.so:srt_steer_factory",
+                                      "config": {"vector": vec, "scale": 1}}]}, f)
+    conf = os.path.join(pfx, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(CONF.format(so=args.module, pfx=pfx, port=args.port, model=os.path.abspath(args.model),
+                            threads=args.threads, batch=args.batch, lib=args.hook_lib))
+    ngx = [args.nginx, "-p", pfx, "-c", conf, "-g", "user root;"]
+    subprocess.run(ngx, check=True)
+    try:
+        for _ in range(600):
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{args.port}/v1/models", timeout=5).status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        run_batch(args.port, args, "none", -1)   # warm-up
+        best = {}
+        for rnd in range(args.rounds):
+            for v in ("none", "half", "all"):
+                tps = run_batch(args.port, args, v, rnd)
+                best[v] = max(best.get(v, 0), tps)
+        print(f"model {os.path.basename(args.model)}, threads {args.threads}, batch {args.batch}, "
+              f"{args.tokens} tokens each, best of {args.rounds} interleaved rounds; load {open('/proc/loadavg').read().split()[:3]}")
+        for v in ("none", "half", "all"):
+            print(f"{v:5s} {best[v]:8.1f} output tok/s  ratio {best[v] / best['none']:.3f}")
+    finally:
+        subprocess.run(ngx + ["-s", "stop"])
+
+
+if __name__ == "__main__":
+    main()
