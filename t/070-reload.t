@@ -202,3 +202,62 @@ POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
 --- response_body_like chomp
 "finish_reason":"length"
+
+
+
+=== TEST 7: quit, and a reload that gives the model a new channel, while a body is still arriving: answered, nginx exits
+The worker got the rest of the body after its scheduler had stopped; the scheduler used to
+publish HANDOVER on every graceful stop, the request was queued for a successor that never
+came and nginx never exited.
+--- init
+package main;
+use IO::Socket::INET ();
+my $port = server_port() + 4;
+my $loc = sub { "srt_model $ENV{TEST_NGINX_SRT_MODEL} name=s; srt_max_total_tokens 1024; "
+                . "srt_context_length $_[0]; srt_wait_ready 60s;" };
+for my $how (qw(quit reload)) {
+    my $ngx = private_nginx("late-body-$how", $port, $loc->(512));
+    $ngx->start or die "nginx failed to start";
+    $ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler";
+    my ($master) = `cat $ngx->{prefix}/logs/nginx.pid` =~ /(\d+)/;
+    my $body = '{"prompt": "Hello", "max_tokens": 4}';
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 5)
+        or die "connect: $!";
+    print $s "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+           . "Content-Type: application/json\r\nContent-Length: " . length($body) . "\r\n\r\n"
+           . substr($body, 0, 10);
+    select undef, undef, undef, 0.3;
+    if ($how eq 'reload') {
+        $ngx->write($loc->(256));
+    }
+    $ngx->signal($how);
+    select undef, undef, undef, 2;
+    print $s substr($body, 10);
+    my $t0 = Time::HiRes::time();
+    my $resp = '';
+    my $sel = IO::Select->new($s);
+    while (Time::HiRes::time() - $t0 < 30 && $sel->can_read(30 - (Time::HiRes::time() - $t0))) {
+        my $n = sysread($s, my $buf, 65536);
+        last unless $n;
+        $resp .= $buf;
+    }
+    Test::More::like($resp, qr{^HTTP/1\.1 (200|503) .*\r\n\r\n\{}s,
+                     "$how: the request whose body finished late is answered ("
+                     . (($resp =~ /^(HTTP\S+ \d+)/)[0] // 'nothing') . ")");
+    Test::More::unlike($ngx->log, qr/\[alert\]/, "$how: no alert");
+    if ($how eq 'quit') {
+        my $gone = 0;
+        for (1 .. 200) { if (!kill(0, $master)) { $gone = 1; last } select undef, undef, undef, 0.05 }
+        Test::More::ok($gone, "quit: nginx exited within 10 s of the answer");
+    } else {
+        Test::More::ok($ngx->wait_log(qr/scheduler ready(?s:.*)scheduler ready/, 30),
+                       "reload: the new channel's scheduler is ready");
+        my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions', $body, {}, $port);
+        Test::More::like($r, qr{^HTTP/1\.1 200 }, "reload: and serves");
+        $ngx->stop;
+    }
+}
+--- request
+GET /v1/models
+--- response_body_like chomp
+"id":"smol"

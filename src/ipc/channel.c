@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -76,6 +77,11 @@ typedef struct chan_header {
     uint32_t          pad2;
     char              admin_req[SRT_CHAN_ADMIN_REQ_MAX];
     char              admin_resp[SRT_CHAN_ADMIN_RESP_MAX];
+    /* Bumped by the master each time a configuration adopts this channel: a scheduler
+     * stopping gracefully hands over only if a newer configuration will serve it. */
+    _Atomic uint32_t  generation;
+    uint32_t          pad3;
+    char              sock_dir[SRT_CHAN_SOCK_DIR_MAX];   /* cfg.sock_dir at format time */
 } chan_header;
 
 enum { AD_FREE = 0, AD_WRITING = 1, AD_POSTED = 2, AD_TAKEN = 3, AD_DONE = 4 };
@@ -113,12 +119,14 @@ struct srt_chan {
     int                   sched_fd;
     int                   worker_fd;
     int                   send_fd;      /* for ringing others, made on first use */
-    int                   lock_fd;      /* listening socket named lock_key, while owner */
+    int                   lock_fd;      /* the lock_key lock, while owner */
+    int                   sched_lock_fd;/* sock_dir: the channel's scheduler lock, while owner */
     pid_t                 self;         /* this process, once it opened its side (getpid() is a syscall) */
     uint64_t              seen_events;  /* scheduler: sched_events when it last looked */
     uint32_t              spin_us;      /* scheduler: busy-wait this long before blocking */
     char                  lock_key[96];
     volatile sig_atomic_t stop;
+    uint32_t              generation;   /* scheduler: the configuration it serves */
     uint32_t              claim_hint;
     int                   n_pending;
     pid_t                 pending[PENDING_MAX];
@@ -176,27 +184,43 @@ static float *slot_top_lps(const srt_chan *c, chan_slot *s)
 
 /* ---- doorbells ---- */
 
-static socklen_t bell_addr(struct sockaddr_un *a, uint64_t id, pid_t pid)
+/* A doorbell is a datagram socket named after the channel and its process (0: the
+ * scheduler). With a sock_dir it is a file there (only the directory's owner can create
+ * one); without, a name in the abstract namespace (tests and tools). */
+static socklen_t bell_addr(const chan_header *h, struct sockaddr_un *a, pid_t pid)
 {
     int n;
+    char *p = a->sun_path;
+    size_t cap = sizeof(a->sun_path);
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
+    if (h->sock_dir[0] == 0) {
+        p++;            /* abstract: a leading NUL */
+        cap--;
+    }
     if (pid > 0)
-        n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "srt-%016llx-w%d",
-                     (unsigned long long)id, (int)pid);
+        n = snprintf(p, cap, "%s%s%016llx-w%d", h->sock_dir, h->sock_dir[0] ? "/" : "srt-",
+                     (unsigned long long)h->chan_id, (int)pid);
     else
-        n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "srt-%016llx-sched",
-                     (unsigned long long)id);
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+        n = snprintf(p, cap, "%s%s%016llx-sched", h->sock_dir, h->sock_dir[0] ? "/" : "srt-",
+                     (unsigned long long)h->chan_id);
+    if (n < 0 || (size_t)n >= cap)
+        n = (int)cap - 1;   /* cannot happen: sock_dir is bounded */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - a->sun_path) + (size_t)n
+                       + (h->sock_dir[0] ? 1 : 0));
 }
 
-static int bell_bind(uint64_t id, pid_t pid)
+/* The caller owns the name (a worker its pid; a scheduler holds the channel's lock): a
+ * file left by a dead process of the same name is removed first. */
+static int bell_bind(const chan_header *h, pid_t pid)
 {
     struct sockaddr_un a;
-    socklen_t len = bell_addr(&a, id, pid);
+    socklen_t len = bell_addr(h, &a, pid);
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
+    if (h->sock_dir[0])
+        (void)unlink(a.sun_path);
     if (bind(fd, (struct sockaddr *)&a, len) != 0) {
         int e = errno;
         close(fd);
@@ -209,10 +233,10 @@ static int bell_bind(uint64_t id, pid_t pid)
 /* Ring a doorbell through send_fd (an unbound datagram socket; -1 = use a fresh one, as a
  * signal handler must). A full socket buffer means it is already rung, a missing one means
  * the process is gone: both are fine. */
-static void bell_send(int send_fd, uint64_t id, pid_t pid)
+static void bell_send(const chan_header *h, int send_fd, pid_t pid)
 {
     struct sockaddr_un a;
-    socklen_t len = bell_addr(&a, id, pid);
+    socklen_t len = bell_addr(h, &a, pid);
     int fd = send_fd >= 0 ? send_fd : socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     char b = 1;
     if (fd < 0)
@@ -229,7 +253,7 @@ static void bell_ring_c(srt_chan *c, pid_t pid)
 {
     if (c->send_fd < 0)
         c->send_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    bell_send(c->send_fd, c->h->chan_id, pid);
+    bell_send(c->h, c->send_fd, pid);
 }
 
 /* Empties a doorbell socket; one syscall in the usual case of a few pending rings. */
@@ -318,6 +342,8 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     h->cfg.hooks_path[SRT_CHAN_PATH_MAX - 1] = 0;
     h->cfg.chat_template[SRT_CHAN_PATH_MAX - 1] = 0;
     h->cfg.hooks_search[SRT_CHAN_PATH_MAX - 1] = 0;
+    h->cfg.sock_dir[SRT_CHAN_SOCK_DIR_MAX - 1] = 0;
+    memcpy(h->sock_dir, h->cfg.sock_dir, sizeof(h->sock_dir));
     atomic_store(&h->sched_state, SRT_CHAN_SCHED_NONE);
     atomic_store(&h->next_ticket, 1);
     atomic_store(&h->next_group, 1);
@@ -351,6 +377,7 @@ srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err)
     c->worker_fd = -1;
     c->send_fd = -1;
     c->lock_fd = -1;
+    c->sched_lock_fd = -1;
     c->claim_hint = (uint32_t)getpid() * 2654435761u;
     return c;
 }
@@ -361,10 +388,20 @@ void srt_chan_detach(srt_chan *c)
         return;
     if (c->sched_fd >= 0)
         srt_chan_sched_close(c);
-    if (c->worker_fd >= 0)
+    if (c->worker_fd >= 0) {
         close(c->worker_fd);
+        if (c->h->sock_dir[0]) {
+            struct sockaddr_un a;
+            (void)bell_addr(c->h, &a, c->self);
+            (void)unlink(a.sun_path);
+        }
+    }
     if (c->send_fd >= 0)
         close(c->send_fd);
+    if (c->lock_fd >= 0)
+        close(c->lock_fd);
+    if (c->sched_lock_fd >= 0)
+        close(c->sched_lock_fd);
     free(c);
 }
 
@@ -490,14 +527,48 @@ void srt_chan_sched_set_lock_key(srt_chan *c, const char *key)
     snprintf(c->lock_key, sizeof(c->lock_key), "%.80s", key ? key : "");
 }
 
-/* The key lock is a listening abstract stream socket: only one process can bind the name,
- * the kernel drops it with its process, and a waiter learns the holder's pid by connecting
- * (SO_PEERCRED), then waits on the holder's pidfd. */
+/* With a sock_dir, locks are flock()s on files there: the kernel drops one with its
+ * process, a waiter blocks in flock() until then, and a stop signal (no SA_RESTART)
+ * interrupts the wait. Names come from the caller: '/' becomes '_'. */
+static int file_lock(srt_chan *c, const char *name, int *out, srt_err *err)
+{
+    char path[SRT_CHAN_SOCK_DIR_MAX + 128];
+    size_t d = strlen(c->h->sock_dir);
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/%s", c->h->sock_dir, name);
+    for (char *q = path + d + 1; *q; q++)
+        if (*q == '/')
+            *q = '_';
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return srt_err_set(err, "channel: lock file \"%s\": %s", path, strerror(errno));
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR || c->stop) {
+            int e = errno;
+            close(fd);
+            return srt_err_set(err, "channel: lock file \"%s\": %s", path,
+                               e == EINTR ? "stop requested while waiting for it" : strerror(e));
+        }
+    }
+    *out = fd;
+    return SRT_OK;
+}
+
+/* Without a sock_dir, the key lock is a listening abstract stream socket: only one process
+ * can bind the name, the kernel drops it with its process, and a waiter learns the holder's
+ * pid by connecting (SO_PEERCRED), then waits on the holder's pidfd. */
 static int key_lock(srt_chan *c, srt_err *err)
 {
     struct sockaddr_un a;
     socklen_t len;
     int n;
+
+    if (c->h->sock_dir[0]) {
+        char name[128];
+        snprintf(name, sizeof(name), "lock-%s", c->lock_key);
+        return file_lock(c, name, &c->lock_fd, err);
+    }
 
     memset(&a, 0, sizeof(a));
     a.sun_family = AF_UNIX;
@@ -545,12 +616,19 @@ int srt_chan_sched_open(srt_chan *c, srt_err *err)
 {
     if (c->lock_key[0] && c->lock_fd < 0 && key_lock(c, err) != SRT_OK)
         return SRT_ERROR;
+    /* a file doorbell outlives its process: the channel's own lock says who owns it */
+    if (c->h->sock_dir[0] && c->sched_lock_fd < 0) {
+        char name[64];
+        snprintf(name, sizeof(name), "%016llx-sched.lock", (unsigned long long)c->h->chan_id);
+        if (file_lock(c, name, &c->sched_lock_fd, err) != SRT_OK)
+            return SRT_ERROR;
+    }
     for (;;) {
         pid_t owner;
         int fd;
         if (c->stop)
             return srt_err_set(err, "channel: stop requested before the scheduler started");
-        fd = bell_bind(c->h->chan_id, 0);
+        fd = bell_bind(c->h, 0);
         if (fd >= 0) {
             c->sched_fd = fd;
             c->self = getpid();
@@ -576,7 +654,9 @@ void srt_chan_sched_close(srt_chan *c)
     if (c->sched_fd < 0)
         return;
     srt_chan_sched_flush(c);
-    if (c->stop == 1)
+    /* HANDOVER keeps accepting requests for a successor; on a quit, or a reload that gave
+     * the model a new channel, none will come and they would wait forever */
+    if (c->stop == 1 && atomic_load(&c->h->generation) != c->generation)
         srt_chan_sched_set_state(c, SRT_CHAN_SCHED_HANDOVER, "scheduler restarting", NULL);
     else if (atomic_load(&c->h->sched_state) != SRT_CHAN_SCHED_FAILED)
         /* a load failure keeps its reason (503 bodies, /health) until the next attempt */
@@ -591,6 +671,20 @@ void srt_chan_sched_close(srt_chan *c)
         close(c->lock_fd);
         c->lock_fd = -1;
     }
+    if (c->sched_lock_fd >= 0) {
+        close(c->sched_lock_fd);
+        c->sched_lock_fd = -1;
+    }
+}
+
+uint32_t srt_chan_adopt(srt_chan *c)
+{
+    return atomic_fetch_add(&c->h->generation, 1) + 1;
+}
+
+void srt_chan_sched_set_generation(srt_chan *c, uint32_t generation)
+{
+    c->generation = generation;
 }
 
 void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *msg,
@@ -911,7 +1005,7 @@ void srt_chan_sched_request_stop(srt_chan *c, int how)
         c->stop = how;
     atomic_fetch_add(&c->h->sched_events, 1);   /* lock-free: fine in a signal handler */
     if (c->sched_fd >= 0)
-        bell_send(-1, c->h->chan_id, 0);   /* from a signal handler: no shared socket */
+        bell_send(c->h, -1, 0);   /* from a signal handler: no shared socket */
 }
 
 void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why)
@@ -939,7 +1033,7 @@ int srt_chan_worker_open(srt_chan *c, srt_err *err)
     if (c->worker_fd >= 0)
         return c->worker_fd;
     c->self = getpid();
-    c->worker_fd = bell_bind(c->h->chan_id, c->self);
+    c->worker_fd = bell_bind(c->h, c->self);
     if (c->worker_fd < 0)
         return srt_err_set(err, "channel: worker doorbell: %s", strerror(errno));
     /* register for state-change rings: a free entry, or one of a dead process */

@@ -48,6 +48,7 @@
 
 #define SRT_CHAN_TOP_RING          64   /* rows of top-logprobs kept per slot (worker drains) */
 #define SRT_CHAN_PATH_MAX          1024
+#define SRT_CHAN_SOCK_DIR_MAX      72     /* + "/<16 hex>-w<pid>" fits sun_path (108) */
 #define SRT_CHAN_NAME_MAX          128
 #define SRT_CHAN_MAX_WORKERS       128  /* worker doorbells rung on scheduler state changes */
 #define SRT_CHAN_METRICS_MAX       32768 /* Prometheus text published by the scheduler */
@@ -109,6 +110,12 @@ typedef struct srt_chan_config {
     float    cvec_scale;
     int32_t  cvec_layer_start, cvec_layer_end;/* inclusive; 0 = llama.cpp's defaults */
     int32_t  cvec_per_request;
+    /* Doorbells and locks: filesystem sockets and lock files in this directory, which must
+     * be mode 0700 and owned by the user of the workers and schedulers, so that no other
+     * local user can bind a name first (srt_temp_path). "" = Linux's abstract namespace,
+     * which any local user can squat: tests and tools only. Fixed when the channel is
+     * formatted. */
+    char     sock_dir[SRT_CHAN_SOCK_DIR_MAX];
 } srt_chan_config;
 
 /* ---- scheduler state, published in the header for workers and /health ---- */
@@ -247,8 +254,17 @@ void srt_chan_sched_request_stop(srt_chan *c, int how);
  * SRT_CHAN_METRICS_MAX - 1 bytes. Cheap (one memcpy); call it every step or on a timer. */
 void srt_chan_sched_publish_metrics(srt_chan *c, const char *text, size_t len);
 
-/* Release the scheduler role (state stays as last set). */
+/* Release the scheduler role. After a graceful stop (1) it publishes HANDOVER, which keeps
+ * accepting requests for a successor, only if a newer configuration adopted the channel
+ * since the one this scheduler serves (srt_chan_adopt); otherwise (quit, a reload that gave
+ * the model a new channel) DOWN, which fails what is queued. A load failure stays FAILED. */
 void srt_chan_sched_close(srt_chan *c);
+
+/* Master: a configuration (startup or reload) takes this channel; returns its generation.
+ * Called once per configuration, after everything that can fail in loading it. */
+uint32_t srt_chan_adopt(srt_chan *c);
+/* Scheduler: the generation of the configuration it was started for (0 if none). */
+void srt_chan_sched_set_generation(srt_chan *c, uint32_t generation);
 
 /* Supervisor side: scheduler process `pid` died. Fails the RUNNING slots it had popped with
  * SRT_FINISH_ERROR `why` and wakes their owners. If it still was the channel's scheduler

@@ -254,8 +254,10 @@ ngx_http_srt_park(ngx_http_request_t *r, ngx_http_srt_ctx_t *ctx)
     m = ctx->model;
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
 
+    /* a worker shutting down (quit, reload) answers now: its channel may
+     * never see another scheduler, and nginx waits for this request */
     if (slcf->wait_ready == 0 || m->chan == NULL || m->load_error.len
-        || ngx_process != NGX_PROCESS_WORKER)
+        || ngx_process != NGX_PROCESS_WORKER || ngx_exiting)
     {
         return NGX_DECLINED;
     }

@@ -25,6 +25,9 @@ static void *ngx_http_srt_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_srt_postconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_srt_init_module(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_srt_check_sock_dir(ngx_cycle_t *cycle,
+    ngx_http_srt_main_conf_t *smcf);
 static ngx_int_t ngx_http_srt_init_process(ngx_cycle_t *cycle);
 static void ngx_http_srt_exit_process(ngx_cycle_t *cycle);
 
@@ -344,7 +347,7 @@ ngx_module_t  ngx_http_srt_module = {
     ngx_http_srt_commands,                 /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    NULL,                                  /* init module */
+    ngx_http_srt_init_module,              /* init module */
     ngx_http_srt_init_process,             /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -735,11 +738,36 @@ ngx_http_srt_postconfiguration(ngx_conf_t *cf)
 
     smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_srt_module);
 
+    ngx_uint_t                 i;
+    ngx_http_srt_model_t     **mp;
+
     if (smcf->models.nelts == 0) {
         return NGX_OK;
     }
 
-    return ngx_http_srt_process_init_path(cf, smcf);
+    if (ngx_http_srt_process_init_path(cf, smcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* doorbells and locks live in srt_temp_path, a 0700 directory of the
+     * workers' user: another local user cannot bind their names first */
+    if (smcf->path->name.len >= SRT_CHAN_SOCK_DIR_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "srt_temp_path \"%V\" is too long for the "
+                           "doorbell sockets in it (at most %d bytes)",
+                           &smcf->path->name, SRT_CHAN_SOCK_DIR_MAX - 1);
+        return NGX_ERROR;
+    }
+
+    mp = smcf->models.elts;
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        ngx_memcpy(mp[i]->cfg.sock_dir, smcf->path->name.data,
+                   smcf->path->name.len);
+        mp[i]->cfg.sock_dir[smcf->path->name.len] = '\0';
+    }
+
+    return NGX_OK;
 }
 
 
@@ -1313,6 +1341,88 @@ ngx_http_srt_set_hooks(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * nginx created srt_temp_path (0700, owned by the workers' user when the
+ * master runs as root), but leaves the mode of one that already existed.
+ */
+
+static ngx_int_t
+ngx_http_srt_check_sock_dir(ngx_cycle_t *cycle, ngx_http_srt_main_conf_t *smcf)
+{
+    ngx_file_info_t  fi;
+
+    if (ngx_test_config) {
+        return NGX_OK;
+    }
+
+    if (lstat((char *) smcf->path->name.data, &fi) == -1) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      "srt_temp_path \"%V\"", &smcf->path->name);
+        return NGX_ERROR;
+    }
+
+    if (!S_ISDIR(fi.st_mode)) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                      "srt_temp_path \"%V\" is not a directory",
+                      &smcf->path->name);
+        return NGX_ERROR;
+    }
+
+    if ((fi.st_mode & 077)
+        && chmod((char *) smcf->path->name.data, fi.st_mode & 0700) == -1)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      "srt_temp_path \"%V\" must be mode 0700 (the doorbell "
+                      "sockets in it are the workers' own)",
+                      &smcf->path->name);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * In the master, once this configuration can no longer fail to load: it takes
+ * every model's channel. A scheduler stopping gracefully learns from the
+ * generation whether a newer configuration will serve its channel (reload)
+ * or none will (quit, or a reload that gave the model a new channel).
+ */
+
+static ngx_int_t
+ngx_http_srt_init_module(ngx_cycle_t *cycle)
+{
+    srt_err                     err;
+    srt_chan                   *chan;
+    ngx_uint_t                  i;
+    ngx_http_srt_model_t      **mp;
+    ngx_http_srt_main_conf_t   *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_srt_module);
+    if (smcf == NULL || smcf->models.nelts == 0) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_srt_check_sock_dir(cycle, smcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    mp = smcf->models.elts;
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        chan = srt_chan_attach(mp[i]->chan_mem, mp[i]->chan_size, &err);
+        if (chan == NULL) {
+            continue;
+        }
+
+        mp[i]->chan_gen = srt_chan_adopt(chan);
+        srt_chan_detach(chan);
+    }
+
+    return NGX_OK;
 }
 
 

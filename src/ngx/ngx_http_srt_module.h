@@ -49,6 +49,7 @@ struct ngx_http_srt_model_s {
     /* per process */
     void                      *chan_mem;
     srt_chan                  *chan;
+    uint32_t                   chan_gen;    /* srt_chan_adopt() by this cycle */
 
     /* worker */
     srt_tokenizer             *tok;

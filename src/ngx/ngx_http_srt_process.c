@@ -400,6 +400,7 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
      */
     ngx_snprintf((u_char *) key, sizeof(key) - 1, "%P-%V%Z", master, &m->name);
     srt_chan_sched_set_lock_key(m->chan, key);
+    srt_chan_sched_set_generation(m->chan, m->chan_gen);
 
     if (srt_chan_sched_open(m->chan, &err) != SRT_OK) {
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,

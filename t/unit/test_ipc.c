@@ -477,7 +477,7 @@ static void test_dead_scheduler_and_lock(void)
 static srt_chan *stop_chan;
 static void on_term(int sig) { srt_chan_sched_request_stop(stop_chan, sig == SIGQUIT ? 1 : 2); }
 
-static void stoppable_scheduler(int unused1, int unused2)
+static void stoppable_scheduler(int generation, int unused2)
 {
     srt_err err;
     srt_chan *c = srt_chan_attach(mem, mem_size, &err);
@@ -486,7 +486,10 @@ static void stoppable_scheduler(int unused1, int unused2)
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_term;
     sigaction(SIGQUIT, &sa, NULL);
-    if (c == NULL || srt_chan_sched_open(c, &err) != SRT_OK)
+    if (c == NULL)
+        _exit(10);
+    srt_chan_sched_set_generation(c, (uint32_t)generation);
+    if (srt_chan_sched_open(c, &err) != SRT_OK)
         _exit(10);
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, "ready", NULL);
     while (!srt_chan_sched_stopping(c))
@@ -498,17 +501,37 @@ static void stoppable_scheduler(int unused1, int unused2)
 static void test_stop(void)
 {
     srt_chan *c = make_chan(2, 32, 0);
-    pid_t sched = spawn(stoppable_scheduler, 0, 0);
+    uint32_t gen = srt_chan_adopt(c);
+    pid_t sched = spawn(stoppable_scheduler, (int)gen, 0);
     srt_request sp = greedy(1);
     int32_t p[1] = { 1 };
     uint32_t s, g;
     wait_ready(c);
+    srt_chan_adopt(c);      /* a reload: a newer configuration takes the channel */
     kill(sched, SIGQUIT);
     is_int(reap(sched), 0, "graceful stop wakes a scheduler blocked in wait(-1)");
     is_int(srt_chan_sched_state_get(c, NULL, 0), SRT_CHAN_SCHED_HANDOVER,
-           "graceful stop leaves HANDOVER for the successor");
+           "graceful stop after a reload adopted the channel leaves HANDOVER for the successor");
     is_int(srt_chan_submit(c, p, 1, &sp, 0, &s, &g), SRT_CHAN_SUBMIT_OK,
            "requests queue during the hand-over");
+    srt_chan_detach(c);
+
+    /* quit (or a reload that gave the model a new channel): no successor will come */
+    c = make_chan(2, 32, 0);
+    gen = srt_chan_adopt(c);
+    sched = spawn(stoppable_scheduler, (int)gen, 0);
+    wait_ready(c);
+    is_int(srt_chan_submit(c, p, 1, &sp, 0, &s, &g), SRT_CHAN_SUBMIT_OK, "a request queued before the quit");
+    kill(sched, SIGQUIT);
+    is_int(reap(sched), 0, "the scheduler stops gracefully on quit");
+    is_int(srt_chan_sched_state_get(c, NULL, 0), SRT_CHAN_SCHED_DOWN,
+           "graceful stop with no newer configuration publishes DOWN, not HANDOVER");
+    srt_chan_output o;
+    is_int(srt_chan_read(c, s, g, &o) == SRT_OK && o.finish == SRT_FINISH_ERROR, 1,
+           "the queued request is failed, not left waiting for a successor");
+    srt_chan_release(c, s, g);
+    is_int(srt_chan_submit(c, p, 1, &sp, 0, &s, &g), SRT_CHAN_SUBMIT_DOWN,
+           "submissions after the quit are refused");
     srt_chan_detach(c);
 }
 
