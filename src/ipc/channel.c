@@ -82,6 +82,10 @@ typedef struct chan_header {
     _Atomic uint32_t  generation;
     uint32_t          pad3;
     char              sock_dir[SRT_CHAN_SOCK_DIR_MAX];   /* cfg.sock_dir at format time */
+    /* CLOCK_MONOTONIC of the scheduler's last step or wake-up (at least once a second
+     * while it lives): a stopped or wedged scheduler shows as a stale stamp. */
+    _Atomic uint64_t  heartbeat_ns;
+    _Atomic uint64_t  withdrawn;   /* aborted before a scheduler took them (also in aborted) */
 } chan_header;
 
 enum { AD_FREE = 0, AD_WRITING = 1, AD_POSTED = 2, AD_TAKEN = 3, AD_DONE = 4 };
@@ -443,7 +447,10 @@ void srt_chan_stats_get(const srt_chan *c, srt_chan_stats *st)
     st->completed = atomic_load(&c->h->completed);
     st->aborted = atomic_load(&c->h->aborted);
     st->rejected_full = atomic_load(&c->h->rejected_full);
+    st->withdrawn = atomic_load(&c->h->withdrawn);
 }
+
+uint64_t srt_chan_heartbeat_ns(const srt_chan *c) { return atomic_load(&c->h->heartbeat_ns); }
 
 /* Move a slot to FREE: new generation first, so a later claimer never sees the old one. */
 static void slot_free(srt_chan *c, chan_slot *s)
@@ -699,6 +706,7 @@ void srt_chan_sched_set_state(srt_chan *c, srt_chan_sched_state st, const char *
         st = SRT_CHAN_SCHED_HANDOVER;
     if (info != NULL)
         h->info = *info;
+    atomic_store(&h->heartbeat_ns, srt_chan_now_ns());
     snprintf(h->sched_msg, sizeof(h->sched_msg), "%s", msg ? msg : "");
     atomic_store_explicit(&h->sched_state, (uint32_t)st, memory_order_release);
     /* requests waiting for the model to become ready learn it now */
@@ -928,6 +936,7 @@ int srt_chan_sched_is_aborted(const srt_chan *c, uint32_t slot, uint32_t gen)
 void srt_chan_sched_flush(srt_chan *c)
 {
     int i;
+    atomic_store_explicit(&c->h->heartbeat_ns, srt_chan_now_ns(), memory_order_relaxed);
     if (c->pending_overflow) {
         /* More distinct owners than we track: ring every owner of a live slot. */
         uint32_t k;
@@ -984,6 +993,7 @@ int srt_chan_sched_reclaim(srt_chan *c)
             if (atomic_compare_exchange_strong(&s->state, &st, ST_DONE)) {
                 atomic_fetch_sub(&c->h->queued, 1);
                 atomic_fetch_add(&c->h->aborted, 1);
+                atomic_fetch_add(&c->h->withdrawn, 1);
                 slot_free(c, s);
                 n++;
             }
@@ -1186,6 +1196,7 @@ void srt_chan_release(srt_chan *c, uint32_t slot, uint32_t gen)
             if (atomic_compare_exchange_weak(&s->state, &st, ST_DONE | ST_ABORTED)) {
                 atomic_fetch_sub(&c->h->queued, 1);
                 atomic_fetch_add(&c->h->aborted, 1);
+                atomic_fetch_add(&c->h->withdrawn, 1);
                 slot_free(c, s);
                 return;
             }

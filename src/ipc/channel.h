@@ -179,8 +179,13 @@ pid_t srt_chan_sched_pid(const srt_chan *c);
 typedef struct srt_chan_stats {
     uint32_t slots_total, slots_used, queued, running;
     uint64_t submitted, completed, aborted, rejected_full;
+    uint64_t withdrawn;     /* of aborted: withdrawn before a scheduler took them */
 } srt_chan_stats;
 void srt_chan_stats_get(const srt_chan *c, srt_chan_stats *st);
+
+/* CLOCK_MONOTONIC (srt_chan_now_ns) of the scheduler's last step, wake-up (at least once a
+ * second) or state change; 0 if none yet. A stale one means a stopped or wedged scheduler. */
+uint64_t srt_chan_heartbeat_ns(const srt_chan *c);
 
 /* ---- scheduler side (the scheduler process; F builds on this) ----
  *

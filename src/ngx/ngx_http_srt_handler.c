@@ -553,6 +553,119 @@ ngx_http_srt_cleanup(void *data)
 }
 
 
+/*
+ * How long a serving scheduler has not stepped, when that is longer than
+ * srt_watchdog_timeout (else 0): it is stopped or wedged. Its supervisor
+ * kills it then; until that works, /health and metrics say so.
+ */
+
+ngx_msec_t
+ngx_http_srt_sched_stale(ngx_http_srt_model_t *m)
+{
+    uint64_t  hb, now;
+
+    if (m->chan == NULL || m->watchdog == 0
+        || srt_chan_sched_state_get(m->chan, NULL, 0) != SRT_CHAN_SCHED_READY)
+    {
+        return 0;
+    }
+
+    hb = srt_chan_heartbeat_ns(m->chan);
+    now = srt_chan_now_ns();
+
+    if (hb == 0 || now <= hb || (now - hb) / 1000000 <= m->watchdog) {
+        return 0;
+    }
+
+    return (ngx_msec_t) ((now - hb) / 1000000);
+}
+
+
+/*
+ * srt_queue_timeout (from submission to the first token: waiting in the
+ * channel, in the scheduler's queue, and the prefill) and srt_request_timeout
+ * (from the body to the last token): past either, the
+ * slots are released (the scheduler drops the request) and the client gets
+ * the error, in JSON or as an SSE error event after what was streamed.
+ */
+
+static void
+ngx_http_srt_deadlines(ngx_http_srt_ctx_t *ctx)
+{
+    uint64_t                  now;
+    ngx_uint_t                i, status;
+    ngx_msec_t                limit;
+    srt_chan_output           o;
+    ngx_http_srt_choice_t    *ch;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(ctx->request, ngx_http_srt_module);
+
+    if ((slcf->queue_timeout == 0 && slcf->request_timeout == 0)
+        || ctx->finished)
+    {
+        return;
+    }
+
+    now = srt_chan_now_ns();
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ch = &ctx->choices[i];
+
+        if (!ch->live || ch->done
+            || srt_chan_read(ctx->model->chan, ch->slot, ch->gen, &o) != SRT_OK
+            || o.finish != SRT_FINISH_NONE)
+        {
+            continue;
+        }
+
+        status = 0;
+        limit = 0;
+
+        if (slcf->request_timeout && ctx->t_body_ns
+            && now - ctx->t_body_ns > slcf->request_timeout * 1000000ULL)
+        {
+            status = NGX_HTTP_GATEWAY_TIME_OUT;
+            limit = slcf->request_timeout;
+
+        } else if (slcf->queue_timeout && o.n_out == 0 && o.t_submit_ns
+                   && now - o.t_submit_ns > slcf->queue_timeout * 1000000ULL)
+        {
+            status = NGX_HTTP_SERVICE_UNAVAILABLE;
+            limit = slcf->queue_timeout;
+        }
+
+        if (status == 0) {
+            continue;
+        }
+
+        srt_chan_release(ctx->model->chan, ch->slot, ch->gen);
+
+        ch->live = 0;
+        ch->done = 1;
+        ch->error = 1;
+        ch->timed_out = status;
+        ch->finish = "error";
+        ch->errmsg = (char *) ngx_pnalloc(ctx->request->pool, 128);
+
+        if (ch->errmsg) {
+            ngx_snprintf((u_char *) ch->errmsg, 127, "%s %M ms (%s)%Z",
+                         status == NGX_HTTP_GATEWAY_TIME_OUT
+                         ? "the request took longer than"
+                         : "no token for the request after",
+                         limit,
+                         status == NGX_HTTP_GATEWAY_TIME_OUT
+                         ? "srt_request_timeout" : "srt_queue_timeout");
+        } else {
+            ch->errmsg = "the request timed out";
+        }
+
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "srt: %s", ch->errmsg);
+    }
+}
+
+
 static void
 ngx_http_srt_run(ngx_http_srt_ctx_t *ctx)
 {
@@ -562,6 +675,8 @@ ngx_http_srt_run(ngx_http_srt_ctx_t *ctx)
 
     r = ctx->request;
     c = r->connection;
+
+    ngx_http_srt_deadlines(ctx);
 
     rc = ngx_http_srt_pump(ctx);
 
@@ -848,6 +963,7 @@ ngx_http_srt_info(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     srt_chan_stats       stats;
     srt_chan_model_info  info;
     ngx_int_t            have_info;
+    ngx_msec_t           stale;
 
     if (m->chan == NULL) {
         return ngx_http_srt_unavailable(r, m);
@@ -869,6 +985,16 @@ ngx_http_srt_info(ngx_http_request_t *r, ngx_http_srt_model_t *m,
             || m->load_error.len)
         {
             return ngx_http_srt_unavailable(r, m);
+        }
+
+        stale = ngx_http_srt_sched_stale(m);
+        if (stale) {
+            return ngx_http_srt_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                           NULL, "model_unavailable",
+                                           "The scheduler of model \"%V\" has "
+                                           "not responded for %M ms "
+                                           "(srt_watchdog_timeout %M ms)",
+                                           &m->name, stale, m->watchdog);
         }
 
         srt_chan_stats_get(m->chan, &stats);
@@ -1123,6 +1249,7 @@ doorbell:
 ngx_int_t
 ngx_http_srt_metrics_handler(ngx_http_request_t *r)
 {
+    uint64_t                   hb, now;
     int                        st;
     size_t                     size, n;
     u_char                    *p;
@@ -1146,7 +1273,7 @@ ngx_http_srt_metrics_handler(ngx_http_request_t *r)
     smcf = ngx_http_get_module_main_conf(r, ngx_http_srt_module);
     mp = smcf->models.elts;
 
-    size = smcf->models.nelts * (SRT_CHAN_METRICS_MAX + 2048) + 1024;
+    size = smcf->models.nelts * (SRT_CHAN_METRICS_MAX + 2048) + 2048;
 
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
@@ -1164,7 +1291,40 @@ ngx_http_srt_metrics_handler(ngx_http_request_t *r)
         st = m->chan ? srt_chan_sched_state_get(m->chan, NULL, 0)
                      : SRT_CHAN_SCHED_NONE;
         p = ngx_sprintf(p, "srt:scheduler_up{model_name=\"%V\"} %d\n",
-                        &m->name, st == SRT_CHAN_SCHED_READY);
+                        &m->name, st == SRT_CHAN_SCHED_READY
+                                  && ngx_http_srt_sched_stale(m) == 0);
+    }
+
+    p = ngx_sprintf(p,
+        "# HELP srt:scheduler_heartbeat_age_seconds Time since the model's "
+        "scheduler last stepped or woke up (at least once a second while it "
+        "lives).\n"
+        "# TYPE srt:scheduler_heartbeat_age_seconds gauge\n");
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        m = mp[i];
+        hb = m->chan ? srt_chan_heartbeat_ns(m->chan) : 0;
+        now = srt_chan_now_ns();
+        hb = (hb && now > hb) ? (now - hb) / 1000000 : 0;
+        p = ngx_sprintf(p, "srt:scheduler_heartbeat_age_seconds"
+                        "{model_name=\"%V\"} %uL.%03uL\n",
+                        &m->name, hb / 1000, hb % 1000);
+    }
+
+    p = ngx_sprintf(p,
+        "# HELP srt:http_requests_withdrawn_total Requests withdrawn before "
+        "a scheduler took them (client gone, queue timeout): submitted = "
+        "finished + aborted + withdrawn + in flight.\n"
+        "# TYPE srt:http_requests_withdrawn_total counter\n");
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        m = mp[i];
+        if (m->chan == NULL) {
+            continue;
+        }
+        srt_chan_stats_get(m->chan, &stats);
+        p = ngx_sprintf(p, "srt:http_requests_withdrawn_total"
+                        "{model_name=\"%V\"} %uL\n", &m->name, stats.withdrawn);
     }
 
     p = ngx_sprintf(p,

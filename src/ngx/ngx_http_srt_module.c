@@ -273,6 +273,27 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, wait_ready),
       NULL },
 
+    { ngx_string("srt_watchdog_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, watchdog),
+      NULL },
+
+    { ngx_string("srt_queue_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, queue_timeout),
+      NULL },
+
+    { ngx_string("srt_request_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, request_timeout),
+      NULL },
+
     { ngx_string("srt_temp_path"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_str_slot,
@@ -410,6 +431,9 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     slcf->retry_after = NGX_CONF_UNSET_MSEC;
     slcf->wait_ready = NGX_CONF_UNSET_MSEC;
     slcf->request_hooks = NGX_CONF_UNSET_PTR;
+    slcf->watchdog = NGX_CONF_UNSET_MSEC;
+    slcf->queue_timeout = NGX_CONF_UNSET_MSEC;
+    slcf->request_timeout = NGX_CONF_UNSET_MSEC;
 
     return slcf;
 }
@@ -476,6 +500,10 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->sched_spin, prev->sched_spin, 0);
     ngx_conf_merge_msec_value(conf->retry_after, prev->retry_after, 1000);
     ngx_conf_merge_msec_value(conf->wait_ready, prev->wait_ready, 0);
+    /* SGLang's --watchdog-timeout default */
+    ngx_conf_merge_msec_value(conf->watchdog, prev->watchdog, 300000);
+    ngx_conf_merge_msec_value(conf->queue_timeout, prev->queue_timeout, 0);
+    ngx_conf_merge_msec_value(conf->request_timeout, prev->request_timeout, 0);
 
     if (!conf->mem_fraction_set) {
         conf->mem_fraction = prev->mem_fraction;
@@ -621,6 +649,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     m->cfg.radix_cache = (int32_t) conf->radix_cache;
     m->cfg.page_size = (int32_t) conf->page_size;
     m->cfg.sched_spin_us = (int32_t) conf->sched_spin;
+    m->watchdog = conf->watchdog;
     m->cfg.cuda_graph = conf->cuda_graph ? 0 : -1;
 
     /* slots: what may run plus what may wait; each holds a whole context */

@@ -50,6 +50,7 @@ struct ngx_http_srt_model_s {
     void                      *chan_mem;
     srt_chan                  *chan;
     uint32_t                   chan_gen;    /* srt_chan_adopt() by this cycle */
+    ngx_msec_t                 watchdog;    /* srt_watchdog_timeout */
 
     /* worker */
     srt_tokenizer             *tok;
@@ -65,6 +66,7 @@ struct ngx_http_srt_model_s {
     ngx_pid_t                  pid;
     ngx_connection_t          *lifeline;
     ngx_event_t                respawn;
+    ngx_event_t                watch;       /* srt_watchdog_timeout */
     ngx_msec_t                 backoff;
     time_t                     started;
     ngx_uint_t                 crashes;
@@ -114,6 +116,9 @@ typedef struct {
     ngx_uint_t                 mem_fraction_set;
     ngx_msec_t                 retry_after;
     ngx_msec_t                 wait_ready;
+    ngx_msec_t                 watchdog;    /* srt_watchdog_timeout */
+    ngx_msec_t                 queue_timeout;   /* srt_queue_timeout, 0 = none */
+    ngx_msec_t                 request_timeout; /* srt_request_timeout, 0 = none */
     off_t                      max_body;    /* client_max_body_size, answered in JSON */
 } ngx_http_srt_loc_conf_t;
 
@@ -165,6 +170,7 @@ typedef struct {
     ngx_uint_t                 lp_emitted;
     ngx_flag_t                 role_sent;
     ngx_flag_t                 error;
+    ngx_uint_t                 timed_out;   /* 0, or 503 (queue) / 504 (total) */
     const char                *errmsg;
     uint64_t                   t_submit_ns; /* srt_chan_output stamps, and when */
     uint64_t                   t_pop_ns;    /* this worker saw the finish */
@@ -223,6 +229,7 @@ ngx_int_t ngx_http_srt_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_srt_metrics_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_srt_worker_init(ngx_cycle_t *cycle,
     ngx_http_srt_model_t *m);
+ngx_msec_t ngx_http_srt_sched_stale(ngx_http_srt_model_t *m);
 ngx_int_t ngx_http_srt_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *param, const char *code, const char *fmt, ...);
 ngx_int_t ngx_http_srt_retry(ngx_http_srt_ctx_t *ctx);

@@ -31,6 +31,7 @@ static ngx_msec_t ngx_http_srt_manager(void *data);
 static void ngx_http_srt_spawn(ngx_http_srt_model_t *m);
 static void ngx_http_srt_lifeline_handler(ngx_event_t *ev);
 static void ngx_http_srt_respawn_handler(ngx_event_t *ev);
+static void ngx_http_srt_watch_handler(ngx_event_t *ev);
 static void ngx_http_srt_supervisor_exit(void);
 static void ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
     ngx_pid_t master);
@@ -104,6 +105,10 @@ ngx_http_srt_manager(void *data)
         mp[i]->respawn.data = mp[i];
         mp[i]->respawn.log = ngx_cycle->log;
         mp[i]->respawn.cancelable = 1;
+        mp[i]->watch.handler = ngx_http_srt_watch_handler;
+        mp[i]->watch.data = mp[i];
+        mp[i]->watch.log = ngx_cycle->log;
+        mp[i]->watch.cancelable = 1;
 
         if (mp[i]->chan == NULL) {
             continue;
@@ -208,6 +213,10 @@ ngx_http_srt_spawn(ngx_http_srt_model_t *m)
     }
 
     m->lifeline = c;
+
+    if (m->watchdog && !m->watch.timer_set) {
+        ngx_add_timer(&m->watch, ngx_min(m->watchdog / 4 + 1, 1000));
+    }
 }
 
 
@@ -236,6 +245,10 @@ ngx_http_srt_lifeline_handler(ngx_event_t *ev)
     m->pid = NGX_INVALID_PID;
     m->lifeline = NULL;
     ngx_close_connection(c);
+
+    if (m->watch.timer_set) {
+        ngx_del_timer(&m->watch);
+    }
 
     state = srt_chan_sched_state_get(m->chan, NULL, 0);
 
@@ -268,6 +281,38 @@ ngx_http_srt_lifeline_handler(ngx_event_t *ev)
     if (m->backoff > NGX_HTTP_SRT_BACKOFF_MAX) {
         m->backoff = NGX_HTTP_SRT_BACKOFF_MAX;
     }
+}
+
+
+/*
+ * srt_watchdog_timeout, as SGLang's: a serving scheduler that has not stepped
+ * for that long (stopped, wedged in a kernel or a lock) is killed; its death
+ * fails what it held and the usual respawn follows.
+ */
+
+static void
+ngx_http_srt_watch_handler(ngx_event_t *ev)
+{
+    ngx_http_srt_model_t  *m = ev->data;
+
+    ngx_msec_t  stale;
+
+    if (ngx_terminate || ngx_quit || ngx_exiting || m->pid == NGX_INVALID_PID) {
+        return;
+    }
+
+    stale = ngx_http_srt_sched_stale(m);
+
+    if (stale && srt_chan_sched_pid(m->chan) == m->pid) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "srt: scheduler process %P for model \"%V\" has not "
+                      "stepped for %M ms (srt_watchdog_timeout %M ms): "
+                      "killing it", m->pid, &m->name, stale, m->watchdog);
+        kill(m->pid, SIGKILL);
+        return;     /* the lifeline reports the death */
+    }
+
+    ngx_add_timer(ev, ngx_min(m->watchdog / 4 + 1, 1000));
 }
 
 

@@ -944,6 +944,16 @@ ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
     for (i = 0; i < ctx->n_choices; i++) {
         ch = &ctx->choices[i];
 
+        if (ch->timed_out) {
+            return ngx_http_srt_send_error(ctx->request, ch->timed_out, NULL,
+                                           ch->timed_out
+                                           == NGX_HTTP_GATEWAY_TIME_OUT
+                                           ? "request_timeout"
+                                           : "queue_timeout",
+                                           "Request timed out: %s",
+                                           ch->errmsg);
+        }
+
         if (ch->error) {
             ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
                           "srt: request failed: %s", ch->errmsg);
