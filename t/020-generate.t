@@ -192,7 +192,7 @@ Test::Srt::wait_ready();
 --- request
 GET /v1/models
 --- response_body_like chomp
-^\{"object":"list","data":\[\{"id":"smol","object":"model","created":\d+,"owned_by":"ngx_srt","root":"[^"]+","max_model_len":512\}\]\}$
+^\{"object":"list","data":\[\{"id":"smol","object":"model","created":\d+,"owned_by":"ngx_srt","root":"smol","max_model_len":512\}\]\}$
 
 
 

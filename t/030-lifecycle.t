@@ -263,3 +263,5 @@ POST /v1/completions
 Retry-After: 1
 --- response_body_like chomp
 "message":"Model \\"junk\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
+--- response_body_unlike
+servroot/conf

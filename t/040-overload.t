@@ -89,3 +89,36 @@ for my $i (0, 1) {
 GET /v1/health
 --- response_body_like chomp
 "running":0,"queued":0,"slots_free":2,"requests_total":2\}
+
+
+
+=== TEST 4: srt_max_queued_requests 0 means that no request waits (it used to mean 16)
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 2;
+    srt_context_length 512;
+    srt_max_running_requests 1;
+    srt_max_queued_requests 0;
+    srt_max_total_tokens 2048;
+    srt_wait_ready 60s;
+    srt_retry_after 2s;
+}
+--- init
+package main;
+Test::Srt::wait_ready();
+my @pids = start_clients($main::Dir, 'bg0', '/v1/completions', $main::LONG);
+for (1 .. 600) {
+    last if http_get('/v1/health') =~ /"running":1,/;
+    select undef, undef, undef, 0.01;
+}
+Test::More::like(http_get('/v1/health'), qr/"slots_free":0/, "one running request takes the only slot");
+$main::BG0 = \@pids;
+--- request
+POST /v1/completions
+{"prompt": "Hello", "max_tokens": 2}
+--- timeout: 2
+--- error_code: 503
+--- response_body_like chomp
+"code":"overloaded"

@@ -846,6 +846,41 @@ ngx_http_srt_add_retry_after(ngx_http_request_t *r)
 }
 
 
+/*
+ * Load errors name files ("/srv/models/x/tokenizer.json: invalid JSON"): the
+ * log keeps them whole, a client sees only the last component of each path.
+ */
+
+static void
+ngx_http_srt_strip_paths(char *s)
+{
+    char  *w, *p, *base;
+
+    for (w = p = s; *p; ) {
+        if (*p == '/' && (p == s || p[-1] == ' ' || p[-1] == '"'
+                          || p[-1] == '(' || p[-1] == '\''))
+        {
+            base = p;
+            while (*p && *p != ' ' && *p != '"' && *p != '\'' && *p != ':'
+                   && *p != ')' && *p != ',')
+            {
+                if (*p == '/') {
+                    base = p + 1;
+                }
+                p++;
+            }
+            while (base < p) {
+                *w++ = *base++;
+            }
+            continue;
+        }
+        *w++ = *p++;
+    }
+
+    *w = '\0';
+}
+
+
 static ngx_int_t
 ngx_http_srt_unavailable(ngx_http_request_t *r, ngx_http_srt_model_t *m)
 {
@@ -876,13 +911,18 @@ ngx_http_srt_unavailable(ngx_http_request_t *r, ngx_http_srt_model_t *m)
     }
 
     if (m->load_error.len) {
+        ngx_cpystrn((u_char *) msg, m->load_error.data,
+                    ngx_min(m->load_error.len + 1, sizeof(msg)));
+        ngx_http_srt_strip_paths(msg);
+
         return ngx_http_srt_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
                                        "model_unavailable",
-                                       "Model \"%V\" is not available: %V",
-                                       &m->name, &m->load_error);
+                                       "Model \"%V\" is not available: %s",
+                                       &m->name, msg);
     }
 
     st = srt_chan_sched_state_get(m->chan, msg, sizeof(msg));
+    ngx_http_srt_strip_paths(msg);
 
     return ngx_http_srt_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE, NULL,
                                    "model_unavailable",
@@ -1042,8 +1082,9 @@ ngx_http_srt_info(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         ngx_http_srt_gen_int(g, (long long) ngx_time());
         ngx_http_srt_gen_str(g, "owned_by");
         ngx_http_srt_gen_str(g, "ngx_srt");
+        /* the served name: filesystem paths are the operator's business */
         ngx_http_srt_gen_str(g, "root");
-        ngx_http_srt_gen_ngx_str(g, &m->path);
+        ngx_http_srt_gen_ngx_str(g, &m->name);
         if (have_info) {
             ngx_http_srt_gen_str(g, "max_model_len");
             ngx_http_srt_gen_int(g, info.context_length);
@@ -1058,9 +1099,9 @@ ngx_http_srt_info(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     /* /get_model_info */
     yajl_gen_map_open(g);
     ngx_http_srt_gen_str(g, "model_path");
-    ngx_http_srt_gen_ngx_str(g, &m->path);
+    ngx_http_srt_gen_ngx_str(g, &m->name);
     ngx_http_srt_gen_str(g, "tokenizer_path");
-    ngx_http_srt_gen_ngx_str(g, &m->path);
+    ngx_http_srt_gen_ngx_str(g, &m->name);
     ngx_http_srt_gen_str(g, "served_model_name");
     ngx_http_srt_gen_ngx_str(g, &m->name);
     ngx_http_srt_gen_str(g, "is_generation");

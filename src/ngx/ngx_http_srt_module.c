@@ -652,10 +652,11 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     m->watchdog = conf->watchdog;
     m->cfg.cuda_graph = conf->cuda_graph ? 0 : -1;
 
-    /* slots: what may run plus what may wait; each holds a whole context */
+    /* slots: what may run plus what may wait (0: nothing waits); each holds
+     * a whole context */
     m->cfg.slots = (int32_t) ((conf->max_running ? conf->max_running
                                                  : NGX_HTTP_SRT_DEFAULT_RUNNING)
-                              + (conf->max_queued ? conf->max_queued : 16));
+                              + conf->max_queued);
     m->cfg.slot_tokens = (int32_t) (conf->context_length
                                     ? conf->context_length
                                     : NGX_HTTP_SRT_DEFAULT_SLOT_TOKENS);

@@ -101,8 +101,18 @@ ngx_http_srt_send_json(ngx_http_request_t *r, ngx_uint_t status, yajl_gen g)
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_type_lowcase = NULL;
 
-    /* an error page's keepalive rules would drop our body otherwise */
-    r->keepalive = r->keepalive && status < NGX_HTTP_BAD_REQUEST;
+    /* nginx's own rules for its error pages: the connection stays usable
+     * after a 4xx/503 whose body was read or discarded */
+    switch (status) {
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+    case NGX_HTTP_REQUEST_URI_TOO_LARGE:
+    case NGX_HTTP_INTERNAL_SERVER_ERROR:
+    case NGX_HTTP_NOT_IMPLEMENTED:
+        r->keepalive = 0;
+        break;
+    default:
+        break;
+    }
 
     rc = ngx_http_send_header(r);
 
