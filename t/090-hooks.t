@@ -364,3 +364,52 @@ GET /admin/hooks
 --- error_code: 503
 --- response_body_like chomp
 "message":"the scheduler of model \\"broken\\" is not serving"
+
+
+
+=== TEST 18: srt_admin_key: no or a wrong bearer token is a 401, the right one passes
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SERVER_ROOT/conf/nginx.conf name=broken;
+    srt_device cpu;
+}
+location /admin/hooks { srt_admin on; srt_admin_key s3cret-key; }
+--- init
+my ($st, $b, $raw) = Test::Srt::http_request('GET', '/admin/hooks');
+Test::More::is($st, 401, "no Authorization: 401");
+Test::More::like($raw, qr/\r\nWWW-Authenticate: Bearer realm="srt_admin"\r\n/, "... with WWW-Authenticate");
+Test::More::like($b, qr/"code":"unauthorized"/, "... in OpenAI's error format");
+($st) = Test::Srt::http_request('GET', '/admin/hooks', undef, { Authorization => 'Bearer s3cret-kez' });
+Test::More::is($st, 401, "a wrong key: 401");
+($st) = Test::Srt::http_request('GET', '/admin/hooks', undef, { Authorization => 'Bearer s3cret-key-and-more' });
+Test::More::is($st, 401, "a longer key: 401");
+--- request
+GET /admin/hooks
+--- more_headers
+Authorization: Bearer s3cret-key
+--- error_code: 503
+--- response_body_like chomp
+"message":"the scheduler of model \\"broken\\" is not serving"
+
+
+
+=== TEST 19: without srt_admin_key, only loopback clients: another address gets 403
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SERVER_ROOT/conf/nginx.conf name=broken;
+    srt_device cpu;
+}
+location /admin/hooks { srt_admin on; }
+--- init
+use IO::Socket::INET ();
+my ($ip) = grep { /^\d+\.\d+\.\d+\.\d+$/ && !/^127\./ } split ' ', `hostname -I 2>/dev/null`;
+die "this test needs a non-loopback IPv4 address (hostname -I)\n" unless $ip;
+my $s = IO::Socket::INET->new(PeerAddr => $ip, PeerPort => Test::Nginx::Socket::server_port(), Timeout => 5)
+    or die "connect $ip: $!";
+print $s "GET /admin/hooks HTTP/1.0\r\nHost: x\r\n\r\n";
+my $all = '';
+while (sysread($s, my $buf, 65536)) { $all .= $buf }
+Test::More::like($all, qr{^HTTP/1\.1 403 .*"code":"forbidden"}s, "a client from $ip: 403");
+--- request
+GET /admin/hooks
+--- error_code: 503

@@ -2,9 +2,11 @@
  *
  * Forms (the rule is documented in src/hooks/README.md):
  *   "/abs/libx.so:sym"      that file
- *   "dir/libx.so:sym"       relative to the spec file's directory (or the search path)
- *   "libx.so:sym"           searched: spec file's directory, srt_hooks_path / SRT_HOOKS_PATH,
- *                           then the dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache)
+ *   "dir/libx.so:sym"       relative to a directory of srt_hooks_path / SRT_HOOKS_PATH
+ *   "libx.so:sym"           searched: srt_hooks_path / SRT_HOOKS_PATH, then the dynamic
+ *                           loader's own search (LD_LIBRARY_PATH, ld.so.cache)
+ * Never the spec file's directory (whoever may write there would choose the code the
+ * scheduler runs), and never a relative name with a ".." component.
  *   "pkg.mod:sym"           module "pkg.mod" -> file "pkg/mod.so", searched as above
  *   "pkg.mod.sym"           the same as "pkg.mod:sym" (last component is the symbol)
  * A "library" part is a file name when it ends in ".so" or contains ".so." or a '/';
@@ -93,17 +95,16 @@ static int open_library(const char *file, const char *spec_dir, const char *sear
     char buf[4096], tried[1024];
     size_t tlen = 0;
 
+    (void)spec_dir;
     tried[0] = '\0';
     if (file[0] == '/')
         return try_open(file, out, what, factory, err);
 
-    if (spec_dir && spec_dir[0]) {
-        if (join(buf, sizeof buf, spec_dir, strlen(spec_dir), file) == 0) {
-            if (access(buf, F_OK) == 0)
-                return try_open(buf, out, what, factory, err);
-            tlen += (size_t)snprintf(tried + tlen, sizeof tried - tlen, "%s", spec_dir);
-        }
-    }
+    for (const char *p = file; (p = strstr(p, "..")) != NULL; p += 2)
+        if ((p == file || p[-1] == '/') && (p[2] == '/' || p[2] == '\0'))
+            return srt_err_set(err, "%s: hook_factory '%s': a library path may not contain "
+                               "'..'", what, factory);
+
     if (search_path == NULL)
         search_path = getenv("SRT_HOOKS_PATH");
     for (const char *p = search_path; p && *p; ) {
@@ -122,7 +123,7 @@ static int open_library(const char *file, const char *spec_dir, const char *sear
     if (strchr(file, '/') == NULL)
         return try_open(file, out, what, factory, err);
     return srt_err_set(err, "%s: hook_factory '%s': cannot load library '%s': not found in "
-                       "[%s] (the spec file's directory, then srt_hooks_path / SRT_HOOKS_PATH)",
+                       "[%s] (srt_hooks_path / SRT_HOOKS_PATH; never the spec file's directory)",
                        what, factory, file, tried);
 }
 

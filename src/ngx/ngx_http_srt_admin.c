@@ -40,6 +40,92 @@ static void ngx_http_srt_admin_timer(ngx_event_t *ev);
 static void ngx_http_srt_admin_cleanup(void *data);
 
 
+/*
+ * srt_admin changes what every request computes: besides allow/deny, it
+ * answers only loopback clients unless srt_admin_key is set, and then only
+ * requests with "Authorization: Bearer KEY" (compared in constant time).
+ */
+
+static ngx_int_t
+ngx_http_srt_admin_access(ngx_http_request_t *r)
+{
+    u_char                    diff;
+    size_t                    i;
+    ngx_str_t                *key;
+    ngx_table_elt_t          *h;
+    struct sockaddr_in       *sin;
+    ngx_http_srt_loc_conf_t  *slcf;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6      *sin6;
+#endif
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+    key = &slcf->admin_key;
+
+    if (key->len == 0) {
+        switch (r->connection->sockaddr->sa_family) {
+
+        case AF_INET:
+            sin = (struct sockaddr_in *) r->connection->sockaddr;
+            if ((ntohl(sin->sin_addr.s_addr) >> 24) == 127) {
+                return NGX_OK;
+            }
+            break;
+
+#if (NGX_HAVE_INET6)
+        case AF_INET6:
+            sin6 = (struct sockaddr_in6 *) r->connection->sockaddr;
+            if (IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr)) {
+                return NGX_OK;
+            }
+            break;
+#endif
+
+#if (NGX_HAVE_UNIX_DOMAIN)
+        case AF_UNIX:
+            return NGX_OK;
+#endif
+        }
+
+        return ngx_http_srt_send_error(r, NGX_HTTP_FORBIDDEN, NULL,
+                                       "forbidden",
+                                       "srt_admin answers only loopback "
+                                       "clients unless srt_admin_key is set");
+    }
+
+    h = r->headers_in.authorization;
+
+    if (h != NULL && h->value.len == sizeof("Bearer ") - 1 + key->len
+        && ngx_strncasecmp(h->value.data, (u_char *) "Bearer ",
+                           sizeof("Bearer ") - 1) == 0)
+    {
+        diff = 0;
+        for (i = 0; i < key->len; i++) {
+            diff |= h->value.data[sizeof("Bearer ") - 1 + i] ^ key->data[i];
+        }
+
+        if (diff == 0) {
+            return NGX_OK;
+        }
+    }
+
+    r->headers_out.www_authenticate = ngx_list_push(&r->headers_out.headers);
+    if (r->headers_out.www_authenticate == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->headers_out.www_authenticate->hash = 1;
+    ngx_str_set(&r->headers_out.www_authenticate->key, "WWW-Authenticate");
+    ngx_str_set(&r->headers_out.www_authenticate->value,
+                "Bearer realm=\"srt_admin\"");
+
+    return ngx_http_srt_send_error(r, NGX_HTTP_UNAUTHORIZED, NULL,
+                                   "unauthorized",
+                                   "srt_admin needs \"Authorization: Bearer "
+                                   "<srt_admin_key>\"");
+}
+
+
 static ngx_queue_t  ngx_http_srt_admin_waiting;
 static ngx_flag_t   ngx_http_srt_admin_inited;
 
@@ -126,6 +212,11 @@ ngx_http_srt_admin_handler(ngx_http_request_t *r)
     }
 
     rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    rc = ngx_http_srt_admin_access(r);
     if (rc != NGX_OK) {
         return rc;
     }

@@ -273,6 +273,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, wait_ready),
       NULL },
 
+    { ngx_string("srt_admin_key"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, admin_key),
+      NULL },
+
     { ngx_string("srt_watchdog_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -503,6 +510,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     /* SGLang's --watchdog-timeout default */
     ngx_conf_merge_msec_value(conf->watchdog, prev->watchdog, 300000);
     ngx_conf_merge_msec_value(conf->queue_timeout, prev->queue_timeout, 0);
+    ngx_conf_merge_str_value(conf->admin_key, prev->admin_key, "");
     ngx_conf_merge_msec_value(conf->request_timeout, prev->request_timeout, 0);
 
     if (!conf->mem_fraction_set) {

@@ -117,6 +117,7 @@ typedef struct {
     ngx_msec_t                 retry_after;
     ngx_msec_t                 wait_ready;
     ngx_msec_t                 watchdog;    /* srt_watchdog_timeout */
+    ngx_str_t                  admin_key;   /* srt_admin_key */
     ngx_msec_t                 queue_timeout;   /* srt_queue_timeout, 0 = none */
     ngx_msec_t                 request_timeout; /* srt_request_timeout, 0 = none */
     off_t                      max_body;    /* client_max_body_size, answered in JSON */

@@ -350,11 +350,13 @@ static void test_sglang_contract(void)
     srt_hook_registry_free(reg);
 
     write_tmp("libgarbage.so", "this is not an ELF file\n");
+    setenv("SRT_HOOKS_PATH", tmpdir, 1);
     reg = reg_from("[{\"name\": \"garbage\", \"target_modules\": [\"outer.0\"],"
                    " \"hook_factory\": \"libgarbage.so:f\"}]", &rc, &err);
+    unsetenv("SRT_HOOKS_PATH");
     ok(rc == SRT_ERROR && strstr(err.msg, "'garbage'") && strstr(err.msg, "libgarbage.so") &&
        (strstr(err.msg, "invalid ELF header") || strstr(err.msg, "file too short")),
-       "unloadable library (found next to the spec): dlerror text in the error: %s", err.msg);
+       "unloadable library (found on SRT_HOOKS_PATH): dlerror text in the error: %s", err.msg);
     srt_hook_registry_free(reg);
 
     reg = reg_from("[{\"name\": \"nowhere\", \"target_modules\": [\"outer.0\"],"
@@ -531,9 +533,26 @@ static void test_search_path(void)
     log_clear();
     reg = reg_from("[{\"name\": \"near\", \"target_modules\": [\"outer.0\"], \"hook_factory\": \"libnear.so:th_factory\"}]",
                    &rc, &err);
-    ok(rc == SRT_OK && log_count(SRT_LOG_INFO, "Registered forward hook 'near' on outer.0") == 1,
-       "'libx.so:sym' is found in the spec file's directory");
+    ok(rc == SRT_ERROR && strstr(err.msg, "libnear.so") && log_count(SRT_LOG_INFO, "Registered") == 0,
+       "'libx.so:sym' is never taken from the spec file's directory (whoever may write there "
+       "would choose the scheduler's code): %s", err.msg);
     srt_hook_registry_free(reg);
+
+    /* no '..' out of a configured directory */
+    setenv("SRT_HOOKS_PATH", tmpdir, 1);
+    reg = reg_from("[{\"name\": \"up\", \"target_modules\": [\"outer.0\"], \"hook_factory\": \"sub/../libnear.so:th_factory\"}]",
+                   &rc, &err);
+    ok(rc == SRT_ERROR && strstr(err.msg, "may not contain '..'"), "a library path with '..' is refused: %s", err.msg);
+    srt_hook_registry_free(reg);
+    reg = reg_from("[{\"name\": \"up\", \"target_modules\": [\"outer.0\"], \"hook_factory\": \"../libnear.so:th_factory\"}]",
+                   &rc, &err);
+    ok(rc == SRT_ERROR && strstr(err.msg, "may not contain '..'"), "... also at its start: %s", err.msg);
+    srt_hook_registry_free(reg);
+    reg = reg_from("[{\"name\": \"near\", \"target_modules\": [\"outer.0\"], \"hook_factory\": \"libnear.so:th_factory\"}]",
+                   &rc, &err);
+    ok(rc == SRT_OK, "the same library is found through SRT_HOOKS_PATH: %s", rc ? err.msg : "ok");
+    srt_hook_registry_free(reg);
+    unsetenv("SRT_HOOKS_PATH");
 
     /* SRT_HOOKS_PATH and an explicit search path */
     snprintf(sub, sizeof sub, "%s/libs", tmpdir);
@@ -575,9 +594,11 @@ static void test_search_path(void)
     if (symlink(TESTLIB, link) != 0)
         perror("symlink");
     log_clear();
+    setenv("SRT_HOOKS_PATH", tmpdir, 1);
     reg = reg_from("[{\"name\": \"dotted\", \"target_modules\": [\"outer.0\"], \"hook_factory\": \"mypkg.hooks.th_factory\"},"
                    " {\"name\": \"colon\", \"target_modules\": [\"outer.1\"], \"hook_factory\": \"mypkg.hooks:th_factory\"}]",
                    &rc, &err);
+    unsetenv("SRT_HOOKS_PATH");
     ok(rc == SRT_OK && log_count(SRT_LOG_INFO, "Registered forward hook 'dotted' on outer.0") == 1 &&
        log_count(SRT_LOG_INFO, "Registered forward hook 'colon' on outer.1") == 1,
        "'pkg.mod.sym' and 'pkg.mod:sym' load pkg/mod.so: %s", rc ? err.msg : "ok");
