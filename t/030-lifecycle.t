@@ -133,6 +133,27 @@ Retry-After: 1
 
 
 
+=== TEST 6b: repeated crashes: the respawn backoff stays at 1 s at most (it doubled to 4 s and on)
+--- init
+package main;
+for my $round (1 .. 5) {
+    Test::Srt::wait_ready('/v1', 60);
+    my $pid = scheduler_pid() or die "no scheduler pid in the log";
+    kill 'KILL', $pid;
+    wait_log(qr/scheduler process $pid for model "smol" exited unexpectedly; respawning in \d+ ms/, 10)
+        or die "the supervisor did not notice";
+}
+my @ms = Test::Srt::error_log() =~ /exited unexpectedly; respawning in (\d+) ms/g;
+Test::More::is(scalar @ms, 5, "five crashes noticed");
+Test::More::is(scalar(grep { $_ > 1000 } @ms), 0, "every respawn within 1 s (@ms)");
+Test::Srt::wait_ready('/v1', 60);
+--- request
+GET /nowait/health
+--- response_body_like chomp
+"status":"ok"
+
+
+
 === TEST 7: requests wait for the respawned scheduler and are served by it
 --- init
 package main;

@@ -20,7 +20,8 @@
 
 
 #define NGX_HTTP_SRT_BACKOFF_MIN   250
-#define NGX_HTTP_SRT_BACKOFF_MAX   30000
+#define NGX_HTTP_SRT_BACKOFF_MAX   30000   /* a model that fails to load */
+#define NGX_HTTP_SRT_CRASH_BACKOFF_MAX  1000   /* one that crashed: it served */
 #define NGX_HTTP_SRT_STABLE_SECS   30
 
 
@@ -277,9 +278,14 @@ ngx_http_srt_lifeline_handler(ngx_event_t *ev)
 
     ngx_add_timer(&m->respawn, m->backoff);
 
+    /* a model that loads but crashes stays down a second at most between
+     * attempts; retrying a load that fails backs off further */
     m->backoff *= 2;
-    if (m->backoff > NGX_HTTP_SRT_BACKOFF_MAX) {
-        m->backoff = NGX_HTTP_SRT_BACKOFF_MAX;
+    if (m->backoff > (state == SRT_CHAN_SCHED_FAILED
+                      ? NGX_HTTP_SRT_BACKOFF_MAX : NGX_HTTP_SRT_CRASH_BACKOFF_MAX))
+    {
+        m->backoff = state == SRT_CHAN_SCHED_FAILED
+                     ? NGX_HTTP_SRT_BACKOFF_MAX : NGX_HTTP_SRT_CRASH_BACKOFF_MAX;
     }
 }
 
