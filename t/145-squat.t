@@ -4,7 +4,7 @@
 # model's lock kept it at 503 after its scheduler died, and binding the doorbell names of
 # the next pids left nginx without workers after a reload. They are now files in
 # srt_temp_path, a 0700 directory of the workers' user. The squatter below runs as
-# "nobody" (the workers run as root here, so that it is another user) and tries both.
+# "nobody" (or "daemon" when the workers are nobody: always another user) and tries both.
 use Test::Nginx::Socket 'no_plan';
 use FindBin (); use lib "$FindBin::Bin/lib";
 use Test::Srt;
@@ -15,6 +15,7 @@ master_on();
 log_level('info');
 
 our $Dir = srt_dir();
+our $Squatter = ($ENV{TEST_NGINX_WORKER_USER} // '') =~ /^nobody\b/ ? 'daemon' : 'nobody';
 
 # The names of the unix sockets the processes of our nginx hold (master, workers, helper,
 # schedulers): other nginx instances on this machine are none of this test's business.
@@ -61,7 +62,7 @@ sub squat {
     die "fork: $!" unless defined $pid;
     if ($pid == 0) {
         close $rd;
-        my ($uid, $gid) = (getpwnam('nobody'))[2, 3];
+        my ($uid, $gid) = (getpwnam($main::Squatter))[2, 3];
         POSIX::setgid($gid);
         $) = "$gid $gid";
         POSIX::setuid($uid) or POSIX::_exit(3);
@@ -109,7 +110,7 @@ sub squat {
     return ($pid, $report);
 }
 
-srt_defaults(timeout => 60, main_config => 'user root;', config => <<'EOF2');
+srt_defaults(timeout => 60, config => <<'EOF2');
 location /v1/ {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_device cpu;
@@ -142,7 +143,7 @@ POST /v1/completions
 
 
 
-=== TEST 2: "nobody" binds every name it can guess; a killed scheduler comes back, a reload starts workers
+=== TEST 2: another user binds every name it can guess; a killed scheduler comes back, a reload starts workers
 --- init
 package main;
 Test::Srt::wait_ready();
