@@ -194,3 +194,19 @@ qr/"cached_tokens":[1-9]/
 [200, 200]
 --- response_body_like eval
 [qr/"text":" a \+ b\\n\\n# Example usage:\\nadd_"/, qr/"text":" a \+ b\\n\\n# Example usage:\\nadd_"/]
+
+
+
+=== TEST 8: the worked example of src/hooks/README.md: per-request steering from the openai client
+--- init
+package main;
+Test::Srt::wait_ready();
+my $port = server_port();
+my @lines = `python3 $FindBin::Bin/lib/steer_example.py http://127.0.0.1:$port/v1 smol 2>&1`;
+Test::More::is($?, 0, "steer_example.py ran") or Test::More::diag(join '', @lines);
+my $n = tap_lines('steer_example', @lines);
+Test::More::ok($n == 6, "steer_example: all checks reported ($n)");
+--- request eval
+"POST /v1/completions\n" . main::body()
+--- response_body_like eval
+qr/"text":" a \+ b\\n\\n# Example usage:\\nadd_"/
