@@ -260,8 +260,8 @@ my @workers = child_pids(qr/nginx: worker process/);
 Test::More::ok(scalar @workers, "found the worker (@workers)");
 kill 'KILL', @workers;
 waitpid($child, 0);
-# reclaim runs once a second; the 900-token request alone would take far longer
-for (1 .. 30) { last if http_get('/v1/health') =~ /"running":0,"queued":0,"slots_free":8,/; select undef, undef, undef, 0.1 }
+# reclaim runs once a second, between steps; the 900-token request alone would take far longer
+for (1 .. 150) { last if http_get('/v1/health') =~ /"running":0,"queued":0,"slots_free":8,/; select undef, undef, undef, 0.1 }
 --- request
 GET /v1/health
 --- response_body_like chomp
