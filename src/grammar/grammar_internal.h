@@ -110,7 +110,10 @@ struct srt_grammar {
     int32_t                  *clo_off;   /* closure of state s: clo[clo_off[s] .. clo_off[s+1]) */
     int32_t                  *clo;
     uint8_t                  *tail;      /* returning to this state only returns again */
-    state_cache             **cache;     /* per state, filled on first use */
+    state_cache             **cache;     /* per state and frame kind (2 s + below-is-root), filled
+                                            on first use */
+    int32_t                   root_end;  /* states below it were built for the root rule */
+    int                       root_called;  /* some rule calls the root rule */
 };
 
 int nfa_compile(ast_grammar *ag, srt_grammar *g, srt_err *err);
@@ -164,7 +167,7 @@ void pda_advance(pda *p, const thread_set *in, unsigned byte, thread_set *out);
 int ts_reserve(thread_set *s, int32_t n);
 void ts_free(thread_set *s);
 
-const state_cache *grammar_state_cache(srt_grammar *g, int32_t state);
+const state_cache *grammar_state_cache(srt_grammar *g, int32_t state, int root);
 int grammar_finish(srt_grammar *g, const srt_grammar_vocab *v, ast_grammar *ag, srt_grammar **out,
                    srt_err *err);
 

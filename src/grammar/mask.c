@@ -294,9 +294,10 @@ dfs(walk *w, int32_t node, uint32_t depth, int unc)
         u = unc || out->uncertain;
         if (out->n == 0) {
             /* a token that ends exactly as its path leaves the frame is accepted: the frame
-               below is a valid place to stand; longer ones depend on it */
+               below is a valid place to stand (or, below the root, the grammar's end);
+               longer ones depend on the frame (or, below the root, are rejected) */
             int32_t from = v->t_tok_begin[c];
-            if (out->uncertain) {
+            if (out->uncertain || out->accept) {
                 add_range(w, &w->acc, &w->n_acc, from, from + v->t_n_term[c]);
                 from += v->t_n_term[c];
             }
@@ -325,7 +326,7 @@ cmp_i32(const void *x, const void *y)
 
 
 static state_cache *
-compute_cache(const srt_grammar *g, int32_t state)
+compute_cache(const srt_grammar *g, int32_t state, int root)
 {
     const srt_grammar_vocab *v = g->vocab;
     walk                     w;
@@ -342,7 +343,7 @@ compute_cache(const srt_grammar *g, int32_t state)
     if (!w.lv || !w.acc || !w.unc || pda_init(&w.p, g) != 0) {
         goto done;
     }
-    top = pda_node(&w.p, state, NODE_SENT);
+    top = pda_node(&w.p, state, root ? NODE_ROOT : NODE_SENT);
     if (top < 0 || ts_reserve(&w.lv[0], 1) != 0) {
         goto done;
     }
@@ -404,28 +405,32 @@ done:
 }
 
 
-/* NULL only when out of memory: callers then treat the state as allowing nothing from cache and
- * fall back to checking every token (matcher.c). */
+/* NULL only when out of memory: callers then fall back to checking every token (matcher.c).
+ * root: the thread's frame sits on the root (a thread of the root rule, or reached from it by
+ * tail calls): then nothing is uncertain, since what lies below is known to be the end. */
 const state_cache *
-grammar_state_cache(srt_grammar *g, int32_t state)
+grammar_state_cache(srt_grammar *g, int32_t state, int root)
 {
     state_cache *sc;
+    size_t       k = (size_t) state * 2 + (root ? 1 : 0);
 
-    sc = __atomic_load_n(&g->cache[state], __ATOMIC_ACQUIRE);
+    sc = __atomic_load_n(&g->cache[k], __ATOMIC_ACQUIRE);
     if (sc) {
         return sc;
     }
     pthread_mutex_lock(&g->lock);
-    sc = g->cache[state];
+    sc = g->cache[k];
     if (sc == NULL) {
-        sc = compute_cache(g, state);
-        __atomic_store_n(&g->cache[state], sc, __ATOMIC_RELEASE);
+        sc = compute_cache(g, state, root);
+        __atomic_store_n(&g->cache[k], sc, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&g->lock);
     return sc;
 }
 
 
+/* Every state a thread can stand on, with the frame it will have: states of the root rule
+ * over the root, states of called rules over a caller (the rest fill on first use). */
 void
 srt_grammar_precompute(srt_grammar *g)
 {
@@ -435,7 +440,6 @@ srt_grammar_precompute(srt_grammar *g)
     if (live == NULL) {
         return;
     }
-    /* BYTE states a thread can stand on: those in some closure */
     for (s = 0; s < g->n_st; s++) {
         for (i = g->clo_off[s]; i < g->clo_off[s + 1]; i++) {
             if (g->clo[i] != CLO_FINAL && g->st[g->clo[i]].kind == ST_BYTE) {
@@ -444,8 +448,14 @@ srt_grammar_precompute(srt_grammar *g)
         }
     }
     for (s = 0; s < g->n_st; s++) {
-        if (live[s]) {
-            grammar_state_cache(g, s);
+        if (!live[s]) {
+            continue;
+        }
+        if (s < g->root_end) {
+            grammar_state_cache(g, s, 1);
+        }
+        if (s >= g->root_end || g->root_called) {
+            grammar_state_cache(g, s, 0);
         }
     }
     free(live);

@@ -37,7 +37,7 @@ grammar_finish(srt_grammar *g, const srt_grammar_vocab *v, ast_grammar *ag, srt_
         return SRT_ERROR;
     }
     ast_grammar_free(ag);
-    g->cache = calloc(g->n_st, sizeof(state_cache *));
+    g->cache = calloc((size_t) g->n_st * 2, sizeof(state_cache *));
     if (g->cache == NULL) {
         srt_err_set(err, "grammar: out of memory");
         srt_grammar_free(g);
@@ -137,7 +137,7 @@ srt_grammar_free(srt_grammar *g)
         return;
     }
     if (g->cache) {
-        for (s = 0; s < g->n_st; s++) {
+        for (s = 0; s < g->n_st * 2; s++) {
             if (g->cache[s]) {
                 free(g->cache[s]->acc_bits);
                 free(g->cache[s]->acc);
@@ -362,7 +362,8 @@ srt_grammar_matcher_fill_mask(srt_grammar_matcher *m, uint32_t *mask)
         return;
     }
     for (i = 0; i < s->n; i++) {
-        sc = grammar_state_cache(m->g, m->p.nt.state[s->tops[i]]);
+        sc = grammar_state_cache(m->g, m->p.nt.state[s->tops[i]],
+                                 m->p.nt.parent[s->tops[i]] == NODE_ROOT);
         if (sc == NULL) {
             /* out of memory for the cache: check every token the slow way */
             for (k = 0; k < v->n_sorted; k++) {
@@ -385,7 +386,7 @@ srt_grammar_matcher_fill_mask(srt_grammar_matcher *m, uint32_t *mask)
     }
     for (i = 0; i < s->n; i++) {
         t = s->tops[i];
-        sc = grammar_state_cache(m->g, m->p.nt.state[t]);
+        sc = grammar_state_cache(m->g, m->p.nt.state[t], m->p.nt.parent[t] == NODE_ROOT);
         if (sc == NULL) {
             continue;
         }

@@ -712,6 +712,7 @@ nfa_compile(ast_grammar *ag, srt_grammar *g, srt_err *err)
     fin = new_state(&c, ST_FINAL, -1, -1, -1);
     g->root_start = build(&c, ag->rules[ag->root].body, fin, 0);
     g->rule_start[ag->root] = g->root_start;
+    g->root_end = g->n_st;
     do {
         progress = 0;
         for (i = 0; i < g->n_st && !c.failed; i++) {
@@ -725,6 +726,11 @@ nfa_compile(ast_grammar *ag, srt_grammar *g, srt_err *err)
         }
     } while (progress && !c.failed);
 
+    for (i = 0; i < g->n_st; i++) {
+        if (g->st[i].kind == ST_CALL && g->st[i].a == ag->root) {
+            g->root_called = 1;
+        }
+    }
     if (c.failed || compute_closures(g, err) != 0 || check_left_recursion(g, ag, err) != 0) {
         goto done;
     }
