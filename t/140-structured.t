@@ -1,6 +1,6 @@
 # Structured output end to end (json_schema via the openai client's parse() and pydantic,
 # json_object, SGLang's regex and ebnf, n > 1, streaming, logprobs of the constrained
-# distribution, errors) against SmolLM2 served by nginx; t/lib/structured_e2e.py does the
+# distribution, errors, tool calls: named and required, streamed, a tool loop) against SmolLM2 served by nginx; t/lib/structured_e2e.py does the
 # checking with jsonschema and re.fullmatch.
 use Test::Nginx::Socket 'no_plan';
 use FindBin (); use lib "$FindBin::Bin/lib";
@@ -32,7 +32,7 @@ my $port = server_port();
 my @lines = `python3 $FindBin::Bin/lib/structured_e2e.py http://127.0.0.1:$port/v1 smollm2 2>&1`;
 Test::More::is($?, 0, "structured_e2e.py ran") or Test::More::diag(join '', @lines);
 my $n = tap_lines('structured', @lines);
-Test::More::ok($n == 13, "structured: all checks reported ($n)");
+Test::More::ok($n == 17, "structured: all checks reported ($n)");
 --- request
 POST /v1/completions
 {"prompt": "The answer is", "max_tokens": 8, "temperature": 0, "regex": "[0-9]{3}"}

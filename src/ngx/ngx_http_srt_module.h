@@ -143,6 +143,7 @@ typedef struct {
     ngx_flag_t                 include_usage;
     ngx_flag_t                 logprobs;
     ngx_flag_t                 max_tokens_set;
+    ngx_flag_t                 tools;       /* parse <tool_call> blocks into tool_calls */
     ngx_uint_t                 n_stop;
     ngx_str_t                  stop[NGX_HTTP_SRT_MAX_STOP];
     size_t                     max_stop_len;
@@ -252,6 +253,7 @@ ngx_int_t ngx_http_srt_pump(ngx_http_srt_ctx_t *ctx);
 ngx_int_t ngx_http_srt_send_json(ngx_http_request_t *r, ngx_uint_t status,
     yajl_gen g);
 void ngx_http_srt_gen_str(yajl_gen g, const char *s);
+yajl_gen_status ngx_http_srt_gen_val(yajl_gen g, yajl_val v);
 void ngx_http_srt_gen_ngx_str(yajl_gen g, ngx_str_t *s);
 void ngx_http_srt_gen_num(yajl_gen g, double v);
 void ngx_http_srt_gen_int(yajl_gen g, long long v);

@@ -135,7 +135,7 @@ ngx_http_srt_get_bool(ngx_http_srt_parse_t *ps, yajl_val v, const char *name,
  * refuses to open containers and the text it builds is no longer JSON.
  */
 
-static yajl_gen_status
+yajl_gen_status
 ngx_http_srt_gen_val(yajl_gen g, yajl_val v)
 {
     size_t           i;
@@ -945,13 +945,141 @@ ngx_http_srt_response_format(ngx_http_srt_parse_t *ps, yajl_val fmt)
 }
 
 
-/* Tools the model may call are not served yet: refused by name. */
+/*
+ * Tools. The model calls them in the Hermes / Qwen2.5 format its chat template teaches:
+ *   <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+ * "auto" leaves the output free and parses such blocks out of it (response side);
+ * "required" and a named function constrain the output to calls of the allowed
+ * functions, each "arguments" following the function's parameter schema, by a
+ * grammar built from those schemas. "none" offers no call.
+ */
+
+static ngx_int_t
+ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
+    const char *only, ngx_flag_t parallel)
+{
+    size_t          i, len, n = 0;
+    char           *gbnf, *body;
+    yajl_val        t, fn, name, params;
+    yajl_gen        g;
+    srt_err         err;
+    ngx_int_t       rc;
+    const u_char   *buf;
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* {"anyOf": [{"type": "object", "properties": {"name": {"const": f},
+       "arguments": PARAMS}, "required": ["name", "arguments"]}, ...]} */
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "anyOf");
+    yajl_gen_array_open(g);
+
+    for (i = 0; i < tools->u.array.len; i++) {
+        t = tools->u.array.values[i];
+        fn = ngx_http_srt_member(t, "function");
+        name = ngx_http_srt_member(fn, "name");
+        params = ngx_http_srt_member(fn, "parameters");
+
+        if (!YAJL_IS_STRING(name)) {
+            yajl_gen_free(g);
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                     "'tools[%uz].function.name' must be a "
+                                     "string", i);
+        }
+
+        if (only && ngx_strcmp(name->u.string, only) != 0) {
+            continue;
+        }
+
+        n++;
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "type");
+        ngx_http_srt_gen_str(g, "object");
+        ngx_http_srt_gen_str(g, "properties");
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "name");
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "const");
+        ngx_http_srt_gen_str(g, name->u.string);
+        yajl_gen_map_close(g);
+        ngx_http_srt_gen_str(g, "arguments");
+        if (params && YAJL_IS_OBJECT(params) && params->u.object.len) {
+            if (ngx_http_srt_gen_val(g, params) != yajl_gen_status_ok) {
+                yajl_gen_free(g);
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                         "'tools[%uz].function.parameters' "
+                                         "cannot be serialized", i);
+            }
+        } else {
+            yajl_gen_map_open(g);
+            ngx_http_srt_gen_str(g, "type");
+            ngx_http_srt_gen_str(g, "object");
+            yajl_gen_map_close(g);
+        }
+        yajl_gen_map_close(g);
+        ngx_http_srt_gen_str(g, "required");
+        yajl_gen_array_open(g);
+        ngx_http_srt_gen_str(g, "name");
+        ngx_http_srt_gen_str(g, "arguments");
+        yajl_gen_array_close(g);
+        yajl_gen_map_close(g);
+    }
+
+    yajl_gen_array_close(g);
+    yajl_gen_map_close(g);
+
+    if (n == 0) {
+        yajl_gen_free(g);
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tool_choice",
+                                 "'tool_choice' names function \"%s\", "
+                                 "which is not in 'tools'", only);
+    }
+
+    yajl_gen_get_buf(g, &buf, &len);
+
+    err.msg[0] = '\0';
+    if (srt_grammar_json_schema_to_gbnf((const char *) buf, len, NULL, &body,
+                                        &err)
+        != SRT_OK)
+    {
+        yajl_gen_free(g);
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                 "Invalid 'tools' parameters: %s", err.msg);
+    }
+
+    yajl_gen_free(g);
+
+    /* the schema's grammar starts "root ::= ": it becomes the call's JSON */
+    len = ngx_strlen(body);
+    gbnf = ngx_pnalloc(ps->r->pool, len + 256);
+    if (gbnf == NULL) {
+        free(body);
+        return NGX_ERROR;
+    }
+
+    ngx_sprintf((u_char *) gbnf,
+                "root ::= call%s\n"
+                "call ::= \"<tool_call>\\n\" call_json \"\\n</tool_call>\"\n"
+                "call_json ::= %s%Z",
+                parallel ? " (\"\\n\" call)*" : "", body + 9);
+    free(body);
+
+    rc = ngx_http_srt_grammar_set(ps, "tools", SRT_GRAMMAR_GBNF, gbnf,
+                                  ngx_strlen(gbnf));
+
+    return rc;
+}
+
 
 static ngx_int_t
 ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
-    yajl_val tools, yajl_val choice, yajl_val fcall)
+    yajl_val tools, yajl_val choice, yajl_val fcall, yajl_val parallel)
 {
-    ngx_flag_t   has_tools;
+    yajl_val     fn, name;
+    ngx_flag_t   has_tools, par;
     ngx_int_t    rc;
 
     rc = ngx_http_srt_response_format(ps, fmt);
@@ -966,30 +1094,20 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
 
     has_tools = tools && YAJL_IS_ARRAY(tools) && tools->u.array.len > 0;
 
-    if (choice && !YAJL_IS_NULL(choice)) {
-        if (YAJL_IS_STRING(choice)
-            && (ngx_strcmp(choice->u.string, "none") == 0
-                || (!has_tools && ngx_strcmp(choice->u.string, "auto") == 0)))
-        {
-            /* plain decoding: the model is not offered a call */
-
-        } else if (!YAJL_IS_STRING(choice) && !YAJL_IS_OBJECT(choice)) {
-            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tool_choice",
-                                     "'tool_choice' must be \"none\", "
-                                     "\"auto\", \"required\" or an object "
-                                     "naming a function");
-
-        } else {
-            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tool_choice",
-                                     "'tool_choice' other than \"none\" is "
-                                     "not supported by this server");
-        }
-
-    } else if (has_tools) {
-        /* OpenAI's default with tools is "auto": the model may call one */
+    if (has_tools && ps->p->endpoint != NGX_HTTP_SRT_EP_CHAT) {
         return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
-                                 "'tools' are not supported by this server "
-                                 "unless 'tool_choice' is \"none\"");
+                                 "'tools' are for /v1/chat/completions");
+    }
+
+    par = 1;
+    if (parallel && !YAJL_IS_NULL(parallel)) {
+        if (!YAJL_IS_TRUE(parallel) && !YAJL_IS_FALSE(parallel)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "parallel_tool_calls",
+                                     "'parallel_tool_calls' must be a "
+                                     "boolean");
+        }
+        par = YAJL_IS_TRUE(parallel);
     }
 
     if (fcall && !YAJL_IS_NULL(fcall)
@@ -997,10 +1115,56 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
     {
         return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "function_call",
                                  "'function_call' other than \"none\" is not "
-                                 "supported by this server");
+                                 "supported by this server; use 'tools'");
     }
 
-    return NGX_OK;
+    if (choice == NULL || YAJL_IS_NULL(choice)) {
+        /* OpenAI's default: "auto" with tools, "none" without */
+        ps->p->tools = has_tools;
+        return NGX_OK;
+    }
+
+    if (YAJL_IS_STRING(choice)) {
+        if (ngx_strcmp(choice->u.string, "none") == 0) {
+            return NGX_OK;
+        }
+
+        if (ngx_strcmp(choice->u.string, "auto") == 0) {
+            ps->p->tools = has_tools;
+            return NGX_OK;
+        }
+
+        if (ngx_strcmp(choice->u.string, "required") == 0) {
+            if (!has_tools) {
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                         "tool_choice",
+                                         "'tool_choice' \"required\" needs "
+                                         "'tools'");
+            }
+            ps->p->tools = 1;
+            return ngx_http_srt_tools_grammar(ps, tools, NULL, par);
+        }
+    }
+
+    fn = ngx_http_srt_member(choice, "function");
+    name = ngx_http_srt_member(fn, "name");
+
+    if (!YAJL_IS_STRING(name)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tool_choice",
+                                 "'tool_choice' must be \"none\", \"auto\", "
+                                 "\"required\" or {\"type\": \"function\", "
+                                 "\"function\": {\"name\": ...}}");
+    }
+
+    if (!has_tools) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tool_choice",
+                                 "'tool_choice' names a function but there "
+                                 "are no 'tools'");
+    }
+
+    ps->p->tools = 1;
+
+    return ngx_http_srt_tools_grammar(ps, tools, name->u.string, 0);
 }
 
 /*
@@ -1224,7 +1388,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
                           f_logprobs, f_top_logprobs, f_user, f_stream,
                           f_stream_options, f_tools, f_echo, f_best_of,
                           f_format, f_tool_choice, f_fcall, f_modalities,
-                          f_regex, f_ebnf, f_json_schema,
+                          f_regex, f_ebnf, f_json_schema, f_parallel,
                           f_hooks, f_salt;
     ngx_int_t             rc;
     long long             ll;
@@ -1289,7 +1453,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     f_ignore_eos = f_min_tokens = f_logprobs = f_top_logprobs = NULL;
     f_user = f_stream = f_stream_options = f_tools = f_echo = NULL;
     f_best_of = f_format = f_tool_choice = f_fcall = f_modalities = NULL;
-    f_regex = f_ebnf = f_json_schema = NULL;
+    f_regex = f_ebnf = f_json_schema = f_parallel = NULL;
     f_hooks = f_salt = NULL;
 
     for (i = 0; i < root->u.object.len; i++) {
@@ -1333,6 +1497,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         field("json_schema", f_json_schema);
         field("hooks", f_hooks);
         field("cache_salt", f_salt);
+        field("parallel_tool_calls", f_parallel);
 #undef field
 
         if (ngx_http_srt_unsupported_field(&ps, key, v) != NGX_OK) {
@@ -1342,7 +1507,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     }
 
     rc = ngx_http_srt_output_format(&ps, f_format, f_tools, f_tool_choice,
-                                    f_fcall);
+                                    f_fcall, f_parallel);
     ngx_http_srt_check(rc);
     rc = ngx_http_srt_grammar_string(&ps, f_json_schema, "json_schema",
                                      SRT_GRAMMAR_JSON_SCHEMA);

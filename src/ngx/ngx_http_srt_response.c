@@ -224,6 +224,193 @@ ngx_http_srt_match_stop(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
 /* How much of the held text may be sent now: all of it at the end; otherwise all
  * but a possible stop-string prefix, and never half a UTF-8 character. */
 
+/*
+ * Tool calls in the Hermes / Qwen2.5 format: <tool_call>{"name": ..., "arguments": {...}}
+ * </tool_call> blocks anywhere in the text. All blocks must parse, else the text stays
+ * content (a model that only talked about a call did not make one). The text outside the
+ * blocks is the message's content.
+ */
+
+typedef struct {
+    ngx_str_t   name;
+    ngx_str_t   args;        /* arguments as a JSON string's value */
+} ngx_http_srt_tool_call_t;
+
+
+static ngx_int_t
+ngx_http_srt_tool_calls(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
+    ngx_array_t **out, ngx_str_t *content)
+{
+    u_char                    *p, *end, *open, *close, *json, *c;
+    size_t                     len;
+    char                       err[64];
+    yajl_val                   v, name, args;
+    yajl_gen                   g;
+    ngx_array_t               *calls;
+    const u_char              *buf;
+    ngx_http_srt_tool_call_t  *tc;
+
+    static const char  otag[] = "<tool_call>", ctag[] = "</tool_call>";
+
+    *out = NULL;
+    content->data = ch->text;
+    content->len = ch->text_len;
+
+    if (!ctx->p.tools || ch->text == NULL) {
+        return NGX_OK;
+    }
+
+    calls = ngx_array_create(ctx->request->pool, 2,
+                             sizeof(ngx_http_srt_tool_call_t));
+    c = ngx_pnalloc(ctx->request->pool, ch->text_len + 1);
+    if (calls == NULL || c == NULL) {
+        return NGX_ERROR;
+    }
+
+    content->data = c;
+    content->len = 0;
+    p = ch->text;
+    end = ch->text + ch->text_len;
+
+    while (p < end) {
+        open = ngx_strlcasestrn(p, end, (u_char *) otag, sizeof(otag) - 2);
+        if (open == NULL) {
+            c = ngx_cpymem(c, p, end - p);
+            p = end;
+            break;
+        }
+        c = ngx_cpymem(c, p, open - p);
+        json = open + sizeof(otag) - 1;
+        close = ngx_strlcasestrn(json, end, (u_char *) ctag, sizeof(ctag) - 2);
+        if (close == NULL) {
+            break;                      /* an unfinished call: plain content */
+        }
+
+        len = close - json;
+        buf = ngx_pnalloc(ctx->request->pool, len + 1);
+        if (buf == NULL) {
+            return NGX_ERROR;
+        }
+        ngx_memcpy((u_char *) buf, json, len);
+        ((u_char *) buf)[len] = '\0';
+
+        v = yajl_tree_parse((const char *) buf, err, sizeof(err));
+        name = NULL;
+        args = NULL;
+        if (YAJL_IS_OBJECT(v)) {
+            for (size_t i = 0; i < v->u.object.len; i++) {
+                if (ngx_strcmp(v->u.object.keys[i], "name") == 0) {
+                    name = v->u.object.values[i];
+                } else if (ngx_strcmp(v->u.object.keys[i], "arguments") == 0
+                           || ngx_strcmp(v->u.object.keys[i], "parameters") == 0)
+                {
+                    args = v->u.object.values[i];
+                }
+            }
+        }
+        if (!YAJL_IS_STRING(name)) {
+            yajl_tree_free(v);
+            calls->nelts = 0;           /* not a call after all: plain content */
+            break;
+        }
+
+        tc = ngx_array_push(calls);
+        if (tc == NULL) {
+            yajl_tree_free(v);
+            return NGX_ERROR;
+        }
+        tc->name.len = ngx_strlen(name->u.string);
+        tc->name.data = ngx_pstrdup(ctx->request->pool, &(ngx_str_t)
+                                    { tc->name.len, (u_char *) name->u.string });
+
+        if (YAJL_IS_STRING(args)) {
+            tc->args.len = ngx_strlen(args->u.string);
+            tc->args.data = ngx_pstrdup(ctx->request->pool, &(ngx_str_t)
+                                        { tc->args.len,
+                                          (u_char *) args->u.string });
+        } else {
+            g = yajl_gen_alloc(NULL);
+            if (g == NULL) {
+                yajl_tree_free(v);
+                return NGX_ERROR;
+            }
+            if (args) {
+                ngx_http_srt_gen_val(g, args);
+            } else {
+                yajl_gen_map_open(g);
+                yajl_gen_map_close(g);
+            }
+            yajl_gen_get_buf(g, &buf, &len);
+            tc->args.len = len;
+            tc->args.data = ngx_pstrdup(ctx->request->pool, &(ngx_str_t)
+                                        { len, (u_char *) buf });
+            yajl_gen_free(g);
+        }
+        yajl_tree_free(v);
+        if (tc->name.data == NULL || tc->args.data == NULL) {
+            return NGX_ERROR;
+        }
+        p = close + sizeof(ctag) - 1;
+    }
+
+    if (calls->nelts == 0 || p < end) {
+        content->data = ch->text;
+        content->len = ch->text_len;
+        return NGX_OK;
+    }
+
+    content->len = c - content->data;
+    while (content->len && (content->data[content->len - 1] == '\n'
+                            || content->data[content->len - 1] == ' '))
+    {
+        content->len--;
+    }
+    while (content->len && (content->data[0] == '\n' || content->data[0] == ' ')) {
+        content->data++;
+        content->len--;
+    }
+
+    *out = calls;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_srt_gen_tool_calls(ngx_http_srt_ctx_t *ctx, ngx_uint_t choice,
+    yajl_gen g, ngx_array_t *calls, ngx_flag_t delta)
+{
+    u_char                     id[64], *e;
+    ngx_uint_t                 k;
+    ngx_http_srt_tool_call_t  *tc = calls->elts;
+
+    ngx_http_srt_gen_str(g, "tool_calls");
+    yajl_gen_array_open(g);
+    for (k = 0; k < calls->nelts; k++) {
+        yajl_gen_map_open(g);
+        if (delta) {
+            ngx_http_srt_gen_str(g, "index");
+            yajl_gen_integer(g, (long long) k);
+        }
+        e = ngx_snprintf(id, sizeof(id), "call_%s_%ui_%ui", ctx->id + 9,
+                         choice, k);
+        ngx_http_srt_gen_str(g, "id");
+        yajl_gen_string(g, id, e - id);
+        ngx_http_srt_gen_str(g, "type");
+        ngx_http_srt_gen_str(g, "function");
+        ngx_http_srt_gen_str(g, "function");
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "name");
+        yajl_gen_string(g, tc[k].name.data, tc[k].name.len);
+        ngx_http_srt_gen_str(g, "arguments");
+        yajl_gen_string(g, tc[k].args.data, tc[k].args.len);
+        yajl_gen_map_close(g);
+        yajl_gen_map_close(g);
+    }
+    yajl_gen_array_close(g);
+}
+
+
 static size_t
 ngx_http_srt_sendable(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 {
@@ -231,6 +418,10 @@ ngx_http_srt_sendable(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 
     if (ch->done) {
         return ch->text_len;
+    }
+
+    if (ctx->p.tools) {
+        return ch->emitted;          /* held until the calls can be parsed whole */
     }
 
     hold = ctx->p.max_stop_len ? ctx->p.max_stop_len - 1 : 0;
@@ -694,8 +885,10 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
 {
     size_t                  end;
     yajl_gen                g;
+    ngx_str_t               content;
     ngx_uint_t              lp_to;
     ngx_flag_t              chat, send_text, send_finish;
+    ngx_array_t            *calls;
     ngx_http_srt_choice_t  *ch = &ctx->choices[i];
 
     chat = (ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT);
@@ -759,10 +952,25 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
     ngx_http_srt_gen_str(g, "index");
     yajl_gen_integer(g, (long long) i);
 
+    calls = NULL;
+
     if (chat) {
         ngx_http_srt_gen_str(g, "delta");
         yajl_gen_map_open(g);
-        if (end > ch->emitted) {
+        if (ctx->p.tools && send_finish) {
+            /* the whole text was held: now content and calls, parsed */
+            if (ngx_http_srt_tool_calls(ctx, ch, &calls, &content) != NGX_OK) {
+                yajl_gen_free(g);
+                return NGX_ERROR;
+            }
+            if (content.len) {
+                ngx_http_srt_gen_str(g, "content");
+                yajl_gen_string(g, content.data, content.len);
+            }
+            if (calls) {
+                ngx_http_srt_gen_tool_calls(ctx, i, g, calls, 1);
+            }
+        } else if (end > ch->emitted) {
             ngx_http_srt_gen_str(g, "content");
             yajl_gen_string(g, ch->text + ch->emitted, end - ch->emitted);
         }
@@ -777,7 +985,11 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
 
     ngx_http_srt_gen_str(g, "finish_reason");
     if (send_finish) {
-        ngx_http_srt_gen_str(g, ch->finish ? ch->finish : "stop");
+        ngx_http_srt_gen_str(g, calls && (ch->finish == NULL
+                                          || ngx_strcmp(ch->finish, "stop")
+                                             == 0)
+                                ? "tool_calls"
+                                : ch->finish ? ch->finish : "stop");
     } else {
         yajl_gen_null(g);
     }
@@ -945,8 +1157,10 @@ static ngx_int_t
 ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
 {
     yajl_gen                g;
+    ngx_str_t               content;
     ngx_uint_t              i;
     ngx_flag_t              chat;
+    ngx_array_t            *calls;
     ngx_http_srt_choice_t  *ch;
 
     chat = (ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT);
@@ -992,14 +1206,28 @@ ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
         ngx_http_srt_gen_str(g, "index");
         yajl_gen_integer(g, (long long) i);
 
+        calls = NULL;
+
         if (chat) {
+            if (ngx_http_srt_tool_calls(ctx, ch, &calls, &content) != NGX_OK) {
+                yajl_gen_free(g);
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
             ngx_http_srt_gen_str(g, "message");
             yajl_gen_map_open(g);
             ngx_http_srt_gen_str(g, "role");
             ngx_http_srt_gen_str(g, "assistant");
             ngx_http_srt_gen_str(g, "content");
-            yajl_gen_string(g, ch->text ? ch->text : (u_char *) "",
-                            ch->text_len);
+            if (calls && content.len == 0) {
+                yajl_gen_null(g);
+            } else {
+                yajl_gen_string(g, content.data ? content.data
+                                                : (u_char *) "",
+                                content.len);
+            }
+            if (calls) {
+                ngx_http_srt_gen_tool_calls(ctx, i, g, calls, 0);
+            }
             yajl_gen_map_close(g);
 
         } else {
@@ -1011,7 +1239,11 @@ ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
         ngx_http_srt_gen_logprobs(ctx, ch, g, 0, ch->lp ? ch->lp->nelts : 0);
 
         ngx_http_srt_gen_str(g, "finish_reason");
-        ngx_http_srt_gen_str(g, ch->finish ? ch->finish : "stop");
+        ngx_http_srt_gen_str(g, calls && (ch->finish == NULL
+                                          || ngx_strcmp(ch->finish, "stop")
+                                             == 0)
+                                ? "tool_calls"
+                                : ch->finish ? ch->finish : "stop");
         yajl_gen_map_close(g);
     }
 

@@ -122,6 +122,79 @@ def logprobs():
 
 guard("logprobs: of the constrained distribution", logprobs)
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {
+        "location": {"type": "string", "maxLength": 16},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["location", "unit"]}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "maxLength": 20}}, "required": ["query"]}}}
+TMSG = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def tools_named():
+    r = client.chat.completions.create(
+        model=model, messages=TMSG, tools=[WEATHER, SEARCH], max_tokens=60, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    c = r.choices[0]
+    calls = c.message.tool_calls or []
+    ok = c.finish_reason == "tool_calls" and len(calls) == 1 and \
+        calls[0].type == "function" and calls[0].id and calls[0].function.name == "get_weather"
+    if ok:
+        jsonschema.validate(json.loads(calls[0].function.arguments),
+                            WEATHER["function"]["parameters"])
+    check("tools: named call with valid arguments", ok, repr(c))
+    # streamed: the deltas joined equal the non-streamed call
+    name, args, fin, ids = "", "", None, []
+    for chunk in client.chat.completions.create(
+            model=model, messages=TMSG, tools=[WEATHER, SEARCH], max_tokens=60, temperature=0,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}}, stream=True):
+        for ch in chunk.choices:
+            for d in ch.delta.tool_calls or []:
+                if d.id:
+                    ids.append(d.id)
+                if d.function and d.function.name:
+                    name += d.function.name
+                if d.function and d.function.arguments:
+                    args += d.function.arguments
+            if ch.finish_reason:
+                fin = ch.finish_reason
+    check("tools: streamed deltas joined = non-streamed", ok and name == calls[0].function.name
+          and args == calls[0].function.arguments and fin == "tool_calls" and len(ids) == 1,
+          repr((name, args, fin, ids)))
+    # the loop: the call and its result go back through the template
+    # (SmolLM2's template concatenates content: "" rather than None)
+    msgs = TMSG + [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": calls[0].id, "type": "function", "function": {
+            "name": calls[0].function.name, "arguments": calls[0].function.arguments}}]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": "18 degrees, sunny"}]
+    r2 = client.chat.completions.create(model=model, messages=msgs, tools=[WEATHER, SEARCH],
+                                        tool_choice="none", max_tokens=16, temperature=0)
+    check("tools: a tool-calling loop round-trips", r2.choices[0].message.content is not None and
+          not r2.choices[0].message.tool_calls, repr(r2.choices[0]))
+
+
+guard("tools: named call with valid arguments", tools_named)
+
+
+def tools_required():
+    r = client.chat.completions.create(model=model, messages=TMSG, tools=[WEATHER, SEARCH],
+                                       tool_choice="required", parallel_tool_calls=False,
+                                       max_tokens=120, temperature=0)
+    c = r.choices[0]
+    calls = c.message.tool_calls or []
+    good = c.finish_reason == "tool_calls" and len(calls) == 1 and \
+        calls[0].function.name in ("get_weather", "search")
+    if good:
+        spec = WEATHER if calls[0].function.name == "get_weather" else SEARCH
+        jsonschema.validate(json.loads(calls[0].function.arguments), spec["function"]["parameters"])
+    check("tools: required picks one of the tools", good, repr(c))
+
+
+guard("tools: required picks one of the tools", tools_required)
+
 
 def errors():
     for name, kw, want in [
