@@ -20,6 +20,8 @@ $ENV{TEST_NGINX_PEER_B} = $CLUSTER_PORT + 21;
 my $sys = '{"model":"tiny","max_tokens":2,"temperature":0,"messages":[{"role":"system","content":"You are a terse assistant for the nginx documentation team."},{"role":"user","content":"Q';
 our $CHAT1 = "$sys 1\"}]}";
 our $CHAT2 = "$sys 2\"}]}";
+our $SALT_A = '{"model":"tiny","max_tokens":1,"temperature":0,"cache_salt":"tenant-a","prompt":"the same words for two tenants of one node"}';
+(our $SALT_B = $SALT_A) =~ s/tenant-a/tenant-b/;
 our $MIX = '{"prompt":"alpha beta gamma delta epsilon zeta eta theta iota kappa"}';
 our @LRU = map { my $i = $_; '{"model":"tiny","max_tokens":1,"temperature":0,"prompt":"'
                  . join(' ', map { "w${i}x$_" } 1 .. 12) . '"}' } 1 .. 25;
@@ -265,3 +267,21 @@ main::cluster('fuzz');
 --- request
 GET /done
 --- error_code: 204
+
+
+
+=== TEST 16: a node never serves one cache_salt's prefixes to another: the front credits none across salts either
+--- init
+package main;
+Test::Srt::wait_ready('/v1', 60);
+my ($st, $body, $raw) = http_request('POST', '/front/v1/completions', $main::SALT_A);
+Test::More::like($raw, qr/\r\nX-Route: load 0\/\d+\r\n/, "tenant a: first, by load");
+($st, $body, $raw) = http_request('POST', '/front/v1/completions', $main::SALT_A);
+Test::More::like($raw, qr/\r\nX-Route: prefix [1-9]\d*\/\d+\r\n/, "tenant a again: its prefix");
+--- request eval
+"POST /front/v1/completions\n$main::SALT_B"
+--- error_code: 200
+--- response_headers_like
+X-Route: load 0/\d+
+--- response_body_like chomp
+"cached_tokens":0\}

@@ -887,11 +887,13 @@ ngx_http_srt_aff_body(ngx_http_request_t *r, size_t *len)
 }
 
 
-/* Block i's key hashes every token of blocks 0..i (FNV-1a, 64 bits): equal keys
- * mean equal paths from the root, up to a collision nobody will meet. */
+/* Block i's key hashes every token of blocks 0..i (FNV-1a, 64 bits), starting
+ * from the request's cache namespace: equal keys mean equal paths from the root
+ * of one namespace, up to a collision nobody will meet. */
 
 static void
-ngx_http_srt_aff_hash(ngx_http_srt_aff_data_t *ad, int32_t *ids, size_t n)
+ngx_http_srt_aff_hash(ngx_http_srt_aff_data_t *ad, uint64_t ns, int32_t *ids,
+    size_t n)
 {
     size_t      i, b, nb;
     uint32_t    t;
@@ -907,7 +909,7 @@ ngx_http_srt_aff_hash(ngx_http_srt_aff_data_t *ad, int32_t *ids, size_t n)
         return;
     }
 
-    h = 0xcbf29ce484222325ULL;
+    h = ns;
 
     for (b = 0; b < nb; b++) {
         for (i = b * ad->conf->block; i < (b + 1) * ad->conf->block; i++) {
@@ -922,6 +924,54 @@ ngx_http_srt_aff_hash(ngx_http_srt_aff_data_t *ad, int32_t *ids, size_t n)
 
     ad->nblocks = nb;
     ad->ntokens = n;
+}
+
+
+/*
+ * A node keeps prefixes computed for one "cache_salt" and selection of
+ * per-request "hooks" apart from every other's (its radix cache is namespaced
+ * by them), so the front's tree is too: the chain of block hashes starts from
+ * a hash of both fields as the request spells them.
+ */
+
+static uint64_t
+ngx_http_srt_aff_namespace(yajl_val root)
+{
+    size_t                i, len;
+    uint64_t              h;
+    yajl_gen              g;
+    yajl_val              v;
+    const unsigned char  *buf;
+    static const char    *keys[] = { "cache_salt", "hooks" };
+
+    h = 0xcbf29ce484222325ULL;
+
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        v = ngx_http_srt_aff_field(root, keys[i]);
+        if (v == NULL || YAJL_IS_NULL(v)) {
+            continue;
+        }
+
+        g = yajl_gen_alloc(NULL);
+        if (g == NULL) {
+            continue;
+        }
+
+        yajl_gen_array_open(g);
+        ngx_http_srt_aff_gen_str(g, keys[i]);
+        ngx_http_srt_aff_gen_val(g, v);
+        yajl_gen_array_close(g);
+
+        if (yajl_gen_get_buf(g, &buf, &len) == yajl_gen_status_ok) {
+            while (len--) {
+                h = (h ^ *buf++) * 0x100000001b3ULL;
+            }
+        }
+
+        yajl_gen_free(g);
+    }
+
+    return h;
 }
 
 
@@ -970,7 +1020,7 @@ ngx_http_srt_aff_init_peer(ngx_http_request_t *r,
     n = 0;
 
     if (ngx_http_srt_aff_tokens(ad->conf, root, &ids, &n) == NGX_OK) {
-        ngx_http_srt_aff_hash(ad, ids, n);
+        ngx_http_srt_aff_hash(ad, ngx_http_srt_aff_namespace(root), ids, n);
         free(ids);
     }
 
