@@ -210,3 +210,17 @@ Test::More::ok($n == 6, "steer_example: all checks reported ($n)");
 "POST /v1/completions\n" . main::body()
 --- response_body_like eval
 qr/"text":" a \+ b\\n\\n# Example usage:\\nadd_"/
+
+
+
+=== TEST 9: srt_request_hooks naming something that is not a per-request hook fails nginx -t
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL;
+    srt_forward_hooks $TEST_NGINX_REQHOOKS_DIR/hooks.json;
+    srt_hooks_path $TEST_NGINX_SRT_HOOK_LIB;
+    srt_request_hooks steer nosuch;
+}
+--- must_die
+--- error_log
+"srt_request_hooks": "nosuch" is not a per-request hook of this model

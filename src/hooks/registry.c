@@ -637,6 +637,27 @@ int srt_hook_spec_check_file(const char *path, const char *search_path, srt_err 
     return rc;
 }
 
+int srt_hook_spec_file_has_per_request(const char *path, const char *name, srt_err *err)
+{
+    srt_hook_spec_list l;
+    size_t len;
+    char *text;
+    int found = 0;
+
+    text = read_file(path, &len, err);
+    if (text == NULL)
+        return SRT_ERROR;
+    if (srt_hook_spec_parse(text, len, path, &l, err) != SRT_OK) {
+        free(text);
+        return SRT_ERROR;
+    }
+    free(text);
+    for (int i = 0; i < l.n && !found; i++)
+        found = l.specs[i].per_request && strcmp(l.specs[i].name, name) == 0;
+    srt_hook_spec_list_free(&l);
+    return found;
+}
+
 /* ---- direct attachment, handles, listing ---------------------------------------------- */
 
 int64_t srt_hook_attach(srt_hook_registry *reg, const char *module_name, srt_hook *hook,

@@ -106,6 +106,10 @@ int      srt_hook_registry_active(const srt_hook_registry *reg);
 /* Changes on every mutation, so a runner can notice that hooks changed. */
 uint64_t srt_hook_registry_generation(const srt_hook_registry *reg);
 
+/* For nginx -t (srt_request_hooks): 1 when the spec file has a spec named `name` with
+ * "per_request": true, 0 when not, SRT_ERROR when it cannot be read or parsed. */
+int srt_hook_spec_file_has_per_request(const char *path, const char *name, srt_err *err);
+
 /* Per-request hooks. A spec with "per_request": true runs only for the tokens of requests
  * that selected it, each call seeing one request's rows and its config (srt_hooks.h, ABI
  * 1.1). The scheduler calls begin when it takes a request with a selection (an error names

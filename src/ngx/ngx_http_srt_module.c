@@ -446,6 +446,57 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
 }
 
 
+/* Every name srt_request_hooks lists must be a per-request hook of the model: a spec with
+ * "per_request": true in its srt_forward_hooks file, or its srt_control_vector ... per_request. */
+static char *
+ngx_http_srt_check_request_hooks(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf,
+    const srt_chan_config *cfg)
+{
+    char        name[SRT_REQ_HOOK_NAME_MAX];
+    ngx_str_t  *names;
+    ngx_uint_t  i;
+    int         rc;
+    srt_err     err;
+
+    if (conf->request_hooks == NULL) {
+        return NGX_CONF_OK;
+    }
+
+    names = conf->request_hooks->elts;
+
+    for (i = 0; i < conf->request_hooks->nelts; i++) {
+        ngx_cpystrn((u_char *) name, names[i].data,
+                    ngx_min(names[i].len + 1, sizeof(name)));
+
+        if (cfg->cvec_path[0] && cfg->cvec_per_request
+            && ngx_strcmp((cfg->cvec_name[0] ? cfg->cvec_name
+                                             : "control_vector"), name) == 0)
+        {
+            continue;
+        }
+
+        rc = cfg->hooks_path[0]
+             ? srt_hook_spec_file_has_per_request(cfg->hooks_path, name, &err)
+             : 0;
+
+        if (rc == 1) {
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"srt_request_hooks\": \"%s\" is not a per-request "
+                           "hook of this model: no spec of that name with "
+                           "\"per_request\": true in srt_forward_hooks, nor "
+                           "srt_control_vector ... name=%s per_request%s%s",
+                           name, name, rc == SRT_ERROR ? ": " : "",
+                           rc == SRT_ERROR ? err.msg : "");
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 static ngx_int_t
 ngx_http_srt_copy_cstr(char *dst, size_t cap, ngx_str_t *src)
 {
@@ -557,7 +608,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
             /* the same model served at several locations: one scheduler */
             conf->model = mp[i];
-            return NGX_CONF_OK;
+            return ngx_http_srt_check_request_hooks(cf, conf, &mp[i]->cfg);
         }
     }
 
@@ -639,6 +690,10 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                "\"srt_control_vector\": %s", err.msg);
             return NGX_CONF_ERROR;
         }
+    }
+
+    if (ngx_http_srt_check_request_hooks(cf, conf, &m->cfg) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
     }
 
     m->cfg.device = (int32_t) conf->device;
