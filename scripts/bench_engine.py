@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""Prefill and decode speed of srt-generate against llama.cpp (llama-cpp-python) on the same
-GGUF, the same thread count, in the same run, rounds interleaved so both see the same machine.
+"""Prefill and decode speed of srt-generate (exact and fast numerics) against llama.cpp's own
+llama-bench (C++, built from source by scripts/install-bench-deps.sh) on the same GGUF, the same
+thread count, in the same run: rounds interleaved (srt exact, srt fast, llama-bench, ...) so all
+see the same machine, medians of the rounds reported with the load average around them.
 
     scripts/bench_engine.py [--model .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf]
-                            [--threads 2] [--prompt-tokens 128] [--decode-tokens 64] [--rounds 3]
+                            [--threads 2] [--prompt-tokens 128] [--decode-tokens 64] [--rounds 5]
+                            [--llama-bench .cache/llama.cpp/build/bin/llama-bench]
 
-Both engines get the same prompt ids (a fixed pseudo-random sequence), prefill it in one batch
-and then decode greedily; the best round of each is kept. Prints tok/s and ratios
-(srt / llama.cpp); >= 1.0 means srt is faster.
+srt prefills the prompt in one batch and then decodes greedily (its own timing lines).
+llama-bench runs pp<prompt> and tg<decode> at depth <prompt> (-d: decode after a prompt of that
+length, like srt), one repetition per round. Ratios are srt / llama.cpp: >= 1.0 means srt is
+faster. On a shared machine the absolute figures move with the load; the same-round ratios are
+the figures to quote, and they should be re-taken on a quiet machine.
 """
 import argparse
+import json
 import os
 import re
+import statistics
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,44 +33,32 @@ def prompt_ids(n, vocab=49152):
     return ids
 
 
-def run_srt(binary, model, ids, n_decode, threads, extra):
+def run_srt(binary, model, ids, n_decode, threads, numerics):
     cmd = [binary, "--model", model, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", str(n_decode + 1),
-           "--ignore-eos", "--ids", "--threads", str(threads), "--batch", str(max(512, len(ids)))] + extra
+           "--ignore-eos", "--ids", "--threads", str(threads), "--batch", str(max(512, len(ids))),
+           "--numerics", numerics]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     pre = re.search(r"prefill: (\d+) tokens in ([\d.]+)s", out.stderr)
     dec = re.search(r"decode: (\d+) tokens in ([\d.]+)s", out.stderr)
     if not pre or not dec:
         sys.exit("bench_engine: cannot parse srt-generate output:\n" + out.stderr)
-    return int(pre.group(1)) / float(pre.group(2)), int(dec.group(1)) / float(dec.group(2)), out.stdout.split()
+    return int(pre.group(1)) / float(pre.group(2)), int(dec.group(1)) / float(dec.group(2))
 
 
-def make_llama(model, threads, n_ctx, n_batch):
-    import llama_cpp
-    return llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
-                           n_batch=n_batch, n_ubatch=n_batch, verbose=False, logits_all=False)
+def run_llama_bench(binary, model, n_prompt, n_decode, threads):
+    res = {}
+    for args in (["-p", str(n_prompt), "-n", "0"], ["-p", "0", "-n", str(n_decode), "-d", str(n_prompt)]):
+        cmd = [binary, "-m", model, "-t", str(threads), "-r", "1", "-o", "json"] + args
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"bench_engine: {' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
+        for t in json.loads(out.stdout):
+            res["pp" if t["n_prompt"] > 0 else "tg"] = t["avg_ts"]
+    return res["pp"], res["tg"]
 
 
-def last_logits(llm):
-    # with logits_all=False llama-cpp-python keeps only llama.cpp's own buffer (last row)
-    import numpy as np
-    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
-
-
-def run_llama(llm, ids, n_decode):
-    import numpy as np
-    llm.reset()
-    t0 = time.perf_counter()
-    llm.eval(ids)
-    t_pre = time.perf_counter() - t0
-    tok = int(np.argmax(last_logits(llm)))
-    out = [tok]
-    t0 = time.perf_counter()
-    for _ in range(n_decode):
-        llm.eval([tok])
-        tok = int(np.argmax(last_logits(llm)))
-        out.append(tok)
-    t_dec = time.perf_counter() - t0
-    return len(ids) / t_pre, n_decode / t_dec, [str(t) for t in out]
+def load():
+    return open("/proc/loadavg").read().split()[0]
 
 
 def main():
@@ -73,43 +67,44 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--decode-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--srt", default=os.path.join(ROOT, "build/bin/srt-generate"))
-    ap.add_argument("--srt-args", default="", help="extra srt-generate arguments, e.g. --precise")
+    ap.add_argument("--llama-bench", default=os.path.join(ROOT, ".cache/llama.cpp/build/bin/llama-bench"))
     a = ap.parse_args()
     if not os.path.exists(a.model):
         sys.exit(f"bench_engine: {a.model} missing (run scripts/fetch-model.sh)")
     if not os.access(a.srt, os.X_OK):
         sys.exit(f"bench_engine: {a.srt} missing (run make)")
+    have_llama = os.access(a.llama_bench, os.X_OK)
+    if not have_llama:
+        print(f"bench_engine: {a.llama_bench} missing (scripts/install-bench-deps.sh); srt figures only")
     ids = prompt_ids(a.prompt_tokens)
-    try:
-        llm = make_llama(a.model, a.threads, a.prompt_tokens + a.decode_tokens + 8, max(512, a.prompt_tokens))
-    except ImportError:
-        llm = None
-        print("bench_engine: llama-cpp-python is not installed (pip install llama-cpp-python); srt figures only")
-    best = {"srt": [0, 0], "llama.cpp": [0, 0]}
-    tokens = {}
+    rows = {"srt exact": [], "srt fast": [], "llama.cpp": []}
+    loads = [load()]
     for _ in range(a.rounds):
-        p, d, toks = run_srt(a.srt, a.model, ids, a.decode_tokens, a.threads, a.srt_args.split())
-        best["srt"] = [max(best["srt"][0], p), max(best["srt"][1], d)]
-        tokens["srt"] = toks
-        if llm is not None:
-            p, d, toks = run_llama(llm, ids, a.decode_tokens)
-            best["llama.cpp"] = [max(best["llama.cpp"][0], p), max(best["llama.cpp"][1], d)]
-            tokens["llama.cpp"] = toks
-    print(f"model {os.path.basename(a.model)}, {a.threads} threads, prompt {a.prompt_tokens} tokens, "
-          f"decode {a.decode_tokens} tokens, best of {a.rounds} interleaved rounds")
-    print(f"{'engine':<10} {'prefill tok/s':>14} {'decode tok/s':>13}")
-    for name in ("srt", "llama.cpp"):
-        if name == "llama.cpp" and llm is None:
-            continue
-        print(f"{name:<10} {best[name][0]:>14.1f} {best[name][1]:>13.1f}")
-    if llm is not None:
-        print(f"ratio srt/llama.cpp: prefill {best['srt'][0] / best['llama.cpp'][0]:.2f}x "
-              f"(target >= 0.8), decode {best['srt'][1] / best['llama.cpp'][1]:.2f}x (target >= 1.0)")
-        same = sum(1 for x, y in zip(tokens["srt"], tokens["llama.cpp"]) if x == y)
-        print(f"greedy tokens identical for the first {next((i for i, (x, y) in enumerate(zip(tokens['srt'], tokens['llama.cpp'])) if x != y), same)} "
-              f"of {len(tokens['srt'])}")
+        rows["srt exact"].append(run_srt(a.srt, a.model, ids, a.decode_tokens, a.threads, "exact"))
+        rows["srt fast"].append(run_srt(a.srt, a.model, ids, a.decode_tokens, a.threads, "fast"))
+        if have_llama:
+            rows["llama.cpp"].append(run_llama_bench(a.llama_bench, a.model, a.prompt_tokens, a.decode_tokens,
+                                                     a.threads))
+        loads.append(load())
+    print(f"model {os.path.basename(a.model)}, {a.threads} threads, prompt {a.prompt_tokens} tokens, decode "
+          f"{a.decode_tokens} tokens, median of {a.rounds} interleaved rounds, load average {' '.join(loads)}")
+    med = {k: (statistics.median(p for p, _ in v), statistics.median(d for _, d in v)) for k, v in rows.items() if v}
+    print(f"{'engine':<10} {'prefill tok/s':>14} {'decode tok/s':>13} {'vs llama.cpp':>22}")
+    for k, (p, d) in med.items():
+        rel = ""
+        if "llama.cpp" in med and k != "llama.cpp":
+            rel = f"{p / med['llama.cpp'][0]:.2f}x / {d / med['llama.cpp'][1]:.2f}x"
+        print(f"{k:<10} {p:>14.1f} {d:>13.1f} {rel:>22}")
+    if "llama.cpp" in med:
+        # per-round ratios: the same machine state for both
+        for k in ("srt exact", "srt fast"):
+            rp = [s[0] / l[0] for s, l in zip(rows[k], rows["llama.cpp"])]
+            rd = [s[1] / l[1] for s, l in zip(rows[k], rows["llama.cpp"])]
+            print(f"{k} / llama.cpp per round: prefill {' '.join(f'{x:.2f}' for x in rp)} "
+                  f"(median {statistics.median(rp):.2f}x), decode {' '.join(f'{x:.2f}' for x in rd)} "
+                  f"(median {statistics.median(rd):.2f}x)")
 
 
 if __name__ == "__main__":

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Output tokens/s of ngx_srt against llama.cpp's server (llama-cpp-python) at concurrency 1, 4, 16
-# and 64: same GGUF, same machine, same run, same thread count. The two servers run side by side
-# (an idle server costs nothing) and take turns at each concurrency, so both see the same machine.
+# Output tokens/s of ngx_srt against llama.cpp's own C++ llama-server (continuous batching,
+# --parallel N slots, built from source by scripts/install-bench-deps.sh) at each concurrency:
+# same GGUF, same machine, same run, same thread count. The two servers run side by side (an
+# idle server costs nothing) and take turns at each concurrency, so both see the same machine.
 #
-#   scripts/bench_vs_llamacpp.sh [--model GGUF] [--threads 2] [--input-len 128] [--output-len 32]
-#                                [--concurrency "1 4 16 64"] [--prompts-per-conc 2] [--min-prompts 8]
+#   scripts/bench_vs_llamacpp.sh [--model GGUF] [--threads 2] [--input-len 256] [--output-len 64]
+#                                [--concurrency "1 16"] [--num-prompts 48] [--numerics exact|fast]
 #                                [--port 28650] [--out FILE.jsonl]
 #
-# Needs: build/nginx/ngx_http_srt_module.so (make), /usr/sbin/nginx, and llama-cpp-python with its
-# server extras (uvicorn fastapi sse-starlette starlette-context pydantic-settings; see
-# scripts/install-bench-deps.sh). Every request is streamed, greedy, with exactly --output-len
-# output tokens: ignore_eos for ngx_srt; llama.cpp's server has no ignore_eos, so its EOS ids
-# (0 <|endoftext|>, 2 <|im_end|> for SmolLM2) are banned with logit_bias instead.
-#
-# llama-cpp-python's server: one Llama object, one sequence at a time (requests queue on a lock);
-# interrupt_requests False, or every new request would cancel the running stream.
+# llama-server gets --parallel = the largest concurrency (a slot per request in flight) and a
+# context of that many times one request's. Every request is streamed, greedy, with exactly
+# --output-len output tokens: ignore_eos for ngx_srt; for llama-server the EOS ids (0
+# <|endoftext|>, 2 <|im_end|> for SmolLM2) are banned with logit_bias. The load average is
+# printed before every concurrency: on a shared machine quote the same-run ratios, and re-take
+# them on a quiet machine.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
-THREADS=2 IN=128 OUT=32 CONCS="1 4 16 64" PER=2 MINP=8 PORT=28650 OUTF=""
+THREADS=2 IN=256 OUT=64 CONCS="1 16" NP=48 NUMERICS=exact PORT=28650 OUTF=""
+LLAMA_SERVER=${LLAMA_SERVER:-$ROOT/.cache/llama.cpp/build/bin/llama-server}
 while [ $# -gt 0 ]; do
     case $1 in
         --model) MODEL=$2; shift 2 ;;
@@ -26,11 +26,11 @@ while [ $# -gt 0 ]; do
         --input-len) IN=$2; shift 2 ;;
         --output-len) OUT=$2; shift 2 ;;
         --concurrency) CONCS=$2; shift 2 ;;
-        --prompts-per-conc) PER=$2; shift 2 ;;
-        --min-prompts) MINP=$2; shift 2 ;;
+        --num-prompts) NP=$2; shift 2 ;;
+        --numerics) NUMERICS=$2; shift 2 ;;
         --port) PORT=$2; shift 2 ;;
         --out) OUTF=$2; shift 2 ;;
-        *) sed -n '2,17p' "$0"; exit 2 ;;
+        *) sed -n '2,16p' "$0"; exit 2 ;;
     esac
 done
 LPORT=$((PORT + 1))
@@ -39,8 +39,10 @@ SO=$ROOT/build/nginx/ngx_http_srt_module.so
 TOKJ=$ROOT/t/fixtures/tokenizers/smollm2/tokenizer.json
 [ -f "$SO" ] || { echo "bench_vs_llamacpp: build the module first (make)" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "bench_vs_llamacpp: no model $MODEL (scripts/fetch-model.sh)" >&2; exit 1; }
-python3 -c 'import llama_cpp.server.app' 2>/dev/null ||
-    { echo "bench_vs_llamacpp: llama-cpp-python server extras missing" >&2; exit 1; }
+[ -x "$LLAMA_SERVER" ] ||
+    { echo "bench_vs_llamacpp: no $LLAMA_SERVER (scripts/install-bench-deps.sh)" >&2; exit 1; }
+PAR=1
+for C in $CONCS; do [ "$C" -gt "$PAR" ] && PAR=$C; done
 
 PFX=$(mktemp -d /tmp/srt-bench-vs-llamacpp.XXXXXX)
 [ -n "$OUTF" ] || OUTF=$PFX/results.jsonl
@@ -85,6 +87,7 @@ http {
             srt_model $MODEL name=smollm2;
             srt_device cpu;
             srt_threads $THREADS;
+            srt_numerics $NUMERICS;
             srt_context_length $CTX;
             srt_max_total_tokens 65536;
             srt_max_running_requests 64;
@@ -95,10 +98,9 @@ http {
 }
 EOF
 "$NGINX" -p "$PFX" -c "$PFX/nginx.conf" -g 'user root;'
-LLAMA_ARGS=(--model "$MODEL" --model_alias smollm2 --host 127.0.0.1 --port "$LPORT"
-            --n_threads "$THREADS" --n_threads_batch "$THREADS" --n_ctx "$CTX" --n_batch 512 --n_ubatch 512
-            --n_gpu_layers 0 --interrupt_requests False --verbose False)
-python3 -m llama_cpp.server "${LLAMA_ARGS[@]}" > "$PFX/llama.log" 2>&1 &
+LLAMA_ARGS=(-m "$MODEL" -a smollm2 --host 127.0.0.1 --port "$LPORT" -t "$THREADS" -tb "$THREADS"
+            -c $((CTX * PAR)) --parallel "$PAR" -b 512 -ub 512 -ngl 0)
+"$LLAMA_SERVER" "${LLAMA_ARGS[@]}" > "$PFX/llama.log" 2>&1 &
 LPID=$!
 
 wait_up() {  # url
@@ -112,13 +114,12 @@ wait_up() {  # url
 wait_up "http://127.0.0.1:$PORT/health"
 wait_up "http://127.0.0.1:$LPORT/v1/models"
 
-echo "# ngx_srt: nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), srt_threads $THREADS, srt_context_length $CTX," \
-     "srt_max_running_requests 64, srt_chunked_prefill_size 1024"
-echo "# llama.cpp: python3 -m llama_cpp.server ${LLAMA_ARGS[*]}" \
-     "(llama-cpp-python $(python3 -c 'import llama_cpp; print(llama_cpp.__version__)'))"
+echo "# ngx_srt: nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), srt_threads $THREADS, srt_numerics $NUMERICS," \
+     "srt_context_length $CTX, srt_max_running_requests 64, srt_chunked_prefill_size 1024"
+echo "# llama.cpp: llama-server ${LLAMA_ARGS[*]} ($("$LLAMA_SERVER" --version 2>&1 | head -1))"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for C in $CONCS; do
-    N=$(( C * PER > MINP ? C * PER : MINP ))
+    N=$NP
     COMMON=(--model smollm2 --dataset-name random --num-prompts "$N" --random-input-len "$IN"
             --random-output-len "$OUT" --max-concurrency "$C" --tokenizer "$TOKJ" --output-file "$OUTF")
     echo "## concurrency $C, $N prompts, load average $(cut -d' ' -f1 /proc/loadavg)"
