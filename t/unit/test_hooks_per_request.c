@@ -1,7 +1,8 @@
 /* Per-request hooks (ABI 1.1): a spec marked per_request runs once per request that selected
  * it, on that request's rows only, with that request's config; rows of other requests are
  * bit-identical to a run without hooks. Also the clamp of a selection read from shared memory
- * and the radix cache's namespaces (cache_salt / selection as part of the cache key). */
+ * and the radix cache's namespaces (cache_salt / selection as part of the cache key);
+ * control vectors from a GGUF written here (layer range, scale, per request, one layer deleted). */
 #include <math.h>
 
 #include "tap.h"
@@ -233,6 +234,122 @@ static void test_radix_ns(void)
     srt_kv_alloc_destroy(&kv);
 }
 
+
+/* ---- control vectors: a GGUF written here, loaded onto four fake decoder layers ---- */
+
+static void put(FILE *f, const void *p, size_t n) { fwrite(p, 1, n, f); }
+static void put_u32(FILE *f, uint32_t v) { put(f, &v, 4); }
+static void put_u64(FILE *f, uint64_t v) { put(f, &v, 8); }
+
+/* GGUF v3, no metadata, 1-D F32 tensors direction.<il[i]> of D values dirs[i]. */
+static void write_cvec(const char *path, const int *il, float dirs[][D], int n)
+{
+    FILE *f = fopen(path, "wb");
+    uint64_t off = 0;
+    put(f, "GGUF", 4);
+    put_u32(f, 3);
+    put_u64(f, (uint64_t)n);
+    put_u64(f, 0);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "direction.%d", il[i]);
+        put_u64(f, strlen(name));
+        put(f, name, strlen(name));
+        put_u32(f, 1);
+        put_u64(f, D);
+        put_u32(f, 0);   /* F32 */
+        put_u64(f, off);
+        off += 32;       /* each tensor padded to the alignment */
+    }
+    long pos = ftell(f);
+    while (pos % 32) { fputc(0, f); pos++; }
+    for (int i = 0; i < n; i++) {
+        char pad[32] = { 0 };
+        put(f, dirs[i], sizeof dirs[i]);
+        put(f, pad, 32 - sizeof dirs[i]);
+    }
+    fclose(f);
+}
+
+static int copy_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *o)
+{
+    (void)self; (void)b;
+    memcpy(o->data, a->inputs[0].data, (size_t)a->inputs[0].shape[0] * D * sizeof(float));
+    return SRT_OK;
+}
+
+static void run_layers(srt_module *layers, float y[4][T * D])
+{
+    srt_batch_ctx b = { SRT_FORWARD_MIXED, T, rids, pos, 3, 0, 1 };
+    for (int l = 0; l < 4; l++) {
+        float x[T * D];
+        srt_module_args a;
+        srt_tensor_view o = view(y[l], T);
+        for (int i = 0; i < T * D; i++)
+            x[i] = (float)i * 0.25f;
+        memset(&a, 0, sizeof a);
+        a.n_inputs = 1;
+        a.inputs[0] = view(x, T);
+        srt_module_forward(&layers[l], &b, copy_fn, NULL, &a, &o);
+    }
+}
+
+static void test_control_vector(void)
+{
+    char path[] = "/tmp/srt-cvec-XXXXXX";
+    int fd = mkstemp(path);
+    float dirs[3][D] = { { 1, 2, 3 }, { 0.5f, 0.5f, 0.5f }, { 9, 9, 9 } };
+    int il[3] = { 1, 2, 3 };
+    static const char *names[4] = { "model.layers.0", "model.layers.1", "model.layers.2", "model.layers.3" };
+    srt_module layers[4], *ptrs[4];
+    float y[4][T * D];
+    srt_err err = {{0}};
+
+    close(fd);
+    write_cvec(path, il, dirs, 3);
+    ok(srt_hook_control_vector_check(path, &err) == SRT_OK, "control vector file checks: %s", err.msg);
+    memset(layers, 0, sizeof layers);
+    for (int l = 0; l < 4; l++) {
+        layers[l].info.name = names[l];
+        ptrs[l] = &layers[l];
+    }
+    srt_hook_registry *reg = srt_hook_registry_create_named(ptrs, names, 4, &err);
+    srt_control_vector_opts o = { .path = path, .name = "cv", .scale = 2, .layer_start = 1,
+                                  .layer_end = 2 };
+    ok(srt_hook_control_vector_load(reg, &o, 4, &err) == SRT_OK, "loaded on layers 1-2: %s", err.msg);
+    is_int(srt_hook_registry_active(reg), 2, "two layer hooks");
+    run_layers(layers, y);
+    int good = 1;
+    for (int i = 0; i < T * D; i++) {
+        float x = (float)i * 0.25f;
+        good &= y[0][i] == x && y[1][i] == x + dirs[0][i % D] * 2.0f &&
+                y[2][i] == x + dirs[1][i % D] * 2.0f && y[3][i] == x;
+    }
+    ok(good, "layer L gets scale * direction.L inside the range only (layer 3 is outside)");
+    ok(srt_hook_delete(reg, 1, &err) == SRT_OK, "deleting one layer's hook");
+    run_layers(layers, y);
+    ok(y[1][0] == 0.0f && y[2][0] == 0.0f + 0.5f * 2.0f, "the other layer keeps its vector");
+    srt_hook_registry_free(reg);
+
+    /* per request: only the selecting request's rows, with its own scale */
+    reg = srt_hook_registry_create_named(ptrs, names, 4, &err);
+    o.per_request = 1;
+    o.layer_end = 0;    /* llama.cpp's default: up to n_layers - 1 */
+    ok(srt_hook_control_vector_load(reg, &o, 4, &err) == SRT_OK, "loaded per request");
+    is_int(srt_hook_registry_active(reg), 3, "layers 1..3");
+    srt_request_hooks s = sel("cv", "{\"scale\": 0.5}");
+    srt_hook_request_begin(reg, 20, &s, &err);
+    run_layers(layers, y);
+    ok(y[3][2 * D] == (float)(2 * D) * 0.25f + 9.0f * 0.5f, "request 20's rows: its scale 0.5");
+    ok(y[3][0] == 0.0f && y[3][5 * D] == (float)(5 * D) * 0.25f, "other requests' rows untouched");
+    srt_hook_registry_free(reg);
+
+    write_cvec(path, (int[]){ 0 }, dirs, 1);
+    ok(srt_hook_control_vector_check(path, &err) == SRT_ERROR && strstr(err.msg, "direction.0"),
+       "direction.0 is refused: %s", err.msg);
+    unlink(path);
+}
+
 int main(void)
 {
     srt_log_set_sink(log_sink, NULL, SRT_LOG_DEBUG);
@@ -240,5 +357,6 @@ int main(void)
     test_pre_rows();
     test_clamp();
     test_radix_ns();
+    test_control_vector();
     return tap_done();
 }
