@@ -25,7 +25,7 @@ include $(sort $(wildcard src/*/part.mk src/*/*/part.mk t/part.mk scripts/part.m
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIBSRT      := $(BUILD)/libsrt.a
 
-.PHONY: all test unit-test nginx-test run deps clean
+.PHONY: all test unit-test nginx-test run deps clean asan asan-test
 all: $(LIBSRT) $(TOOLS) $(UNIT_TESTS) $(EXTRA_ALL)
 
 $(BUILD)/obj/%.o: %.c
@@ -53,6 +53,22 @@ unit-test: $(UNIT_TESTS)
 test: deps
 	$(MAKE) all
 	scripts/run-tests.sh
+
+# ASan + UBSan: engine, CLI tools, unit tests and the nginx module in build-asan/ (the module
+# runs only in an nginx started with LD_PRELOAD=$$(gcc -print-file-name=libasan.so)).
+# asan-test runs every unit test under it; CI runs it (scripts/run-tests.sh, SRT_ASAN=0 skips).
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 $(SAN_FLAGS)" NGX_SAN_FLAGS="$(SAN_FLAGS)" unit-build nginx-module
+
+# the engine and the unit tests only (no CUDA kernels, no tools)
+.PHONY: unit-build
+unit-build: $(LIBSRT) $(UNIT_TESTS)
+
+asan-test: asan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	prove --exec '' $(subst $(BUILD)/,build-asan/,$(UNIT_TESTS))
 
 clean:
 	rm -rf $(BUILD)

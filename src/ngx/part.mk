@@ -18,7 +18,7 @@ $(NGX_BUILD)/Makefile: config src/ngx/part.mk
 	@mkdir -p $(NGX_BUILD)
 	cd $(NGX_SRC_DIR) && SRT_LIBSRT=$(abspath $(BUILD))/libsrt.a bash -c \
 	    '. ./conf_flags && ./configure "$${NGX_CONF_FLAGS[@]}" \
-	    --with-cc-opt="-g -O2 -fPIC" --with-ld-opt="-fPIC" \
+	    --with-cc-opt="-g -O2 -fPIC $(NGX_SAN_FLAGS)" --with-ld-opt="-fPIC $(NGX_SAN_FLAGS)" \
 	    --add-dynamic-module=$(CURDIR) --builddir=$(abspath $(NGX_BUILD))' \
 	    > $(abspath $(NGX_BUILD))/configure.log 2>&1 \
 	    || { tail -30 $(abspath $(NGX_BUILD))/configure.log; exit 1; }

@@ -635,8 +635,8 @@ static void test_key_lock(void)
     is_int(reap(waiter), 0, "it takes the lock once the holder is gone");
     is_int(srt_chan_sched_state_get(c2, NULL, 0), SRT_CHAN_SCHED_READY, "and serves");
     srt_chan_detach(c2);
+    srt_chan_detach(c1);    /* the handle, before its memory goes */
     munmap(mem1, size1);
-    (void)c1;
 }
 
 /* A scheduler that pops one request and dies without anyone calling srt_chan_sched_crashed. */

@@ -257,9 +257,15 @@ static void corrupt(void)
     snprintf(shard2, sizeof shard2, "%s/model-00002-of-00002.safetensors", dir);
     unlink(shard2);
     ok(fails_with(dir, "model-00002-of-00002.safetensors", NULL, msg), "missing shard: %s", msg);
-    write_file(idx, "{\"weight_map\": {\"model.norm.weight\": \"../../etc/passwd\"}}", 58);
+    {
+        static const char outside[] = "{\"weight_map\": {\"model.norm.weight\": \"../../etc/passwd\"}}";
+        write_file(idx, outside, sizeof outside - 1);
+    }
     ok(fails_with(dir, "plain file name", NULL, msg), "a shard outside the directory is refused: %s", msg);
-    write_file(idx, "{\"weight_map\": {\"x.weight\": \"model-00001-of-00002.safetensors\"}}", 66);
+    {
+        static const char bad_map[] = "{\"weight_map\": {\"x.weight\": \"model-00001-of-00002.safetensors\"}}";
+        write_file(idx, bad_map, sizeof bad_map - 1);   /* its length, not a count that was one too many */
+    }
     ok(fails_with(dir, "x.weight", "missing from shard", msg), "index names a tensor its shard lacks: %s", msg);
     write_file(idx, "{\"weight_map\": 3}", 17);
     ok(fails_with(dir, idx, "weight_map", msg), "index without a weight_map: %s", msg);

@@ -20,12 +20,24 @@
 #include "tiny_model_writer.h"
 
 /* Allocation counter: the test binary's malloc family wraps glibc's, so calls made inside
- * the engine during a forward step are seen. */
+ * the engine during a forward step are seen. Under ASan the sanitizer owns malloc: its
+ * allocation hook counts instead (make asan). */
+static volatile int counting, n_allocs;
+#if defined(__SANITIZE_ADDRESS__)
+/* sanitizer/allocator_interface.h, which gcc does not install */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+static void count_alloc(const volatile void *p, size_t n) { (void)p; (void)n; if (counting) __sync_fetch_and_add(&n_allocs, 1); }
+static void count_free(const volatile void *p) { (void)p; }
+__attribute__((constructor)) static void install_alloc_hooks(void)
+{
+    __sanitizer_install_malloc_and_free_hooks(count_alloc, count_free);
+}
+#else
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
-static volatile int counting, n_allocs;
 void *malloc(size_t n) { if (counting) __sync_fetch_and_add(&n_allocs, 1); return __libc_malloc(n); }
 void *calloc(size_t a, size_t b) { if (counting) __sync_fetch_and_add(&n_allocs, 1); return __libc_calloc(a, b); }
 void *realloc(void *p, size_t n) { if (counting) __sync_fetch_and_add(&n_allocs, 1); return __libc_realloc(p, n); }
@@ -37,6 +49,7 @@ int posix_memalign(void **p, size_t a, size_t n)
     *p = __libc_memalign(a, n);
     return *p ? 0 : 12;
 }
+#endif
 
 static srt_model *model;
 static int VOC;

@@ -235,5 +235,6 @@ int main(void)
     int status = 0;
     waitpid(pid, &status, 0);
     ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "graceful stop: srt_sched_run returned SRT_OK (status %d)", status);
+    srt_chan_detach(c);
     return tap_done();
 }
