@@ -34,6 +34,7 @@ APT_PACKAGES=(
     libhttp-message-perl libipc-run-perl liburi-perl libwww-perl
     valgrind ca-certificates
     passwd acl procps
+    clang libclang-rt-14-dev
     python3 python3-pip python3-venv
 )
 # module name -> pip requirement

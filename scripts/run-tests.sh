@@ -31,3 +31,10 @@ if [ -n "$suites" ]; then
 fi
 # Unit binaries are executed directly; .t files by perl with t/lib on @INC.
 prove --timer -I t/lib --exec "$PWD/scripts/prove-exec.sh" "${prove_args[@]}" $suites
+
+# Sanitizers and fuzzing (t/part.mk): the fast unit tests under clang's ASan + UBSan and each
+# libFuzzer harness for SRT_FUZZ_SECONDS (5) on its corpus, from one sanitized engine build.
+# SRT_SANITIZE=0 skips it; SRT_FUZZ_RUNS=1000000 makes it the soak (10^6 runs per harness).
+if [ "${SRT_SANITIZE:-1}" != 0 ]; then
+    SRT_FUZZ_SECONDS=${SRT_FUZZ_SECONDS:-5} make -j2 --no-print-directory sanitize-check
+fi

@@ -1,6 +1,9 @@
 /* Matmul front end: picks the SIMD path once, quantizes activations into the caller's
  * scratch, and splits the output over the thread pool (rows for decode, row x token
  * tiles for prefill). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +18,14 @@ int srt_cpu_have_avx2(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+#if defined(__clang__)
+    /* clang's __builtin_cpu_supports has no "f16c" (the fuzz build): CPUID.1:ECX bit 29 */
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1);
+#else
+    int f16c = __builtin_cpu_supports("f16c");
+#endif
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return 0;
 #endif
