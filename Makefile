@@ -25,7 +25,10 @@ include $(sort $(wildcard src/*/part.mk src/*/*/part.mk t/part.mk scripts/part.m
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIBSRT      := $(BUILD)/libsrt.a
 
-.PHONY: all test unit-test nginx-test run deps clean asan asan-test
+# Only what a public header marks SRT_API leaves libsrt (src/include/srt/common.h).
+$(ENGINE_OBJS): CFLAGS += -fvisibility=hidden
+
+.PHONY: all test unit-test nginx-test run deps clean asan asan-test check-boundaries
 all: $(LIBSRT) $(TOOLS) $(UNIT_TESTS) $(EXTRA_ALL)
 
 $(BUILD)/obj/%.o: %.c
@@ -46,6 +49,9 @@ $(BUILD)/t/%: $(BUILD)/obj/t/unit/%.o $(LIBSRT)
 
 deps:
 	scripts/install-deps.sh
+
+check-boundaries: all
+	scripts/check-boundaries.sh
 
 unit-test: $(UNIT_TESTS)
 	prove --exec '' $(UNIT_TESTS)

@@ -16,6 +16,9 @@ if [ -z "$units$suites" ]; then
     exit 1
 fi
 
+# Include boundaries and the module's exported symbols (fails fast, before the long suites).
+BUILD=$BUILD scripts/check-boundaries.sh
+
 # One prove run, so its closing summary counts every suite.
 prove_args=()
 [ -n "$units" ] && prove_args+=($units)

@@ -25,6 +25,11 @@
 #include "srt/tokenizer.h"
 #include "srt/chat_template.h"
 
+/* Nothing of this module is anyone else's API: nginx finds it through ngx_modules (generated,
+ * default visibility) and loads it RTLD_GLOBAL, so what is declared from here on stays in
+ * the .so. After the nginx and yajl headers: their functions live in other objects. */
+#pragma GCC visibility push(hidden)
+
 
 #define NGX_HTTP_SRT_MAX_N          16
 #define NGX_HTTP_SRT_MAX_STOP       16
@@ -258,5 +263,7 @@ void ngx_http_srt_gen_ngx_str(yajl_gen g, ngx_str_t *s);
 void ngx_http_srt_gen_num(yajl_gen g, double v);
 void ngx_http_srt_gen_int(yajl_gen g, long long v);
 
+
+#pragma GCC visibility pop
 
 #endif /* _NGX_HTTP_SRT_MODULE_H_INCLUDED_ */

@@ -134,7 +134,7 @@ struct srt_backend {
  * a dequantized checkpoint) instead of quantizing activations to 8 bits for integer dot
  * products. Slower on quantized weights; bit-for-bit the same choice for f32/f16/bf16 rows.
  * SRT_CPU_MATMUL=precise (or =reference, the scalar test kernel) forces it. */
-srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *err);
+SRT_API srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *err);
 static inline void srt_backend_free(srt_backend *be) { if (be) be->ops->destroy(be); }
 
 /* Memory helpers for code that drives either kind of backend: the backend's own memory when it

@@ -101,34 +101,34 @@
 
 /* Number of usable CUDA devices (> 0), or 0 with the reason in why: no plugin in this build,
  * the CUDA runtime's cudaGetDeviceCount error text, or no device. For `srt_device auto`. */
-int srt_cuda_probe(char *why, size_t why_len);
+SRT_API int srt_cuda_probe(char *why, size_t why_len);
 
 /* The CUDA backend on device device_index with a pool of mem_fraction (0, 1] of the device's
  * total memory. NULL and err on any failure (no plugin, no device, pool too large...). */
-srt_backend *srt_cuda_backend_create(int device_index, double mem_fraction, srt_err *err);
+SRT_API srt_backend *srt_cuda_backend_create(int device_index, double mem_fraction, srt_err *err);
 
 /* 1 when be is a CUDA backend (its memory is the device's). */
-int srt_backend_is_cuda(const srt_backend *be);
+SRT_API int srt_backend_is_cuda(const srt_backend *be);
 
 /* Pool size and bytes in use. */
-int srt_cuda_backend_mem(srt_backend *be, size_t *pool_bytes, size_t *used_bytes);
+SRT_API int srt_cuda_backend_mem(srt_backend *be, size_t *pool_bytes, size_t *used_bytes);
 
 /* ---- CUDA graphs for decode batch sizes ---- */
 #define SRT_CUDA_GRAPH_MAX_BS SRT_GRAPH_MAX_BS
 /* Smallest captured size >= n_seqs among 1, 2, 4, 8, 16, 24, 32, ..., 256 (steps of 8 after
  * 8, as SGLang); -1 when n_seqs is outside [1, 256]. */
-int32_t srt_cuda_graph_bucket(int32_t n_seqs);
+SRT_API int32_t srt_cuda_graph_bucket(int32_t n_seqs);
 typedef srt_graph_body srt_cuda_graph_body;
 /* These forward to the backend's graph ops (be->ops->graph_*), so they also work on any backend
  * that has them; on one without, capture/replay fail and ready says 0.
  * Runs body once under stream capture and keeps the instantiated graph for key bs
  * (replacing an older one). body's ops are NOT executed by the capture itself. */
-int  srt_cuda_graph_capture(srt_backend *be, int32_t bs, srt_cuda_graph_body body, void *user,
-                            srt_err *err);
-int  srt_cuda_graph_ready(srt_backend *be, int32_t bs);
+SRT_API int  srt_cuda_graph_capture(srt_backend *be, int32_t bs, srt_cuda_graph_body body, void *user,
+                                    srt_err *err);
+SRT_API int  srt_cuda_graph_ready(srt_backend *be, int32_t bs);
 /* Launches the graph of bs on the backend's stream (asynchronous, in order with the ops). */
-int  srt_cuda_graph_replay(srt_backend *be, int32_t bs, srt_err *err);
-void srt_cuda_graph_clear(srt_backend *be);
+SRT_API int  srt_cuda_graph_replay(srt_backend *be, int32_t bs, srt_err *err);
+SRT_API void srt_cuda_graph_clear(srt_backend *be);
 
 /* ---- sampling on the device ---- */
 typedef struct srt_cuda_sample_params {
@@ -145,8 +145,8 @@ typedef struct srt_cuda_sample_params {
 #define SRT_CUDA_SAMPLE_MAX_ROWS 1024
 /* One token per row of logits [n_rows][vocab] (device memory, modified in place); params and
  * out_ids on the host; counts (device, [n_rows][vocab] int32) may be NULL. Waits for the ids. */
-int srt_cuda_sample(srt_backend *be, float *logits, int32_t n_rows, int32_t vocab,
-                    const srt_cuda_sample_params *params, const int32_t *counts, int32_t *out_ids,
-                    srt_err *err);
+SRT_API int srt_cuda_sample(srt_backend *be, float *logits, int32_t n_rows, int32_t vocab,
+                            const srt_cuda_sample_params *params, const int32_t *counts, int32_t *out_ids,
+                            srt_err *err);
 
 #endif

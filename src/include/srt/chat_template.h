@@ -18,9 +18,9 @@ typedef struct srt_chat_template srt_chat_template;
 
 /* Compile template source (UTF-8, need not be NUL-terminated). On error *out is NULL and err says
  * "line N: ..." with the unsupported construct or the syntax problem. */
-int srt_chat_template_compile(const char *src, size_t len, srt_chat_template **out, srt_err *err);
+SRT_API int srt_chat_template_compile(const char *src, size_t len, srt_chat_template **out, srt_err *err);
 
-void srt_chat_template_free(srt_chat_template *t);
+SRT_API void srt_chat_template_free(srt_chat_template *t);
 
 /* Render with a JSON object as the context, e.g.
  *   {"messages": [...], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>",
@@ -33,27 +33,27 @@ void srt_chat_template_free(srt_chat_template *t);
  * srt_chat_template_free_output() (or free()). On error (bad JSON, the template's raise_exception, a type
  * error, an undefined value used as an object...) *out is NULL and err holds the message;
  * raise_exception(msg) yields exactly msg. strftime_now() reads the local time. */
-int srt_chat_template_render(const srt_chat_template *t, const char *context_json, size_t len,
-                             char **out, size_t *out_len, srt_err *err);
+SRT_API int srt_chat_template_render(const srt_chat_template *t, const char *context_json, size_t len,
+                                     char **out, size_t *out_len, srt_err *err);
 
 /* Same, with strftime_now() pinned to `now` (seconds since the epoch, formatted in UTC): tests and
  * reproducible prompts. */
-int srt_chat_template_render_at(const srt_chat_template *t, const char *context_json, size_t len,
-                                int64_t now, char **out, size_t *out_len, srt_err *err);
+SRT_API int srt_chat_template_render_at(const srt_chat_template *t, const char *context_json, size_t len,
+                                        int64_t now, char **out, size_t *out_len, srt_err *err);
 
-void srt_chat_template_free_output(char *out);
+SRT_API void srt_chat_template_free_output(char *out);
 
 /* Template source from a tokenizer_config.json document: "chat_template" as a string, or as a list of
  * {"name", "template"} objects, where `name` (NULL means "default") is picked. *out is malloc'd and
  * NUL-terminated. Fails with a clear message when the config has no chat template. */
-int srt_chat_template_from_tokenizer_config(const char *json, size_t len, const char *name,
-                                            char **out, size_t *out_len, srt_err *err);
+SRT_API int srt_chat_template_from_tokenizer_config(const char *json, size_t len, const char *name,
+                                                    char **out, size_t *out_len, srt_err *err);
 
 /* Reads a template file as is (the srt_chat_template directive, HF's chat_template.jinja). */
-int srt_chat_template_read_file(const char *path, char **out, size_t *out_len, srt_err *err);
+SRT_API int srt_chat_template_read_file(const char *path, char **out, size_t *out_len, srt_err *err);
 
 /* A special token's text from tokenizer_config.json ("bos_token", "eos_token", ...), given either as a
  * string or as an AddedToken object {"content": ...}. *out is malloc'd; SRT_ERROR when absent or null. */
-int srt_tokenizer_config_token(const char *json, size_t len, const char *key, char **out, srt_err *err);
+SRT_API int srt_tokenizer_config_token(const char *json, size_t len, const char *key, char **out, srt_err *err);
 
 #endif

@@ -60,16 +60,16 @@ static inline void srt_comm_destroy(srt_comm *c)
  * capacity_floats bounds one collective's chunk (larger collectives are chunked). */
 typedef struct srt_cpu_comm_group srt_cpu_comm_group;
 
-srt_cpu_comm_group *srt_cpu_comm_group_create(int size, size_t capacity_floats, srt_err *err);
-int                 srt_cpu_comm_group_fd(const srt_cpu_comm_group *g);  /* memfd, for exec'd ranks */
-srt_cpu_comm_group *srt_cpu_comm_group_open_fd(int fd, srt_err *err);
-void                srt_cpu_comm_group_free(srt_cpu_comm_group *g);
+SRT_API srt_cpu_comm_group *srt_cpu_comm_group_create(int size, size_t capacity_floats, srt_err *err);
+SRT_API int                 srt_cpu_comm_group_fd(const srt_cpu_comm_group *g);  /* memfd, for exec'd ranks */
+SRT_API srt_cpu_comm_group *srt_cpu_comm_group_open_fd(int fd, srt_err *err);
+SRT_API void                srt_cpu_comm_group_free(srt_cpu_comm_group *g);
 /* Marks the group broken (e.g. the parent saw a rank die): every waiting rank returns an error. */
-void                srt_cpu_comm_group_abort(srt_cpu_comm_group *g);
+SRT_API void                srt_cpu_comm_group_abort(srt_cpu_comm_group *g);
 
-srt_comm *srt_cpu_comm_join(srt_cpu_comm_group *g, int rank, srt_err *err);
+SRT_API srt_comm *srt_cpu_comm_join(srt_cpu_comm_group *g, int rank, srt_err *err);
 /* How long a collective waits for its peers before declaring the group broken. */
-void      srt_cpu_comm_set_timeout_ms(srt_comm *c, int ms);
+SRT_API void      srt_cpu_comm_set_timeout_ms(srt_comm *c, int ms);
 
 /* ---- NCCL communicator ---- */
 #define SRT_NCCL_UNIQUE_ID_BYTES 128
@@ -77,13 +77,13 @@ void      srt_cpu_comm_set_timeout_ms(srt_comm *c, int ms);
 typedef struct srt_nccl_lib srt_nccl_lib;
 
 /* Loads libnccl.so.2 (or path, or $SRT_NCCL_SO_PATH) and resolves the symbols used. */
-srt_nccl_lib *srt_nccl_load(const char *path, srt_err *err);
-void          srt_nccl_unload(srt_nccl_lib *lib);
-int           srt_nccl_version(const srt_nccl_lib *lib);
-int           srt_nccl_get_unique_id(srt_nccl_lib *lib, unsigned char id[SRT_NCCL_UNIQUE_ID_BYTES],
-                                     srt_err *err);
+SRT_API srt_nccl_lib *srt_nccl_load(const char *path, srt_err *err);
+SRT_API void          srt_nccl_unload(srt_nccl_lib *lib);
+SRT_API int           srt_nccl_version(const srt_nccl_lib *lib);
+SRT_API int           srt_nccl_get_unique_id(srt_nccl_lib *lib, unsigned char id[SRT_NCCL_UNIQUE_ID_BYTES],
+                                             srt_err *err);
 /* stream is a cudaStream_t (NULL = default stream). The CUDA device must be set by the caller. */
-srt_comm     *srt_nccl_comm_init(srt_nccl_lib *lib, const unsigned char id[SRT_NCCL_UNIQUE_ID_BYTES],
-                                 int rank, int size, void *stream, srt_err *err);
+SRT_API srt_comm     *srt_nccl_comm_init(srt_nccl_lib *lib, const unsigned char id[SRT_NCCL_UNIQUE_ID_BYTES],
+                                         int rank, int size, void *stream, srt_err *err);
 
 #endif

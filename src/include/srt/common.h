@@ -6,6 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks the engine's public API. libsrt is compiled with -fvisibility=hidden, so everything
+ * else (the template interpreter, tokenizer internals, the channel, the scheduler's helpers)
+ * stays inside whatever links it: nginx loads modules RTLD_GLOBAL, and a module exporting
+ * its internals would lend them to every other module. scripts/check-boundaries.sh checks
+ * the module's dynamic symbols against the SRT_API declarations. */
+#define SRT_API __attribute__((visibility("default")))
+
 #define SRT_OK     0
 #define SRT_ERROR -1
 
@@ -14,7 +21,7 @@ typedef struct srt_err {
     char msg[1024];
 } srt_err;
 
-int srt_err_set(srt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+SRT_API int srt_err_set(srt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* "PATH: cannot open: REASON" for an open() that failed with errnum; a permission error
  * also names the user the process runs as (nginx's scheduler is not root: the usual
@@ -30,8 +37,8 @@ typedef enum srt_log_level {
 
 /* Logging goes to stderr until a host (nginx, a test) installs its own sink. */
 typedef void (*srt_log_sink)(srt_log_level level, const char *msg, void *user);
-void srt_log_set_sink(srt_log_sink sink, void *user, srt_log_level max_level);
-void srt_log(srt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+SRT_API void srt_log_set_sink(srt_log_sink sink, void *user, srt_log_level max_level);
+SRT_API void srt_log(srt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* JSON from requests and model files is refused above this nesting depth before any tree is
  * built: tree code recurses once per level (yajl_tree_free, re-serialisation, walks), and

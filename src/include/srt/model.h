@@ -63,11 +63,11 @@ typedef struct srt_model_config {
 typedef struct srt_model srt_model;
 
 /* path: a directory with config.json + safetensors, or a .gguf file. */
-int  srt_model_load(const char *path, srt_model **out, srt_err *err);
-void srt_model_free(srt_model *m);
+SRT_API int  srt_model_load(const char *path, srt_model **out, srt_err *err);
+SRT_API void srt_model_free(srt_model *m);
 
-const srt_model_config *srt_model_config_of(const srt_model *m);
-const char             *srt_model_path(const srt_model *m);
+SRT_API const srt_model_config *srt_model_config_of(const srt_model *m);
+SRT_API const char             *srt_model_path(const srt_model *m);
 
 /* What each module's forward sees (T = tokens in the step, all f32 on the CPU unless noted;
  * shapes flatten HF's [batch=1, seq] into T, as SGLang's flattened batches do):
@@ -93,11 +93,11 @@ const char             *srt_model_path(const srt_model *m);
 /* The module tree in HF named_modules() order, without the unnamed root
  * ("model", "model.embed_tokens", "model.layers", "model.layers.0", ...,"lm_head").
  * The hook engine sets modules[i].hooks; the array lives as long as the model. */
-srt_module *srt_model_modules(srt_model *m, int *n);
-int         srt_model_find_module(const srt_model *m, const char *name);   /* index or -1 */
+SRT_API srt_module *srt_model_modules(srt_model *m, int *n);
+SRT_API int         srt_model_find_module(const srt_model *m, const char *name);   /* index or -1 */
 
 /* A weight by its HF name ("model.layers.0.mlp.up_proj.weight"), as stored. NULL if absent. */
-const srt_weight *srt_model_weight(const srt_model *m, const char *hf_name);
+SRT_API const srt_weight *srt_model_weight(const srt_model *m, const char *hf_name);
 
 /* ---- runner: activations and compute for forward steps ---- */
 typedef struct srt_runner srt_runner;
@@ -163,19 +163,19 @@ typedef struct srt_runner_opts {
 enum { SRT_RUNNER_CPU = 0, SRT_RUNNER_CUDA = 1 };
 enum { SRT_RUNNER_GRAPHS_AUTO = 0, SRT_RUNNER_GRAPHS_ON = 1, SRT_RUNNER_GRAPHS_OFF = -1 };
 
-int  srt_runner_create(srt_model *m, const srt_runner_opts *opts, srt_runner **out, srt_err *err);
+SRT_API int  srt_runner_create(srt_model *m, const srt_runner_opts *opts, srt_runner **out, srt_err *err);
 /* The backend the runner computes on (owned by the runner); KV pools for it are made on it. */
-struct srt_backend *srt_runner_backend(srt_runner *r);
-void srt_runner_free(srt_runner *r);
+SRT_API struct srt_backend *srt_runner_backend(srt_runner *r);
+SRT_API void srt_runner_free(srt_runner *r);
 
 /* Runs one step: writes K/V of every token of the batch into kv, and logits for the
  * logit rows (see srt_forward_batch) into logits[rows][vocab_size] (f32).
  * The batch is validated (sizes, slots, positions, token ids) before anything runs. */
-int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b,
-                       float *logits, srt_err *err);
+SRT_API int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b,
+                               float *logits, srt_err *err);
 
 /* The threads the runner computes with (shared by its backend). */
-int srt_runner_n_threads(const srt_runner *r);
+SRT_API int srt_runner_n_threads(const srt_runner *r);
 
 /* Decode graphs: what the runner did so far. */
 typedef struct srt_runner_graph_stats {
@@ -186,10 +186,10 @@ typedef struct srt_runner_graph_stats {
     int64_t clears;           /* times the graphs were dropped (hooks seen, another KV pool, on demand) */
     int64_t capture_failures; /* captures that failed (graphs then turned off, logged) */
 } srt_runner_graph_stats;
-void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out);
+SRT_API void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out);
 /* Drops every captured graph; the next decode step of each size captures again. For a caller
  * that changed something a graph captured (the runner itself notices hooks and KV pools). */
-void srt_runner_graphs_clear(srt_runner *r);
+SRT_API void srt_runner_graphs_clear(srt_runner *r);
 /* Captures, at startup, the decode graph of every padded batch size (srt_cuda_graph_bucket)
  * a step of 1 .. max_bs sequences uses (max_bs <= 0 or above max_seqs: max_seqs), so no
  * decode step pays a capture later (SGLang captures them all at startup too). Each is run
@@ -202,6 +202,6 @@ void srt_runner_graphs_clear(srt_runner *r);
  * without graph ops, tp > 1, turned off, any hook installed). An error (a capture that
  * failed turns graphs off for this runner, logged) leaves the runner usable: steps then
  * capture lazily or run eagerly. srt_runner_graph_stats_get().captures counts them. */
-int srt_runner_graphs_warmup(srt_runner *r, srt_kv_pool *kv, int32_t max_bs, srt_err *err);
+SRT_API int srt_runner_graphs_warmup(srt_runner *r, srt_kv_pool *kv, int32_t max_bs, srt_err *err);
 
 #endif

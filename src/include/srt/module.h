@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "srt/common.h"   /* SRT_API */
 #include "srt_hooks.h"   /* public ABI: srt_tensor_view, srt_module_info, srt_batch_ctx, srt_module_args */
 
 struct srt_module_hooks;  /* owned by src/hooks */
@@ -25,8 +26,8 @@ typedef int (*srt_module_fn)(void *self, const srt_batch_ctx *batch,
                              srt_module_args *args, srt_tensor_view *output);
 
 /* Slow path, implemented by the hook engine: pre-hooks, fn, forward hooks, always_call. */
-int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn fn,
-                       void *self, srt_module_args *args, srt_tensor_view *output);
+SRT_API int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn fn,
+                               void *self, srt_module_args *args, srt_tensor_view *output);
 
 static inline int srt_module_forward(srt_module *m, const srt_batch_ctx *batch,
                                      srt_module_fn fn, void *self,

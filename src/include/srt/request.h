@@ -109,14 +109,14 @@ typedef struct srt_request {
 } srt_request;
 
 /* Defaults: temperature 1, top_p 1, top_k off, min_p 0, penalties neutral, max_tokens 16. */
-void srt_sampling_params_default(srt_sampling_params *p);
+SRT_API void srt_sampling_params_default(srt_sampling_params *p);
 /* Range checks; the message names the field. */
-int  srt_sampling_params_check(const srt_sampling_params *p, int32_t vocab_size, srt_err *err);
+SRT_API int  srt_sampling_params_check(const srt_sampling_params *p, int32_t vocab_size, srt_err *err);
 /* Force the counts that index arrays (stop ids, logit bias, top logprobs) into
  * [0, SRT_REQ_MAX_*]: for a copy read from memory another process may have scribbled. */
-void srt_sampling_params_clamp(srt_sampling_params *p);
+SRT_API void srt_sampling_params_clamp(srt_sampling_params *p);
 /* The same for a hook selection: n in range, names and configs NUL-terminated inside their
  * arrays (a config that does not fit is dropped: length 0 reads as "{}"). */
-void srt_request_hooks_clamp(srt_request_hooks *h);
+SRT_API void srt_request_hooks_clamp(srt_request_hooks *h);
 
 #endif

@@ -31,8 +31,8 @@ typedef struct srt_sample_result {
 
 /* Scratch shared by the requests sampled on one thread (vocab-sized; no allocation per token). */
 typedef struct srt_sampler_ws srt_sampler_ws;
-srt_sampler_ws *srt_sampler_ws_create(int32_t vocab_size);
-void            srt_sampler_ws_free(srt_sampler_ws *ws);
+SRT_API srt_sampler_ws *srt_sampler_ws_create(int32_t vocab_size);
+SRT_API void            srt_sampler_ws_free(srt_sampler_ws *ws);
 
 /* Per-request state. history holds the prompt then every sampled token. */
 typedef struct srt_sampler {
@@ -47,12 +47,12 @@ typedef struct srt_sampler {
     int32_t   finished;          /* srt_finish_reason once done */
 } srt_sampler;
 
-int  srt_sampler_init(srt_sampler *s, const srt_sampling_params *p, int32_t vocab_size,
-                      const int32_t *eos_ids, int32_t n_eos, const int32_t *prompt, int32_t n_prompt,
-                      srt_err *err);
-void srt_sampler_free(srt_sampler *s);
+SRT_API int  srt_sampler_init(srt_sampler *s, const srt_sampling_params *p, int32_t vocab_size,
+                              const int32_t *eos_ids, int32_t n_eos, const int32_t *prompt, int32_t n_prompt,
+                              srt_err *err);
+SRT_API void srt_sampler_free(srt_sampler *s);
 /* Processes logits[vocab] in place, draws a token, appends it to the history and says
  * whether the request is finished. Fails only if the request had already finished. */
-int  srt_sampler_sample(srt_sampler *s, srt_sampler_ws *ws, float *logits, srt_sample_result *res);
+SRT_API int  srt_sampler_sample(srt_sampler *s, srt_sampler_ws *ws, float *logits, srt_sample_result *res);
 
 #endif

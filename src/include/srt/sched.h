@@ -75,7 +75,7 @@ typedef struct srt_sched_runner {
 
 /* Bounds of the latency histograms, in seconds (Prometheus "le"), +Inf implied. */
 #define SRT_SCHED_HIST_BUCKETS 16
-extern const double srt_sched_hist_bounds[SRT_SCHED_HIST_BUCKETS];
+SRT_API extern const double srt_sched_hist_bounds[SRT_SCHED_HIST_BUCKETS];
 
 typedef struct srt_sched_hist {
     uint64_t count[SRT_SCHED_HIST_BUCKETS + 1];   /* per bucket, not cumulative; last = +Inf */
@@ -111,14 +111,14 @@ typedef struct srt_sched_metrics {
  * names the Gateway API Inference Extension's endpoint picker reads (vllm:num_requests_waiting,
  * vllm:num_requests_running, vllm:kv_cache_usage_perc, vllm:lora_requests_info, ...). Writes at most
  * cap bytes (NUL-terminated when cap > 0) and returns the full length, like snprintf. */
-size_t srt_sched_metrics_prometheus(const srt_sched_metrics *m, const char *model_name,
-                                    char *buf, size_t cap);
+SRT_API size_t srt_sched_metrics_prometheus(const srt_sched_metrics *m, const char *model_name,
+                                            char *buf, size_t cap);
 
 typedef struct srt_sched srt_sched;
 
-int  srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runner,
-                      srt_sched **out, srt_err *err);
-void srt_sched_free(srt_sched *s);
+SRT_API int  srt_sched_create(const srt_sched_config *cfg, const srt_sched_runner *runner,
+                              srt_sched **out, srt_err *err);
+SRT_API void srt_sched_free(srt_sched *s);
 
 typedef struct srt_sched_submit_args {
     uint64_t                   id;       /* caller's handle, unique among live requests */
@@ -139,11 +139,11 @@ typedef enum srt_sched_submit_status {
     SRT_SCHED_SUBMIT_INVALID = 2,   /* empty / too long prompt, bad id, bad token: 400 */
 } srt_sched_submit_status;
 
-srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_args *a, srt_err *err);
+SRT_API srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_args *a, srt_err *err);
 
 /* Marks a request aborted; it leaves (KV released, ABORT event) at the next step.
  * Returns 1 if the id was live, 0 otherwise. */
-int srt_sched_abort(srt_sched *s, uint64_t id);
+SRT_API int srt_sched_abort(srt_sched *s, uint64_t id);
 
 /* What a step produced for one request: a token, a finish, or both. */
 typedef struct srt_sched_event {
@@ -163,23 +163,23 @@ typedef struct srt_sched_event {
 /* One scheduling step and forward. Returns the number of events (see srt_sched_events), or
  * SRT_ERROR when the model failed (the batch's requests are then finished with ERROR
  * events; the scheduler stays usable). */
-int srt_sched_step(srt_sched *s, srt_err *err);
-const srt_sched_event *srt_sched_events(const srt_sched *s, int *n);
+SRT_API int srt_sched_step(srt_sched *s, srt_err *err);
+SRT_API const srt_sched_event *srt_sched_events(const srt_sched *s, int *n);
 
-int  srt_sched_has_work(const srt_sched *s);       /* anything running, waiting or aborting */
-int  srt_sched_num_running(const srt_sched *s);
-int  srt_sched_num_waiting(const srt_sched *s);
-void srt_sched_get_metrics(const srt_sched *s, srt_sched_metrics *m);
+SRT_API int  srt_sched_has_work(const srt_sched *s);       /* anything running, waiting or aborting */
+SRT_API int  srt_sched_num_running(const srt_sched *s);
+SRT_API int  srt_sched_num_waiting(const srt_sched *s);
+SRT_API void srt_sched_get_metrics(const srt_sched *s, srt_sched_metrics *m);
 /* Drops every unlocked radix cache entry (the "flush cache" endpoint). Returns tokens freed. */
-int64_t srt_sched_flush_cache(srt_sched *s);
+SRT_API int64_t srt_sched_flush_cache(srt_sched *s);
 /* Consistency check of pool, cache and requests (tests): SRT_ERROR with a message. */
-int  srt_sched_check(const srt_sched *s, srt_err *err);
+SRT_API int  srt_sched_check(const srt_sched *s, srt_err *err);
 /* KV tokens free (pool) and held by the radix cache: at rest free + cached == total. */
-int64_t srt_sched_kv_free_tokens(const srt_sched *s);
+SRT_API int64_t srt_sched_kv_free_tokens(const srt_sched *s);
 
 /* Most tokens one step forwards: the prefill budget plus one decode token per running
  * request. Size the model runner's max_batch_tokens with it (max_seqs = max_running). */
-int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg);
+SRT_API int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg);
 
 /* The scheduler process around this core (the model as a runner, the channel loop): see
  * src/sched/serve.h. */

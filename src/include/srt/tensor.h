@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "srt/common.h"   /* SRT_API */
+
 /* Quantized types use GGML's block layouts bit for bit, so GGUF data is used in place. */
 typedef enum srt_dtype {
     SRT_F32 = 0,
@@ -19,11 +21,11 @@ typedef enum srt_dtype {
     SRT_DTYPE_COUNT
 } srt_dtype;
 
-int         srt_dtype_block_elems(srt_dtype t);   /* elements per block (1 for plain types) */
-size_t      srt_dtype_block_bytes(srt_dtype t);   /* bytes per block */
-const char *srt_dtype_name(srt_dtype t);
+SRT_API int         srt_dtype_block_elems(srt_dtype t);   /* elements per block (1 for plain types) */
+SRT_API size_t      srt_dtype_block_bytes(srt_dtype t);   /* bytes per block */
+SRT_API const char *srt_dtype_name(srt_dtype t);
 /* Bytes of a row of n elements; n must be a multiple of the block size. */
-size_t      srt_dtype_row_bytes(srt_dtype t, int64_t n);
+SRT_API size_t      srt_dtype_row_bytes(srt_dtype t, int64_t n);
 
 /* A 2-D weight as stored: rows = output features, cols = input features, row-major.
  * 1-D weights (norms, biases) have rows == 1. data is not owned (usually mmapped). */

@@ -25,51 +25,51 @@ typedef struct srt_tokenizer srt_tokenizer;
 
 /* tokenizer_config_json may be NULL; when given, bos/eos/pad/unk token strings, add_bos_token and
  * chat_template are read from it. Errors name the file and the field. */
-int srt_tokenizer_load_json(const char *tokenizer_json_path, const char *tokenizer_config_json_path,
-                            srt_tokenizer **out, srt_err *err);
+SRT_API int srt_tokenizer_load_json(const char *tokenizer_json_path, const char *tokenizer_config_json_path,
+                                    srt_tokenizer **out, srt_err *err);
 /* The same from memory; `name` is used in error messages. config may be NULL. */
-int srt_tokenizer_load_json_mem(const char *json, size_t len, const char *config_json, size_t config_len,
-                                const char *name, srt_tokenizer **out, srt_err *err);
+SRT_API int srt_tokenizer_load_json_mem(const char *json, size_t len, const char *config_json, size_t config_len,
+                                        const char *name, srt_tokenizer **out, srt_err *err);
 /* From the tokenizer.* keys of a GGUF file (tokenizer.ggml.model gpt2 or llama). */
-int srt_tokenizer_from_gguf(const char *gguf_path, srt_tokenizer **out, srt_err *err);
-void srt_tokenizer_free(srt_tokenizer *tok);
+SRT_API int srt_tokenizer_from_gguf(const char *gguf_path, srt_tokenizer **out, srt_err *err);
+SRT_API void srt_tokenizer_free(srt_tokenizer *tok);
 
 /* Encodes text[0..len) (must be valid UTF-8). Writes up to cap ids; *n_out is always the full count.
  * Returns SRT_ERROR (with *n_out set to the count needed) when cap is too small. */
-int srt_tokenizer_encode(const srt_tokenizer *tok, const char *text, size_t len, unsigned flags,
-                         int32_t *ids, size_t cap, size_t *n_out, srt_err *err);
+SRT_API int srt_tokenizer_encode(const srt_tokenizer *tok, const char *text, size_t len, unsigned flags,
+                                 int32_t *ids, size_t cap, size_t *n_out, srt_err *err);
 /* Same, into a malloc'ed array the caller frees. */
-int srt_tokenizer_encode_alloc(const srt_tokenizer *tok, const char *text, size_t len, unsigned flags,
-                               int32_t **ids, size_t *n_out, srt_err *err);
+SRT_API int srt_tokenizer_encode_alloc(const srt_tokenizer *tok, const char *text, size_t len, unsigned flags,
+                                       int32_t **ids, size_t *n_out, srt_err *err);
 
 /* Full decode, = HF decode(ids, skip_special_tokens). *text is malloc'ed and NUL-terminated. */
-int srt_tokenizer_decode(const srt_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags,
-                         char **text, size_t *len, srt_err *err);
+SRT_API int srt_tokenizer_decode(const srt_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags,
+                                 char **text, size_t *len, srt_err *err);
 
 /* Vocabulary. Ids run from 0 to srt_tokenizer_vocab_size()-1 (model vocab and added tokens). */
-size_t srt_tokenizer_vocab_size(const srt_tokenizer *tok);
+SRT_API size_t srt_tokenizer_vocab_size(const srt_tokenizer *tok);
 /* The token's string as the vocab spells it ("Ġhello", "▁the", "<|im_end|>"); NULL for unknown ids. */
-const char *srt_tokenizer_token_str(const srt_tokenizer *tok, int32_t id, size_t *len);
+SRT_API const char *srt_tokenizer_token_str(const srt_tokenizer *tok, int32_t id, size_t *len);
 /* The bytes this token decodes to on its own ("Ġhello" -> " hello", "<0x41>" -> "A"); may be part of
  * a UTF-8 character. For logprob "bytes" fields and stop-string checks. NULL for unknown ids. */
-const char *srt_tokenizer_token_bytes(const srt_tokenizer *tok, int32_t id, size_t *len);
+SRT_API const char *srt_tokenizer_token_bytes(const srt_tokenizer *tok, int32_t id, size_t *len);
 /* The id of an exact vocab or added-token string, or -1. */
-int32_t srt_tokenizer_token_id(const srt_tokenizer *tok, const char *s, size_t len);
-int srt_tokenizer_is_special(const srt_tokenizer *tok, int32_t id);
+SRT_API int32_t srt_tokenizer_token_id(const srt_tokenizer *tok, const char *s, size_t len);
+SRT_API int srt_tokenizer_is_special(const srt_tokenizer *tok, int32_t id);
 
 /* Special tokens: ids are -1 and strings NULL when the tokenizer has none. Strings come from
  * tokenizer_config.json (or GGUF ids), else from the vocab for ids known another way. */
-int32_t srt_tokenizer_bos_id(const srt_tokenizer *tok);
-int32_t srt_tokenizer_eos_id(const srt_tokenizer *tok);
-int32_t srt_tokenizer_pad_id(const srt_tokenizer *tok);
-int32_t srt_tokenizer_unk_id(const srt_tokenizer *tok);
-const char *srt_tokenizer_bos_token(const srt_tokenizer *tok);
-const char *srt_tokenizer_eos_token(const srt_tokenizer *tok);
+SRT_API int32_t srt_tokenizer_bos_id(const srt_tokenizer *tok);
+SRT_API int32_t srt_tokenizer_eos_id(const srt_tokenizer *tok);
+SRT_API int32_t srt_tokenizer_pad_id(const srt_tokenizer *tok);
+SRT_API int32_t srt_tokenizer_unk_id(const srt_tokenizer *tok);
+SRT_API const char *srt_tokenizer_bos_token(const srt_tokenizer *tok);
+SRT_API const char *srt_tokenizer_eos_token(const srt_tokenizer *tok);
 /* Whether SRT_TOK_ADD_SPECIAL adds a BOS (tokenizer_config add_bos_token / post-processor / GGUF). */
-int srt_tokenizer_adds_bos(const srt_tokenizer *tok);
+SRT_API int srt_tokenizer_adds_bos(const srt_tokenizer *tok);
 /* chat_template from tokenizer_config.json (the "default" one when it is a list) or GGUF
  * tokenizer.chat_template; NULL when absent. Owned by the tokenizer. */
-const char *srt_tokenizer_chat_template(const srt_tokenizer *tok);
+SRT_API const char *srt_tokenizer_chat_template(const srt_tokenizer *tok);
 
 /* Streaming detokenizer: fed one id at a time, it returns the text that became complete. It never
  * emits half a UTF-8 character, holds byte-fallback runs until they resolve, and the concatenation of
@@ -85,12 +85,12 @@ typedef struct srt_detok {
     uint8_t pending[64];
 } srt_detok;
 
-void srt_detok_init(srt_detok *d, const srt_tokenizer *tok, unsigned flags);
-size_t srt_detok_max_out(const srt_tokenizer *tok);
+SRT_API void srt_detok_init(srt_detok *d, const srt_tokenizer *tok, unsigned flags);
+SRT_API size_t srt_detok_max_out(const srt_tokenizer *tok);
 /* Appends the newly completed text to out (not NUL-terminated) and sets *n to its length. An id with no
  * token (outside the vocab, or a hole in it) adds nothing, as in HF's decode. */
-int srt_detok_push(srt_detok *d, int32_t id, char *out, size_t cap, size_t *n, srt_err *err);
+SRT_API int srt_detok_push(srt_detok *d, int32_t id, char *out, size_t cap, size_t *n, srt_err *err);
 /* End of stream: emits what is still held (an incomplete character becomes U+FFFD, as HF does). */
-int srt_detok_flush(srt_detok *d, char *out, size_t cap, size_t *n, srt_err *err);
+SRT_API int srt_detok_flush(srt_detok *d, char *out, size_t cap, size_t *n, srt_err *err);
 
 #endif
