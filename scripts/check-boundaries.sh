@@ -19,9 +19,10 @@ bad() { echo "check-boundaries: $*" >&2; fail=1; }
 
 # header (relative to src/)    folders that may include it (besides its own)
 interfaces='
-ipc/channel.h              src/ngx src/sched src/hooks
-sched/serve.h              src/ngx
-hooks/registry.h           src/ngx src/sched
+ipc/channel.h              src/ngx src/sched src/hooks src/cli
+sched/serve.h              src/ngx src/cli
+sched/tp_group.h           src/cli
+hooks/registry.h           src/ngx src/sched src/cli
 hooks/admin.h              src/sched
 cache/kv_alloc.h           src/sched
 cache/radix_cache.h        src/sched
@@ -58,7 +59,9 @@ while IFS=: read -r file _ inc; do
     [ "src/$(dirname "$inc")" = "$dir" ] && continue
     allowed "$inc" "$dir" ||
         bad "$file includes \"$inc\", private to src/$(dirname "$inc") (scripts/check-boundaries.sh lists the interfaces)"
-done < <(git ls-files 'src/*.c' 'src/*.h' 'src/*.cu' 'src/*.cuh' | xargs grep -Hn '^[[:space:]]*#[[:space:]]*include[[:space:]]*"')
+done < <(git ls-files --cached --others --exclude-standard 'src/*.c' 'src/*.h' |
+         while read -r f; do [ -e "$f" ] && echo "$f"; done |
+         xargs grep -Hn '^[[:space:]]*#[[:space:]]*include[[:space:]]*"')
 
 # 3: the module's dynamic symbols
 if [ -e "$MODULE" ]; then

@@ -1,3 +1,71 @@
+# Tests: the C unit tests (t/unit, TAP, run by scripts/run-tests.sh), the libraries they load,
+# and the GPU test programs (t/gpu, run by scripts/gpu-check). Each t/unit/NAME.c is linked
+# against libsrt.a by the pattern rule in the Makefile.
+
+UNIT_TESTS += $(addprefix $(BUILD)/t/, \
+    test_kvalloc test_radix \
+    test_grammar test_grammar_xgr \
+    test_comm test_nccl_comm \
+    test_hooks test_hooks_examples test_hooks_model test_hook_admin test_hooks_per_request \
+    test_ipc \
+    test_golden test_loader_gguf test_loader_safetensors test_model_runner test_model_tp \
+    test_model_precise test_runner_devpath test_runner_graphs \
+    test_sampling \
+    test_sched test_sched_model test_sched_serve test_tp_group \
+    test_chat_template test_ucase \
+    test_tokenizer test_tokenizer_errors \
+    test_cpu_kernels)
+
+# Fake NCCL (t/unit/fake_nccl/fake_nccl.c): libnccl.so.2's C entry points with NCCL's ABI over
+# POSIX shared memory and host buffers, so the NCCL communicator runs in tests without a GPU
+# (SRT_NCCL_SO_PATH=build/lib/libfake_nccl.so). The _nosym copy lacks ncclBroadcast.
+FAKE_NCCL_LIBS := $(BUILD)/lib/libfake_nccl.so $(BUILD)/lib/libfake_nccl_nosym.so
+EXTRA_ALL      += $(FAKE_NCCL_LIBS)
+$(BUILD)/lib/libfake_nccl.so: t/unit/fake_nccl/fake_nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=hidden -shared -o $@ $<
+$(BUILD)/lib/libfake_nccl_nosym.so: t/unit/fake_nccl/fake_nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=hidden -DFAKE_NCCL_OMIT_BROADCAST -shared -o $@ $<
+CFLAGS_t_unit_test_nccl_comm := -DFAKE_NCCL_DIR='"$(abspath $(BUILD))/lib"' \
+                                -DNCCL_GPU_TEST='"$(abspath $(BUILD))/t/gpu/test_nccl"'
+$(BUILD)/t/test_nccl_comm: | $(FAKE_NCCL_LIBS) $(BUILD)/t/gpu/test_nccl
+
+# Hook libraries written against the public header only, and the tests that dlopen them.
+HOOK_TEST_LIBDIR := $(abspath $(BUILD))/t/hooklib
+HOOK_TEST_LIBS   := $(BUILD)/t/hooklib/libtesthooks.so $(BUILD)/t/hooklib/libbadabi.so \
+                    $(BUILD)/t/hooklib/libnoabi.so
+EXTRA_ALL += $(HOOK_TEST_LIBS)
+$(BUILD)/t/hooklib/libtesthooks.so: t/unit/test_hooks_lib.c src/include/srt_hooks.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $< -lm
+$(BUILD)/t/hooklib/libbadabi.so: t/unit/test_hooks_badabi.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $<
+$(BUILD)/t/hooklib/libnoabi.so: t/unit/test_hooks_noabi.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $<
+CFLAGS_t_unit_test_hooks := -DHOOK_TEST_LIBDIR='"$(HOOK_TEST_LIBDIR)"'
+$(BUILD)/t/test_hooks: | $(HOOK_TEST_LIBS)
+# the example libraries come from src/hooks/part.mk
+CFLAGS_t_unit_test_hooks_examples := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
+$(BUILD)/t/test_hooks_examples: | $(HOOK_EXAMPLES)
+CFLAGS_t_unit_test_hooks_model := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
+$(BUILD)/t/test_hooks_model: | $(HOOK_EXAMPLES)
+
+# GPU tests and tools: plain C against libsrt.a (the CUDA plugin is dlopened), so they compile
+# on every machine (`make` builds them: a compile check); they RUN only on a GPU machine,
+# through scripts/gpu-check (test_nccl: stage nccl). Not in UNIT_TESTS.
+GPU_TESTS := $(BUILD)/t/gpu/test_kernels $(BUILD)/t/gpu/gpu_generate $(BUILD)/t/gpu/test_nccl
+EXTRA_ALL += $(GPU_TESTS)
+$(BUILD)/t/gpu/%: t/gpu/%.c $(BUILD)/libsrt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsrt.a $(LDLIBS)
+
+.PHONY: gpu-tests
+gpu-tests: $(GPU_TESTS) $(if $(NVCC),$(CUDA_PLUGIN))
+-include $(GPU_TESTS:=.d)
+
 # libFuzzer harnesses (clang): t/fuzz/fuzz_*.c against an engine built with clang under
 # ASan + UBSan in build-fuzz/. Seed corpora in t/fuzz/corpus/<harness>/.
 #   make fuzz                 build them (build-fuzz/fuzz/fuzz_*)

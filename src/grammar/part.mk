@@ -1,4 +1,3 @@
 # Grammar-constrained decoding: GBNF / regex / JSON Schema -> byte pushdown automaton, token masks.
 ENGINE_SRCS += src/grammar/gbnf.c src/grammar/regex.c src/grammar/json_schema.c src/grammar/nfa.c \
                src/grammar/pda.c src/grammar/mask.c src/grammar/matcher.c
-UNIT_TESTS  += $(BUILD)/t/test_grammar $(BUILD)/t/test_grammar_xgr

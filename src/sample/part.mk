@@ -1,3 +1,2 @@
 # Sampling: logits processing, per-request sampler state, seeded RNG, logprobs.
 ENGINE_SRCS += src/sample/sampling.c
-UNIT_TESTS  += $(BUILD)/t/test_sampling

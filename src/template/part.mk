@@ -2,4 +2,3 @@
 ENGINE_SRCS += src/template/value.c src/template/utf8.c src/template/pyfmt.c src/template/compile.c \
                src/template/render.c src/template/builtins.c src/template/context.c \
                src/template/ucase.c
-UNIT_TESTS  += $(BUILD)/t/test_chat_template $(BUILD)/t/test_ucase

@@ -1,5 +1,9 @@
-# CPU compute kernels (and the dtype table they rest on).
-ENGINE_SRCS += src/util/dtype.c \
+# CPU backend: the ops table, attention, compute kernels (portable, AVX2, AVX-512), the
+# precise (f64-accumulating) path, the thread pool.
+ENGINE_SRCS += src/backend/cpu/cpu_backend.c \
+               src/backend/cpu/attention.c \
+               src/backend/cpu/cpu_dot.c \
+               src/backend/cpu/precise.c \
                src/backend/cpu/dequant.c \
                src/backend/cpu/threadpool.c \
                src/backend/cpu/elementwise.c \
@@ -8,5 +12,3 @@ ENGINE_SRCS += src/util/dtype.c \
                src/backend/cpu/kernels_avx2.c \
                src/backend/cpu/kernels_avx512.c \
                src/backend/cpu/exact.c
-UNIT_TESTS  += $(BUILD)/t/test_cpu_kernels
-TOOLS       += $(BUILD)/bin/srt-bench-matmul
