@@ -21,7 +21,7 @@ EXTRA_ALL += $(BUILD)/bin/srt-bench-hooks $(BUILD)/bin/srt-bench-hooks-nohooks
 $(BUILD)/obj-nohooks/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fvisibility=hidden -DSRT_NO_HOOKS -c $< -o $@
-$(BUILD)/bin/srt-bench-hooks-nohooks: $(BUILD)/obj-nohooks/src/cli/srt-bench-hooks.o $(HOOK_BENCH_NOHOOK_OBJS) $(LIBSRT)
+$(BUILD)/bin/srt-bench-hooks-nohooks: $(BUILD)/obj-nohooks/src/cli/srt-bench-hooks.o $(HOOK_BENCH_NOHOOK_OBJS) $(BUILD)/libsrt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIBSRT) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libsrt.a $(LDLIBS)
 -include $(HOOK_BENCH_NOHOOK_OBJS:.o=.d) $(BUILD)/obj-nohooks/src/cli/srt-bench-hooks.d

@@ -136,6 +136,8 @@ int srt_config_check(srt_model_config *c, const char *path, srt_err *err)
         return srt_err_set(err, "%s: implausible model dimensions", path);
     if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
         return srt_err_set(err, "%s: rms_norm_eps and rope_theta must be positive", path);
+    c->qk_norm = c->arch == SRT_ARCH_QWEN3;
+    c->qk_rows_permuted = c->is_gguf && c->arch == SRT_ARCH_LLAMA;
     return SRT_OK;
 }
 

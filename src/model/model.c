@@ -193,7 +193,7 @@ static int build_modules(srt_model *m, srt_err *err)
         ADD(L->v.module, L->m_attn, "Linear", "model.layers.%d.self_attn.v_proj", i);
         ADD(L->o.module, L->m_attn, "Linear", "model.layers.%d.self_attn.o_proj", i);
         L->q_norm.module = L->k_norm.module = -1;
-        if (m->cfg.arch == SRT_ARCH_QWEN3) {
+        if (m->cfg.qk_norm) {
             ADD(L->q_norm.module, L->m_attn, c[4], "model.layers.%d.self_attn.q_norm", i);
             ADD(L->k_norm.module, L->m_attn, c[4], "model.layers.%d.self_attn.k_norm", i);
         }
@@ -296,12 +296,12 @@ static int bind_all(srt_model *m, srt_err *err)
             bind_linear(m, P("mlp.up_proj"), F, H, &L->up, err) ||
             bind_linear(m, P("mlp.down_proj"), H, F, &L->down, err))
             return SRT_ERROR;
-        if (c->arch == SRT_ARCH_QWEN3 &&
+        if (c->qk_norm &&
             (bind(m, P("self_attn.q_norm.weight"), 0, hd, 0, &L->q_norm.w, err) ||
              bind(m, P("self_attn.k_norm.weight"), 0, hd, 0, &L->k_norm.w, err)))
             return SRT_ERROR;
 #undef P
-        if (c->is_gguf && c->arch == SRT_ARCH_LLAMA &&
+        if (c->qk_rows_permuted &&
             (unpermute_rows(m, &L->q.w, &L->q.bias, c->n_heads, c->head_dim, err) ||
              unpermute_rows(m, &L->k.w, &L->k.bias, c->n_kv_heads, c->head_dim, err)))
             return SRT_ERROR;

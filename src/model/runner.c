@@ -6,66 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model_internal.h"
+#include "model/runner_internal.h"
 #include "srt/backend.h"
 #include "srt/backend_cuda.h"
 #include "srt/comm.h"
-
-struct srt_runner {
-    srt_model   *m;
-    srt_backend *be;
-    int          own_be;           /* 0: opts.backend, the caller's */
-    srt_comm    *comm;             /* tensor parallel group (control), NULL for one rank */
-    srt_comm    *tcomm;            /* its tensor collectives: comm, or NCCL on a CUDA backend */
-    srt_comm    *own_tcomm;        /* tcomm when the runner made it (NCCL), freed with it */
-    srt_layer   *layers;           /* this rank's weight views (all of them for one rank) */
-    /* vocab parallel: this rank's rows [vocab_lo, vocab_lo + vocab_n) of the embedding and of
-     * lm_head, vocab_pad = ceil(vocab / tp) rows per rank (the last rank may hold fewer) */
-    srt_weight   embed;
-    srt_linear   lm_head;
-    int64_t      vocab_lo, vocab_n, vocab_pad;
-    int32_t      nh, nkv, ffn;     /* this rank's heads, KV heads, intermediate features */
-    int32_t      max_tok, max_seqs;
-    int32_t      tp_rank, tp_size;
-    /* activations, [max_tok][width] */
-    float *resid[2], *xn, *final, *proj;
-    float *q, *k, *v, *q_raw, *k_raw, *attn;
-    float *gate, *up, *act;
-    float *cos_sin;            /* [max_tok][2][head_dim] */
-    float *rows;               /* [max_seqs][hidden]: hidden states of logit rows */
-    uint64_t *zero_ids;
-    /* a backend with memory of its own (CUDA): the step's ids, positions and logit row indices
-     * are uploaded there, logits computed there and downloaded; NULL on the CPU backend */
-    int      on_dev;
-    const int32_t *ids, *pos;   /* the step's ids and positions in backend memory */
-    int32_t *d_ids, *d_pos, *d_rows, *h_rows;
-    float   *d_logits;
-    /* tp > 1: the step's ids local to this rank's vocab rows (0 for other ranks' ids); on a
-     * backend with memory of its own also their device copy, the row each token's embedding
-     * is gathered from (max_tok: a zero row) and the staging of the lookup [max_tok + 1][hidden] */
-    int32_t *h_lids, *h_eidx, *d_lids, *d_eidx;
-    float   *d_estage;
-    /* tp > 1: this rank's logit columns [max_seqs][vocab_pad] and every rank's, gathered
-     * [tp][max_seqs * vocab_pad] (backend memory), with a host copy on a device backend */
-    float   *lm_part, *lm_all, *h_lm_all;
-    /* decode graphs (backend graph ops, tp == 1): the padded batch of a graph step lives here,
-     * at one address, as the graph's ops were recorded with it; its arrays hold g_cap entries */
-    int      graphs;
-    int32_t  g_cap;
-    int      g_live;                  /* graphs captured since the last clear */
-    srt_forward_batch g_batch;
-    int32_t *g_ids, *g_pos, *g_out, *g_start, *g_len;
-    const int32_t **g_slots;
-    /* the KV pool the live graphs write and read: per-layer K, V addresses and dtype */
-    void   **g_kv;
-    srt_dtype g_kv_dtype;
-    srt_runner_graph_stats gstats;
-    /* the step in flight */
-    srt_batch_ctx            ctx;
-    const srt_forward_batch *b;
-    srt_kv_pool             *kv;
-    srt_err                 *err;
-};
 
 /* `self` of every module function */
 typedef struct call {
@@ -278,9 +222,9 @@ static int attn_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_t
     const srt_layer *L = &r->layers[c->layer];
     int64_t T = view_rows(&a->inputs[0]);
     int32_t nh = r->nh, nkv = r->nkv, hd = cfg->head_dim;
-    int qwen3 = cfg->arch == SRT_ARCH_QWEN3;
+    int qk_norm = cfg->qk_norm;
     srt_module_args la;
-    float *qd = qwen3 ? r->q_raw : r->q, *kd = qwen3 ? r->k_raw : r->k;
+    float *qd = qk_norm ? r->q_raw : r->q, *kd = qk_norm ? r->k_raw : r->k;
     srt_tensor_view qv = fview(qd, T, (int64_t)nh * hd), kv = fview(kd, T, (int64_t)nkv * hd);
     srt_tensor_view vv = fview(r->v, T, (int64_t)nkv * hd), av = fview(r->attn, T, (int64_t)nh * hd);
     call cq = { r, &L->q, c->layer }, ck = { r, &L->k, c->layer }, cv = { r, &L->v, c->layer };
@@ -295,7 +239,7 @@ static int attn_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_t
     args1(&la, a->inputs[0]);
     if (forward_module(r, L->v.module, linear_fn, &cv, &la, &vv))
         return SRT_ERROR;
-    if (qwen3) {
+    if (qk_norm) {
         /* per-head RMSNorm on [T, heads, head_dim] */
         call cqn = { r, &L->q_norm, c->layer }, ckn = { r, &L->k_norm, c->layer };
         srt_tensor_view qi = view(r->q_raw, 3, T, nh, hd, SRT_HOOK_DTYPE_F32);
@@ -440,9 +384,9 @@ static int load_weights(srt_runner *r, srt_err *err)
             rc = ops->load_weight(r->be, &L->input_norm.w, err);
         if (rc == SRT_OK)
             rc = ops->load_weight(r->be, &L->post_attn_norm.w, err);
-        if (rc == SRT_OK && m->cfg.arch == SRT_ARCH_QWEN3)
+        if (rc == SRT_OK && m->cfg.qk_norm)
             rc = ops->load_weight(r->be, &L->q_norm.w, err);
-        if (rc == SRT_OK && m->cfg.arch == SRT_ARCH_QWEN3)
+        if (rc == SRT_OK && m->cfg.qk_norm)
             rc = ops->load_weight(r->be, &L->k_norm.w, err);
     }
     return rc;
@@ -608,45 +552,6 @@ static int tensor_comm(srt_runner *r, const srt_runner_opts *o, srt_err *err)
     return SRT_OK;
 }
 
-/* Decode graphs need a backend with memory of its own and graph ops, one rank (the tensor
- * collectives are not recorded), and are on unless turned off. */
-static int graphs_setup(srt_runner *r, const srt_runner_opts *o, srt_err *err)
-{
-    const srt_backend_ops *ops = r->be->ops;
-    const char *env = getenv("SRT_GRAPHS");
-    int want = o->graphs == SRT_RUNNER_GRAPHS_ON ||
-               (o->graphs == SRT_RUNNER_GRAPHS_AUTO && !(env && strcmp(env, "0") == 0));
-    if (!want || !r->on_dev || r->tcomm || !ops->graph_capture || !ops->graph_ready || !ops->graph_replay ||
-        !ops->graph_clear) {
-        if (srt_backend_is_cuda(r->be))
-            srt_log(SRT_LOG_INFO, "runner: decode steps run eagerly (no CUDA graphs: %s)",
-                    r->tcomm ? "tensor parallel" : !want ? "turned off" : "not supported");
-        return SRT_OK;
-    }
-    int32_t cap = r->max_tok < SRT_GRAPH_MAX_BS ? r->max_tok : SRT_GRAPH_MAX_BS;
-    int32_t L = r->m->cfg.n_layers;
-    r->g_ids = malloc((size_t)cap * sizeof(int32_t));
-    r->g_pos = malloc((size_t)cap * sizeof(int32_t));
-    r->g_out = malloc((size_t)cap * sizeof(int32_t));
-    r->g_start = malloc(((size_t)cap + 1) * sizeof(int32_t));
-    r->g_len = malloc((size_t)cap * sizeof(int32_t));
-    r->g_slots = malloc((size_t)cap * sizeof(*r->g_slots));
-    r->g_kv = calloc(2 * (size_t)L, sizeof(void *));
-    if (!r->g_ids || !r->g_pos || !r->g_out || !r->g_start || !r->g_len || !r->g_slots || !r->g_kv)
-        return srt_err_set(err, "runner: out of memory for decode graphs");
-    r->g_cap = cap;
-    r->graphs = 1;
-    r->gstats.enabled = 1;
-    if (srt_backend_is_cuda(r->be)) {
-        int32_t top = cap;
-        while (top > 1 && srt_cuda_graph_bucket(top) != top)
-            top--;
-        srt_log(SRT_LOG_INFO, "runner: decode steps replay CUDA graphs (batches padded to 1, 2, 4, 8, 16, 24, ... up to %d)",
-                top);
-    }
-    return SRT_OK;
-}
-
 int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, srt_err *err)
 {
     const srt_model_config *c = &m->cfg;
@@ -698,8 +603,8 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     r->q = balloc(r, T * QD);
     r->k = balloc(r, T * KD);
     r->v = balloc(r, T * KD);
-    r->q_raw = c->arch == SRT_ARCH_QWEN3 ? balloc(r, T * QD) : NULL;
-    r->k_raw = c->arch == SRT_ARCH_QWEN3 ? balloc(r, T * KD) : NULL;
+    r->q_raw = c->qk_norm ? balloc(r, T * QD) : NULL;
+    r->k_raw = c->qk_norm ? balloc(r, T * KD) : NULL;
     r->attn = balloc(r, T * QD);
     r->gate = balloc(r, T * F);
     r->up = balloc(r, T * F);
@@ -740,7 +645,7 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
         }
     }
     if (!r->resid[0] || !r->resid[1] || !r->xn || !r->final || !r->proj || !r->q || !r->k || !r->v ||
-        (c->arch == SRT_ARCH_QWEN3 && (!r->q_raw || !r->k_raw)) || !r->attn || !r->gate || !r->up ||
+        (c->qk_norm && (!r->q_raw || !r->k_raw)) || !r->attn || !r->gate || !r->up ||
         !r->act || !r->cos_sin || !r->rows || !r->zero_ids) {
         srt_runner_free(r);
         return srt_err_set(err, "runner: out of memory for %d batch tokens", o->max_batch_tokens);
@@ -757,7 +662,7 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     if (rc == SRT_OK && ops->load_weight)
         rc = load_weights(r, err);
     if (rc == SRT_OK)
-        rc = graphs_setup(r, o, err);
+        rc = runner_graphs_setup(r, o, err);
     if (rc != SRT_OK) {
         srt_runner_free(r);
         return SRT_ERROR;
@@ -848,7 +753,7 @@ static int logits_vocab_parallel(srt_runner *r, int32_t n_rows, float *logits, s
 
 /* Backend memory: gather the logit rows' hidden states on the device, lm_head there, one download
  * (which also reports any op's error of the step). */
-static int logits_on_device(srt_runner *r, const srt_forward_batch *b, float *logits, srt_err *err)
+int runner_logits_on_device(srt_runner *r, const srt_forward_batch *b, float *logits, srt_err *err)
 {
     srt_model *m = r->m;
     int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
@@ -871,231 +776,18 @@ static int logits_on_device(srt_runner *r, const srt_forward_batch *b, float *lo
     return r->be->ops->download(r->be, logits, r->d_logits, (size_t)n_rows * (size_t)V * sizeof(float), err);
 }
 
-void srt_runner_graphs_clear(srt_runner *r)
+/* The model module over the step's T tokens (r->ids, r->pos, already where the ops read
+ * them) into r->final: the eager path and the body of a decode graph. */
+int runner_model_forward(srt_runner *r, int64_t T)
 {
-    if (!r || !r->g_live)
-        return;
-    r->be->ops->graph_clear(r->be);
-    r->g_live = 0;
-    r->gstats.clears++;
-}
-
-void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out)
-{
-    *out = r->gstats;
-}
-
-static int any_hooks(const srt_model *m)
-{
-    for (int32_t i = 0; i < m->n_modules; i++)
-        if (m->modules[i].hooks)
-            return 1;
-    return 0;
-}
-
-/* The padded batch size a step replays at, or -1: run it eagerly. Also drops graphs that no
- * longer hold: hooks appeared (their modules must run eagerly, and a graph never saw them), or
- * the KV pool is not the one the graphs write (other addresses or dtype). */
-static void graph_kv(srt_runner *r, srt_kv_pool *kv);
-static int32_t graph_size(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b)
-{
-    if (!r->graphs)
-        return -1;
-    if (any_hooks(r->m)) {
-        srt_runner_graphs_clear(r);
-        if (b->forward_mode == SRT_FORWARD_DECODE && b->n_tokens == b->n_seqs)
-            r->gstats.eager_hooked++;
-        return -1;
-    }
-    if (b->forward_mode != SRT_FORWARD_DECODE || b->n_tokens != b->n_seqs)
-        return -1;
-    int32_t bs = srt_cuda_graph_bucket(b->n_seqs);
-    if (bs < 1 || bs > r->g_cap)
-        return -1;
-    graph_kv(r, kv);
-    return bs;
-}
-
-/* The graphs write and read the KV pool they were captured with: another one drops them. */
-static void graph_kv(srt_runner *r, srt_kv_pool *kv)
-{
-    int32_t L = r->m->cfg.n_layers;
-    int same = r->g_kv_dtype == srt_kv_pool_dtype(kv);
-    for (int32_t l = 0; l < L && same; l++)
-        same = r->g_kv[2 * l] == srt_kv_pool_k(kv, l) && r->g_kv[2 * l + 1] == srt_kv_pool_v(kv, l);
-    if (!same) {
-        srt_runner_graphs_clear(r);
-        for (int32_t l = 0; l < L; l++) {
-            r->g_kv[2 * l] = srt_kv_pool_k(kv, l);
-            r->g_kv[2 * l + 1] = srt_kv_pool_v(kv, l);
-        }
-        r->g_kv_dtype = srt_kv_pool_dtype(kv);
-    }
-}
-
-/* The body of a decode graph: the model's forward over the padded batch, every op on the
- * runner's fixed buffers (ids, positions, activations, the KV pool, the backend's batch
- * metadata), nothing uploaded, downloaded or read back. Hooks are absent (graph_size). */
-static int graph_body(void *user, srt_err *err)
-{
-    srt_runner *r = user;
-    srt_err *saved = r->err;
-    int64_t T = r->g_batch.n_tokens, H = r->m->cfg.hidden_size;
     srt_module_args a;
-    srt_tensor_view fin = fview(r->final, T, H);
+    srt_tensor_view fin = fview(r->final, T, r->m->cfg.hidden_size);
     call cm = { r, NULL, -1 };
-    r->err = err;
     args1(&a, view((void *)r->ids, 1, T, 0, 0, SRT_HOOK_DTYPE_I32));
     a.n_kwargs = 1;
     a.kwarg_names[0] = "position_ids";
     a.kwargs[0] = view((void *)r->pos, 1, T, 0, 0, SRT_HOOK_DTYPE_I32);
-    int rc = forward_module(r, r->m->m_model, model_fn, &cm, &a, &fin);
-    r->err = saved;
-    return rc;
-}
-
-/* A decode step from the graph of bs sequences: the batch padded to bs on the host (padded
- * tokens: id 0, position -1, out_slot -1, no context), its ids and positions uploaded to the
- * same buffers as every step, announced eagerly; then the graph (captured now after an eager
- * run of the same body if this size has none), and lm_head on the real rows (logits NULL:
- * none, the warm-up's batches of padding only, b->n_seqs == 0). */
-static int forward_graph(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b, int32_t bs, float *logits,
-                         srt_err *err)
-{
-    static const int32_t no_slots[1] = { 0 };
-    const srt_backend_ops *ops = r->be->ops;
-    int32_t n = b->n_seqs;
-    for (int32_t s = 0; s < bs; s++) {
-        int real = s < n;
-        r->g_ids[s] = real ? b->token_ids[s] : 0;
-        r->g_pos[s] = real ? b->positions[s] : -1;
-        r->g_out[s] = real ? b->out_slots[s] : -1;
-        r->g_len[s] = real ? b->seq_len[s] : 0;
-        r->g_slots[s] = real ? b->seq_slots[s] : no_slots;
-        r->g_start[s] = s;
-    }
-    r->g_start[bs] = bs;
-    r->g_batch = (srt_forward_batch){
-        .n_tokens = bs, .token_ids = r->g_ids, .positions = r->g_pos, .out_slots = r->g_out, .n_seqs = bs,
-        .seq_start = r->g_start, .seq_len = r->g_len, .seq_slots = (const int32_t *const *)r->g_slots,
-        .forward_mode = SRT_FORWARD_DECODE,
-    };
-    r->ctx = (srt_batch_ctx){
-        .forward_mode = SRT_FORWARD_DECODE, .n_tokens = bs, .request_ids = r->zero_ids, .positions = r->g_pos,
-        .n_seqs = bs, .tp_rank = r->tp_rank, .tp_size = r->tp_size,
-    };
-    if (ops->upload(r->be, r->d_ids, r->g_ids, (size_t)bs * sizeof(int32_t), err) != SRT_OK ||
-        ops->upload(r->be, r->d_pos, r->g_pos, (size_t)bs * sizeof(int32_t), err) != SRT_OK ||
-        ops->begin_batch(r->be, &r->g_batch, err) != SRT_OK)
-        return SRT_ERROR;
-    r->ids = r->d_ids;
-    r->pos = r->d_pos;
-    r->b = &r->g_batch;
-    r->kv = kv;
-    r->err = err;
-    int rc;
-    if (ops->graph_ready(r->be, bs)) {
-        rc = ops->graph_replay(r->be, bs, err);
-        if (rc == SRT_OK)
-            r->gstats.replays++;
-    } else {
-        /* this step's result, and the shapes warmed up; its errors reported before capturing */
-        rc = graph_body(r, err);
-        if (rc == SRT_OK)
-            rc = ops->sync(r->be, err);
-        if (rc == SRT_OK) {
-            srt_err ce = { { 0 } };
-            if (ops->graph_capture(r->be, bs, graph_body, r, &ce) == SRT_OK) {
-                r->g_live = 1;
-                r->gstats.captures++;
-            } else {
-                /* the eager result stands; later steps stay eager */
-                srt_log(SRT_LOG_WARN, "runner: decode graph of batch %d not captured, graphs off: %s", bs, ce.msg);
-                r->gstats.capture_failures++;
-                srt_runner_graphs_clear(r);
-                r->graphs = 0;
-                r->gstats.enabled = 0;
-            }
-        }
-    }
-    if (rc == SRT_OK && logits)
-        rc = logits_on_device(r, b, logits, err);
-    r->b = NULL;
-    r->kv = NULL;
-    r->err = NULL;
-    return rc;
-}
-
-/* The backend's batch metadata sized once for the largest step (max_batch_tokens tokens,
- * max_seqs sequences, as many context slots as kv has): a backend that grows it later
- * drops its graphs (its buffers move), which would undo the warm-up. Only announced, never
- * run on: no op reads it before the next begin_batch. */
-static int graphs_reserve_meta(srt_runner *r, srt_kv_pool *kv, srt_err *err)
-{
-    int32_t T = r->max_tok, S = r->max_seqs < T ? r->max_seqs : T, n_slots = srt_kv_pool_n_slots(kv);
-    int32_t *tok = malloc((size_t)T * 2 * sizeof(int32_t)), *start = malloc(((size_t)S + 1) * sizeof(int32_t));
-    int32_t *len = malloc((size_t)S * sizeof(int32_t)), *tab = malloc(((size_t)n_slots + 1) * sizeof(int32_t));
-    const int32_t **ss = malloc((size_t)S * sizeof(*ss));
-    int rc = SRT_ERROR;
-    if (!tok || !start || !len || !tab || !ss) {
-        srt_err_set(err, "runner: graph warm-up: out of memory");
-        goto out;
-    }
-    for (int32_t t = 0; t < 2 * T; t++)
-        tok[t] = -1;   /* positions, out_slots: padding */
-    for (int32_t i = 0; i < n_slots; i++)
-        tab[i] = i;
-    for (int32_t s = 0; s < S; s++) {
-        start[s] = s;
-        len[s] = n_slots / S + (s == S - 1 ? n_slots % S : 0);
-        ss[s] = tab + (int64_t)s * (n_slots / S);
-    }
-    start[S] = T;
-    srt_forward_batch b = { .n_tokens = T, .token_ids = tok, .positions = tok, .out_slots = tok + T, .n_seqs = S,
-                            .seq_start = start, .seq_len = len, .seq_slots = (const int32_t *const *)ss,
-                            .forward_mode = SRT_FORWARD_DECODE };
-    rc = r->be->ops->begin_batch(r->be, &b, err);
-out:
-    free(tok);
-    free(start);
-    free(len);
-    free(tab);
-    free(ss);
-    return rc;
-}
-
-int srt_runner_graphs_warmup(srt_runner *r, srt_kv_pool *kv, int32_t max_bs, srt_err *err)
-{
-    if (err)
-        err->msg[0] = 0;
-    if (!r || !r->graphs || any_hooks(r->m))
-        return SRT_OK;
-    const srt_model_config *c = &r->m->cfg;
-    if (!kv || srt_kv_pool_n_layers(kv) != c->n_layers || srt_kv_pool_row_elems(kv) != r->nkv * c->head_dim)
-        return srt_err_set(err, "runner: graph warm-up: kv pool missing or made for another model shape");
-    if (max_bs <= 0 || max_bs > r->max_seqs)
-        max_bs = r->max_seqs;
-    graph_kv(r, kv);
-    if (graphs_reserve_meta(r, kv, err) != SRT_OK)
-        return SRT_ERROR;
-    srt_forward_batch none = { .forward_mode = SRT_FORWARD_DECODE };   /* n_seqs 0: every row padding */
-    int32_t prev = 0;
-    for (int32_t n = 1; n <= max_bs; n++) {
-        int32_t bs = srt_cuda_graph_bucket(n);
-        if (bs == prev)
-            continue;
-        if (bs < 1 || bs > r->g_cap)
-            break;
-        prev = bs;
-        if (r->be->ops->graph_ready(r->be, bs))
-            continue;
-        int64_t fails = r->gstats.capture_failures;
-        if (forward_graph(r, kv, &none, bs, NULL, err) != SRT_OK)
-            return SRT_ERROR;
-        if (r->gstats.capture_failures != fails)   /* logged; graphs are off now */
-            return srt_err_set(err, "runner: graph warm-up: capture of batch %d failed, graphs off", bs);
-    }
-    return SRT_OK;
+    return forward_module(r, r->m->m_model, model_fn, &cm, &a, &fin);
 }
 
 int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b, float *logits, srt_err *err)
@@ -1106,9 +798,9 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
         err->msg[0] = 0;
     if (validate(r, kv, b, err) != SRT_OK)
         return SRT_ERROR;
-    int32_t bs = graph_size(r, kv, b);
+    int32_t bs = runner_graph_size(r, kv, b);
     if (bs > 0)
-        return forward_graph(r, kv, b, bs, logits, err);
+        return runner_forward_graph(r, kv, b, bs, logits, err);
     T = b->n_tokens;
     r->ctx = (srt_batch_ctx){
         .forward_mode = b->forward_mode, .n_tokens = b->n_tokens,
@@ -1132,15 +824,9 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
     r->kv = kv;
     r->err = err;
     srt_module_args a;
-    srt_tensor_view fin = fview(r->final, T, H);
-    call cm = { r, NULL, -1 };
-    args1(&a, view((void *)r->ids, 1, T, 0, 0, SRT_HOOK_DTYPE_I32));
-    a.n_kwargs = 1;
-    a.kwarg_names[0] = "position_ids";
-    a.kwargs[0] = view((void *)r->pos, 1, T, 0, 0, SRT_HOOK_DTYPE_I32);
-    int rc = forward_module(r, m->m_model, model_fn, &cm, &a, &fin);
+    int rc = runner_model_forward(r, T);
     if (rc == SRT_OK && r->on_dev) {
-        rc = logits_on_device(r, b, logits, err);
+        rc = runner_logits_on_device(r, b, logits, err);
     } else if (rc == SRT_OK) {
         int32_t n_rows = b->logit_rows ? b->n_logit_rows : b->n_seqs;
         for (int32_t i = 0; i < n_rows; i++) {

@@ -58,6 +58,11 @@ typedef struct srt_model_config {
     int32_t  n_eos;
     int32_t  eos_token_ids[SRT_MAX_EOS];
     int32_t  is_gguf;
+    /* What the loader and the forward do differently per architecture, derived once from
+     * arch by the config loaders (srt_config_check): code tests these, never arch. A new
+     * architecture sets its flags there. */
+    int32_t  qk_norm;             /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+    int32_t  qk_rows_permuted;    /* GGUF llama: q/k rows in llama.cpp's rotary order */
 } srt_model_config;
 
 typedef struct srt_model srt_model;
