@@ -76,8 +76,11 @@ void srt_hook_spec_list_free(srt_hook_spec_list *l);
 char *srt_hook_pylist_repr(char *const *items, int n);
 
 /* A factory resolved to a loaded library and symbol (resolve.c). */
+typedef struct srt_elf srt_elf;
+
 typedef struct srt_hook_resolved {
     void               *lib;        /* dlopen handle; dlclose when done */
+    srt_elf            *elf;        /* srt_hook_inspect_factory: the file as read (no handle) */
     srt_hook_factory_fn factory;
     char                path[4096]; /* the library that was loaded */
     char                symbol[256];
@@ -87,6 +90,17 @@ typedef struct srt_hook_resolved {
  * what: prefix for error messages ("hook spec 'x' in file.json"). */
 int srt_hook_resolve_factory(const char *factory, const char *spec_dir, const char *search_path,
                              const char *what, srt_hook_resolved *out, srt_err *err);
+/* The same search and the same checks (library found, factory and srt_hook_abi_version
+ * exported, ABI compatible) with the same messages, by reading the file: nothing of the
+ * library runs. For the nginx master; out->factory stays NULL. */
+int srt_hook_inspect_factory(const char *factory, const char *spec_dir, const char *search_path,
+                             const char *what, srt_hook_resolved *out, srt_err *err);
+void srt_hook_resolved_close(srt_hook_resolved *r);
+
+/* ELF reading (elf_symbols.c). why gets the dynamic loader's wording ("PATH: reason"). */
+int  srt_elf_open(const char *path, srt_elf **out, char *why, size_t why_cap);
+int  srt_elf_symbol(const srt_elf *e, const char *name, const void **data, size_t *size);
+void srt_elf_close(srt_elf *e);
 
 /* Host services (host.c). The engine pointer of a host is its srt_hook_host_state. */
 typedef struct srt_hook_host_state {

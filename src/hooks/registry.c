@@ -628,9 +628,9 @@ int srt_hook_spec_check_file(const char *path, const char *search_path, srt_err 
         if ((s->n_patterns == 0 && !s->global) || s->factory == NULL)
             continue;
         spec_what(what, sizeof what, s, path);
-        rc = srt_hook_resolve_factory(s->factory, dir, search_path, what, &res, err);
+        rc = srt_hook_inspect_factory(s->factory, dir, search_path, what, &res, err);
         if (rc == SRT_OK)
-            dlclose(res.lib);
+            srt_hook_resolved_close(&res);
     }
     free(dir);
     srt_hook_spec_list_free(&l);

@@ -64,8 +64,10 @@ int srt_hook_registry_load_file(srt_hook_registry *reg, const char *path, srt_er
 int srt_hook_registry_load_json(srt_hook_registry *reg, const char *json, size_t len,
                                 const char *origin, srt_err *err);
 
-/* For `nginx -t`: parse the file and resolve every factory (dlopen, dlsym, ABI check)
- * without calling any factory or needing a model. search_path as above (NULL: env). */
+/* For `nginx -t` (the master, often root): parse the file and check every factory by
+ * reading its library (found as the loader would, exported factory and
+ * srt_hook_abi_version, ABI value) without loading it, calling any factory or needing a
+ * model. search_path as above (NULL: env). */
 int srt_hook_spec_check_file(const char *path, const char *search_path, srt_err *err);
 
 /* Attach a hook object directly (C embedders and tests). module_name is an exact module

@@ -647,9 +647,10 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     /*
-     * Resolve every hook factory now (dlopen, dlsym, ABI check; no factory is
-     * called), so that nginx -t and startup refuse a broken spec file; the
-     * hooks themselves are made in the scheduler process.
+     * Check every hook factory now, so that nginx -t and startup refuse a
+     * broken spec file: the library is found and read (its exported symbols
+     * and ABI value), never loaded, as the master usually runs as root; only
+     * the scheduler process loads it and makes the hooks.
      */
     if (m->cfg.hooks_path[0]) {
         srt_err  err;

@@ -517,6 +517,36 @@ static void test_check_file(void)
        strstr(err.msg, "'b'"), "nginx -t check refuses a missing symbol: %s", err.msg);
     ok(srt_hook_spec_check_file(tmp_path("nope.json"), NULL, &err) == SRT_ERROR,
        "nginx -t check refuses a missing file");
+
+    /* The check reads the libraries, it never loads them (the master runs as root): the
+     * same refusals as loading, with the loader's wording, and no constructor runs. */
+    const char *mark = tmp_path("ctor_ran");
+    setenv("SRT_TEST_CTOR_MARK", mark, 1);
+    const char *noabi = write_tmp("check_noabi.json", "{\"forward_hooks\": [{\"name\": \"n\", \"target_modules\": [\"x\"],"
+                                  " \"hook_factory\": \"" HOOK_TEST_LIBDIR "/libnoabi.so:th_factory\"}]}");
+    ok(srt_hook_spec_check_file(noabi, NULL, &err) == SRT_ERROR && strstr(err.msg, "does not export 'srt_hook_abi_version'"),
+       "nginx -t check refuses a library without SRT_HOOK_LIBRARY(): %s", err.msg);
+    ok(access(mark, F_OK) != 0, "and the library's constructor did not run");
+    unsetenv("SRT_TEST_CTOR_MARK");
+    const char *oldabi = write_tmp("check_oldabi.json", "{\"forward_hooks\": [{\"name\": \"o\", \"target_modules\": [\"x\"],"
+                                   " \"hook_factory\": \"" HOOK_TEST_LIBDIR "/libbadabi.so:th_factory\"}]}");
+    ok(srt_hook_spec_check_file(oldabi, NULL, &err) == SRT_ERROR && strstr(err.msg, "built for hook ABI 2.0"),
+       "nginx -t check refuses another ABI, read from the file: %s", err.msg);
+    ok(srt_hook_spec_check_file(tmp_path("check_bad.json"), NULL, &err) == SRT_ERROR &&
+       strstr(err.msg, "libtesthooks.so: undefined symbol: missing_sym"),
+       "a missing symbol reads as the loader says it: %s", err.msg);
+    const char *nolib = write_tmp("check_nolib.json", "{\"forward_hooks\": [{\"name\": \"l\", \"target_modules\": [\"x\"],"
+                                  " \"hook_factory\": \"/nonexistent/libx.so:f\"}]}");
+    ok(srt_hook_spec_check_file(nolib, NULL, &err) == SRT_ERROR &&
+       strstr(err.msg, "cannot load library '/nonexistent/libx.so': /nonexistent/libx.so: cannot open shared "
+                       "object file: No such file or directory"),
+       "a missing library reads as the loader says it: %s", err.msg);
+    char spec[1024];
+    snprintf(spec, sizeof spec, "{\"forward_hooks\": [{\"name\": \"e\", \"target_modules\": [\"x\"],"
+             " \"hook_factory\": \"%s:f\"}]}", tmp_path("check_good.json"));
+    const char *notelf = write_tmp("check_notelf.json", spec);
+    ok(srt_hook_spec_check_file(notelf, NULL, &err) == SRT_ERROR && strstr(err.msg, "check_good.json: invalid ELF header"),
+       "a file that is not a library: %s", err.msg);
 }
 
 static void test_search_path(void)
