@@ -410,6 +410,38 @@ void srt_chan_detach(srt_chan *c)
 }
 
 const srt_chan_config *srt_chan_get_config(const srt_chan *c) { return &c->h->cfg; }
+
+#define CFG_STORE(f) __atomic_store_n(&h->cfg.f, cfg->f, __ATOMIC_RELAXED)
+
+int srt_chan_reconfigure(srt_chan *c, const srt_chan_config *cfg, srt_err *err)
+{
+    chan_header *h = c->h;
+    if (cfg->slots != h->cfg.slots || cfg->slot_tokens != h->cfg.slot_tokens)
+        return srt_err_set(err, "channel: reconfigure: geometry changed (slots %d -> %d, slot_tokens %d -> %d)",
+                           h->cfg.slots, cfg->slots, h->cfg.slot_tokens, cfg->slot_tokens);
+    snprintf(h->cfg.model_path, sizeof h->cfg.model_path, "%s", cfg->model_path);
+    snprintf(h->cfg.served_name, sizeof h->cfg.served_name, "%s", cfg->served_name);
+    snprintf(h->cfg.hooks_path, sizeof h->cfg.hooks_path, "%s", cfg->hooks_path);
+    snprintf(h->cfg.hooks_search, sizeof h->cfg.hooks_search, "%s", cfg->hooks_search);
+    snprintf(h->cfg.chat_template, sizeof h->cfg.chat_template, "%s", cfg->chat_template);
+    CFG_STORE(device);
+    CFG_STORE(threads);
+    CFG_STORE(context_length);
+    CFG_STORE(max_running_requests);
+    CFG_STORE(max_queued_requests);
+    CFG_STORE(max_total_tokens);
+    CFG_STORE(chunked_prefill_size);
+    CFG_STORE(schedule_policy);
+    CFG_STORE(tp_size);
+    CFG_STORE(radix_cache);
+    CFG_STORE(page_size);
+    CFG_STORE(sched_spin_us);
+    CFG_STORE(cuda_graph);
+    __atomic_store(&h->cfg.mem_fraction_static, &cfg->mem_fraction_static, __ATOMIC_RELAXED);
+    /* everything above before whatever the caller publishes next (the new scheduler) */
+    atomic_thread_fence(memory_order_release);
+    return SRT_OK;
+}
 uint64_t srt_chan_id(const srt_chan *c) { return c->h->chan_id; }
 pid_t srt_chan_sched_pid(const srt_chan *c) { return atomic_load(&c->h->sched_pid); }
 

@@ -169,6 +169,13 @@ srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err);
 void srt_chan_detach(srt_chan *c);
 
 const srt_chan_config *srt_chan_get_config(const srt_chan *c);
+
+/* Reload: give a live channel new directive values for the next scheduler. The geometry
+ * (slots, slot_tokens) must be unchanged, else SRT_ERROR (make a new channel). Workers of the
+ * old generation keep reading the scalar limits meanwhile: each is one aligned store, so they
+ * see the old or the new value, never a mix. The strings (model path, hooks, template) are
+ * read only by a scheduler started after this returns. */
+int srt_chan_reconfigure(srt_chan *c, const srt_chan_config *cfg, srt_err *err);
 uint64_t srt_chan_id(const srt_chan *c);
 
 int  srt_chan_sched_state_get(const srt_chan *c, char *msg, size_t msg_len);

@@ -531,6 +531,12 @@ ngx_http_srt_cleanup(void *data)
 
     ngx_uint_t  i;
 
+    if (ctx->request->connection->error && !ctx->aborted && !ctx->finished) {
+        ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                      "srt: client closed the connection, aborting the request");
+        ctx->aborted = 1;
+    }
+
     ngx_http_srt_unpark(ctx);
 
     for (i = 0; i < ctx->n_choices; i++) {
@@ -745,75 +751,17 @@ ngx_http_srt_timer_handler(ngx_event_t *ev)
 }
 
 
-/* The client closed the connection (or sent something): a close aborts the request. */
+/*
+ * While the request waits on the scheduler: nginx's own test, which knows
+ * HTTP/2, HTTP/3 and TLS, finalizes the request when the client has gone; the
+ * cleanup (ngx_http_srt_cleanup) then releases the slots, which aborts the
+ * request in the scheduler.
+ */
 
 static void
 ngx_http_srt_reading_handler(ngx_http_request_t *r)
 {
-    int                  n;
-    char                 buf[1];
-    ngx_err_t            err;
-    ngx_event_t         *rev;
-    ngx_connection_t    *c;
-    ngx_http_srt_ctx_t  *ctx;
-
-    c = r->connection;
-    rev = c->read;
-
-    if (c->error) {
-        goto closed;
-    }
-
-#if (NGX_HAVE_EPOLLRDHUP)
-    if ((ngx_event_flags & NGX_USE_EPOLL_EVENT) && ngx_use_epoll_rdhup) {
-        if (!rev->pending_eof) {
-            return;
-        }
-
-        rev->eof = 1;
-        c->error = 1;
-        goto closed;
-    }
-#endif
-
-    n = recv(c->fd, buf, 1, MSG_PEEK);
-
-    if (n == 0) {
-        rev->eof = 1;
-        c->error = 1;
-        goto closed;
-
-    } else if (n == -1) {
-        err = ngx_socket_errno;
-        if (err != NGX_EAGAIN) {
-            rev->eof = 1;
-            c->error = 1;
-            goto closed;
-        }
-    }
-
-    /* pipelined bytes or nothing: keep waiting; level-triggered loops stop polling */
-    if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && rev->active) {
-        if (ngx_del_event(rev, NGX_READ_EVENT, 0) != NGX_OK) {
-            goto closed;
-        }
-    }
-
-    return;
-
-closed:
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_srt_module);
-
-    ngx_log_error(NGX_LOG_INFO, c->log, 0,
-                  "srt: client closed the connection, aborting the request");
-
-    if (ctx) {
-        ctx->aborted = 1;
-        ngx_http_srt_cleanup(ctx);
-    }
-
-    ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+    ngx_http_test_reading(r);
 }
 
 

@@ -55,6 +55,13 @@ static char *ngx_http_srt_set_chat_template(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static char *ngx_http_srt_set_hooks(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_srt_use_model(ngx_conf_t *cf,
+    ngx_http_srt_loc_conf_t *conf);
+static ngx_int_t ngx_http_srt_model_config(ngx_conf_t *cf,
+    ngx_http_srt_loc_conf_t *conf, ngx_http_srt_model_t *m);
+static ngx_int_t ngx_http_srt_check_hooks(ngx_conf_t *cf,
+    ngx_http_srt_model_t *m);
+static ngx_int_t ngx_http_srt_add_zone(ngx_conf_t *cf, ngx_http_srt_model_t *m);
 static ngx_int_t ngx_http_srt_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 
@@ -517,12 +524,6 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_srt_loc_conf_t *prev = parent;
     ngx_http_srt_loc_conf_t *conf = child;
 
-    ngx_str_t                  zname;
-    ngx_uint_t                 i;
-    ngx_http_srt_model_t      *m, **mp;
-    ngx_http_srt_main_conf_t  *smcf;
-    ngx_http_core_loc_conf_t  *clcf;
-
     ngx_conf_merge_str_value(conf->hooks, prev->hooks, "");
     ngx_conf_merge_str_value(conf->hooks_search, prev->hooks_search, "");
     ngx_conf_merge_ptr_value(conf->request_hooks, prev->request_hooks, NULL);
@@ -574,6 +575,22 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         return NGX_CONF_OK;
     }
 
+    return ngx_http_srt_use_model(cf, conf);
+}
+
+
+/*
+ * A location that declares srt_model: its body limit, and the model it serves,
+ * shared with every other location naming the same model.
+ */
+static char *
+ngx_http_srt_use_model(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf)
+{
+    ngx_uint_t                 i;
+    ngx_http_srt_model_t      *m, **mp;
+    ngx_http_srt_main_conf_t  *smcf;
+    ngx_http_core_loc_conf_t  *clcf;
+
     /*
      * Answer "body too large" ourselves, in JSON: nginx's own check, which runs
      * before any handler and sends HTML, only catches bodies far over the limit.
@@ -583,8 +600,6 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->max_body) {
         clcf->client_max_body_size = conf->max_body * 2 + 65536;
     }
-
-    /* this location declares srt_model: build its model from the merged values */
 
     smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_srt_module);
 
@@ -623,6 +638,30 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     m->line = cf->conf_file->line;
     m->pid = NGX_INVALID_PID;
 
+    if (ngx_http_srt_model_config(cf, conf, m) != NGX_OK
+        || ngx_http_srt_check_hooks(cf, m) != NGX_OK
+        || ngx_http_srt_add_zone(cf, m) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    mp = ngx_array_push(&smcf->models);
+    if (mp == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    *mp = m;
+
+    conf->model = m;
+
+    return NGX_CONF_OK;
+}
+
+
+/* The channel configuration the scheduler reads: the location's merged values. */
+static ngx_int_t
+ngx_http_srt_model_config(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf,
+    ngx_http_srt_model_t *m)
+{
     if (ngx_http_srt_copy_cstr(m->cfg.model_path, sizeof(m->cfg.model_path),
                                &m->path) != NGX_OK
         || ngx_http_srt_copy_cstr(m->cfg.served_name,
@@ -643,28 +682,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "srt_model \"%V\": a path or name is too long",
                            &m->path);
-        return NGX_CONF_ERROR;
-    }
-
-    /*
-     * Check every hook factory now, so that nginx -t and startup refuse a
-     * broken spec file: the library is found and read (its exported symbols
-     * and ABI value), never loaded, as the master usually runs as root; only
-     * the scheduler process loads it and makes the hooks.
-     */
-    if (m->cfg.hooks_path[0]) {
-        srt_err  err;
-
-        if (srt_hook_spec_check_file(m->cfg.hooks_path,
-                                     m->cfg.hooks_search[0]
-                                     ? m->cfg.hooks_search : NULL, &err)
-            != SRT_OK)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"srt_forward_hooks\": %s (srt_model \"%V\")",
-                               err.msg, &m->path);
-            return NGX_CONF_ERROR;
-        }
+        return NGX_ERROR;
     }
 
     if (conf->cvec_path.len) {
@@ -725,15 +743,53 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                     ? conf->context_length
                                     : NGX_HTTP_SRT_DEFAULT_SLOT_TOKENS);
 
+    return NGX_OK;
+}
+
+
+/*
+ * Check every hook factory now, so that nginx -t and startup refuse a
+ * broken spec file: the library is found and read (its exported symbols and
+ * ABI value), never loaded, as the master usually runs as root; only the
+ * scheduler process loads it and makes the hooks.
+ */
+static ngx_int_t
+ngx_http_srt_check_hooks(ngx_conf_t *cf, ngx_http_srt_model_t *m)
+{
+    srt_err  err;
+
+    if (m->cfg.hooks_path[0]) {
+        if (srt_hook_spec_check_file(m->cfg.hooks_path,
+                                     m->cfg.hooks_search[0]
+                                     ? m->cfg.hooks_search : NULL, &err)
+            != SRT_OK)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"srt_forward_hooks\": %s (srt_model \"%V\")",
+                               err.msg, &m->path);
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* The model's shared zone, which holds its channel (ngx_http_srt_init_zone). */
+static ngx_int_t
+ngx_http_srt_add_zone(ngx_conf_t *cf, ngx_http_srt_model_t *m)
+{
+    ngx_str_t  zname;
+
     m->chan_size = srt_chan_size(&m->cfg);
     if (m->chan_size == 0) {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
     zname.len = sizeof("srt_model_") - 1 + m->name.len;
     zname.data = ngx_pnalloc(cf->pool, zname.len);
     if (zname.data == NULL) {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
     ngx_sprintf(zname.data, "srt_model_%V", &m->name);
 
@@ -742,27 +798,19 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                     m->chan_size + 64 * ngx_pagesize,
                                     &ngx_http_srt_module);
     if (m->zone == NULL) {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
     if (m->zone->data) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "shared zone \"%V\" is already used", &zname);
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
     m->zone->init = ngx_http_srt_init_zone;
     m->zone->data = m;
 
-    mp = ngx_array_push(&smcf->models);
-    if (mp == NULL) {
-        return NGX_CONF_ERROR;
-    }
-    *mp = m;
-
-    conf->model = m;
-
-    return NGX_CONF_OK;
+    return NGX_OK;
 }
 
 
@@ -771,11 +819,11 @@ ngx_http_srt_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_srt_model_t *om = data;
 
+    int                       rc;
     srt_err                   err;
     srt_chan                 *chan;
     ngx_slab_pool_t          *shpool;
     ngx_http_srt_model_t     *m;
-    const srt_chan_config    *old;
 
     m = shm_zone->data;
     shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
@@ -784,19 +832,14 @@ ngx_http_srt_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         /* reload: keep the channel, and requests in flight, if its geometry holds */
         chan = srt_chan_attach(om->chan_mem, om->chan_size, &err);
         if (chan != NULL) {
-            old = srt_chan_get_config(chan);
+            /* the next scheduler reads the new settings */
+            rc = srt_chan_reconfigure(chan, &m->cfg, &err);
+            srt_chan_detach(chan);
 
-            if (old->slots == m->cfg.slots
-                && old->slot_tokens == m->cfg.slot_tokens)
-            {
-                /* the next scheduler reads the new settings */
-                ngx_memcpy((void *) old, &m->cfg, sizeof(srt_chan_config));
-                srt_chan_detach(chan);
+            if (rc == SRT_OK) {
                 m->chan_mem = om->chan_mem;
                 return NGX_OK;
             }
-
-            srt_chan_detach(chan);
         }
     }
 

@@ -42,6 +42,10 @@
 
 #include "ngx_http_srt_module.h"
 
+/* nginx finds this module through ngx_modules; nothing here is exported (see
+ * ngx_http_srt_module.h). */
+#pragma GCC visibility push(hidden)
+
 
 #define NGX_HTTP_SRT_AFF_MAX_PEERS    64     /* one bit each in a node */
 #define NGX_HTTP_SRT_AFF_MAX_BLOCKS   8192   /* longest prefix tracked, in blocks */

@@ -176,6 +176,21 @@ static void test_layout(void)
         ok(srt_chan_format(junk, sizeof(junk), &bad, &err) == SRT_ERROR,
            "too little memory refused: %s", err.msg);
     }
+    {
+        /* reload: new directive values into the live channel, same geometry only */
+        srt_chan_config nc = *srt_chan_get_config(c);
+        snprintf(nc.model_path, sizeof(nc.model_path), "/models/y.gguf");
+        nc.max_queued_requests = 7;
+        nc.mem_fraction_static = 0.5f;
+        ok(srt_chan_reconfigure(c, &nc, &err) == SRT_OK, "reconfigure with the same geometry");
+        ok(strcmp(srt_chan_get_config(c)->model_path, "/models/y.gguf") == 0 &&
+           srt_chan_get_config(c)->max_queued_requests == 7 &&
+           srt_chan_get_config(c)->mem_fraction_static == 0.5f, "the new values are what the channel holds");
+        nc.slot_tokens = 128;
+        ok(srt_chan_reconfigure(c, &nc, &err) == SRT_ERROR && strstr(err.msg, "geometry"),
+           "another geometry is refused: %s", err.msg);
+        is_int(srt_chan_get_config(c)->slot_tokens, 64, "and leaves the channel as it was");
+    }
     srt_chan_detach(c);
 }
 
