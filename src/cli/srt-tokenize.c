@@ -26,31 +26,6 @@ static double now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *p = malloc(cap);
-    size_t k;
-    while (p && (k = fread(p + len, 1, cap - len, f)) > 0) {
-        len += k;
-        if (len == cap) {
-            cap *= 2;
-            char *q = realloc(p, cap);
-            if (!q) {
-                free(p);
-                p = NULL;
-            }
-            p = q;
-        }
-    }
-    fclose(f);
-    *n = len;
-    return p;
-}
-
 int main(int argc, char **argv)
 {
     const char *path = NULL, *config = NULL, *lines = NULL, *text = NULL;
@@ -119,9 +94,9 @@ int main(int argc, char **argv)
     char *buf = NULL;
     size_t blen = 0;
     if (lines) {
-        buf = read_all(lines, &blen);
-        if (!buf) {
-            fprintf(stderr, "srt-tokenize: cannot read %s\n", lines);
+        srt_err rerr;
+        if (srt_read_file(lines, (size_t)1 << 31, &buf, &blen, &rerr) != SRT_OK) {
+            fprintf(stderr, "srt-tokenize: %s\n", rerr.msg);
             return 1;
         }
     } else {

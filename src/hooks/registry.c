@@ -520,48 +520,14 @@ int srt_hook_registry_load_json(srt_hook_registry *reg, const char *json, size_t
 
 static char *read_file(const char *path, size_t *len, srt_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
+    char *text;
+    srt_err e;
 
-    if (f == NULL) {
-        srt_err_set(err, "hook spec file '%s': %s", path, strerror(errno));
+    if (srt_read_file(path, SPEC_FILE_MAX, &text, len, &e) != SRT_OK) {
+        srt_err_set(err, "hook spec file %s", e.msg);
         return NULL;
     }
-    for (;;) {
-        size_t got;
-        if (n == cap) {
-            char *grown;
-            cap = cap ? cap * 2 : 8192;
-            if (cap > SPEC_FILE_MAX + 1)
-                cap = SPEC_FILE_MAX + 1;
-            grown = realloc(buf, cap);
-            if (grown == NULL) {
-                srt_err_set(err, "hook spec file '%s': out of memory", path);
-                goto fail;
-            }
-            buf = grown;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n > SPEC_FILE_MAX) {
-            srt_err_set(err, "hook spec file '%s': larger than %d bytes", path, SPEC_FILE_MAX);
-            goto fail;
-        }
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        srt_err_set(err, "hook spec file '%s': read error: %s", path, strerror(errno));
-        goto fail;
-    }
-    fclose(f);
-    *len = n;
-    return buf ? buf : calloc(1, 1);
-fail:
-    fclose(f);
-    free(buf);
-    return NULL;
+    return text;
 }
 
 /* The spec file's directory, the first place relative factory libraries are looked for. */

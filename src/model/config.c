@@ -8,7 +8,6 @@
 #include "model/config.h"
 #include "model/gguf.h"
 
-char *srt_read_text_file(const char *path, size_t max, srt_err *err);
 
 static void config_defaults(srt_model_config *c)
 {
@@ -146,8 +145,8 @@ int srt_config_from_json(const char *dir, srt_model_config *c, srt_err *err)
     char path[4096], ebuf[256];
     config_defaults(c);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = srt_read_text_file(path, 16u << 20, err);
-    if (!text)
+    char *text;
+    if (srt_read_file(path, 16u << 20, &text, NULL, err) != SRT_OK)
         return SRT_ERROR;
     if (srt_json_depth(text, strlen(text)) > SRT_JSON_MAX_DEPTH) {
         free(text);
@@ -221,8 +220,8 @@ int srt_config_from_json(const char *dir, srt_model_config *c, srt_err *err)
     /* generation_config.json may list more stop ids (Llama 3 instruct) */
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     srt_err ignored;
-    char *gtext = srt_read_text_file(path, 1u << 20, &ignored);
-    if (gtext) {
+    char *gtext;
+    if (srt_read_file(path, 1u << 20, &gtext, NULL, &ignored) == SRT_OK) {
         yajl_val g = srt_json_depth(gtext, strlen(gtext)) > SRT_JSON_MAX_DEPTH
                          ? NULL : yajl_tree_parse(gtext, ebuf, sizeof ebuf);
         free(gtext);

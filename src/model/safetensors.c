@@ -132,40 +132,11 @@ int srt_safetensors_load(const char *path, srt_tensor_store *s, srt_err *err)
     return rc;
 }
 
-static char *read_small_file(const char *path, size_t max, srt_err *err)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        srt_err_open(err, path, errno);
-        return NULL;
-    }
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, fp) : 0;
-    fclose(fp);
-    if (!buf) {
-        srt_err_set(err, "%s: out of memory", path);
-        return NULL;
-    }
-    if (n > max) {
-        free(buf);
-        srt_err_set(err, "%s: larger than %zu bytes", path, max);
-        return NULL;
-    }
-    buf[n] = 0;
-    return buf;
-}
-
-char *srt_read_text_file(const char *path, size_t max, srt_err *err);
-char *srt_read_text_file(const char *path, size_t max, srt_err *err)
-{
-    return read_small_file(path, max, err);
-}
-
 int srt_safetensors_load_index(const char *dir, const char *index_path, srt_tensor_store *s, srt_err *err)
 {
     char ebuf[256];
-    char *json = read_small_file(index_path, 64u << 20, err);
-    if (!json)
+    char *json;
+    if (srt_read_file(index_path, 64u << 20, &json, NULL, err) != SRT_OK)
         return SRT_ERROR;
     yajl_val root = srt_json_depth(json, strlen(json)) > SRT_JSON_MAX_DEPTH
                         ? NULL : yajl_tree_parse(json, ebuf, sizeof ebuf);

@@ -401,46 +401,8 @@ int srt_tokenizer_config_token(const char *json, size_t len, const char *key, ch
 
 int srt_chat_template_read_file(const char *path, char **out, size_t *out_len, srt_err *err)
 {
-    *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        srt_err_set(err, "chat template file %s: %s", path, strerror(errno));
-        return SRT_ERROR;
-    }
-    size_t cap = 8192, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t k = fread(buf + n, 1, cap - n - 1, fp);
-        n += k;
-        if (k == 0)
-            break;
-        if (n + 1 == cap) {
-            if (cap > (64u << 20)) {
-                free(buf);
-                fclose(fp);
-                srt_err_set(err, "chat template file %s: larger than 64 MiB", path);
-                return SRT_ERROR;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    bool bad = ferror(fp);
-    fclose(fp);
-    if (!buf || bad) {
-        srt_err_set(err, "chat template file %s: %s", path, buf ? "read error" : "out of memory");
-        free(buf);
-        return SRT_ERROR;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    if (out_len)
-        *out_len = n;
+    srt_err e;
+    if (srt_read_file(path, 64u << 20, out, out_len, &e) != SRT_OK)
+        return srt_err_set(err, "chat template file %s", e.msg);
     return SRT_OK;
 }

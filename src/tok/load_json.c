@@ -39,40 +39,7 @@ static int is_null(yajl_val v) { return !v || YAJL_IS_NULL(v); }
 
 int tok_read_file(const char *path, char **buf, size_t *len, srt_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        srt_err_open(err, path, errno);
-        return SRT_ERROR;
-    }
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        srt_err_set(err, "cannot seek %s", path);
-        return SRT_ERROR;
-    }
-    long n = ftell(f);
-    if (n < 0 || n > (1L << 30)) {
-        fclose(f);
-        srt_err_set(err, "%s: unreasonable size", path);
-        return SRT_ERROR;
-    }
-    rewind(f);
-    char *p = malloc((size_t)n + 1);
-    if (!p) {
-        fclose(f);
-        srt_err_set(err, "%s: out of memory", path);
-        return SRT_ERROR;
-    }
-    if (fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        fclose(f);
-        srt_err_set(err, "cannot read %s", path);
-        return SRT_ERROR;
-    }
-    fclose(f);
-    p[n] = 0;
-    *buf = p;
-    *len = (size_t)n;
-    return SRT_OK;
+    return srt_read_file(path, (size_t)1 << 30, buf, len, err);
 }
 
 /* ---------------------------------------------------------------- pipeline parsing */

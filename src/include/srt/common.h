@@ -26,7 +26,7 @@ SRT_API int srt_err_set(srt_err *err, const char *fmt, ...) __attribute__((forma
 /* "PATH: cannot open: REASON" for an open() that failed with errnum; a permission error
  * also names the user the process runs as (nginx's scheduler is not root: the usual
  * cause is a model that its user cannot read). */
-int srt_err_open(srt_err *err, const char *path, int errnum);
+SRT_API int srt_err_open(srt_err *err, const char *path, int errnum);
 
 typedef enum srt_log_level {
     SRT_LOG_ERROR = 0,
@@ -39,6 +39,11 @@ typedef enum srt_log_level {
 typedef void (*srt_log_sink)(srt_log_level level, const char *msg, void *user);
 SRT_API void srt_log_set_sink(srt_log_sink sink, void *user, srt_log_level max_level);
 SRT_API void srt_log(srt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A whole file, NUL-terminated (*out_len excludes the NUL; may be NULL): for configuration-
+ * sized files (JSON, templates, hook specs). Refuses files over max bytes. Errors name the
+ * path (srt_err_open's wording when it cannot be opened); the caller frees *out. */
+SRT_API int srt_read_file(const char *path, size_t max, char **out, size_t *out_len, srt_err *err);
 
 /* JSON from requests and model files is refused above this nesting depth before any tree is
  * built: tree code recurses once per level (yajl_tree_free, re-serialisation, walks), and
