@@ -15,6 +15,7 @@
 #include <yajl/yajl_gen.h>
 
 #include "srt/chat_template.h"
+#include "srt/frontend.h"
 #include "srt/model.h"
 #include "srt/sampling.h"
 #include "srt/tokenizer.h"
@@ -92,14 +93,10 @@ static void gen_str(yajl_gen g, const char *s)
 }
 
 /* The prompt as {"messages": [...], "add_generation_prompt": true, ...} through the template. */
-static int render_chat(const srt_tokenizer *tok, const char *system, const char *user, char **out, srt_err *err)
+static int render_chat(const srt_frontend *fe, const char *system, const char *user, char **out, srt_err *err)
 {
-    const char *src = srt_tokenizer_chat_template(tok);
-    if (!src)
+    if (!fe->tmpl)
         return srt_err_set(err, "--chat: the model's tokenizer has no chat template");
-    srt_chat_template *t = NULL;
-    if (srt_chat_template_compile(src, strlen(src), &t, err) != SRT_OK)
-        return SRT_ERROR;
     yajl_gen g = yajl_gen_alloc(NULL);
     yajl_gen_map_open(g);
     gen_str(g, "messages");
@@ -115,11 +112,10 @@ static int render_chat(const srt_tokenizer *tok, const char *system, const char 
     yajl_gen_array_close(g);
     gen_str(g, "add_generation_prompt");
     yajl_gen_bool(g, 1);
-    const char *bos = srt_tokenizer_bos_token(tok), *eos = srt_tokenizer_eos_token(tok);
     gen_str(g, "bos_token");
-    gen_str(g, bos ? bos : "");
+    gen_str(g, fe->bos_token ? fe->bos_token : "");
     gen_str(g, "eos_token");
-    gen_str(g, eos ? eos : "");
+    gen_str(g, fe->eos_token ? fe->eos_token : "");
     gen_str(g, "tools");
     yajl_gen_null(g);
     gen_str(g, "documents");
@@ -128,9 +124,8 @@ static int render_chat(const srt_tokenizer *tok, const char *system, const char 
     const unsigned char *js;
     size_t jl, ol;
     yajl_gen_get_buf(g, &js, &jl);
-    int rc = srt_chat_template_render(t, (const char *)js, jl, out, &ol, err);
+    int rc = srt_chat_template_render(fe->tmpl, (const char *)js, jl, out, &ol, err);
     yajl_gen_free(g);
-    srt_chat_template_free(t);
     return rc;
 }
 
@@ -189,7 +184,8 @@ int main(int argc, char **argv)
         batch = 512;
 
     srt_model *m = NULL;
-    srt_tokenizer *tok = NULL;
+    srt_frontend fe = { 0 };
+    srt_tokenizer *tok = NULL;   /* fe.tok */
     char *text_buf = NULL, *chat_text = NULL;
     srt_detok dt;
     srt_runner *r = NULL;
@@ -205,20 +201,10 @@ int main(int argc, char **argv)
         goto fail;
     const srt_model_config *c = srt_model_config_of(m);
     if (prompt_text || !print_ids) {
-        /* the model's tokenizer: GGUF metadata, or tokenizer.json beside config.json */
+        /* the model's tokenizer and template, as the server loads them */
         srt_err terr = { { 0 } };
-        char tj[4096], tc[4096];
-        int rc_tok;
-        if (c->is_gguf)
-            rc_tok = srt_tokenizer_from_gguf(model_path, &tok, &terr);
-        else {
-            snprintf(tj, sizeof tj, "%s/tokenizer.json", model_path);
-            snprintf(tc, sizeof tc, "%s/tokenizer_config.json", model_path);
-            FILE *probe = fopen(tc, "r");
-            if (probe)
-                fclose(probe);
-            rc_tok = srt_tokenizer_load_json(tj, probe ? tc : NULL, &tok, &terr);
-        }
+        int rc_tok = srt_frontend_load(model_path, NULL, &fe, &terr);
+        tok = fe.tok;
         if (rc_tok != SRT_OK) {
             tok = NULL;
             if (prompt_text) {
@@ -231,7 +217,7 @@ int main(int argc, char **argv)
         size_t n = 0;
         unsigned fl = SRT_TOK_PARSE_SPECIAL | SRT_TOK_ADD_SPECIAL;
         if (chat) {
-            if (render_chat(tok, system_text, prompt_text, &chat_text, &err) != SRT_OK)
+            if (render_chat(&fe, system_text, prompt_text, &chat_text, &err) != SRT_OK)
                 goto fail;
             prompt_text = chat_text;
             fl = SRT_TOK_PARSE_SPECIAL;   /* the template writes any BOS itself, as apply_chat_template */
@@ -342,7 +328,7 @@ done:
     srt_sampler_ws_free(ws);
     free(text_buf);
     free(chat_text);
-    srt_tokenizer_free(tok);
+    srt_frontend_free(&fe);
     free(logits);
     free(slots);
     free(prompt);

@@ -1084,100 +1084,28 @@ ngx_int_t
 ngx_http_srt_worker_init(ngx_cycle_t *cycle, ngx_http_srt_model_t *m)
 {
     int                fd;
-    char              *src, *path, *dir_tok, *dir_cfg, *cfg_json;
-    size_t             len, cfg_len;
     srt_err            err;
-    ngx_fd_t           cfd;
-    ngx_file_info_t    fi;
+    srt_frontend       fe;
     ngx_connection_t  *c;
     ngx_str_t          e;
 
     ngx_queue_init(&m->waiting);
     ngx_queue_init(&m->parked);
 
-    path = m->cfg.model_path;
-    src = NULL;
     err.msg[0] = '\0';
 
     /* tokenizer and chat template: the front half runs in the worker */
 
-    if (ngx_file_info(path, &fi) != NGX_FILE_ERROR && ngx_is_dir(&fi)) {
-        dir_tok = (char *) ngx_pnalloc(cycle->pool, ngx_strlen(path) + 32);
-        dir_cfg = (char *) ngx_pnalloc(cycle->pool, ngx_strlen(path) + 32);
-        if (dir_tok == NULL || dir_cfg == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_sprintf((u_char *) dir_tok, "%s/tokenizer.json%Z", path);
-        ngx_sprintf((u_char *) dir_cfg, "%s/tokenizer_config.json%Z", path);
-
-        if (srt_tokenizer_load_json(dir_tok,
-                                    access(dir_cfg, R_OK) == 0 ? dir_cfg
-                                                               : NULL,
-                                    &m->tok, &err)
-            != SRT_OK)
-        {
-            goto failed;
-        }
-
-        cfd = ngx_open_file(dir_cfg, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
-        if (cfd != NGX_INVALID_FILE) {
-            cfg_json = NULL;
-            cfg_len = 0;
-            if (ngx_fd_info(cfd, &fi) != NGX_FILE_ERROR) {
-                cfg_len = ngx_file_size(&fi);
-                cfg_json = malloc(cfg_len + 1);
-                if (cfg_json
-                    && read(cfd, cfg_json, cfg_len) == (ssize_t) cfg_len)
-                {
-                    cfg_json[cfg_len] = '\0';
-                    (void) srt_tokenizer_config_token(cfg_json, cfg_len,
-                                                      "bos_token",
-                                                      &m->bos_token, &err);
-                    (void) srt_tokenizer_config_token(cfg_json, cfg_len,
-                                                      "eos_token",
-                                                      &m->eos_token, &err);
-                }
-            }
-            free(cfg_json);
-            ngx_close_file(cfd);
-        }
-
-    } else if (srt_tokenizer_from_gguf(path, &m->tok, &err) != SRT_OK) {
+    if (srt_frontend_load(m->cfg.model_path, m->cfg.chat_template, &fe, &err)
+        != SRT_OK)
+    {
         goto failed;
     }
 
-    if (m->bos_token == NULL && srt_tokenizer_bos_token(m->tok)) {
-        m->bos_token = strdup(srt_tokenizer_bos_token(m->tok));
-    }
-
-    if (m->eos_token == NULL && srt_tokenizer_eos_token(m->tok)) {
-        m->eos_token = strdup(srt_tokenizer_eos_token(m->tok));
-    }
-
-    if (m->cfg.chat_template[0]) {
-        if (srt_chat_template_read_file(m->cfg.chat_template, &src, &len, &err)
-            != SRT_OK)
-        {
-            goto failed;
-        }
-
-    } else if (srt_tokenizer_chat_template(m->tok)) {
-        len = ngx_strlen(srt_tokenizer_chat_template(m->tok));
-        src = malloc(len + 1);
-        if (src == NULL) {
-            return NGX_ERROR;
-        }
-        ngx_memcpy(src, srt_tokenizer_chat_template(m->tok), len + 1);
-    }
-
-    if (src) {
-        if (srt_chat_template_compile(src, len, &m->tmpl, &err) != SRT_OK) {
-            free(src);
-            goto failed;
-        }
-        free(src);
-    }
+    m->tok = fe.tok;
+    m->tmpl = fe.tmpl;
+    m->bos_token = fe.bos_token;
+    m->eos_token = fe.eos_token;
 
     goto doorbell;
 

@@ -24,6 +24,7 @@
 #include "srt/grammar.h"
 #include "srt/tokenizer.h"
 #include "srt/chat_template.h"
+#include "srt/frontend.h"
 
 /* Nothing of this module is anyone else's API: nginx finds it through ngx_modules (generated,
  * default visibility) and loads it RTLD_GLOBAL, so what is declared from here on stays in

@@ -248,49 +248,15 @@ ngx_http_srt_aff_cleanup(void *data)
 }
 
 
-static char *
-ngx_http_srt_aff_read_file(ngx_conf_t *cf, const char *path, size_t *len)
-{
-    char             *buf;
-    ngx_fd_t          fd;
-    ngx_file_info_t   fi;
-
-    fd = ngx_open_file(path, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
-    if (fd == NGX_INVALID_FILE) {
-        return NULL;
-    }
-
-    buf = NULL;
-
-    if (ngx_fd_info(fd, &fi) != NGX_FILE_ERROR
-        && ngx_file_size(&fi) < 64 * 1024 * 1024)
-    {
-        *len = ngx_file_size(&fi);
-        buf = malloc(*len + 1);
-        if (buf && read(fd, buf, *len) != (ssize_t) *len) {
-            free(buf);
-            buf = NULL;
-        }
-        if (buf) {
-            buf[*len] = '\0';
-        }
-    }
-
-    ngx_close_file(fd);
-
-    return buf;
-}
-
-
 /* The same files a node's worker reads (ngx_http_srt_worker_init), at
  * configuration time: nginx -t reports a tokenizer or template it cannot use. */
 
 static char *
 ngx_http_srt_aff_load(ngx_conf_t *cf, ngx_http_srt_aff_conf_t *conf)
 {
-    char                *path, *dtok, *dcfg, *src, *cfg;
-    size_t               len, cfg_len;
+    char                *path;
     srt_err              err;
+    srt_frontend         fe;
     ngx_file_info_t      fi;
     ngx_pool_cleanup_t  *cln;
 
@@ -311,66 +277,18 @@ ngx_http_srt_aff_load(ngx_conf_t *cf, ngx_http_srt_aff_conf_t *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (ngx_is_dir(&fi)) {
-        dtok = ngx_pnalloc(cf->pool, conf->model.len + 32);
-        dcfg = ngx_pnalloc(cf->pool, conf->model.len + 32);
-        if (dtok == NULL || dcfg == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        ngx_sprintf((u_char *) dtok, "%s/tokenizer.json%Z", path);
-        ngx_sprintf((u_char *) dcfg, "%s/tokenizer_config.json%Z", path);
-
-        if (srt_tokenizer_load_json(dtok, access(dcfg, R_OK) == 0 ? dcfg : NULL,
-                                    &conf->tok, &err)
-            != SRT_OK)
-        {
-            goto failed;
-        }
-
-        cfg = ngx_http_srt_aff_read_file(cf, dcfg, &cfg_len);
-        if (cfg) {
-            (void) srt_tokenizer_config_token(cfg, cfg_len, "bos_token",
-                                              &conf->bos_token, &err);
-            (void) srt_tokenizer_config_token(cfg, cfg_len, "eos_token",
-                                              &conf->eos_token, &err);
-            free(cfg);
-        }
-
-    } else if (srt_tokenizer_from_gguf(path, &conf->tok, &err) != SRT_OK) {
+    if (srt_frontend_load(path, conf->chat_template.len
+                                ? (char *) conf->chat_template.data : NULL,
+                          &fe, &err)
+        != SRT_OK)
+    {
         goto failed;
     }
 
-    if (conf->bos_token == NULL && srt_tokenizer_bos_token(conf->tok)) {
-        conf->bos_token = strdup(srt_tokenizer_bos_token(conf->tok));
-    }
-
-    if (conf->eos_token == NULL && srt_tokenizer_eos_token(conf->tok)) {
-        conf->eos_token = strdup(srt_tokenizer_eos_token(conf->tok));
-    }
-
-    src = NULL;
-
-    if (conf->chat_template.len) {
-        if (srt_chat_template_read_file((char *) conf->chat_template.data,
-                                        &src, &len, &err)
-            != SRT_OK)
-        {
-            goto failed;
-        }
-
-    } else if (srt_tokenizer_chat_template(conf->tok)) {
-        src = strdup(srt_tokenizer_chat_template(conf->tok));
-        len = src ? ngx_strlen(src) : 0;
-    }
-
-    if (src) {
-        if (srt_chat_template_compile(src, len, &conf->tmpl, &err) != SRT_OK) {
-            free(src);
-            goto failed;
-        }
-        free(src);
-    }
+    conf->tok = fe.tok;
+    conf->tmpl = fe.tmpl;
+    conf->bos_token = fe.bos_token;
+    conf->eos_token = fe.eos_token;
 
     return NGX_CONF_OK;
 

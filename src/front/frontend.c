@@ -1,0 +1,81 @@
+/* Loading a model's front end (see srt/frontend.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "srt/frontend.h"
+
+/* tokenizer_config.json's bos_token / eos_token (strings or {"content": ...}); absent is
+ * not an error: the tokenizer's own then stand. */
+static void config_tokens(const char *cfg_path, srt_frontend *fe)
+{
+    char *json;
+    size_t len;
+    srt_err ignored;
+
+    if (srt_read_file(cfg_path, 16u << 20, &json, &len, &ignored) != SRT_OK)
+        return;
+    (void)srt_tokenizer_config_token(json, len, "bos_token", &fe->bos_token, &ignored);
+    (void)srt_tokenizer_config_token(json, len, "eos_token", &fe->eos_token, &ignored);
+    free(json);
+}
+
+int srt_frontend_load(const char *model_path, const char *template_file, srt_frontend *fe, srt_err *err)
+{
+    struct stat st;
+    char tok_path[4096], cfg_path[4096];
+    char *src = NULL;
+    size_t len = 0;
+
+    memset(fe, 0, sizeof *fe);
+    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", model_path) >= (int)sizeof tok_path
+            || snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", model_path) >= (int)sizeof cfg_path)
+            return srt_err_set(err, "%s: path too long", model_path);
+        int have_cfg = access(cfg_path, R_OK) == 0;
+        if (srt_tokenizer_load_json(tok_path, have_cfg ? cfg_path : NULL, &fe->tok, err) != SRT_OK)
+            goto fail;
+        if (have_cfg)
+            config_tokens(cfg_path, fe);
+    } else if (srt_tokenizer_from_gguf(model_path, &fe->tok, err) != SRT_OK) {
+        goto fail;
+    }
+
+    if (fe->bos_token == NULL && srt_tokenizer_bos_token(fe->tok) && !(fe->bos_token = strdup(srt_tokenizer_bos_token(fe->tok))))
+        goto oom;
+    if (fe->eos_token == NULL && srt_tokenizer_eos_token(fe->tok) && !(fe->eos_token = strdup(srt_tokenizer_eos_token(fe->tok))))
+        goto oom;
+
+    if (template_file && template_file[0]) {
+        if (srt_chat_template_read_file(template_file, &src, &len, err) != SRT_OK)
+            goto fail;
+    } else if (srt_tokenizer_chat_template(fe->tok)) {
+        if (!(src = strdup(srt_tokenizer_chat_template(fe->tok))))
+            goto oom;
+        len = strlen(src);
+    }
+    if (src) {
+        int rc = srt_chat_template_compile(src, len, &fe->tmpl, err);
+        free(src);
+        if (rc != SRT_OK)
+            goto fail;
+    }
+    return SRT_OK;
+
+oom:
+    srt_err_set(err, "%s: out of memory", model_path);
+fail:
+    srt_frontend_free(fe);
+    return SRT_ERROR;
+}
+
+void srt_frontend_free(srt_frontend *fe)
+{
+    srt_chat_template_free(fe->tmpl);
+    srt_tokenizer_free(fe->tok);
+    free(fe->bos_token);
+    free(fe->eos_token);
+    memset(fe, 0, sizeof *fe);
+}

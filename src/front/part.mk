@@ -1,0 +1,2 @@
+# The model's front end (tokenizer, chat template, bos/eos), loaded one way for every caller.
+ENGINE_SRCS += src/front/frontend.c
