@@ -17,6 +17,7 @@ static void ngx_http_srt_body_handler(ngx_http_request_t *r);
 static void ngx_http_srt_doorbell_handler(ngx_event_t *ev);
 static void ngx_http_srt_timer_handler(ngx_event_t *ev);
 static void ngx_http_srt_reading_handler(ngx_http_request_t *r);
+static void ngx_http_srt_submit(ngx_http_request_t *r, ngx_http_srt_ctx_t *ctx);
 static void ngx_http_srt_cleanup(void *data);
 static ngx_int_t ngx_http_srt_park(ngx_http_request_t *r,
     ngx_http_srt_ctx_t *ctx);
@@ -325,13 +326,11 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     char                      errbuf[512];
     u_char                   *body;
     size_t                    len;
-    uint64_t                  group;
     ngx_int_t                 rc;
-    ngx_uint_t                i, status;
+    ngx_uint_t                status;
     const char               *param;
     ngx_http_srt_ctx_t       *ctx;
     ngx_http_srt_model_t     *m;
-    srt_chan_submit_status    st;
     ngx_http_srt_endpoint_e   ep;
     ngx_http_srt_loc_conf_t  *slcf;
 
@@ -340,6 +339,13 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
 
     if (ctx->t_body_ns == 0) {
         ctx->t_body_ns = srt_chan_now_ns();
+    }
+
+    if (ctx->parsed) {
+        /* a retry that waited for the next scheduler: parsed, rendered and tokenized once */
+        ngx_http_srt_unpark(ctx);
+        ngx_http_srt_submit(r, ctx);
+        return;
     }
 
     body = ngx_http_srt_body(r, &len);
@@ -395,6 +401,45 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
         return;
     }
 
+    ctx->parsed = 1;
+
+    ngx_http_srt_submit(r, ctx);
+}
+
+
+/*
+ * The parsed request into the channel, one slot per choice, then wait. A retry
+ * (ngx_http_srt_retry) comes back here with the request as parsed, rendered and
+ * tokenized the first time.
+ */
+
+static void
+ngx_http_srt_submit(ngx_http_request_t *r, ngx_http_srt_ctx_t *ctx)
+{
+    int                       state;
+    uint64_t                  group;
+    ngx_int_t                 rc;
+    ngx_uint_t                i;
+    srt_request               rq;
+    ngx_http_srt_model_t     *m;
+    srt_chan_submit_status    st;
+
+    m = ctx->model;
+    rq = ctx->p.rq;
+
+    state = srt_chan_sched_state_get(m->chan, NULL, 0);
+    if (ctx->retried
+        && state != SRT_CHAN_SCHED_READY && state != SRT_CHAN_SCHED_HANDOVER)
+    {
+        /* a retry waits for the next scheduler, as a new request would */
+        if (ngx_http_srt_park(r, ctx) == NGX_OK) {
+            return;
+        }
+
+        ngx_http_finalize_request(r, ngx_http_srt_unavailable(r, m));
+        return;
+    }
+
     /* sized by n: the context stays within the request pool's first block */
     if (ctx->choices == NULL) {
         ctx->choices = ngx_pcalloc(r->pool,
@@ -411,12 +456,12 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     for (i = 0; i < ctx->p.n; i++) {
         ngx_http_srt_choice_t  *ch = &ctx->choices[i];
 
-        if (ctx->p.rq.sampling.has_seed) {
-            ctx->p.rq.sampling.seed += i;   /* siblings must not repeat each other */
+        if (rq.sampling.has_seed) {
+            rq.sampling.seed += i;   /* siblings must not repeat each other */
         }
 
         st = srt_chan_submit(m->chan, ctx->p.prompt, (uint32_t) ctx->p.n_prompt,
-                             &ctx->p.rq, group, &ch->slot, &ch->gen);
+                             &rq, group, &ch->slot, &ch->gen);
 
         if (st != SRT_CHAN_SUBMIT_OK) {
             /* give back what this request already took */
@@ -516,7 +561,7 @@ ngx_http_srt_retry(ngx_http_srt_ctx_t *ctx)
     ngx_memzero(ctx->choices, ctx->n_choices * sizeof(ngx_http_srt_choice_t));
     ctx->n_choices = 0;
 
-    ngx_http_srt_body_handler(r);
+    ngx_http_srt_submit(r, ctx);
 
     return NGX_OK;
 }

@@ -212,6 +212,7 @@ typedef struct {
     ngx_flag_t                 finished;
     ngx_flag_t                 aborted;
     ngx_flag_t                 retried;     /* resubmitted once after a scheduler died */
+    ngx_flag_t                 parsed;      /* ctx->p holds the request: never parsed twice */
     ngx_uint_t                 prompt_tokens;
     uint64_t                   t_body_ns;   /* body read: parsing starts */
     u_char                     id[40];      /* "chatcmpl-..." */
