@@ -110,12 +110,7 @@ static int render_chat(const srt_frontend *fe, const char *system, const char *u
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);
-    gen_str(g, "add_generation_prompt");
-    yajl_gen_bool(g, 1);
-    gen_str(g, "bos_token");
-    gen_str(g, fe->bos_token ? fe->bos_token : "");
-    gen_str(g, "eos_token");
-    gen_str(g, fe->eos_token ? fe->eos_token : "");
+    srt_chat_context_gen_common(g, fe->bos_token, fe->eos_token);
     gen_str(g, "tools");
     yajl_gen_null(g);
     gen_str(g, "documents");

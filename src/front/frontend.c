@@ -71,11 +71,32 @@ fail:
     return SRT_ERROR;
 }
 
+static yajl_gen_status gen_str(yajl_gen g, const char *s)
+{
+    return yajl_gen_string(g, (const unsigned char *)s, strlen(s));
+}
+
+yajl_gen_status srt_chat_context_gen_common(yajl_gen g, const char *bos_token, const char *eos_token)
+{
+    yajl_gen_status st = gen_str(g, "add_generation_prompt");
+    if (st == yajl_gen_status_ok)
+        st = yajl_gen_bool(g, 1);
+    if (st == yajl_gen_status_ok)
+        st = gen_str(g, "bos_token");
+    if (st == yajl_gen_status_ok)
+        st = gen_str(g, bos_token ? bos_token : "");
+    if (st == yajl_gen_status_ok)
+        st = gen_str(g, "eos_token");
+    if (st == yajl_gen_status_ok)
+        st = gen_str(g, eos_token ? eos_token : "");
+    return st;
+}
+
 void srt_frontend_free(srt_frontend *fe)
 {
     srt_chat_template_free(fe->tmpl);
     srt_tokenizer_free(fe->tok);
     free(fe->bos_token);
     free(fe->eos_token);
-    memset(fe, 0, sizeof *fe);
+    *fe = (srt_frontend){ 0 };
 }

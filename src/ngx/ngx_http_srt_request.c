@@ -533,12 +533,7 @@ ngx_http_srt_render_chat(ngx_http_srt_parse_t *ps, yajl_val messages,
         return rc;
     }
 
-    ngx_http_srt_gen_str(g, "add_generation_prompt");
-    yajl_gen_bool(g, 1);
-    ngx_http_srt_gen_str(g, "bos_token");
-    ngx_http_srt_gen_str(g, m->bos_token ? m->bos_token : "");
-    ngx_http_srt_gen_str(g, "eos_token");
-    ngx_http_srt_gen_str(g, m->eos_token ? m->eos_token : "");
+    (void) srt_chat_context_gen_common(g, m->bos_token, m->eos_token);
     ngx_http_srt_gen_str(g, "tools");
     if (tools && !YAJL_IS_NULL(tools)) {
         st = ngx_http_srt_gen_val(g, tools);

@@ -683,12 +683,7 @@ ngx_http_srt_aff_tokens(ngx_http_srt_aff_conf_t *acf, yajl_val root,
             ngx_http_srt_aff_gen_message(g, v->u.array.values[i]);
         }
         yajl_gen_array_close(g);
-        ngx_http_srt_aff_gen_str(g, "add_generation_prompt");
-        yajl_gen_bool(g, 1);
-        ngx_http_srt_aff_gen_str(g, "bos_token");
-        ngx_http_srt_aff_gen_str(g, acf->bos_token ? acf->bos_token : "");
-        ngx_http_srt_aff_gen_str(g, "eos_token");
-        ngx_http_srt_aff_gen_str(g, acf->eos_token ? acf->eos_token : "");
+        (void) srt_chat_context_gen_common(g, acf->bos_token, acf->eos_token);
         ngx_http_srt_aff_gen_str(g, "tools");
         ngx_http_srt_aff_gen_val(g, ngx_http_srt_aff_field(root, "tools"));
         ngx_http_srt_aff_gen_str(g, "documents");

@@ -12,6 +12,8 @@
 #ifndef SRT_FRONTEND_H
 #define SRT_FRONTEND_H
 
+#include <yajl/yajl_gen.h>
+
 #include "srt/chat_template.h"
 #include "srt/common.h"
 #include "srt/tokenizer.h"
@@ -27,5 +29,12 @@ typedef struct srt_frontend {
 SRT_API int  srt_frontend_load(const char *model_path, const char *template_file, srt_frontend *fe,
                                srt_err *err);
 SRT_API void srt_frontend_free(srt_frontend *fe);
+
+/* The keys of a chat template's context that are the same for every request, as HF's
+ * apply_chat_template passes them: add_generation_prompt (true), bos_token, eos_token (""
+ * when NULL). g is inside the context's open map, after "messages"; the caller adds "tools"
+ * and "documents" and closes it. Returns yajl_gen's status. */
+SRT_API yajl_gen_status srt_chat_context_gen_common(yajl_gen g, const char *bos_token,
+                                                    const char *eos_token);
 
 #endif
