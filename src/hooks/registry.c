@@ -14,6 +14,7 @@
 #include <yajl/yajl_gen.h>
 
 #include "hooks/hooks_internal.h"
+#include "srt/backend.h"
 
 #define SPEC_FILE_MAX (16 << 20)
 
@@ -965,4 +966,33 @@ void srt_hook_request_end(srt_hook_registry *reg, uint64_t request_id)
         reg->reqs.v[k] = reg->reqs.v[--reg->reqs.n];
         return;
     }
+}
+
+/* ---- a backend's memory for hooks ---------------------------------------------------- */
+
+static int backend_d2h(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    srt_err e;
+    return be->ops->download(be, dst, src, n, &e);
+}
+
+static int backend_h2d(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    srt_err e;
+    return be->ops->upload(be, dst, src, n, &e);
+}
+
+static int backend_d2d(void *dst, const void *src, size_t n, void *ctx)
+{
+    srt_backend *be = ctx;
+    be->ops->copy(be, dst, src, n);
+    return SRT_OK;
+}
+
+void srt_hook_registry_use_backend(srt_hook_registry *reg, srt_backend *be)
+{
+    srt_hook_device_ops ops = { backend_d2h, backend_h2d, backend_d2d, be };
+    srt_hook_registry_set_device_ops(reg, &ops);
 }

@@ -54,6 +54,9 @@ int  srt_hook_registry_set_search_path(srt_hook_registry *reg, const char *path,
 /* This rank, as factories see it in host->tp_rank/tp_size: set before loading. */
 void srt_hook_registry_set_tp(srt_hook_registry *reg, int tp_rank, int tp_size);
 void srt_hook_registry_set_device_ops(srt_hook_registry *reg, const srt_hook_device_ops *ops);
+/* Hooks on a backend with memory of its own: install its download / upload / copy. */
+struct srt_backend;
+void srt_hook_registry_use_backend(srt_hook_registry *reg, struct srt_backend *be);
 
 /* Load a spec file {"forward_hooks": [...], "forward_pre_hooks": [...]} (or a bare list,
  * the form SGLang's --forward-hooks takes). All or nothing: on a fatal error nothing from

@@ -467,9 +467,7 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
     srt_chan_sched_set_state(m->chan, SRT_CHAN_SCHED_LOADING,
                              "model loading", NULL);
 
-    srt_sched_set_metrics_sink(ngx_http_srt_metrics_sink, m);
-
-    rc = srt_sched_run(m->chan, &err);
+    rc = srt_sched_run(m->chan, ngx_http_srt_metrics_sink, m, &err);
 
     ngx_time_update();
 

@@ -99,28 +99,6 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
     return SRT_OK;
 }
 
-/* Hooks on a backend with memory of its own read activations and copy replacements through it. */
-static int hook_d2h(void *dst, const void *src, size_t n, void *ctx)
-{
-    srt_backend *be = ctx;
-    srt_err e;
-    return be->ops->download(be, dst, src, n, &e);
-}
-
-static int hook_h2d(void *dst, const void *src, size_t n, void *ctx)
-{
-    srt_backend *be = ctx;
-    srt_err e;
-    return be->ops->upload(be, dst, src, n, &e);
-}
-
-static int hook_d2d(void *dst, const void *src, size_t n, void *ctx)
-{
-    srt_backend *be = ctx;
-    be->ops->copy(be, dst, src, n);
-    return SRT_OK;
-}
-
 srt_sched_runner srt_sched_model_runner_iface(srt_sched_model_runner *mr)
 {
     srt_sched_runner r = { mr, model_forward, NULL };
@@ -195,14 +173,12 @@ int srt_sched_config_from_chan(const srt_chan_config *cc, const srt_model_config
 
 /* ---------------- the loop ---------------- */
 
-static srt_sched_metrics_sink metrics_sink;
-static void                  *metrics_user;
-
-void srt_sched_set_metrics_sink(srt_sched_metrics_sink fn, void *user)
-{
-    metrics_sink = fn;
-    metrics_user = user;
-}
+/* Where srt_sched_run publishes metrics, and when it last did. */
+typedef struct metrics_out {
+    srt_sched_metrics_sink fn;
+    void                  *user;
+    double                 last;
+} metrics_out;
 
 static double mono_s(void)
 {
@@ -211,14 +187,14 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void publish_metrics(srt_sched *s, double *last, int force)
+static void publish_metrics(srt_sched *s, metrics_out *mo, int force)
 {
-    if (!metrics_sink || (!force && mono_s() - *last < 0.05))
+    if (!mo->fn || (!force && mono_s() - mo->last < 0.05))
         return;
     srt_sched_metrics m;
     srt_sched_get_metrics(s, &m);
-    metrics_sink(&m, metrics_user);
-    *last = mono_s();
+    mo->fn(&m, mo->user);
+    mo->last = mono_s();
 }
 
 typedef struct live_req {
@@ -273,12 +249,11 @@ static int tp_group_lost(srt_chan *c, live_req *live, int n_live, srt_err *err)
 }
 
 static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hook_registry *hooks,
-                 srt_tp_group *tp, grammar_cache *gc, srt_err *err)
+                 srt_tp_group *tp, grammar_cache *gc, metrics_out *mo, srt_err *err)
 {
     int n_live = cfg->max_running_requests + cfg->max_queued_requests;
     live_req *live = calloc((size_t)n_live, sizeof *live);
     int stepped_since_wait = 0;
-    double last_publish = 0;
 
     if (!live)
         return srt_err_set(err, "out of memory");
@@ -359,7 +334,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
             if (tp && srt_tp_group_check(tp, err) != SRT_OK)
                 return tp_group_lost(c, live, n_live, err);
             srt_chan_sched_flush(c);
-            publish_metrics(s, &last_publish, 0);
+            publish_metrics(s, mo, 0);
             /* Busy: drain doorbells and reclaim dead workers' slots now and then, without blocking. */
             if (++stepped_since_wait >= 16) {
                 srt_chan_sched_wait(c, 0);
@@ -367,7 +342,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
             }
             continue;
         }
-        publish_metrics(s, &last_publish, 1);
+        publish_metrics(s, mo, 1);
         if (stop == 1)
             break;
         stepped_since_wait = 0;
@@ -393,8 +368,9 @@ static int kv_dtype_of(const srt_chan_config *cc, int cuda)
     }
 }
 
-int srt_sched_run(srt_chan *c, srt_err *err)
+int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt_err *err)
 {
+    metrics_out mo = { sink, sink_user, 0 };
     const srt_chan_config *cc = srt_chan_get_config(c);
     srt_model *m = NULL;
     srt_sched_model_runner *mr = NULL;
@@ -471,8 +447,7 @@ int srt_sched_run(srt_chan *c, srt_err *err)
                             cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), &mr, err) != SRT_OK)
         goto fail;
     if (cuda && hooks) {
-        srt_hook_device_ops dops = { hook_d2h, hook_h2d, hook_d2d, srt_runner_backend(mr->runner) };
-        srt_hook_registry_set_device_ops(hooks, &dops);
+        srt_hook_registry_use_backend(hooks, srt_runner_backend(mr->runner));
     }
     srt_sched_runner runner = srt_sched_model_runner_iface(mr);
     if (srt_sched_create(&cfg, &runner, &s, err) != SRT_OK)
@@ -495,7 +470,7 @@ int srt_sched_run(srt_chan *c, srt_err *err)
             cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
             cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs", info.device);
     grammar_cache *gc = grammar_cache_new(cc->model_path, cfg.vocab_size, cfg.eos_ids, cfg.n_eos);
-    rc = serve(c, s, &cfg, hooks, tp, gc, err);
+    rc = serve(c, s, &cfg, hooks, tp, gc, &mo, err);
     grammar_cache_free(gc);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);

@@ -33,13 +33,13 @@ int srt_sched_config_from_chan(const srt_chan_config *cc, const struct srt_model
 /* Where srt_sched_run() publishes its metrics: called in the scheduler process at most every
  * 50 ms while busy and once before it blocks idle. The host (the nginx scheduler process)
  * copies the struct into memory its workers read (e.g. with a seqlock) and renders it with
- * srt_sched_metrics_prometheus(). Set before srt_sched_run(); NULL turns it off. */
+ * srt_sched_metrics_prometheus(). */
 typedef void (*srt_sched_metrics_sink)(const srt_sched_metrics *m, void *user);
-void srt_sched_set_metrics_sink(srt_sched_metrics_sink fn, void *user);
 
 /* The scheduler process: loads the model named in the channel's config, publishes
  * LOADING then READY (or FAILED), serves requests until srt_chan_sched_stopping(), and
- * returns SRT_OK. The caller has done srt_chan_sched_open(). */
-int srt_sched_run(srt_chan *c, srt_err *err);
+ * returns SRT_OK. The caller has done srt_chan_sched_open(). sink (NULL: none) receives
+ * the metrics with sink_user. */
+int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt_err *err);
 
 #endif

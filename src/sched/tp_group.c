@@ -181,27 +181,6 @@ static int build_shard(srt_comm *comm, srt_model *m, const tp_setup *su, int n_t
 
 /* ---------------- a rank process ---------------- */
 
-/* Hooks of a rank on a backend with memory of its own read activations and copy replacements
- * through it (as the scheduler does for rank 0). */
-static int hook_d2h(void *dst, const void *src, size_t n, void *ctx)
-{
-    srt_backend *be = ctx;
-    srt_err e;
-    return be->ops->download(be, dst, src, n, &e);
-}
-static int hook_h2d(void *dst, const void *src, size_t n, void *ctx)
-{
-    srt_backend *be = ctx;
-    srt_err e;
-    return be->ops->upload(be, dst, src, n, &e);
-}
-static int hook_d2d(void *dst, const void *src, size_t n, void *ctx)
-{
-    srt_backend *be = ctx;
-    be->ops->copy(be, dst, src, n);
-    return SRT_OK;
-}
-
 static int grow(void **buf, size_t *cap, size_t need)
 {
     if (need <= *cap)
@@ -257,8 +236,7 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
     if (srt_comm_all_reduce_sum_f32(comm, &okf, 1, &e2) != SRT_OK || !ok)
         goto out;
     if (hooks && srt_runner_backend(r)->ops->alloc) {
-        srt_hook_device_ops dops = { hook_d2h, hook_h2d, hook_d2d, srt_runner_backend(r) };
-        srt_hook_registry_set_device_ops(hooks, &dops);
+        srt_hook_registry_use_backend(hooks, srt_runner_backend(r));
     }
     srt_log(SRT_LOG_INFO, "tp rank %d of %d ready (pid %d)", rank, o->size, (int)getpid());
     int32_t vocab = srt_model_config_of(m)->vocab_size;

@@ -1,4 +1,4 @@
-/* A tensor-parallel rank group inside the scheduler process (issue 8).
+/* A tensor-parallel rank group inside the scheduler process.
  *
  * The scheduler process is rank 0. Before it loads the model (and so before any device is
  * initialised) srt_tp_group_start() creates the CPU communicator group and forks ranks

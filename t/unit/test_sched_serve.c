@@ -71,8 +71,7 @@ static void scheduler_process(void)
     sched_chan = c;
     signal(SIGTERM, on_term);
     signal(SIGINT, on_term);
-    srt_sched_set_metrics_sink(metrics_to_shm, NULL);
-    int rc = srt_sched_run(c, &err);
+    int rc = srt_sched_run(c, metrics_to_shm, NULL, &err);
     if (rc != SRT_OK)
         fprintf(stderr, "srt_sched_run: %s\n", err.msg);
     srt_chan_sched_close(c);
