@@ -26,8 +26,9 @@ hooks/registry.h           src/ngx src/sched src/cli
 hooks/admin.h              src/sched
 cache/kv_alloc.h           src/sched
 cache/radix_cache.h        src/sched
-model/gguf.h               src/tok
+model/gguf.h               src/tok src/hooks
 backend/cpu/cpu_kernels.h  src/model src/backend/cuda src/cli
+backend/cpu/cpu_exact.h    src/cli
 '
 
 allowed() {   # allowed HEADER FOLDER

@@ -413,6 +413,10 @@ const srt_chan_config *srt_chan_get_config(const srt_chan *c) { return &c->h->cf
 
 #define CFG_STORE(f) __atomic_store_n(&h->cfg.f, cfg->f, __ATOMIC_RELAXED)
 
+/* A field appended to srt_chan_config must be stored below too. */
+_Static_assert(offsetof(srt_chan_config, sock_dir) + SRT_CHAN_SOCK_DIR_MAX == sizeof(srt_chan_config),
+               "srt_chan_reconfigure does not store every field of srt_chan_config");
+
 int srt_chan_reconfigure(srt_chan *c, const srt_chan_config *cfg, srt_err *err)
 {
     chan_header *h = c->h;
@@ -437,6 +441,15 @@ int srt_chan_reconfigure(srt_chan *c, const srt_chan_config *cfg, srt_err *err)
     CFG_STORE(page_size);
     CFG_STORE(sched_spin_us);
     CFG_STORE(cuda_graph);
+    CFG_STORE(numerics);
+    CFG_STORE(kv_cache_dtype);
+    snprintf(h->cfg.cvec_path, sizeof h->cfg.cvec_path, "%s", cfg->cvec_path);
+    snprintf(h->cfg.cvec_name, sizeof h->cfg.cvec_name, "%s", cfg->cvec_name);
+    __atomic_store(&h->cfg.cvec_scale, &cfg->cvec_scale, __ATOMIC_RELAXED);
+    CFG_STORE(cvec_layer_start);
+    CFG_STORE(cvec_layer_end);
+    CFG_STORE(cvec_per_request);
+    snprintf(h->cfg.sock_dir, sizeof h->cfg.sock_dir, "%s", cfg->sock_dir);
     __atomic_store(&h->cfg.mem_fraction_static, &cfg->mem_fraction_static, __ATOMIC_RELAXED);
     /* everything above before whatever the caller publishes next (the new scheduler) */
     atomic_thread_fence(memory_order_release);

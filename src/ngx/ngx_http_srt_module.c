@@ -696,7 +696,7 @@ ngx_http_srt_model_config(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf,
         {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "\"srt_control_vector\": path or name too long");
-            return NGX_CONF_ERROR;
+            return NGX_ERROR;
         }
 
         m->cfg.cvec_scale = conf->cvec_scale;
@@ -707,12 +707,12 @@ ngx_http_srt_model_config(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf,
         if (srt_hook_control_vector_check(m->cfg.cvec_path, &err) != SRT_OK) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "\"srt_control_vector\": %s", err.msg);
-            return NGX_CONF_ERROR;
+            return NGX_ERROR;
         }
     }
 
     if (ngx_http_srt_check_request_hooks(cf, conf, &m->cfg) != NGX_CONF_OK) {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
     m->cfg.device = (int32_t) conf->device;

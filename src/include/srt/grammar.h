@@ -34,18 +34,18 @@ struct srt_tokenizer;
 
 /* n_ids token ids (may exceed the tokenizer's: padded model vocabularies); bytes[i]/lens[i] are what
  * token i decodes to (NULL or special: never allowed by a grammar); stop ids end generation. */
-int srt_grammar_vocab_new(size_t n_ids, const char *const *bytes, const size_t *lens,
-                          const uint8_t *special, const int32_t *stop_ids, size_t n_stop,
-                          srt_grammar_vocab **out, srt_err *err);
+SRT_API int srt_grammar_vocab_new(size_t n_ids, const char *const *bytes, const size_t *lens,
+                                  const uint8_t *special, const int32_t *stop_ids, size_t n_stop,
+                                  srt_grammar_vocab **out, srt_err *err);
 /* The same from a loaded tokenizer: its special tokens are excluded, its EOS (and extra_stop ids)
  * end generation. n_ids 0 means the tokenizer's vocab size. */
-int srt_grammar_vocab_from_tokenizer(const struct srt_tokenizer *tok, size_t n_ids,
-                                     const int32_t *extra_stop, size_t n_extra,
-                                     srt_grammar_vocab **out, srt_err *err);
-void srt_grammar_vocab_free(srt_grammar_vocab *v);
-size_t srt_grammar_vocab_size(const srt_grammar_vocab *v);
+SRT_API int srt_grammar_vocab_from_tokenizer(const struct srt_tokenizer *tok, size_t n_ids,
+                                             const int32_t *extra_stop, size_t n_extra,
+                                             srt_grammar_vocab **out, srt_err *err);
+SRT_API void srt_grammar_vocab_free(srt_grammar_vocab *v);
+SRT_API size_t srt_grammar_vocab_size(const srt_grammar_vocab *v);
 /* Bitset words a mask needs: (n_ids + 31) / 32. */
-size_t srt_grammar_mask_words(const srt_grammar_vocab *v);
+SRT_API size_t srt_grammar_mask_words(const srt_grammar_vocab *v);
 
 /* Options of the JSON frontends. Zero-initialized = the defaults noted. */
 typedef struct srt_grammar_json_opts {
@@ -55,44 +55,44 @@ typedef struct srt_grammar_json_opts {
 } srt_grammar_json_opts;
 
 /* Compilers. text need not be NUL-terminated. */
-int srt_grammar_compile_gbnf(const srt_grammar_vocab *v, const char *text, size_t len,
-                             srt_grammar **out, srt_err *err);
-int srt_grammar_compile_regex(const srt_grammar_vocab *v, const char *re, size_t len,
-                              srt_grammar **out, srt_err *err);
-int srt_grammar_compile_json_schema(const srt_grammar_vocab *v, const char *schema, size_t len,
-                                    const srt_grammar_json_opts *opts, srt_grammar **out,
-                                    srt_err *err);
-int srt_grammar_compile_json_object(const srt_grammar_vocab *v, const srt_grammar_json_opts *opts,
-                                    srt_grammar **out, srt_err *err);
+SRT_API int srt_grammar_compile_gbnf(const srt_grammar_vocab *v, const char *text, size_t len,
+                                     srt_grammar **out, srt_err *err);
+SRT_API int srt_grammar_compile_regex(const srt_grammar_vocab *v, const char *re, size_t len,
+                                      srt_grammar **out, srt_err *err);
+SRT_API int srt_grammar_compile_json_schema(const srt_grammar_vocab *v, const char *schema, size_t len,
+                                            const srt_grammar_json_opts *opts, srt_grammar **out,
+                                            srt_err *err);
+SRT_API int srt_grammar_compile_json_object(const srt_grammar_vocab *v, const srt_grammar_json_opts *opts,
+                                            srt_grammar **out, srt_err *err);
 
 /* Frontends to GBNF text (what the compilers above build on); *gbnf is malloc'ed. */
-int srt_grammar_regex_to_gbnf(const char *re, size_t len, char **gbnf, srt_err *err);
-int srt_grammar_json_schema_to_gbnf(const char *schema, size_t len,
-                                    const srt_grammar_json_opts *opts, char **gbnf, srt_err *err);
+SRT_API int srt_grammar_regex_to_gbnf(const char *re, size_t len, char **gbnf, srt_err *err);
+SRT_API int srt_grammar_json_schema_to_gbnf(const char *schema, size_t len,
+                                            const srt_grammar_json_opts *opts, char **gbnf, srt_err *err);
 
-srt_grammar *srt_grammar_ref(srt_grammar *g);
-void srt_grammar_free(srt_grammar *g);           /* drops one reference */
+SRT_API srt_grammar *srt_grammar_ref(srt_grammar *g);
+SRT_API void srt_grammar_free(srt_grammar *g);           /* drops one reference */
 /* Computes every state's token cache now rather than on first use (what a grammar cache does
  * before publishing a grammar). */
-void srt_grammar_precompute(srt_grammar *g);
-size_t srt_grammar_n_states(const srt_grammar *g);
+SRT_API void srt_grammar_precompute(srt_grammar *g);
+SRT_API size_t srt_grammar_n_states(const srt_grammar *g);
 
-srt_grammar_matcher *srt_grammar_matcher_new(srt_grammar *g);
-void srt_grammar_matcher_free(srt_grammar_matcher *m);
+SRT_API srt_grammar_matcher *srt_grammar_matcher_new(srt_grammar *g);
+SRT_API void srt_grammar_matcher_free(srt_grammar_matcher *m);
 /* 1 and the matcher advanced, or 0 and unchanged when the token is not allowed. A stop id is
  * accepted where the grammar can end and terminates the matcher. */
-int srt_grammar_matcher_accept_token(srt_grammar_matcher *m, int32_t id);
+SRT_API int srt_grammar_matcher_accept_token(srt_grammar_matcher *m, int32_t id);
 /* The same for raw bytes (tests, forced continuations). */
-int srt_grammar_matcher_accept_bytes(srt_grammar_matcher *m, const char *bytes, size_t len);
+SRT_API int srt_grammar_matcher_accept_bytes(srt_grammar_matcher *m, const char *bytes, size_t len);
 /* srt_grammar_mask_words() of the matcher's vocab. */
-size_t srt_grammar_matcher_mask_words(const srt_grammar_matcher *m);
+SRT_API size_t srt_grammar_matcher_mask_words(const srt_grammar_matcher *m);
 /* Writes srt_grammar_mask_words() words. */
-void srt_grammar_matcher_fill_mask(srt_grammar_matcher *m, uint32_t *mask);
+SRT_API void srt_grammar_matcher_fill_mask(srt_grammar_matcher *m, uint32_t *mask);
 /* Undo the last n accepted tokens (or byte runs); n beyond the history is clamped. */
-void srt_grammar_matcher_rollback(srt_grammar_matcher *m, size_t n);
-int srt_grammar_matcher_can_end(const srt_grammar_matcher *m);     /* stop allowed now */
-int srt_grammar_matcher_is_terminated(const srt_grammar_matcher *m); /* a stop id was accepted */
+SRT_API void srt_grammar_matcher_rollback(srt_grammar_matcher *m, size_t n);
+SRT_API int srt_grammar_matcher_can_end(const srt_grammar_matcher *m);     /* stop allowed now */
+SRT_API int srt_grammar_matcher_is_terminated(const srt_grammar_matcher *m); /* a stop id was accepted */
 /* Bytes every continuation must start with (SGLang's jump-forward), up to cap; returns the count. */
-size_t srt_grammar_matcher_forced_bytes(srt_grammar_matcher *m, char *buf, size_t cap);
+SRT_API size_t srt_grammar_matcher_forced_bytes(srt_grammar_matcher *m, char *buf, size_t cap);
 
 #endif
