@@ -38,9 +38,10 @@ APT_PACKAGES=(
     python3 python3-pip python3-venv
 )
 # module name -> pip requirement
-PY_MODULES=(numpy safetensors tokenizers jinja2 openai gguf)
+# (pydantic, which t/lib/structured_e2e.py uses too, comes with openai)
+PY_MODULES=(numpy safetensors tokenizers jinja2 openai gguf jsonschema)
 declare -A PIP_NAME=([numpy]=numpy [safetensors]=safetensors [tokenizers]=tokenizers
-                     [jinja2]=jinja2 [openai]=openai [gguf]=gguf)
+                     [jinja2]=jinja2 [openai]=openai [gguf]=gguf [jsonschema]=jsonschema)
 
 log() { echo "install-deps: $*"; }
 
