@@ -488,12 +488,17 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
         _exit(1);
     }
 
-    srt_chan_sched_close(m->chan);
-
+    /*
+     * Logged before the close: the close drops the owner lock, and a successor
+     * waiting on it logs "owns" at once, so a log read in order would show two
+     * owners at the same time.
+     */
     ngx_time_update();
     ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
                   "srt: scheduler process %P for model \"%V\" exited",
                   ngx_getpid(), &m->name);
+
+    srt_chan_sched_close(m->chan);
 
     _exit(0);
 }
