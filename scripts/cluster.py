@@ -161,11 +161,14 @@ class Nginx:
         m = self.master_pid()
         if m is None:
             return False
+        # a master killed with SIGKILL stays a zombie until its parent reaps it (in a
+        # chroot that can take a while): a zombie does not run, so it is not alive
         try:
-            os.kill(m, 0)
-            return True
-        except ProcessLookupError:
+            with open(f"/proc/{m}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
             return False
+        return state not in ("Z", "X")
 
     def stop(self):
         if self.alive():
