@@ -12,15 +12,220 @@
 #include <math.h>
 
 
+typedef struct ngx_http_srt_field_s  ngx_http_srt_field_t;
+
 typedef struct {
     ngx_http_request_t    *r;
     ngx_http_srt_model_t  *m;
     ngx_http_srt_params_t *p;
+    yajl_val              *vals;    /* each row's value in the body, or NULL */
+    size_t                 vocab;   /* token ids below this are the model's */
     ngx_uint_t            *status;
     const char           **param;
     char                  *errbuf;
     size_t                 errlen;
 } ngx_http_srt_parse_t;
+
+
+/*
+ * A request field, the way an ngx_command_t is a directive: the handler gets
+ * the body's value (NULL when the field is absent, so that defaults and
+ * "required" live in the handler too) and the row; it returns NGX_OK (set),
+ * NGX_DECLINED (absent or null) or NGX_ERROR (the 400 is in the parse
+ * context). The ngx_http_srt_set_*_slot handlers check the JSON type and
+ * [min, max] and store at offset into ngx_http_srt_params_t.
+ */
+
+typedef ngx_int_t (*ngx_http_srt_field_pt)(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+
+struct ngx_http_srt_field_s {
+    const char              *name;
+    ngx_uint_t               flags;
+    ngx_http_srt_field_pt    set;       /* NULL: read by another handler */
+    size_t                   offset;
+    double                   min;
+    double                   max;
+    ngx_uint_t               post;      /* the handler's own argument */
+};
+
+/* checked once the tokenizer is there (vocabulary-sized values, the prompt) */
+#define NGX_HTTP_SRT_FIELD_MODEL        0x01
+#define NGX_HTTP_SRT_FIELD_CHAT         0x02    /* only /v1/chat/completions */
+#define NGX_HTTP_SRT_FIELD_COMPLETIONS  0x04    /* only /v1/completions */
+#define NGX_HTTP_SRT_FIELD_OPEN_MIN     0x08    /* min itself is out of range */
+#define NGX_HTTP_SRT_FIELD_INT32        0x10    /* offset is an int32_t, not */
+                                                /* an ngx_int_t/ngx_flag_t */
+#define NGX_HTTP_SRT_NO_OFFSET          ((size_t) -1)
+
+#define ngx_http_srt_param(field)  offsetof(ngx_http_srt_params_t, field)
+
+
+static ngx_int_t ngx_http_srt_set_float_slot(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_set_int_slot(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_set_flag_slot(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_set_str_slot(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_output_format(ngx_http_srt_parse_t *ps,
+    yajl_val fmt, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_grammar_string(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_request_hooks(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_modalities(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_model(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_top_k(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_seed(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_echo(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_stream_options(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_logprobs(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_top_logprobs(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_stop(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_stop_token_ids(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_logit_bias(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_min_tokens(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_required(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_messages_required(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
+
+
+/*
+ * The request fields, checked in this order (so a body with two faults gets
+ * the first one's 400): first those that need nothing but the body, then,
+ * once the tokenizer is there, those sized by its vocabulary. The prompt is
+ * rendered and tokenized after both, when the scheduler is ready, and
+ * max_tokens/min_tokens are bounded by what the context leaves
+ * (ngx_http_srt_budget). A field no row names is looked up among the
+ * unsupported ones (ngx_http_srt_unsupported) and otherwise ignored.
+ */
+
+static const ngx_http_srt_field_t  ngx_http_srt_fields[] = {
+
+    { "response_format", 0, ngx_http_srt_output_format,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    /* read by response_format's handler (tools also by the chat template) */
+    { "tools", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+    { "tool_choice", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+    { "function_call", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+    { "parallel_tool_calls", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "json_schema", 0, ngx_http_srt_grammar_string,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, SRT_GRAMMAR_JSON_SCHEMA },
+
+    { "regex", 0, ngx_http_srt_grammar_string,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, SRT_GRAMMAR_REGEX },
+
+    { "ebnf", 0, ngx_http_srt_grammar_string,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, SRT_GRAMMAR_GBNF },
+
+    { "hooks", 0, ngx_http_srt_request_hooks,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    /* read by hooks' handler: both make the prefix-cache namespace */
+    { "cache_salt", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "modalities", 0, ngx_http_srt_modalities,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "model", 0, ngx_http_srt_model, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "temperature", 0, ngx_http_srt_set_float_slot,
+      ngx_http_srt_param(rq.sampling.temperature), 0, 2, 0 },
+
+    { "top_p", NGX_HTTP_SRT_FIELD_OPEN_MIN, ngx_http_srt_set_float_slot,
+      ngx_http_srt_param(rq.sampling.top_p), 0, 1, 0 },
+
+    { "top_k", 0, ngx_http_srt_top_k,
+      ngx_http_srt_param(rq.sampling.top_k), -1, 1 << 30, 0 },
+
+    { "min_p", 0, ngx_http_srt_set_float_slot,
+      ngx_http_srt_param(rq.sampling.min_p), 0, 1, 0 },
+
+    { "frequency_penalty", 0, ngx_http_srt_set_float_slot,
+      ngx_http_srt_param(rq.sampling.frequency_penalty), -2, 2, 0 },
+
+    { "presence_penalty", 0, ngx_http_srt_set_float_slot,
+      ngx_http_srt_param(rq.sampling.presence_penalty), -2, 2, 0 },
+
+    { "repetition_penalty", NGX_HTTP_SRT_FIELD_OPEN_MIN,
+      ngx_http_srt_set_float_slot,
+      ngx_http_srt_param(rq.sampling.repetition_penalty), 0, 2, 0 },
+
+    { "n", 0, ngx_http_srt_set_int_slot,
+      ngx_http_srt_param(n), 1, NGX_HTTP_SRT_MAX_N, 0 },
+
+    { "best_of", 0, ngx_http_srt_set_int_slot,
+      NGX_HTTP_SRT_NO_OFFSET, 1, 1, 0 },
+
+    { "seed", 0, ngx_http_srt_seed, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "ignore_eos", NGX_HTTP_SRT_FIELD_INT32, ngx_http_srt_set_flag_slot,
+      ngx_http_srt_param(rq.sampling.ignore_eos), 0, 0, 0 },
+
+    { "stream", 0, ngx_http_srt_set_flag_slot,
+      ngx_http_srt_param(stream), 0, 0, 0 },
+
+    { "echo", 0, ngx_http_srt_echo, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "stream_options", 0, ngx_http_srt_stream_options,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "user", 0, ngx_http_srt_set_str_slot,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    /* a boolean for chat, a count in [min, max] for completions */
+    { "logprobs", 0, ngx_http_srt_logprobs,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 5, 0 },
+
+    { "top_logprobs", NGX_HTTP_SRT_FIELD_CHAT, ngx_http_srt_top_logprobs,
+      NGX_HTTP_SRT_NO_OFFSET, 0, SRT_REQ_MAX_TOP_LOGPROBS, 0 },
+
+    { "stop", 0, ngx_http_srt_stop, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "stop_token_ids", NGX_HTTP_SRT_FIELD_MODEL, ngx_http_srt_stop_token_ids,
+      NGX_HTTP_SRT_NO_OFFSET, 0, SRT_REQ_MAX_STOP_IDS, 0 },
+
+    { "logit_bias", NGX_HTTP_SRT_FIELD_MODEL, ngx_http_srt_logit_bias,
+      NGX_HTTP_SRT_NO_OFFSET, -100, 100, 0 },
+
+    /* types and ranges here; ngx_http_srt_budget bounds them by the context */
+    { "max_tokens", NGX_HTTP_SRT_FIELD_MODEL, ngx_http_srt_set_int_slot,
+      NGX_HTTP_SRT_NO_OFFSET, 1, NGX_MAX_INT32_VALUE, 0 },
+
+    { "max_completion_tokens", NGX_HTTP_SRT_FIELD_MODEL,
+      ngx_http_srt_set_int_slot,
+      NGX_HTTP_SRT_NO_OFFSET, 1, NGX_MAX_INT32_VALUE, 0 },
+
+    { "min_tokens", NGX_HTTP_SRT_FIELD_MODEL, ngx_http_srt_min_tokens,
+      NGX_HTTP_SRT_NO_OFFSET, 0, NGX_MAX_INT32_VALUE, 0 },
+
+    /* the prompt: present here, rendered and tokenized when the scheduler is */
+    { "prompt", NGX_HTTP_SRT_FIELD_MODEL|NGX_HTTP_SRT_FIELD_COMPLETIONS,
+      ngx_http_srt_required, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    { "messages", NGX_HTTP_SRT_FIELD_MODEL|NGX_HTTP_SRT_FIELD_CHAT,
+      ngx_http_srt_messages_required, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+};
+
+#define NGX_HTTP_SRT_NFIELDS                                                 \
+    (sizeof(ngx_http_srt_fields) / sizeof(ngx_http_srt_field_t))
 
 
 static ngx_int_t
@@ -123,10 +328,120 @@ ngx_http_srt_get_bool(ngx_http_srt_parse_t *ps, yajl_val v, const char *name,
 }
 
 
-#define ngx_http_srt_check(rc)                                               \
-    if ((rc) == NGX_ERROR) {                                                 \
-        goto failed;                                                         \
+static yajl_val
+ngx_http_srt_arg(ngx_http_srt_parse_t *ps, const char *name)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_SRT_NFIELDS; i++) {
+        if (ngx_strcmp(ngx_http_srt_fields[i].name, name) == 0) {
+            return ps->vals[i];
+        }
     }
+
+    return NULL;
+}
+
+
+/* an integer within the row's [min, max] */
+
+static ngx_int_t
+ngx_http_srt_row_int(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f, long long *n)
+{
+    return ngx_http_srt_get_int(ps, v, f->name, (long long) f->min,
+                                (long long) f->max, n);
+}
+
+
+static void
+ngx_http_srt_store(ngx_http_srt_parse_t *ps, const ngx_http_srt_field_t *f,
+    long long n)
+{
+    u_char  *field;
+
+    if (f->offset == NGX_HTTP_SRT_NO_OFFSET) {
+        return;
+    }
+
+    field = (u_char *) ps->p + f->offset;
+
+    if (f->flags & NGX_HTTP_SRT_FIELD_INT32) {
+        *(int32_t *) field = (int32_t) n;
+
+    } else {
+        *(ngx_int_t *) field = (ngx_int_t) n;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_srt_set_float_slot(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    double     d;
+    ngx_int_t  rc;
+
+    rc = ngx_http_srt_get_number(ps, v, f->name, f->min, f->max,
+                                 f->flags & NGX_HTTP_SRT_FIELD_OPEN_MIN, &d);
+
+    if (rc == NGX_OK && f->offset != NGX_HTTP_SRT_NO_OFFSET) {
+        *(float *) ((u_char *) ps->p + f->offset) = (float) d;
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_set_int_slot(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    ngx_int_t  rc;
+    long long  n = 0;
+
+    rc = ngx_http_srt_row_int(ps, v, f, &n);
+    if (rc == NGX_OK) {
+        ngx_http_srt_store(ps, f, n);
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_set_flag_slot(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    ngx_int_t   rc;
+    ngx_flag_t  flag = 0;
+
+    rc = ngx_http_srt_get_bool(ps, v, f->name, &flag);
+    if (rc == NGX_OK) {
+        ngx_http_srt_store(ps, f, flag);
+    }
+
+    return rc;
+}
+
+
+/* a string that changes nothing here (user): its type is still checked */
+
+static ngx_int_t
+ngx_http_srt_set_str_slot(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (!YAJL_IS_STRING(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, f->name,
+                                 "'%s' must be a string", f->name);
+    }
+
+    return NGX_OK;
+}
 
 
 /*
@@ -361,7 +676,8 @@ ngx_http_srt_messages(ngx_http_srt_parse_t *ps, yajl_val msgs, yajl_gen g)
 
 
 static ngx_int_t
-ngx_http_srt_stop(ngx_http_srt_parse_t *ps, yajl_val v)
+ngx_http_srt_stop(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
 {
     size_t                  i, n;
     yajl_val                s;
@@ -822,21 +1138,21 @@ ngx_http_srt_grammar_set(ngx_http_srt_parse_t *ps, const char *param,
 }
 
 
+/* SGLang's json_schema, regex and ebnf: the row's post is the grammar kind */
+
 static ngx_int_t
 ngx_http_srt_grammar_string(ngx_http_srt_parse_t *ps, yajl_val v,
-    const char *param, srt_grammar_kind kind)
+    const ngx_http_srt_field_t *f)
 {
-    if (v == NULL || YAJL_IS_NULL(v)) {
-        return NGX_OK;
+    ngx_int_t  rc;
+
+    rc = ngx_http_srt_set_str_slot(ps, v, f);
+    if (rc != NGX_OK) {
+        return rc == NGX_DECLINED ? NGX_OK : rc;
     }
 
-    if (!YAJL_IS_STRING(v)) {
-        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, param,
-                                 "'%s' must be a string", param);
-    }
-
-    return ngx_http_srt_grammar_set(ps, param, kind, v->u.string,
-                                    ngx_strlen(v->u.string));
+    return ngx_http_srt_grammar_set(ps, f->name, (srt_grammar_kind) f->post,
+                                    v->u.string, ngx_strlen(v->u.string));
 }
 
 
@@ -1071,11 +1387,16 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
 
 static ngx_int_t
 ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
-    yajl_val tools, yajl_val choice, yajl_val fcall, yajl_val parallel)
+    const ngx_http_srt_field_t *f)
 {
-    yajl_val     fn, name;
+    yajl_val     fn, name, tools, choice, fcall, parallel;
     ngx_flag_t   has_tools, par;
     ngx_int_t    rc;
+
+    tools = ngx_http_srt_arg(ps, "tools");
+    choice = ngx_http_srt_arg(ps, "tool_choice");
+    fcall = ngx_http_srt_arg(ps, "function_call");
+    parallel = ngx_http_srt_arg(ps, "parallel_tool_calls");
 
     rc = ngx_http_srt_response_format(ps, fmt);
     if (rc != NGX_OK) {
@@ -1171,6 +1492,10 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
  * another selection, config or salt is ever served.
  */
 
+static ngx_int_t ngx_http_srt_select_hooks(ngx_http_srt_parse_t *ps,
+    yajl_val f_hooks, uint64_t *hash);
+
+
 static uint64_t
 ngx_http_srt_fnv(uint64_t h, const char *s, size_t n)
 {
@@ -1190,20 +1515,13 @@ ngx_http_srt_fnv(uint64_t h, const char *s, size_t n)
 
 static ngx_int_t
 ngx_http_srt_request_hooks(ngx_http_srt_parse_t *ps, yajl_val f_hooks,
-    yajl_val f_salt)
+    const ngx_http_srt_field_t *f)
 {
-    size_t                    i, j, k, off, len;
-    uint64_t                  h;
-    yajl_val                  e, name, config;
-    yajl_gen                  g;
-    const char               *key;
-    ngx_str_t                *allowed;
-    ngx_uint_t                a, ok;
-    const unsigned char      *buf;
-    yajl_gen_status           st;
-    srt_request_hooks        *rh;
-    ngx_http_srt_loc_conf_t  *slcf;
+    uint64_t            h;
+    yajl_val            f_salt;
+    srt_request_hooks  *rh;
 
+    f_salt = ngx_http_srt_arg(ps, "cache_salt");
     rh = &ps->p->rq.hooks;
     ngx_memzero(rh, sizeof(srt_request_hooks));
     ps->p->rq.cache_ns = 0;
@@ -1222,11 +1540,41 @@ ngx_http_srt_request_hooks(ngx_http_srt_parse_t *ps, yajl_val f_hooks,
         ps->p->rq.cache_ns = 1;
     }
 
-    if (f_hooks == NULL || YAJL_IS_NULL(f_hooks)
-        || (YAJL_IS_ARRAY(f_hooks) && f_hooks->u.array.len == 0))
+    if (f_hooks != NULL && !YAJL_IS_NULL(f_hooks)
+        && !(YAJL_IS_ARRAY(f_hooks) && f_hooks->u.array.len == 0)
+        && ngx_http_srt_select_hooks(ps, f_hooks, &h) != NGX_OK)
     {
-        goto done;
+        return NGX_ERROR;
     }
+
+    if (rh->n > 0 || ps->p->rq.cache_ns) {
+        ps->p->rq.cache_ns = h ? h : 1;   /* 0 is the shared namespace */
+    }
+
+    return NGX_OK;
+}
+
+
+/* The "hooks" selection into rq.hooks, each name and config hashed into *h. */
+
+static ngx_int_t
+ngx_http_srt_select_hooks(ngx_http_srt_parse_t *ps, yajl_val f_hooks,
+    uint64_t *hash)
+{
+    size_t                    i, j, k, off, len;
+    uint64_t                  h;
+    yajl_val                  e, name, config;
+    yajl_gen                  g;
+    const char               *key;
+    ngx_str_t                *allowed;
+    ngx_uint_t                a, ok;
+    const unsigned char      *buf;
+    yajl_gen_status           st;
+    srt_request_hooks        *rh;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    rh = &ps->p->rq.hooks;
+    h = *hash;
 
     slcf = ngx_http_get_module_loc_conf(ps->r, ngx_http_srt_module);
 
@@ -1355,201 +1703,537 @@ ngx_http_srt_request_hooks(ngx_http_srt_parse_t *ps, yajl_val f_hooks,
         }
 
         rh->n = (int32_t) (i + 1);
-    }
-
-done:
-
-    if (rh->n > 0 || ps->p->rq.cache_ns) {
-        ps->p->rq.cache_ns = h ? h : 1;   /* 0 is the shared namespace */
+        *hash = h;
     }
 
     return NGX_OK;
 }
 
 
-ngx_int_t
-ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
-    u_char *body, size_t len, ngx_http_srt_params_t *p, ngx_uint_t *status,
-    const char **param, char *errbuf, size_t errlen)
+static ngx_int_t
+ngx_http_srt_modalities(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
 {
-    char                  yerr[256], *nl;
-    size_t                i, n, vocab, ctx_len, max_new;
-    double                d;
-    yajl_val              root, v;
-    yajl_val              f_model, f_messages, f_prompt, f_max_tokens,
-                          f_max_completion, f_temperature, f_top_p, f_top_k,
-                          f_min_p, f_n, f_stop, f_stop_ids, f_seed, f_freq,
-                          f_pres, f_rep, f_bias, f_ignore_eos, f_min_tokens,
-                          f_logprobs, f_top_logprobs, f_user, f_stream,
-                          f_stream_options, f_tools, f_echo, f_best_of,
-                          f_format, f_tool_choice, f_fcall, f_modalities,
-                          f_regex, f_ebnf, f_json_schema, f_parallel,
-                          f_hooks, f_salt;
+    if (v == NULL || YAJL_IS_NULL(v)
+        || (YAJL_IS_ARRAY(v) && v->u.array.len == 1
+            && YAJL_IS_STRING(v->u.array.values[0])
+            && ngx_strcmp(v->u.array.values[0]->u.string, "text") == 0))
+    {
+        return NGX_OK;
+    }
+
+    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "modalities",
+                             "'modalities' other than [\"text\"] is not "
+                             "supported by this server");
+}
+
+
+static ngx_int_t
+ngx_http_srt_model(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    size_t                 n;
+    ngx_http_srt_model_t  *m = ps->m;
+
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (!YAJL_IS_STRING(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "model",
+                                 "'model' must be a string");
+    }
+
+    n = ngx_strlen(v->u.string);
+
+    if (n != m->name.len || ngx_strncmp(v->u.string, m->name.data, n) != 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_NOT_FOUND, "model",
+                                 "The model `%s` does not exist; this "
+                                 "endpoint serves `%V`",
+                                 v->u.string, &m->name);
+    }
+
+    return NGX_OK;
+}
+
+
+/* 0 means "no limit", as -1 does */
+
+static ngx_int_t
+ngx_http_srt_top_k(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    ngx_int_t  rc;
+    long long  n = 0;
+
+    rc = ngx_http_srt_row_int(ps, v, f, &n);
+    if (rc == NGX_OK) {
+        ps->p->rq.sampling.top_k = n == 0 ? -1 : (int32_t) n;
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_seed(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    ngx_int_t  rc;
+    long long  n = 0;
+
+    rc = ngx_http_srt_get_int(ps, v, f->name, LLONG_MIN, LLONG_MAX, &n);
+    if (rc == NGX_OK) {
+        ps->p->rq.sampling.has_seed = 1;
+        ps->p->rq.sampling.seed = (uint64_t) n;
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_echo(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    ngx_int_t   rc;
+    ngx_flag_t  flag = 0;
+
+    rc = ngx_http_srt_get_bool(ps, v, f->name, &flag);
+    if (rc == NGX_OK && flag) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "echo",
+                                 "'echo' is not supported");
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_stream_options(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    size_t      i;
+    ngx_int_t   rc;
+    ngx_flag_t  flag = 0;
+
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (!YAJL_IS_OBJECT(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "stream_options",
+                                 "'stream_options' must be an object");
+    }
+
+    for (i = 0; i < v->u.object.len; i++) {
+        if (ngx_strcmp(v->u.object.keys[i], "include_usage") != 0) {
+            continue;
+        }
+
+        rc = ngx_http_srt_get_bool(ps, v->u.object.values[i],
+                                   "stream_options.include_usage", &flag);
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc == NGX_OK) {
+            ps->p->include_usage = flag;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_logprobs(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    ngx_int_t               rc;
+    long long               n = 0;
+    ngx_flag_t              flag = 0;
+    ngx_http_srt_params_t  *p = ps->p;
+
+    if (p->endpoint == NGX_HTTP_SRT_EP_CHAT) {
+        rc = ngx_http_srt_get_bool(ps, v, f->name, &flag);
+        if (rc == NGX_OK) {
+            p->logprobs = flag;
+        }
+
+    } else {
+        rc = ngx_http_srt_row_int(ps, v, f, &n);
+        if (rc == NGX_OK) {
+            p->logprobs = 1;
+            p->rq.sampling.top_logprobs = (int32_t) n;
+        }
+    }
+
+    p->rq.sampling.logprobs = (int32_t) p->logprobs;
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_top_logprobs(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    ngx_int_t  rc;
+    long long  n = 0;
+
+    rc = ngx_http_srt_row_int(ps, v, f, &n);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (!ps->p->logprobs && n > 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "top_logprobs",
+                                 "'top_logprobs' needs 'logprobs' set to "
+                                 "true");
+    }
+
+    ps->p->rq.sampling.top_logprobs = (int32_t) n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_stop_token_ids(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    size_t                n;
     ngx_int_t             rc;
-    long long             ll;
-    ngx_flag_t            flag = 0;
+    srt_sampling_params  *sp = &ps->p->rq.sampling;
+
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_DECLINED;
+    }
+
+    rc = ngx_http_srt_token_ids(ps, v, f->name, (size_t) f->max, ps->vocab,
+                                sp->stop_ids, &n);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    sp->n_stop_ids = (int32_t) n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_logit_bias(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    size_t                i;
+    double                d;
+    ngx_int_t             rc;
+    long long             id;
     const char           *key;
-    srt_chan_model_info   info;
-    ngx_http_srt_parse_t  ps;
-    int32_t               stop_ids[SRT_REQ_MAX_STOP_IDS];
-    int                   state;
+    srt_sampling_params  *sp = &ps->p->rq.sampling;
 
-    ps.r = r;
-    ps.m = m;
-    ps.p = p;
-    ps.status = status;
-    ps.param = param;
-    ps.errbuf = errbuf;
-    ps.errlen = errlen;
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return NGX_DECLINED;
+    }
 
-    root = NULL;
+    if (!YAJL_IS_OBJECT(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
+                                 "'logit_bias' must be an object mapping "
+                                 "token ids to numbers");
+    }
+
+    if (v->u.object.len > SRT_REQ_MAX_LOGIT_BIAS) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
+                                 "'logit_bias' may hold at most %d entries",
+                                 SRT_REQ_MAX_LOGIT_BIAS);
+    }
+
+    for (i = 0; i < v->u.object.len; i++) {
+        key = v->u.object.keys[i];
+        id = ngx_atoi((u_char *) key, ngx_strlen(key));
+
+        if (id == NGX_ERROR || (size_t) id >= ps->vocab) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
+                                     "'logit_bias' key \"%s\" is not a "
+                                     "token id of this model", key);
+        }
+
+        rc = ngx_http_srt_get_number(ps, v->u.object.values[i], "logit_bias",
+                                     f->min, f->max, 0, &d);
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc != NGX_OK) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
+                                     "'logit_bias' values must be numbers");
+        }
+
+        sp->logit_bias_ids[i] = (int32_t) id;
+        sp->logit_bias[i] = (float) d;
+    }
+
+    sp->n_logit_bias = (int32_t) v->u.object.len;
+
+    return NGX_OK;
+}
+
+
+/* a grammar decides where the output may end: EOS cannot be held back */
+
+static ngx_int_t
+ngx_http_srt_min_tokens(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    ngx_int_t              rc;
+    long long              n = 0;
+    const char            *param;
+    ngx_http_srt_params_t  *p = ps->p;
+
+    rc = ngx_http_srt_row_int(ps, v, f, &n);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (p->rq.grammar.kind != SRT_GRAMMAR_NONE
+        && (p->rq.sampling.ignore_eos || (rc == NGX_OK && n > 0)))
+    {
+        param = p->rq.sampling.ignore_eos ? "ignore_eos" : "min_tokens";
+
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, param,
+                                 "'%s' cannot be combined with structured "
+                                 "output (the grammar decides where the "
+                                 "output ends)", param);
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_srt_required(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, f->name,
+                                 "'%s' is required", f->name);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_srt_messages_required(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        return ngx_http_srt_required(ps, v, f);
+    }
+
+    if (!YAJL_IS_ARRAY(v) || v->u.array.len == 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, f->name,
+                                 "'%s' must be a non-empty array", f->name);
+    }
+
+    return NGX_OK;
+}
+
+
+/* The rows of one pass (flags & NGX_HTTP_SRT_FIELD_MODEL == pass), in order. */
+
+static ngx_int_t
+ngx_http_srt_walk(ngx_http_srt_parse_t *ps, ngx_uint_t pass)
+{
+    ngx_uint_t                   i, only;
+    const ngx_http_srt_field_t  *f;
+
+    only = ps->p->endpoint == NGX_HTTP_SRT_EP_CHAT
+           ? NGX_HTTP_SRT_FIELD_COMPLETIONS : NGX_HTTP_SRT_FIELD_CHAT;
+
+    for (i = 0; i < NGX_HTTP_SRT_NFIELDS; i++) {
+        f = &ngx_http_srt_fields[i];
+
+        if (f->set == NULL
+            || (f->flags & NGX_HTTP_SRT_FIELD_MODEL) != pass
+            || (f->flags & only))
+        {
+            continue;
+        }
+
+        if (f->set(ps, ps->vals[i], f) == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* Each member of the body to its row, or to the unsupported table. */
+
+static ngx_int_t
+ngx_http_srt_collect(ngx_http_srt_parse_t *ps, yajl_val root)
+{
+    size_t       i;
+    yajl_val     v;
+    ngx_uint_t   k;
+    const char  *key;
+
+    for (i = 0; i < root->u.object.len; i++) {
+        key = root->u.object.keys[i];
+        v = root->u.object.values[i];
+
+        for (k = 0; k < NGX_HTTP_SRT_NFIELDS; k++) {
+            if (ngx_strcmp(key, ngx_http_srt_fields[k].name) == 0) {
+                ps->vals[k] = v;    /* a repeated member: the last one */
+                break;
+            }
+        }
+
+        if (k == NGX_HTTP_SRT_NFIELDS
+            && ngx_http_srt_unsupported_field(ps, key, v) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* The body to a JSON object, or a 400 saying why not. */
+
+static ngx_int_t
+ngx_http_srt_parse_json(ngx_http_srt_parse_t *ps, u_char *body, size_t len,
+    yajl_val *root)
+{
+    char  yerr[256], *nl;
 
     if (len == 0) {
-        return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, NULL,
                                  "The request body is empty; expected a JSON "
                                  "object");
     }
 
     if (ngx_strlen(body) != len) {
-        return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, NULL,
                                  "Invalid JSON: the body contains a NUL "
                                  "byte");
     }
 
     /* yajl_tree_free and the walks below recurse once per level */
     if (srt_json_depth((const char *) body, len) > SRT_JSON_MAX_DEPTH) {
-        return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, NULL,
                                  "The request body nests arrays or objects "
                                  "deeper than %d levels", SRT_JSON_MAX_DEPTH);
     }
 
     yerr[0] = '\0';
-    root = yajl_tree_parse((const char *) body, yerr, sizeof(yerr));
+    *root = yajl_tree_parse((const char *) body, yerr, sizeof(yerr));
 
-    if (root == NULL) {
+    if (*root == NULL) {
         nl = ngx_strchr(yerr, '\n');
         if (nl) {
             *nl = '\0';
         }
-        return ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, NULL,
                                  "Invalid JSON in the request body: %s",
                                  yerr[0] ? yerr : "parse error");
     }
 
-    if (!YAJL_IS_OBJECT(root)) {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, NULL,
-                               "The request body must be a JSON object");
-        goto failed;
+    if (!YAJL_IS_OBJECT(*root)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, NULL,
+                                 "The request body must be a JSON object");
     }
 
-    f_model = f_messages = f_prompt = f_max_tokens = f_max_completion = NULL;
-    f_temperature = f_top_p = f_top_k = f_min_p = f_n = f_stop = NULL;
-    f_stop_ids = f_seed = f_freq = f_pres = f_rep = f_bias = NULL;
-    f_ignore_eos = f_min_tokens = f_logprobs = f_top_logprobs = NULL;
-    f_user = f_stream = f_stream_options = f_tools = f_echo = NULL;
-    f_best_of = f_format = f_tool_choice = f_fcall = f_modalities = NULL;
-    f_regex = f_ebnf = f_json_schema = f_parallel = NULL;
-    f_hooks = f_salt = NULL;
+    return NGX_OK;
+}
 
-    for (i = 0; i < root->u.object.len; i++) {
-        key = root->u.object.keys[i];
-        v = root->u.object.values[i];
 
-#define field(name, var)  if (ngx_strcmp(key, name) == 0) { var = v; continue; }
-        field("model", f_model);
-        field("messages", f_messages);
-        field("prompt", f_prompt);
-        field("max_tokens", f_max_tokens);
-        field("max_completion_tokens", f_max_completion);
-        field("temperature", f_temperature);
-        field("top_p", f_top_p);
-        field("top_k", f_top_k);
-        field("min_p", f_min_p);
-        field("n", f_n);
-        field("stop", f_stop);
-        field("stop_token_ids", f_stop_ids);
-        field("seed", f_seed);
-        field("frequency_penalty", f_freq);
-        field("presence_penalty", f_pres);
-        field("repetition_penalty", f_rep);
-        field("logit_bias", f_bias);
-        field("ignore_eos", f_ignore_eos);
-        field("min_tokens", f_min_tokens);
-        field("logprobs", f_logprobs);
-        field("top_logprobs", f_top_logprobs);
-        field("user", f_user);
-        field("stream", f_stream);
-        field("stream_options", f_stream_options);
-        field("tools", f_tools);
-        field("echo", f_echo);
-        field("best_of", f_best_of);
-        field("response_format", f_format);
-        field("tool_choice", f_tool_choice);
-        field("function_call", f_fcall);
-        field("modalities", f_modalities);
-        field("regex", f_regex);
-        field("ebnf", f_ebnf);
-        field("json_schema", f_json_schema);
-        field("hooks", f_hooks);
-        field("cache_salt", f_salt);
-        field("parallel_tool_calls", f_parallel);
-#undef field
+/*
+ * max_tokens (or max_completion_tokens, which wins) within what the context
+ * leaves after the prompt; min_tokens within that.
+ */
 
-        if (ngx_http_srt_unsupported_field(&ps, key, v) != NGX_OK) {
-            rc = NGX_ERROR;
-            goto failed;
-        }
+static ngx_int_t
+ngx_http_srt_budget(ngx_http_srt_parse_t *ps, size_t ctx_len)
+{
+    size_t                  max_new;
+    yajl_val                v;
+    ngx_int_t               rc;
+    long long               n = 0;
+    const char             *name, *what;
+    ngx_http_srt_params_t  *p = ps->p;
+
+    what = p->endpoint == NGX_HTTP_SRT_EP_CHAT ? "messages" : "prompt";
+    max_new = ctx_len - p->n_prompt;
+
+    name = "max_completion_tokens";
+    v = ngx_http_srt_arg(ps, name);
+
+    if (v == NULL || YAJL_IS_NULL(v)) {
+        name = "max_tokens";
+        v = ngx_http_srt_arg(ps, name);
     }
 
-    rc = ngx_http_srt_output_format(&ps, f_format, f_tools, f_tool_choice,
-                                    f_fcall, f_parallel);
-    ngx_http_srt_check(rc);
-    rc = ngx_http_srt_grammar_string(&ps, f_json_schema, "json_schema",
-                                     SRT_GRAMMAR_JSON_SCHEMA);
-    ngx_http_srt_check(rc);
-    rc = ngx_http_srt_grammar_string(&ps, f_regex, "regex", SRT_GRAMMAR_REGEX);
-    ngx_http_srt_check(rc);
-    rc = ngx_http_srt_grammar_string(&ps, f_ebnf, "ebnf", SRT_GRAMMAR_GBNF);
-    ngx_http_srt_check(rc);
-
-    rc = ngx_http_srt_request_hooks(&ps, f_hooks, f_salt);
-    ngx_http_srt_check(rc);
-
-    if (f_modalities && !YAJL_IS_NULL(f_modalities)
-        && !(YAJL_IS_ARRAY(f_modalities) && f_modalities->u.array.len == 1
-             && YAJL_IS_STRING(f_modalities->u.array.values[0])
-             && ngx_strcmp(f_modalities->u.array.values[0]->u.string, "text")
-                == 0))
-    {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "modalities",
-                               "'modalities' other than [\"text\"] is not "
-                               "supported by this server");
-        goto failed;
+    rc = ngx_http_srt_get_int(ps, v, name, 1, NGX_MAX_INT32_VALUE, &n);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
     }
 
-    /* model */
-
-    if (f_model && !YAJL_IS_NULL(f_model)) {
-        if (!YAJL_IS_STRING(f_model)) {
-            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "model",
-                                   "'model' must be a string");
-            goto failed;
+    if (rc == NGX_OK) {
+        if ((size_t) n > max_new) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, name,
+                                     "This model's maximum context length "
+                                     "is %uz tokens. However, you requested "
+                                     "%uz tokens (%uz in the %s, %L in the "
+                                     "completion). Please reduce the length "
+                                     "of the %s or completion.",
+                                     ctx_len, p->n_prompt + (size_t) n,
+                                     p->n_prompt, what, n, what);
         }
 
-        n = ngx_strlen(f_model->u.string);
+        max_new = (size_t) n;
+        p->max_tokens_set = 1;
 
-        if (n != m->name.len
-            || ngx_strncmp(f_model->u.string, m->name.data, n) != 0)
-        {
-            rc = ngx_http_srt_fail(&ps, NGX_HTTP_NOT_FOUND, "model",
-                                   "The model `%s` does not exist; this "
-                                   "endpoint serves `%V`",
-                                   f_model->u.string, &m->name);
-            goto failed;
-        }
+    } else if (p->endpoint == NGX_HTTP_SRT_EP_COMPLETIONS && max_new > 16) {
+        max_new = 16;   /* OpenAI's completions default */
     }
 
-    /* sampling */
+    p->rq.sampling.max_tokens = (int32_t) max_new;
+
+    rc = ngx_http_srt_get_int(ps, ngx_http_srt_arg(ps, "min_tokens"),
+                              "min_tokens", 0, (long long) max_new, &n);
+    if (rc == NGX_OK) {
+        p->rq.sampling.min_tokens = (int32_t) n;
+    }
+
+    return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
+}
+
+
+/*
+ * The fields, the model's readiness, then the prompt. NGX_DECLINED: the
+ * model or its scheduler is not there (yet); the caller parks or answers 503.
+ */
+
+static ngx_int_t
+ngx_http_srt_parse_fields(ngx_http_srt_parse_t *ps, yajl_val root)
+{
+    int                     state;
+    size_t                  ctx_len;
+    ngx_int_t               rc;
+    const char             *what;
+    srt_chan_model_info     info;
+    ngx_http_srt_model_t   *m = ps->m;
+    ngx_http_srt_params_t  *p = ps->p;
+
+    if (ngx_http_srt_collect(ps, root) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     p->rq.sampling.temperature = 1.0f;
     p->rq.sampling.top_p = 1.0f;
@@ -1557,263 +2241,23 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     p->rq.sampling.repetition_penalty = 1.0f;
     p->n = 1;
 
-    rc = ngx_http_srt_get_number(&ps, f_temperature, "temperature", 0, 2, 0,
-                                 &d);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.temperature = (float) d;
+    if (ngx_http_srt_walk(ps, 0) != NGX_OK) {
+        return NGX_ERROR;
     }
-
-    rc = ngx_http_srt_get_number(&ps, f_top_p, "top_p", 0, 1, 1, &d);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.top_p = (float) d;
-    }
-
-    rc = ngx_http_srt_get_int(&ps, f_top_k, "top_k", -1, 1 << 30, &ll);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.top_k = ll == 0 ? -1 : (int32_t) ll;
-    }
-
-    rc = ngx_http_srt_get_number(&ps, f_min_p, "min_p", 0, 1, 0, &d);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.min_p = (float) d;
-    }
-
-    rc = ngx_http_srt_get_number(&ps, f_freq, "frequency_penalty", -2, 2, 0,
-                                 &d);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.frequency_penalty = (float) d;
-    }
-
-    rc = ngx_http_srt_get_number(&ps, f_pres, "presence_penalty", -2, 2, 0,
-                                 &d);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.presence_penalty = (float) d;
-    }
-
-    rc = ngx_http_srt_get_number(&ps, f_rep, "repetition_penalty", 0, 2, 1,
-                                 &d);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.repetition_penalty = (float) d;
-    }
-
-    rc = ngx_http_srt_get_int(&ps, f_n, "n", 1, NGX_HTTP_SRT_MAX_N, &ll);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->n = (ngx_uint_t) ll;
-    }
-
-    rc = ngx_http_srt_get_int(&ps, f_best_of, "best_of", 1, 1, &ll);
-    ngx_http_srt_check(rc);
-
-    rc = ngx_http_srt_get_int(&ps, f_seed, "seed", LLONG_MIN, LLONG_MAX, &ll);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.has_seed = 1;
-        p->rq.sampling.seed = (uint64_t) ll;
-    }
-
-    rc = ngx_http_srt_get_bool(&ps, f_ignore_eos, "ignore_eos", &flag);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.ignore_eos = (int32_t) flag;
-    }
-
-    rc = ngx_http_srt_get_bool(&ps, f_stream, "stream", &flag);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->stream = flag;
-    }
-
-    rc = ngx_http_srt_get_bool(&ps, f_echo, "echo", &flag);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK && flag) {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "echo",
-                               "'echo' is not supported");
-        goto failed;
-    }
-
-    if (f_stream_options && !YAJL_IS_NULL(f_stream_options)) {
-        if (!YAJL_IS_OBJECT(f_stream_options)) {
-            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
-                                   "stream_options",
-                                   "'stream_options' must be an object");
-            goto failed;
-        }
-
-        for (i = 0; i < f_stream_options->u.object.len; i++) {
-            if (ngx_strcmp(f_stream_options->u.object.keys[i],
-                           "include_usage") == 0)
-            {
-                rc = ngx_http_srt_get_bool(&ps,
-                                       f_stream_options->u.object.values[i],
-                                       "stream_options.include_usage", &flag);
-                ngx_http_srt_check(rc);
-                if (rc == NGX_OK) {
-                    p->include_usage = flag;
-                }
-            }
-        }
-    }
-
-    if (f_user && !YAJL_IS_NULL(f_user) && !YAJL_IS_STRING(f_user)) {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "user",
-                               "'user' must be a string");
-        goto failed;
-    }
-
-    /* logprobs: a boolean for chat, a count for completions */
-
-    if (p->endpoint == NGX_HTTP_SRT_EP_CHAT) {
-        rc = ngx_http_srt_get_bool(&ps, f_logprobs, "logprobs", &flag);
-        ngx_http_srt_check(rc);
-        if (rc == NGX_OK) {
-            p->logprobs = flag;
-        }
-
-        rc = ngx_http_srt_get_int(&ps, f_top_logprobs, "top_logprobs", 0,
-                                  SRT_REQ_MAX_TOP_LOGPROBS, &ll);
-        ngx_http_srt_check(rc);
-        if (rc == NGX_OK) {
-            if (!p->logprobs && ll > 0) {
-                rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
-                                       "top_logprobs",
-                                       "'top_logprobs' needs 'logprobs' set "
-                                       "to true");
-                goto failed;
-            }
-            p->rq.sampling.top_logprobs = (int32_t) ll;
-        }
-
-    } else {
-        rc = ngx_http_srt_get_int(&ps, f_logprobs, "logprobs", 0, 5, &ll);
-        ngx_http_srt_check(rc);
-        if (rc == NGX_OK) {
-            p->logprobs = 1;
-            p->rq.sampling.top_logprobs = (int32_t) ll;
-        }
-    }
-
-    p->rq.sampling.logprobs = (int32_t) p->logprobs;
-
-    rc = ngx_http_srt_stop(&ps, f_stop);
-    ngx_http_srt_check(rc);
 
     if (m->load_error.len || m->tok == NULL) {
-        rc = NGX_DECLINED;
-        goto failed;
+        return NGX_DECLINED;
     }
 
-    vocab = srt_tokenizer_vocab_size(m->tok);
+    ps->vocab = srt_tokenizer_vocab_size(m->tok);
     if (srt_chan_model_info_get(m->chan, &info) == SRT_OK
-        && (size_t) info.vocab_size > vocab)
+        && (size_t) info.vocab_size > ps->vocab)
     {
-        vocab = info.vocab_size;
+        ps->vocab = info.vocab_size;
     }
 
-    if (f_stop_ids && !YAJL_IS_NULL(f_stop_ids)) {
-        rc = ngx_http_srt_token_ids(&ps, f_stop_ids, "stop_token_ids",
-                                    SRT_REQ_MAX_STOP_IDS, vocab, stop_ids,
-                                    &n);
-        ngx_http_srt_check(rc);
-        ngx_memcpy(p->rq.sampling.stop_ids, stop_ids, n * sizeof(int32_t));
-        p->rq.sampling.n_stop_ids = (int32_t) n;
-    }
-
-    if (f_bias && !YAJL_IS_NULL(f_bias)) {
-        if (!YAJL_IS_OBJECT(f_bias)) {
-            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
-                                   "'logit_bias' must be an object mapping "
-                                   "token ids to numbers");
-            goto failed;
-        }
-
-        if (f_bias->u.object.len > SRT_REQ_MAX_LOGIT_BIAS) {
-            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "logit_bias",
-                                   "'logit_bias' may hold at most %d entries",
-                                   SRT_REQ_MAX_LOGIT_BIAS);
-            goto failed;
-        }
-
-        for (i = 0; i < f_bias->u.object.len; i++) {
-            key = f_bias->u.object.keys[i];
-            ll = ngx_atoi((u_char *) key, ngx_strlen(key));
-
-            if (ll == NGX_ERROR || (size_t) ll >= vocab) {
-                rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
-                                       "logit_bias",
-                                       "'logit_bias' key \"%s\" is not a "
-                                       "token id of this model", key);
-                goto failed;
-            }
-
-            rc = ngx_http_srt_get_number(&ps, f_bias->u.object.values[i],
-                                         "logit_bias", -100, 100, 0, &d);
-            ngx_http_srt_check(rc);
-            if (rc != NGX_OK) {
-                rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
-                                       "logit_bias",
-                                       "'logit_bias' values must be numbers");
-                goto failed;
-            }
-
-            p->rq.sampling.logit_bias_ids[i] = (int32_t) ll;
-            p->rq.sampling.logit_bias[i] = (float) d;
-        }
-
-        p->rq.sampling.n_logit_bias = (int32_t) f_bias->u.object.len;
-    }
-
-    /* types and ranges first: a bad request is a 400 even while the model loads */
-
-    rc = ngx_http_srt_get_int(&ps, f_max_tokens, "max_tokens", 1,
-                              NGX_MAX_INT32_VALUE, &ll);
-    ngx_http_srt_check(rc);
-    rc = ngx_http_srt_get_int(&ps, f_max_completion, "max_completion_tokens",
-                              1, NGX_MAX_INT32_VALUE, &ll);
-    ngx_http_srt_check(rc);
-    rc = ngx_http_srt_get_int(&ps, f_min_tokens, "min_tokens", 0,
-                              NGX_MAX_INT32_VALUE, &ll);
-    ngx_http_srt_check(rc);
-
-    /* a grammar decides where the output may end: EOS cannot be held back */
-    if (p->rq.grammar.kind != SRT_GRAMMAR_NONE
-        && (p->rq.sampling.ignore_eos || (rc == NGX_OK && ll > 0)))
-    {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
-                               p->rq.sampling.ignore_eos ? "ignore_eos"
-                                                         : "min_tokens",
-                               "'%s' cannot be combined with structured "
-                               "output (the grammar decides where the "
-                               "output ends)",
-                               p->rq.sampling.ignore_eos ? "ignore_eos"
-                                                         : "min_tokens");
-        goto failed;
-    }
-
-    if (p->endpoint == NGX_HTTP_SRT_EP_COMPLETIONS
-        && (f_prompt == NULL || YAJL_IS_NULL(f_prompt)))
-    {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "prompt",
-                               "'prompt' is required");
-        goto failed;
-    }
-
-    if (p->endpoint == NGX_HTTP_SRT_EP_CHAT
-        && (f_messages == NULL || !YAJL_IS_ARRAY(f_messages)
-            || f_messages->u.array.len == 0))
-    {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "messages",
-                               f_messages == NULL || YAJL_IS_NULL(f_messages)
-                               ? "'messages' is required"
-                               : "'messages' must be a non-empty array");
-        goto failed;
+    if (ngx_http_srt_walk(ps, NGX_HTTP_SRT_FIELD_MODEL) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     /* the scheduler must be there before we spend time on the prompt */
@@ -1822,8 +2266,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     if (ngx_process == NGX_PROCESS_SINGLE
         || (state != SRT_CHAN_SCHED_READY && state != SRT_CHAN_SCHED_HANDOVER))
     {
-        rc = NGX_DECLINED;
-        goto failed;
+        return NGX_DECLINED;
     }
 
     ctx_len = (size_t) srt_chan_get_config(m->chan)->slot_tokens;
@@ -1834,90 +2277,68 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     }
 
     if (p->endpoint == NGX_HTTP_SRT_EP_CHAT) {
-        rc = ngx_http_srt_render_chat(&ps, f_messages, f_tools);
+        what = "messages";
+        rc = ngx_http_srt_render_chat(ps, ngx_http_srt_arg(ps, "messages"),
+                                      ngx_http_srt_arg(ps, "tools"));
     } else {
-        rc = ngx_http_srt_prompt(&ps, f_prompt, ctx_len, vocab);
+        what = "prompt";
+        rc = ngx_http_srt_prompt(ps, ngx_http_srt_arg(ps, "prompt"), ctx_len,
+                                 ps->vocab);
     }
 
     if (rc != NGX_OK) {
-        goto failed;
+        return NGX_ERROR;
     }
 
     if (p->n_prompt == 0) {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
-                               p->endpoint == NGX_HTTP_SRT_EP_CHAT
-                               ? "messages" : "prompt",
-                               "The prompt is empty");
-        goto failed;
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, what,
+                                 "The prompt is empty");
     }
 
     if (p->n_prompt >= ctx_len) {
-        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
-                               p->endpoint == NGX_HTTP_SRT_EP_CHAT
-                               ? "messages" : "prompt",
-                               "This model's maximum context length is %uz "
-                               "tokens. However, your prompt has %uz tokens. "
-                               "Please reduce the length of the %s.",
-                               ctx_len, p->n_prompt,
-                               p->endpoint == NGX_HTTP_SRT_EP_CHAT
-                               ? "messages" : "prompt");
-        goto failed;
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, what,
+                                 "This model's maximum context length is %uz "
+                                 "tokens. However, your prompt has %uz tokens. "
+                                 "Please reduce the length of the %s.",
+                                 ctx_len, p->n_prompt, what);
     }
 
-    max_new = ctx_len - p->n_prompt;
+    return ngx_http_srt_budget(ps, ctx_len);
+}
 
-    v = f_max_completion && !YAJL_IS_NULL(f_max_completion) ? f_max_completion
-                                                            : f_max_tokens;
-    rc = ngx_http_srt_get_int(&ps, v,
-                              v == f_max_completion ? "max_completion_tokens"
-                                                    : "max_tokens",
-                              1, NGX_MAX_INT32_VALUE, &ll);
-    ngx_http_srt_check(rc);
+
+ngx_int_t
+ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
+    u_char *body, size_t len, ngx_http_srt_params_t *p, ngx_uint_t *status,
+    const char **param, char *errbuf, size_t errlen)
+{
+    yajl_val              root, vals[NGX_HTTP_SRT_NFIELDS];
+    ngx_int_t             rc;
+    ngx_http_srt_parse_t  ps;
+
+    ngx_memzero(vals, sizeof(vals));
+
+    ps.r = r;
+    ps.m = m;
+    ps.p = p;
+    ps.vals = vals;
+    ps.vocab = 0;
+    ps.status = status;
+    ps.param = param;
+    ps.errbuf = errbuf;
+    ps.errlen = errlen;
+
+    root = NULL;
+
+    rc = ngx_http_srt_parse_json(&ps, body, len, &root);
 
     if (rc == NGX_OK) {
-        if ((size_t) ll > max_new) {
-            rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST,
-                                   v == f_max_completion
-                                   ? "max_completion_tokens" : "max_tokens",
-                                   "This model's maximum context length is "
-                                   "%uz tokens. However, you requested %uz "
-                                   "tokens (%uz in the %s, %L in the "
-                                   "completion). Please reduce the length of "
-                                   "the %s or completion.",
-                                   ctx_len, p->n_prompt + (size_t) ll,
-                                   p->n_prompt,
-                                   p->endpoint == NGX_HTTP_SRT_EP_CHAT
-                                   ? "messages" : "prompt", ll,
-                                   p->endpoint == NGX_HTTP_SRT_EP_CHAT
-                                   ? "messages" : "prompt");
-            goto failed;
-        }
-
-        max_new = (size_t) ll;
-        p->max_tokens_set = 1;
-
-    } else if (p->endpoint == NGX_HTTP_SRT_EP_COMPLETIONS && max_new > 16) {
-        max_new = 16;   /* OpenAI's completions default */
+        rc = ngx_http_srt_parse_fields(&ps, root);
     }
-
-    p->rq.sampling.max_tokens = (int32_t) max_new;
-
-    rc = ngx_http_srt_get_int(&ps, f_min_tokens, "min_tokens", 0,
-                              (long long) max_new, &ll);
-    ngx_http_srt_check(rc);
-    if (rc == NGX_OK) {
-        p->rq.sampling.min_tokens = (int32_t) ll;
-    }
-
-    yajl_tree_free(root);
-
-    return NGX_OK;
-
-failed:
 
     if (root) {
         yajl_tree_free(root);
     }
 
-    return rc == NGX_DECLINED ? NGX_DECLINED : NGX_ERROR;
+    return rc;
 }
