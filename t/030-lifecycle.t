@@ -171,6 +171,8 @@ POST /v1/completions
 qr/srt: scheduler process \d+ owns model "smol"/
 --- grep_error_log_out eval
 qr/\A(?:srt: scheduler process \d+ owns model "smol"\n){2}\z/
+--- error_log
+srt: a parked request resumes for model "smol" with its body as parsed when it arrived
 
 
 

@@ -331,7 +331,6 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     const char               *param;
     ngx_http_srt_ctx_t       *ctx;
     ngx_http_srt_model_t     *m;
-    ngx_http_srt_endpoint_e   ep;
     ngx_http_srt_loc_conf_t  *slcf;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_srt_module);
@@ -348,35 +347,37 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    body = ngx_http_srt_body(r, &len);
-    if (body == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
+    body = NULL;
+    len = 0;
 
-    slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+    if (ctx->parse == NULL) {
+        body = ngx_http_srt_body(r, &len);
+        if (body == NULL) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
 
-    if (slcf->max_body && (off_t) len > slcf->max_body) {
-        /* a chunked body: its size is known only now */
-        ngx_http_finalize_request(r,
-            ngx_http_srt_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
-                                    NULL, "request_too_large",
-                                    "Request body is too large: %uz bytes, "
-                                    "the limit is %O", len, slcf->max_body));
-        return;
+        slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
+
+        if (slcf->max_body && (off_t) len > slcf->max_body) {
+            /* a chunked body: its size is known only now */
+            ngx_http_finalize_request(r,
+                ngx_http_srt_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                        NULL, "request_too_large",
+                                        "Request body is too large: %uz "
+                                        "bytes, the limit is %O", len,
+                                        slcf->max_body));
+            return;
+        }
     }
 
     status = NGX_HTTP_BAD_REQUEST;
     param = NULL;
     errbuf[0] = '\0';
 
-    /* a parked request parses again when the model is ready */
-    ep = ctx->p.endpoint;
-    ngx_memzero(&ctx->p, sizeof(ngx_http_srt_params_t));
-    ctx->p.endpoint = ep;
-
-    rc = ngx_http_srt_parse_request(r, m, body, len, &ctx->p, &status, &param,
-                                    errbuf, sizeof(errbuf));
+    /* a parked request (ctx->parse) continues where its parse stopped */
+    rc = ngx_http_srt_parse_request(r, m, body, len, &ctx->p, &ctx->parse,
+                                    &status, &param, errbuf, sizeof(errbuf));
 
     if (rc == NGX_DECLINED) {
         if (ngx_http_srt_park(r, ctx) == NGX_OK) {
@@ -389,6 +390,9 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     }
 
     if (ctx->parked) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "srt: a parked request resumes for model \"%V\" with "
+                      "its body as parsed when it arrived", &m->name);
         ngx_http_srt_unpark(ctx);
     }
 

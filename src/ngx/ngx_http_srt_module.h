@@ -40,6 +40,7 @@
 
 
 typedef struct ngx_http_srt_model_s  ngx_http_srt_model_t;
+typedef struct ngx_http_srt_parse_s  ngx_http_srt_parse_t;
 
 
 struct ngx_http_srt_model_s {
@@ -213,6 +214,7 @@ typedef struct {
     ngx_flag_t                 aborted;
     ngx_flag_t                 retried;     /* resubmitted once after a scheduler died */
     ngx_flag_t                 parsed;      /* ctx->p holds the request: never parsed twice */
+    ngx_http_srt_parse_t      *parse;       /* parked: the body as parsed so far */
     ngx_uint_t                 prompt_tokens;
     uint64_t                   t_body_ns;   /* body read: parsing starts */
     u_char                     id[40];      /* "chatcmpl-..." */
@@ -250,8 +252,8 @@ void ngx_http_srt_admin_wake(ngx_http_srt_model_t *m);
 /* ngx_http_srt_request.c */
 ngx_int_t ngx_http_srt_parse_request(ngx_http_request_t *r,
     ngx_http_srt_model_t *m, u_char *body, size_t len,
-    ngx_http_srt_params_t *p, ngx_uint_t *status, const char **param,
-    char *errbuf, size_t errlen);
+    ngx_http_srt_params_t *p, ngx_http_srt_parse_t **parked,
+    ngx_uint_t *status, const char **param, char *errbuf, size_t errlen);
 
 /* ngx_http_srt_response.c */
 #define NGX_HTTP_SRT_WAIT  NGX_BUSY   /* pump: still generating */

@@ -14,17 +14,19 @@
 
 typedef struct ngx_http_srt_field_s  ngx_http_srt_field_t;
 
-typedef struct {
+/* ngx_http_srt_parse_t (ngx_http_srt_module.h): one body being parsed */
+struct ngx_http_srt_parse_s {
     ngx_http_request_t    *r;
     ngx_http_srt_model_t  *m;
     ngx_http_srt_params_t *p;
+    yajl_val               root;    /* the body; kept while parked */
     yajl_val              *vals;    /* each row's value in the body, or NULL */
     size_t                 vocab;   /* token ids below this are the model's */
     ngx_uint_t            *status;
     const char           **param;
     char                  *errbuf;
     size_t                 errlen;
-} ngx_http_srt_parse_t;
+};
 
 
 /*
@@ -2215,20 +2217,11 @@ ngx_http_srt_budget(ngx_http_srt_parse_t *ps, size_t ctx_len)
 }
 
 
-/*
- * The fields, the model's readiness, then the prompt. NGX_DECLINED: the
- * model or its scheduler is not there (yet); the caller parks or answers 503.
- */
+/* The fields that need nothing but the body. */
 
 static ngx_int_t
 ngx_http_srt_parse_fields(ngx_http_srt_parse_t *ps, yajl_val root)
 {
-    int                     state;
-    size_t                  ctx_len;
-    ngx_int_t               rc;
-    const char             *what;
-    srt_chan_model_info     info;
-    ngx_http_srt_model_t   *m = ps->m;
     ngx_http_srt_params_t  *p = ps->p;
 
     if (ngx_http_srt_collect(ps, root) != NGX_OK) {
@@ -2241,9 +2234,28 @@ ngx_http_srt_parse_fields(ngx_http_srt_parse_t *ps, yajl_val root)
     p->rq.sampling.repetition_penalty = 1.0f;
     p->n = 1;
 
-    if (ngx_http_srt_walk(ps, 0) != NGX_OK) {
-        return NGX_ERROR;
-    }
+    return ngx_http_srt_walk(ps, 0);
+}
+
+
+/*
+ * What needs the model: the vocabulary-sized fields, then, once the scheduler
+ * is ready, the prompt. NGX_DECLINED: the model or its scheduler is not there
+ * (yet); the caller parks the request or answers 503. A parked request comes
+ * back here with its body as it was parsed: the fields above are not checked
+ * again, and these are checked against the model as it is now.
+ */
+
+static ngx_int_t
+ngx_http_srt_parse_prompt(ngx_http_srt_parse_t *ps)
+{
+    int                     state;
+    size_t                  ctx_len;
+    ngx_int_t               rc;
+    const char             *what;
+    srt_chan_model_info     info;
+    ngx_http_srt_model_t   *m = ps->m;
+    ngx_http_srt_params_t  *p = ps->p;
 
     if (m->load_error.len || m->tok == NULL) {
         return NGX_DECLINED;
@@ -2307,38 +2319,113 @@ ngx_http_srt_parse_fields(ngx_http_srt_parse_t *ps, yajl_val root)
 }
 
 
+static void
+ngx_http_srt_parse_cleanup(void *data)
+{
+    ngx_http_srt_parse_t  *ps = data;
+
+    if (ps->root) {
+        yajl_tree_free(ps->root);
+        ps->root = NULL;
+    }
+}
+
+
+/* A request that waits for its model keeps the parsed body, not the text. */
+
+static ngx_int_t
+ngx_http_srt_park_parse(ngx_http_srt_parse_t *ps,
+    ngx_http_srt_parse_t **parked)
+{
+    ngx_http_srt_parse_t  *saved;
+    ngx_pool_cleanup_t    *cln;
+
+    saved = ngx_palloc(ps->r->pool, sizeof(ngx_http_srt_parse_t)
+                                    + NGX_HTTP_SRT_NFIELDS * sizeof(yajl_val));
+    if (saved == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(ps->r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    *saved = *ps;
+    saved->vals = (yajl_val *) (saved + 1);
+    ngx_memcpy(saved->vals, ps->vals, NGX_HTTP_SRT_NFIELDS * sizeof(yajl_val));
+
+    cln->handler = ngx_http_srt_parse_cleanup;
+    cln->data = saved;
+
+    *parked = saved;
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * *parked NULL: the body is parsed and checked. NGX_DECLINED sets *parked:
+ * the model is not ready, and a later call with it (body unused) continues
+ * where this one stopped, without parsing, rendering or tokenizing twice.
+ * Any other return leaves *parked NULL; NGX_ERROR with *status etc. set.
+ */
+
 ngx_int_t
 ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
-    u_char *body, size_t len, ngx_http_srt_params_t *p, ngx_uint_t *status,
-    const char **param, char *errbuf, size_t errlen)
+    u_char *body, size_t len, ngx_http_srt_params_t *p,
+    ngx_http_srt_parse_t **parked, ngx_uint_t *status, const char **param,
+    char *errbuf, size_t errlen)
 {
-    yajl_val              root, vals[NGX_HTTP_SRT_NFIELDS];
+    yajl_val              vals[NGX_HTTP_SRT_NFIELDS];
     ngx_int_t             rc;
-    ngx_http_srt_parse_t  ps;
+    ngx_http_srt_parse_t  ps, *pp;
 
-    ngx_memzero(vals, sizeof(vals));
+    if (*parked) {
+        pp = *parked;
 
-    ps.r = r;
-    ps.m = m;
-    ps.p = p;
-    ps.vals = vals;
-    ps.vocab = 0;
-    ps.status = status;
-    ps.param = param;
-    ps.errbuf = errbuf;
-    ps.errlen = errlen;
+    } else {
+        ngx_memzero(vals, sizeof(vals));
+        ngx_memzero(&ps, sizeof(ngx_http_srt_parse_t));
 
-    root = NULL;
-
-    rc = ngx_http_srt_parse_json(&ps, body, len, &root);
-
-    if (rc == NGX_OK) {
-        rc = ngx_http_srt_parse_fields(&ps, root);
+        ps.r = r;
+        ps.m = m;
+        ps.p = p;
+        ps.vals = vals;
+        pp = &ps;
     }
 
-    if (root) {
-        yajl_tree_free(root);
+    pp->status = status;
+    pp->param = param;
+    pp->errbuf = errbuf;
+    pp->errlen = errlen;
+
+    if (*parked == NULL) {
+        rc = ngx_http_srt_parse_json(pp, body, len, &pp->root);
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_srt_parse_fields(pp, pp->root);
+        }
+
+        if (rc != NGX_OK) {
+            ngx_http_srt_parse_cleanup(pp);
+            return NGX_ERROR;
+        }
     }
+
+    rc = ngx_http_srt_parse_prompt(pp);
+
+    if (rc == NGX_DECLINED) {
+        if (*parked || ngx_http_srt_park_parse(pp, parked) == NGX_DECLINED) {
+            return NGX_DECLINED;
+        }
+
+        rc = ngx_http_srt_fail(pp, NGX_HTTP_INTERNAL_SERVER_ERROR, NULL,
+                               "Out of memory");
+    }
+
+    ngx_http_srt_parse_cleanup(pp);
+    *parked = NULL;
 
     return rc;
 }
