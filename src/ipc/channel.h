@@ -34,6 +34,9 @@
  *
  * Thread safety: a srt_chan handle belongs to one thread; the shared memory is safe for any
  * number of worker processes and one scheduler.
+ *
+ * The implementation is one file per job (slots, doorbells, owner lock, metrics, admin
+ * mailbox); channel_internal.h, private to src/ipc, holds the layout and names the files.
  */
 #ifndef SRT_IPC_CHANNEL_H
 #define SRT_IPC_CHANNEL_H
