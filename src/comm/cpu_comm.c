@@ -125,11 +125,6 @@ srt_cpu_comm_group *srt_cpu_comm_group_open_fd(int fd, srt_err *err)
     return g;
 }
 
-int srt_cpu_comm_group_fd(const srt_cpu_comm_group *g)
-{
-    return g->fd;
-}
-
 void srt_cpu_comm_group_free(srt_cpu_comm_group *g)
 {
     if (g == NULL)

@@ -112,20 +112,3 @@ int32_t   srt_kv_pool_row_elems(const srt_kv_pool *kv) { return kv->row_elems; }
 void     *srt_kv_pool_k(srt_kv_pool *kv, int32_t layer) { return layer >= 0 && layer < kv->n_layers ? kv->k[layer] : NULL; }
 void     *srt_kv_pool_v(srt_kv_pool *kv, int32_t layer) { return layer >= 0 && layer < kv->n_layers ? kv->v[layer] : NULL; }
 
-int srt_kv_pool_copy_slot(srt_kv_pool *kv, int32_t dst, int32_t src)
-{
-    if (dst < 0 || src < 0 || dst >= kv->n_slots || src >= kv->n_slots)
-        return SRT_ERROR;
-    size_t row = (size_t)kv->row_elems * kv->elem_size;
-    for (int32_t l = 0; l < kv->n_layers && kv->be; l++) {   /* in order with the ops */
-        if (dst == src)
-            break;
-        kv->be->ops->copy(kv->be, (char *)kv->k[l] + (size_t)dst * row, (char *)kv->k[l] + (size_t)src * row, row);
-        kv->be->ops->copy(kv->be, (char *)kv->v[l] + (size_t)dst * row, (char *)kv->v[l] + (size_t)src * row, row);
-    }
-    for (int32_t l = 0; l < kv->n_layers && !kv->be; l++) {
-        memmove((char *)kv->k[l] + (size_t)dst * row, (char *)kv->k[l] + (size_t)src * row, row);
-        memmove((char *)kv->v[l] + (size_t)dst * row, (char *)kv->v[l] + (size_t)src * row, row);
-    }
-    return SRT_OK;
-}

@@ -385,7 +385,6 @@ void srt_model_free(srt_model *m)
 }
 
 const srt_model_config *srt_model_config_of(const srt_model *m) { return &m->cfg; }
-const char *srt_model_path(const srt_model *m) { return m->path; }
 
 srt_module *srt_model_modules(srt_model *m, int *n)
 {

@@ -1133,7 +1133,6 @@ int srt_tokenizer_is_special(const srt_tokenizer *t, int32_t id)
 int32_t srt_tokenizer_bos_id(const srt_tokenizer *t) { return t->bos_id; }
 int32_t srt_tokenizer_eos_id(const srt_tokenizer *t) { return t->eos_id; }
 int32_t srt_tokenizer_pad_id(const srt_tokenizer *t) { return t->pad_id; }
-int32_t srt_tokenizer_unk_id(const srt_tokenizer *t) { return t->unk_id; }
 const char *srt_tokenizer_bos_token(const srt_tokenizer *t) { return t->bos_str; }
 const char *srt_tokenizer_eos_token(const srt_tokenizer *t) { return t->eos_str; }
 int srt_tokenizer_adds_bos(const srt_tokenizer *t) { return t->adds_bos; }

@@ -61,8 +61,7 @@ static inline void srt_comm_destroy(srt_comm *c)
 typedef struct srt_cpu_comm_group srt_cpu_comm_group;
 
 SRT_API srt_cpu_comm_group *srt_cpu_comm_group_create(int size, size_t capacity_floats, srt_err *err);
-SRT_API int                 srt_cpu_comm_group_fd(const srt_cpu_comm_group *g);  /* memfd, for exec'd ranks */
-SRT_API srt_cpu_comm_group *srt_cpu_comm_group_open_fd(int fd, srt_err *err);
+srt_cpu_comm_group        *srt_cpu_comm_group_open_fd(int fd, srt_err *err);   /* libsrt only */
 SRT_API void                srt_cpu_comm_group_free(srt_cpu_comm_group *g);
 /* Marks the group broken (e.g. the parent saw a rank die): every waiting rank returns an error. */
 SRT_API void                srt_cpu_comm_group_abort(srt_cpu_comm_group *g);

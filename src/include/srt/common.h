@@ -26,7 +26,7 @@ SRT_API int srt_err_set(srt_err *err, const char *fmt, ...) __attribute__((forma
 /* "PATH: cannot open: REASON" for an open() that failed with errnum; a permission error
  * also names the user the process runs as (nginx's scheduler is not root: the usual
  * cause is a model that its user cannot read). */
-SRT_API int srt_err_open(srt_err *err, const char *path, int errnum);
+int srt_err_open(srt_err *err, const char *path, int errnum);   /* libsrt only */
 
 typedef enum srt_log_level {
     SRT_LOG_ERROR = 0,
@@ -38,7 +38,8 @@ typedef enum srt_log_level {
 /* Logging goes to stderr until a host (nginx, a test) installs its own sink. */
 typedef void (*srt_log_sink)(srt_log_level level, const char *msg, void *user);
 SRT_API void srt_log_set_sink(srt_log_sink sink, void *user, srt_log_level max_level);
-SRT_API void srt_log(srt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* libsrt only: a hook logs through its srt_hook_host (srt_hooks.h) */
+void srt_log(srt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A whole file, NUL-terminated (*out_len excludes the NUL; may be NULL): for configuration-
  * sized files (JSON, templates, hook specs). Refuses files over max bytes. Errors name the

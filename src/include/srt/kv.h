@@ -31,15 +31,13 @@ SRT_API int  srt_kv_pool_create_on(const struct srt_model_config *cfg, int32_t t
 SRT_API void srt_kv_pool_free(srt_kv_pool *kv);
 
 SRT_API int32_t   srt_kv_pool_n_slots(const srt_kv_pool *kv);
-SRT_API srt_dtype srt_kv_pool_dtype(const srt_kv_pool *kv);
+srt_dtype         srt_kv_pool_dtype(const srt_kv_pool *kv);     /* libsrt only */
 SRT_API int32_t   srt_kv_pool_n_layers(const srt_kv_pool *kv);
 SRT_API int32_t   srt_kv_pool_row_elems(const srt_kv_pool *kv);   /* n_kv_heads * head_dim */
 /* Bytes one slot costs over all layers, K and V (tp_size 1): for sizing a pool from a memory
  * budget. A tensor-parallel rank's pool needs 1/tp_size of it. */
-SRT_API size_t    srt_kv_bytes_per_slot(const struct srt_model_config *cfg, srt_dtype dtype);
+size_t            srt_kv_bytes_per_slot(const struct srt_model_config *cfg, srt_dtype dtype);
 SRT_API void     *srt_kv_pool_k(srt_kv_pool *kv, int32_t layer);
 SRT_API void     *srt_kv_pool_v(srt_kv_pool *kv, int32_t layer);
-/* Copies slot src to slot dst in every layer (for the scheduler when it moves a prefix). */
-SRT_API int       srt_kv_pool_copy_slot(srt_kv_pool *kv, int32_t dst, int32_t src);
 
 #endif

@@ -72,7 +72,6 @@ SRT_API int  srt_model_load(const char *path, srt_model **out, srt_err *err);
 SRT_API void srt_model_free(srt_model *m);
 
 SRT_API const srt_model_config *srt_model_config_of(const srt_model *m);
-SRT_API const char             *srt_model_path(const srt_model *m);
 
 /* What each module's forward sees (T = tokens in the step, all f32 on the CPU unless noted;
  * shapes flatten HF's [batch=1, seq] into T, as SGLang's flattened batches do):
@@ -194,7 +193,7 @@ typedef struct srt_runner_graph_stats {
 SRT_API void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out);
 /* Drops every captured graph; the next decode step of each size captures again. For a caller
  * that changed something a graph captured (the runner itself notices hooks and KV pools). */
-SRT_API void srt_runner_graphs_clear(srt_runner *r);
+void srt_runner_graphs_clear(srt_runner *r);   /* libsrt only */
 /* Captures, at startup, the decode graph of every padded batch size (srt_cuda_graph_bucket)
  * a step of 1 .. max_bs sequences uses (max_bs <= 0 or above max_seqs: max_seqs), so no
  * decode step pays a capture later (SGLang captures them all at startup too). Each is run

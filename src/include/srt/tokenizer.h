@@ -62,7 +62,6 @@ SRT_API int srt_tokenizer_is_special(const srt_tokenizer *tok, int32_t id);
 SRT_API int32_t srt_tokenizer_bos_id(const srt_tokenizer *tok);
 SRT_API int32_t srt_tokenizer_eos_id(const srt_tokenizer *tok);
 SRT_API int32_t srt_tokenizer_pad_id(const srt_tokenizer *tok);
-SRT_API int32_t srt_tokenizer_unk_id(const srt_tokenizer *tok);
 SRT_API const char *srt_tokenizer_bos_token(const srt_tokenizer *tok);
 SRT_API const char *srt_tokenizer_eos_token(const srt_tokenizer *tok);
 /* Whether SRT_TOK_ADD_SPECIAL adds a BOS (tokenizer_config add_bos_token / post-processor / GGUF). */
