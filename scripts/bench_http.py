@@ -46,11 +46,12 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from bench_nginx import PrivateNginx  # noqa: E402
 
 
 class Conn:
@@ -279,25 +280,11 @@ def bench_sched(args, input_len, output_len, num):
             "itl_mean_us": float(kv["itl_mean_ms"]) * 1e3, "ttft_mean_us": float(kv["ttft_mean_ms"]) * 1e3}
 
 
-NGINX_CONF = """load_module {so};
-master_process on;
-worker_processes 1;
-pid {pfx}/nginx.pid;
-error_log {pfx}/error.log notice;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {pfx}/client_body_temp;
-    proxy_temp_path {pfx}/proxy_temp;
-    fastcgi_temp_path {pfx}/fastcgi_temp;
-    uwsgi_temp_path {pfx}/uwsgi_temp;
-    scgi_temp_path {pfx}/scgi_temp;
-    srt_temp_path {pfx}/srt_temp;
-    keepalive_requests 10000000;
+NGINX_HTTP = """    keepalive_requests 10000000;
     keepalive_timeout 300s;
-    server {{
-        listen 127.0.0.1:{port};
-        location = /return200 {{ default_type application/json; return 200 '{{"ok":true}}'; }}
+"""
+
+NGINX_LOCATIONS = """        location = /return200 {{ default_type application/json; return 200 '{{"ok":true}}'; }}
         location = /metrics {{ srt_metrics on; }}
         location = /health {{ srt_model {model} name=tiny; srt_device cpu; srt_threads {threads}; srt_radix_cache off; srt_scheduler_spin {spin}; }}
         location /v1/ {{
@@ -310,8 +297,6 @@ http {{
             srt_server_timing on;
             srt_scheduler_spin {spin};
         }}
-    }}
-}}
 """
 
 
@@ -340,27 +325,14 @@ def main():
         if not os.path.exists(p):
             sys.exit(f"bench_http: {p} missing (make; scripts/make_tiny_models.py)")
     concs = [int(x) for x in args.concurrency.split(",")]
-    pfx = tempfile.mkdtemp(prefix="srt-bench-http.")
-    conf = os.path.join(pfx, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(so=args.module, pfx=pfx, port=args.port, model=os.path.abspath(args.model),
-                                  threads=args.threads, spin=args.spin))
-    ngx = [args.nginx, "-p", pfx, "-c", conf, "-g", "user root;"]
     if args.pin is not None:
         # children inherit the affinity: the worker, the helper and the scheduler process
         os.sched_setaffinity(0, {args.pin})
-    subprocess.run(ngx, check=True)
-    master = int(open(os.path.join(pfx, "nginx.pid")).read())
-    children = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True).stdout.split()
     R = {"load_before": open("/proc/loadavg").read().split()[:3]}
-    try:
-        for _ in range(300):
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{args.port}/health", timeout=5).status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
+    locations = NGINX_LOCATIONS.format(model=os.path.abspath(args.model), threads=args.threads, spin=args.spin)
+    with PrivateNginx(args.nginx, args.module, "srt-bench-http.", args.port, locations, NGINX_HTTP) as ngx:
+        ngx.wait_ready("/health")
+        master = ngx.master
         worker, sched = procs_of(master)
         if not worker or not sched:
             sys.exit("bench_http: cannot find the nginx worker and the scheduler process")
@@ -412,14 +384,6 @@ def main():
         nbody = dict(sbody, stream=False)
         del nbody["stream_options"]
         R["nostream"] = run_case(args.port, http_request("/v1/completions", nbody), 1, 2.0, warm=0.5)
-    finally:
-        subprocess.run(ngx + ["-s", "stop"], check=False)
-        for _ in range(100):   # wait for the master and the scheduler to be gone
-            alive = [p for p in [str(master)] + children if os.path.exists(f"/proc/{p}/stat")
-                     and open(f"/proc/{p}/stat").read().split(")")[1].split()[0] != "Z"]
-            if not alive:
-                break
-            time.sleep(0.1)
 
     # offline anchors, after nginx is gone, on the same machine
     R["offline"] = {
@@ -497,7 +461,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(R, f, indent=1)
-    shutil.rmtree(pfx, ignore_errors=True)
+    shutil.rmtree(ngx.pfx, ignore_errors=True)
     return 0
 
 

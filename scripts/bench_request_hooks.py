@@ -18,32 +18,15 @@ import http.client
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from bench_nginx import PrivateNginx  # noqa: E402
 
-CONF = """load_module {so};
-master_process on;
-worker_processes 1;
-pid {pfx}/nginx.pid;
-error_log {pfx}/error.log notice;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {pfx}/client_body_temp;
-    proxy_temp_path {pfx}/proxy_temp;
-    fastcgi_temp_path {pfx}/fastcgi_temp;
-    uwsgi_temp_path {pfx}/uwsgi_temp;
-    scgi_temp_path {pfx}/scgi_temp;
-    srt_temp_path {pfx}/srt_temp;
-    server {{
-        listen 127.0.0.1:{port};
-        location /v1/ {{
+LOCATIONS = """        location /v1/ {{
             srt_model {model} name=m;
             srt_device cpu;
             srt_threads {threads};
@@ -51,13 +34,11 @@ http {{
             srt_context_length 1024;
             srt_max_running_requests {batch};
             srt_max_total_tokens 16384;
-            srt_forward_hooks {pfx}/hooks.json;
+            srt_forward_hooks {{pfx}}/hooks.json;
             srt_hooks_path {lib};
             srt_request_hooks steer;
             srt_wait_ready 300s;
         }}
-    }}
-}}
 """
 
 
@@ -103,26 +84,16 @@ def main():
     ap.add_argument("--port", type=int, default=28690)
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     args = ap.parse_args()
-    pfx = tempfile.mkdtemp(prefix="srt-bench-reqhooks.")
+    locations = LOCATIONS.format(model=os.path.abspath(args.model), threads=args.threads, batch=args.batch,
+                                 lib=args.hook_lib)
+    ngx = PrivateNginx(args.nginx, args.module, "srt-bench-reqhooks.", args.port, locations)
     vec = [round(3 * __import__("math").sin(i * 0.7), 3) for i in range(576)]
-    with open(os.path.join(pfx, "hooks.json"), "w") as f:
+    with open(os.path.join(ngx.pfx, "hooks.json"), "w") as f:
         json.dump({"forward_hooks": [{"name": "steer", "per_request": True, "target_modules": ["model.layers.10"],
                                       "hook_factory": "libsrt_hook_steer.so:srt_steer_factory",
                                       "config": {"vector": vec, "scale": 1}}]}, f)
-    conf = os.path.join(pfx, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(CONF.format(so=args.module, pfx=pfx, port=args.port, model=os.path.abspath(args.model),
-                            threads=args.threads, batch=args.batch, lib=args.hook_lib))
-    ngx = [args.nginx, "-p", pfx, "-c", conf, "-g", "user root;"]
-    subprocess.run(ngx, check=True)
-    try:
-        for _ in range(600):
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{args.port}/v1/models", timeout=5).status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
+    with ngx:
+        ngx.wait_ready("/v1/models", tries=600, every=0.2)
         run_batch(args.port, args, "none", -1)   # warm-up
         best = {}
         for rnd in range(args.rounds):
@@ -133,8 +104,6 @@ def main():
               f"{args.tokens} tokens each, best of {args.rounds} interleaved rounds; load {open('/proc/loadavg').read().split()[:3]}")
         for v in ("none", "half", "all"):
             print(f"{v:5s} {best[v]:8.1f} output tok/s  ratio {best[v] / best['none']:.3f}")
-    finally:
-        subprocess.run(ngx + ["-s", "stop"])
 
 
 if __name__ == "__main__":

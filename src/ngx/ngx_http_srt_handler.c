@@ -187,10 +187,14 @@ ngx_http_srt_handler(ngx_http_request_t *r)
 }
 
 
-/* Body bytes, wherever nginx put them (memory or a temp file), NUL-terminated. */
+/*
+ * The request body, wherever nginx put it (memory or a temp file),
+ * NUL-terminated (*len without the NUL): "" without one, NULL on a read error
+ * or when it is over max bytes (it is then not read).
+ */
 
-static u_char *
-ngx_http_srt_body(ngx_http_request_t *r, size_t *len)
+u_char *
+ngx_http_srt_body(ngx_http_request_t *r, size_t max, size_t *len)
 {
     u_char       *buf, *p;
     size_t        size;
@@ -208,6 +212,10 @@ ngx_http_srt_body(ngx_http_request_t *r, size_t *len)
         b = cl->buf;
         size += b->in_file ? (size_t) (b->file_last - b->file_pos)
                            : (size_t) (b->last - b->pos);
+    }
+
+    if (size > max) {
+        return NULL;
     }
 
     buf = ngx_pnalloc(r->pool, size + 1);
@@ -351,7 +359,7 @@ ngx_http_srt_body_handler(ngx_http_request_t *r)
     len = 0;
 
     if (ctx->parse == NULL) {
-        body = ngx_http_srt_body(r, &len);
+        body = ngx_http_srt_body(r, NGX_MAX_SIZE_T_VALUE, &len);
         if (body == NULL) {
             ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
             return;

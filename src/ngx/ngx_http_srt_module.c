@@ -41,9 +41,7 @@ static char *ngx_http_srt_request_hooks(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_control_vector(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_srt_admin(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-static char *ngx_http_srt_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+static char *ngx_http_srt_set_handler(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_set_file(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -129,6 +127,12 @@ static ngx_http_srt_num_bounds_t  ngx_http_srt_tp_bounds = {
 static ngx_http_srt_num_bounds_t  ngx_http_srt_page_bounds = {
     1, 4096, "an integer between 1 and 4096", ngx_null_string, 0
 };
+
+
+static ngx_http_handler_pt  ngx_http_srt_admin_post =
+    ngx_http_srt_admin_handler;
+static ngx_http_handler_pt  ngx_http_srt_metrics_post =
+    ngx_http_srt_metrics_handler;
 
 
 static ngx_command_t  ngx_http_srt_commands[] = {
@@ -338,17 +342,17 @@ static ngx_command_t  ngx_http_srt_commands[] = {
 
     { ngx_string("srt_admin"),
       NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
-      ngx_http_srt_admin,
+      ngx_http_srt_set_handler,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      NULL },
+      &ngx_http_srt_admin_post },
 
     { ngx_string("srt_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
-      ngx_http_srt_metrics,
+      ngx_http_srt_set_handler,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      NULL },
+      &ngx_http_srt_metrics_post },
 
     { ngx_string("srt_retry_after"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -1138,17 +1142,20 @@ ngx_http_srt_request_hooks(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* srt_admin, srt_metrics: "on" makes the location's content handler *cmd->post */
+
 static char *
-ngx_http_srt_admin(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_srt_set_handler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_str_t                 *value;
+    ngx_http_handler_pt       *handler = cmd->post;
     ngx_http_core_loc_conf_t  *clcf;
 
     value = cf->args->elts;
 
     if (ngx_strcmp(value[1].data, "on") == 0) {
         clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-        clcf->handler = ngx_http_srt_admin_handler;
+        clcf->handler = *handler;
         return NGX_CONF_OK;
     }
 
@@ -1157,34 +1164,8 @@ ngx_http_srt_admin(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "\"srt_admin\" must be \"on\" or \"off\", not \"%V\"",
-                       &value[1]);
-
-    return NGX_CONF_ERROR;
-}
-
-
-static char *
-ngx_http_srt_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_str_t                 *value;
-    ngx_http_core_loc_conf_t  *clcf;
-
-    value = cf->args->elts;
-
-    if (ngx_strcmp(value[1].data, "on") == 0) {
-        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-        clcf->handler = ngx_http_srt_metrics_handler;
-        return NGX_CONF_OK;
-    }
-
-    if (ngx_strcmp(value[1].data, "off") == 0) {
-        return NGX_CONF_OK;
-    }
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "\"srt_metrics\" must be \"on\" or \"off\", not \"%V\"",
-                       &value[1]);
+                       "\"%V\" must be \"on\" or \"off\", not \"%V\"",
+                       &cmd->name, &value[1]);
 
     return NGX_CONF_ERROR;
 }

@@ -244,6 +244,7 @@ ngx_msec_t ngx_http_srt_sched_stale(ngx_http_srt_model_t *m);
 ngx_int_t ngx_http_srt_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *param, const char *code, const char *fmt, ...);
 ngx_int_t ngx_http_srt_retry(ngx_http_srt_ctx_t *ctx);
+u_char *ngx_http_srt_body(ngx_http_request_t *r, size_t max, size_t *len);
 
 /* ngx_http_srt_admin.c */
 ngx_int_t ngx_http_srt_admin_handler(ngx_http_request_t *r);
@@ -254,6 +255,7 @@ ngx_int_t ngx_http_srt_parse_request(ngx_http_request_t *r,
     ngx_http_srt_model_t *m, u_char *body, size_t len,
     ngx_http_srt_params_t *p, ngx_http_srt_parse_t **parked,
     ngx_uint_t *status, const char **param, char *errbuf, size_t errlen);
+yajl_val ngx_http_srt_member(yajl_val obj, const char *key);
 
 /* ngx_http_srt_response.c */
 #define NGX_HTTP_SRT_WAIT  NGX_BUSY   /* pump: still generating */

@@ -458,6 +458,10 @@ ngx_http_srt_gen_val(yajl_gen g, yajl_val v)
     size_t           i;
     yajl_gen_status  st;
 
+    if (v == NULL) {
+        return yajl_gen_null(g);
+    }
+
     switch (v->type) {
 
     case yajl_t_string:
@@ -1158,7 +1162,7 @@ ngx_http_srt_grammar_string(ngx_http_srt_parse_t *ps, yajl_val v,
 }
 
 
-static yajl_val
+yajl_val
 ngx_http_srt_member(yajl_val obj, const char *key)
 {
     size_t  i;

@@ -518,70 +518,6 @@ ngx_http_srt_aff_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
 /* ---- the request's key: its prompt as token ids, hashed per block ---- */
 
-static yajl_val
-ngx_http_srt_aff_field(yajl_val obj, const char *key)
-{
-    size_t  i;
-
-    if (!YAJL_IS_OBJECT(obj)) {
-        return NULL;
-    }
-
-    for (i = 0; i < obj->u.object.len; i++) {
-        if (ngx_strcmp(obj->u.object.keys[i], key) == 0) {
-            return obj->u.object.values[i];
-        }
-    }
-
-    return NULL;
-}
-
-
-static void
-ngx_http_srt_aff_gen_str(yajl_gen g, const char *s)
-{
-    yajl_gen_string(g, (const unsigned char *) s, ngx_strlen(s));
-}
-
-
-static void
-ngx_http_srt_aff_gen_val(yajl_gen g, yajl_val v)
-{
-    size_t  i;
-
-    if (YAJL_IS_STRING(v)) {
-        ngx_http_srt_aff_gen_str(g, v->u.string);
-
-    } else if (YAJL_IS_NUMBER(v)) {
-        yajl_gen_number(g, v->u.number.r, ngx_strlen(v->u.number.r));
-
-    } else if (YAJL_IS_OBJECT(v)) {
-        yajl_gen_map_open(g);
-        for (i = 0; i < v->u.object.len; i++) {
-            ngx_http_srt_aff_gen_str(g, v->u.object.keys[i]);
-            ngx_http_srt_aff_gen_val(g, v->u.object.values[i]);
-        }
-        yajl_gen_map_close(g);
-
-    } else if (YAJL_IS_ARRAY(v)) {
-        yajl_gen_array_open(g);
-        for (i = 0; i < v->u.array.len; i++) {
-            ngx_http_srt_aff_gen_val(g, v->u.array.values[i]);
-        }
-        yajl_gen_array_close(g);
-
-    } else if (YAJL_IS_TRUE(v)) {
-        yajl_gen_bool(g, 1);
-
-    } else if (YAJL_IS_FALSE(v)) {
-        yajl_gen_bool(g, 0);
-
-    } else {
-        yajl_gen_null(g);
-    }
-}
-
-
 /* A message as the node's worker hands it to the template: content parts joined. */
 
 static void
@@ -596,17 +532,17 @@ ngx_http_srt_aff_gen_message(yajl_gen g, yajl_val msg)
 
     for (i = 0; i < msg->u.object.len; i++) {
         if (ngx_strcmp(msg->u.object.keys[i], "content") != 0) {
-            ngx_http_srt_aff_gen_str(g, msg->u.object.keys[i]);
-            ngx_http_srt_aff_gen_val(g, msg->u.object.values[i]);
+            ngx_http_srt_gen_str(g, msg->u.object.keys[i]);
+            ngx_http_srt_gen_val(g, msg->u.object.values[i]);
         }
     }
 
-    ngx_http_srt_aff_gen_str(g, "content");
+    ngx_http_srt_gen_str(g, "content");
 
-    content = ngx_http_srt_aff_field(msg, "content");
+    content = ngx_http_srt_member(msg, "content");
 
     if (!YAJL_IS_ARRAY(content)) {
-        ngx_http_srt_aff_gen_val(g, content);
+        ngx_http_srt_gen_val(g, content);
         yajl_gen_map_close(g);
         return;
     }
@@ -614,7 +550,7 @@ ngx_http_srt_aff_gen_message(yajl_gen g, yajl_val msg)
     total = 0;
     for (j = 0; j < content->u.array.len; j++) {
         part = content->u.array.values[j];
-        text = ngx_http_srt_aff_field(part, "text");
+        text = ngx_http_srt_member(part, "text");
         if (YAJL_IS_STRING(text)) {
             total += ngx_strlen(text->u.string);
         }
@@ -629,14 +565,14 @@ ngx_http_srt_aff_gen_message(yajl_gen g, yajl_val msg)
 
     p = buf;
     for (j = 0; j < content->u.array.len; j++) {
-        text = ngx_http_srt_aff_field(content->u.array.values[j], "text");
+        text = ngx_http_srt_member(content->u.array.values[j], "text");
         if (YAJL_IS_STRING(text)) {
             p = ngx_cpymem(p, text->u.string, ngx_strlen(text->u.string));
         }
     }
     *p = '\0';
 
-    ngx_http_srt_aff_gen_str(g, (char *) buf);
+    ngx_http_srt_gen_str(g, (char *) buf);
     free(buf);
 
     yajl_gen_map_close(g);
@@ -658,7 +594,7 @@ ngx_http_srt_aff_tokens(ngx_http_srt_aff_conf_t *acf, yajl_val root,
     yajl_val              v, e;
     const unsigned char  *ctx;
 
-    v = ngx_http_srt_aff_field(root, "messages");
+    v = ngx_http_srt_member(root, "messages");
 
     if (v != NULL) {
         if (acf->tmpl == NULL || !YAJL_IS_ARRAY(v)) {
@@ -677,16 +613,16 @@ ngx_http_srt_aff_tokens(ngx_http_srt_aff_conf_t *acf, yajl_val root,
         }
 
         yajl_gen_map_open(g);
-        ngx_http_srt_aff_gen_str(g, "messages");
+        ngx_http_srt_gen_str(g, "messages");
         yajl_gen_array_open(g);
         for (i = 0; i < v->u.array.len; i++) {
             ngx_http_srt_aff_gen_message(g, v->u.array.values[i]);
         }
         yajl_gen_array_close(g);
         (void) srt_chat_context_gen_common(g, acf->bos_token, acf->eos_token);
-        ngx_http_srt_aff_gen_str(g, "tools");
-        ngx_http_srt_aff_gen_val(g, ngx_http_srt_aff_field(root, "tools"));
-        ngx_http_srt_aff_gen_str(g, "documents");
+        ngx_http_srt_gen_str(g, "tools");
+        ngx_http_srt_gen_val(g, ngx_http_srt_member(root, "tools"));
+        ngx_http_srt_gen_str(g, "documents");
         yajl_gen_null(g);
         yajl_gen_map_close(g);
 
@@ -708,7 +644,7 @@ ngx_http_srt_aff_tokens(ngx_http_srt_aff_conf_t *acf, yajl_val root,
         return rc == SRT_OK ? NGX_OK : NGX_DECLINED;
     }
 
-    v = ngx_http_srt_aff_field(root, "prompt");
+    v = ngx_http_srt_member(root, "prompt");
 
     if (YAJL_IS_ARRAY(v) && v->u.array.len == 1
         && (YAJL_IS_STRING(v->u.array.values[0])
@@ -747,60 +683,6 @@ ngx_http_srt_aff_tokens(ngx_http_srt_aff_conf_t *acf, yajl_val root,
     *n = v->u.array.len;
 
     return NGX_OK;
-}
-
-
-/* The body proxy_pass has read, as one string (it may be in a temp file). */
-
-static u_char *
-ngx_http_srt_aff_body(ngx_http_request_t *r, size_t *len)
-{
-    off_t         size;
-    u_char       *body, *p;
-    ssize_t       n;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-
-    if (r->request_body == NULL || r->request_body->bufs == NULL) {
-        return NULL;
-    }
-
-    size = 0;
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        size += ngx_buf_size(cl->buf);
-    }
-
-    if (size == 0 || size > NGX_HTTP_SRT_AFF_MAX_BODY) {
-        return NULL;
-    }
-
-    body = ngx_pnalloc(r->pool, size + 1);
-    if (body == NULL) {
-        return NULL;
-    }
-
-    p = body;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        b = cl->buf;
-
-        if (b->in_file) {
-            n = ngx_read_file(b->file, p, b->file_last - b->file_pos,
-                              b->file_pos);
-            if (n != b->file_last - b->file_pos) {
-                return NULL;
-            }
-            p += n;
-
-        } else {
-            p = ngx_cpymem(p, b->pos, b->last - b->pos);
-        }
-    }
-
-    *p = '\0';
-    *len = p - body;
-
-    return body;
 }
 
 
@@ -864,7 +746,7 @@ ngx_http_srt_aff_namespace(yajl_val root)
     h = 0xcbf29ce484222325ULL;
 
     for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        v = ngx_http_srt_aff_field(root, keys[i]);
+        v = ngx_http_srt_member(root, keys[i]);
         if (v == NULL || YAJL_IS_NULL(v)) {
             continue;
         }
@@ -875,8 +757,8 @@ ngx_http_srt_aff_namespace(yajl_val root)
         }
 
         yajl_gen_array_open(g);
-        ngx_http_srt_aff_gen_str(g, keys[i]);
-        ngx_http_srt_aff_gen_val(g, v);
+        ngx_http_srt_gen_str(g, keys[i]);
+        ngx_http_srt_gen_val(g, v);
         yajl_gen_array_close(g);
 
         if (yajl_gen_get_buf(g, &buf, &len) == yajl_gen_status_ok) {
@@ -923,8 +805,11 @@ ngx_http_srt_aff_init_peer(ngx_http_request_t *r,
 
     ngx_http_set_ctx(r, ad, ngx_http_srt_upstream_module);
 
-    body = ngx_http_srt_aff_body(r, &len);
-    if (body == NULL || srt_json_depth((char *) body, len) > SRT_JSON_MAX_DEPTH) {
+    /* proxy_pass has read the body (it may be in a temp file) */
+    body = ngx_http_srt_body(r, NGX_HTTP_SRT_AFF_MAX_BODY, &len);
+    if (body == NULL || len == 0
+        || srt_json_depth((char *) body, len) > SRT_JSON_MAX_DEPTH)
+    {
         return NGX_OK;
     }
 
