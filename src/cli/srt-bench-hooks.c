@@ -20,6 +20,7 @@
 
 #include "hooks/registry.h"
 #include "srt/model.h"
+#include "srt/sampling.h"
 
 static double now_s(void)
 {
@@ -130,15 +131,6 @@ static double proc_cpu_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int argmax(const float *v, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
-}
-
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *hooks = "none", *search = NULL;
@@ -234,7 +226,7 @@ int main(int argc, char **argv)
         long long c0 = hook_calls;
         double t0 = now_s(), c_0 = proc_cpu_s();
         for (int t = 0; t < ntok - 1; t++) {
-            int32_t tok = argmax(logits, cfg->vocab_size), p = plen + t, one[2] = { 0, 1 }, l = p + 1;
+            int32_t tok = srt_argmax(logits, cfg->vocab_size), p = plen + t, one[2] = { 0, 1 }, l = p + 1;
             sum = (sum ^ (unsigned long long)tok) * 1099511628211ull;
             srt_forward_batch db = { .n_tokens = 1, .token_ids = &tok, .positions = &pos[p],
                                      .out_slots = &slots[p], .n_seqs = 1, .seq_start = one, .seq_len = &l,

@@ -17,21 +17,13 @@
 #include <unistd.h>
 
 #include "sched/tp_group.h"
+#include "srt/sampling.h"
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int32_t argmax(const float *v, int n)
-{
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
 }
 
 /* seconds per all-reduce of n floats (gather: all-gather of n floats per rank) across tp processes */
@@ -144,7 +136,7 @@ int main(int argc, char **argv)
     t0 = now_s();
     for (int step = 0; step < steps; step++) {
         for (int s = 0; s < batch; s++) {
-            next[s] = argmax(logits + (size_t)s * mc->vocab_size, mc->vocab_size);
+            next[s] = srt_argmax(logits + (size_t)s * mc->vocab_size, mc->vocab_size);
             start[s] = s;
             bpos[s] = len[s];
             bslot[s] = ss[s][len[s]];

@@ -301,6 +301,15 @@ static int32_t select_mass(float *pr, int32_t *id, int32_t n, double need)
     return hi;
 }
 
+int32_t srt_argmax(const float *v, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
 int srt_sampler_sample(srt_sampler *s, srt_sampler_ws *ws, float *logits, srt_sample_result *res)
 {
     const srt_sampling_params *p = &s->p;
@@ -325,12 +334,7 @@ int srt_sampler_sample(srt_sampler *s, srt_sampler_ws *ws, float *logits, srt_sa
 
     int32_t tok = 0;
     if (p->temperature == 0.0f || p->top_k == 1) {
-        float best = logits[0];
-        for (int32_t i = 1; i < V; i++)
-            if (logits[i] > best) {
-                best = logits[i];
-                tok = i;
-            }
+        tok = srt_argmax(logits, V);
     } else {
         float *pr = ws->prob;
         int32_t *id = ws->id, n = V;

@@ -29,6 +29,7 @@
 #include <yajl/yajl_tree.h>
 
 #include "srt/model.h"
+#include "srt/sampling.h"
 #include "tap.h"
 
 #define FIX_DIR "t/fixtures/golden"
@@ -75,15 +76,6 @@ static int read_ints(yajl_val a, int32_t *out, int32_t max)
     for (size_t i = 0; i < a->u.array.len; i++)
         out[i] = (int32_t)YAJL_GET_INTEGER(a->u.array.values[i]);
     return (int32_t)a->u.array.len;
-}
-
-static int32_t argmax(const float *v, int32_t n)
-{
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
 }
 
 /* Each case alone: prefill, then greedy decode. */
@@ -137,7 +129,7 @@ static void run_single(const char *name, srt_runner *r, srt_kv_pool *kv, const s
                 logits_ok = 0;
             }
         }
-        int32_t gen[NEW_TOKENS], tok = argmax(logits, c->vocab_size), bad = -1;
+        int32_t gen[NEW_TOKENS], tok = srt_argmax(logits, c->vocab_size), bad = -1;
         for (int step = 0; step < NEW_TOKENS; step++) {
             gen[step] = tok;
             if (bad < 0 && tok != g->greedy[step])
@@ -153,7 +145,7 @@ static void run_single(const char *name, srt_runner *r, srt_kv_pool *kv, const s
                 bad = step;
                 break;
             }
-            tok = argmax(logits, c->vocab_size);
+            tok = srt_argmax(logits, c->vocab_size);
         }
         if (check_greedy) {
             if (!ok(bad < 0, "%s case %d: 32-token greedy continuation identical to HF", name, ci))
@@ -209,7 +201,7 @@ static void run_batched(const char *name, srt_runner *r, srt_kv_pool *kv, const 
     int mismatch_case = -1, mismatch_step = -1;
     for (int step = 0; step < NEW_TOKENS && all_ok; step++) {
         for (int s = 0; s < n; s++) {
-            int32_t g = argmax(logits + (size_t)s * c->vocab_size, c->vocab_size);
+            int32_t g = srt_argmax(logits + (size_t)s * c->vocab_size, c->vocab_size);
             if (g != cs[s].greedy[step] && mismatch_case < 0) {
                 mismatch_case = s;
                 mismatch_step = step;

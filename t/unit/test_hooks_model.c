@@ -7,6 +7,7 @@
 #include "tap.h"
 #include "test_hooks_util.h"
 #include "srt/model.h"
+#include "srt/sampling.h"
 
 #ifndef HOOK_EXAMPLE_LIBDIR
 #define HOOK_EXAMPLE_LIBDIR "build/lib"
@@ -21,15 +22,6 @@ static srt_model *model;
 static srt_runner *runner;
 static const srt_model_config *cfg;
 static uint64_t request_id = 41;
-
-static int argmax(const float *v, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
-}
 
 /* Greedy generation of N_NEW tokens; returns SRT_OK or the runner's error. */
 static int generate(int32_t out[N_NEW], srt_err *err)
@@ -58,7 +50,7 @@ static int generate(int32_t out[N_NEW], srt_err *err)
             goto out;
     }
     for (int t = 0; t < N_NEW; t++) {
-        int32_t tok = argmax(logits, cfg->vocab_size), p = N_PROMPT + t;
+        int32_t tok = srt_argmax(logits, cfg->vocab_size), p = N_PROMPT + t;
         int32_t start[2] = { 0, 1 }, len = p + 1;
         out[t] = tok;
         if (t == N_NEW - 1)

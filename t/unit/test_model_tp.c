@@ -29,6 +29,7 @@
 
 #include "hooks/registry.h"
 #include "srt/backend.h"
+#include "srt/sampling.h"
 #include "srt/comm.h"
 #include "srt/model.h"
 #include "tap.h"
@@ -279,15 +280,6 @@ static double maxdiff(const float *a, const float *b, size_t n)
     return d;
 }
 
-static int32_t argmax(const float *v, int n)
-{
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
-}
-
 static void check(const char *label, const char *path, int size, int n_prompt, const int32_t *ids, double tol)
 {
     srt_model *m = NULL;
@@ -306,7 +298,7 @@ static void check(const char *label, const char *path, int size, int n_prompt, c
     int rc = SRT_OK;
     for (int s = 0; rc == SRT_OK && s < STEPS; s++) {
         rc = run(m, NULL, n_prompt, ids, forced, &ref, msg);
-        forced[s] = argmax(ref.logits + (size_t)s * V, V);
+        forced[s] = srt_argmax(ref.logits + (size_t)s * V, V);
     }
     ok(rc == SRT_OK && ref.pr->emb_lo == 0 && ref.pr->emb_hi == V && ref.pr->lm_hi == V &&
        ref.pr->hook_lm_cols == V && ref.pr->emb_floats == (int64_t)n_prompt * H,
@@ -330,7 +322,7 @@ static void check(const char *label, const char *path, int size, int n_prompt, c
         worst = d > worst ? d : worst;
         same &= memcmp(r0.logits, rk.logits, (size_t)STEPS * V * sizeof(float)) == 0;
         for (int s = 0; s < STEPS; s++)
-            greedy &= argmax(rk.logits + (size_t)s * V, V) == forced[s];
+            greedy &= srt_argmax(rk.logits + (size_t)s * V, V) == forced[s];
         /* the ops saw rows [lo, lo + n) of the stored tensors, nothing else */
         int v = p->emb_lo == lo && p->emb_hi == lo + n && p->lm_lo == lo && p->lm_hi == lo + n &&
                 p->emb_calls == STEPS && p->lm_calls == STEPS && p->stray == 0;

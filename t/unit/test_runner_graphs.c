@@ -28,6 +28,7 @@
 
 #include "hooks/registry.h"
 #include "srt/backend.h"
+#include "srt/sampling.h"
 #include "srt/backend_cuda.h"
 #include "srt/model.h"
 #include "tap.h"
@@ -581,15 +582,6 @@ typedef struct world {
     char        first_count[256];
 } world;
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 /* One step: ids[k] of the sequences, n_new[k] of their tokens (their prompt when they have no
  * context yet, else 1: decode). Runs the three lanes, compares, advances greedily on lane 0. */
 static void step_rows(world *w, const int *ids, int n, int forced_mode, int reversed_rows);
@@ -690,7 +682,7 @@ static void step_rows(world *w, const int *ids, int n, int forced_mode, int reve
         s->len = len[k];
         int row = reversed_rows ? n - 1 - k : k;
         if (s->len < SLOTS_PER)
-            s->toks[s->len] = argmax(w->ln[0].logits + (size_t)row * w->V, w->V);
+            s->toks[s->len] = srt_argmax(w->ln[0].logits + (size_t)row * w->V, w->V);
     }
     w->steps++;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "sched/tp_group.h"
+#include "srt/sampling.h"
 #include "tap.h"
 #include "tiny_model_writer.h"
 
@@ -62,15 +63,6 @@ static void test_wire(void)
     free(buf);
 }
 
-static int32_t argmax(const float *v, int n)
-{
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
-}
-
 /* prefill NP tokens then greedy decode; tp NULL: a plain runner */
 static int generate(srt_model *m, srt_tp_group *tp, float *logits, int32_t *toks, char *msg)
 {
@@ -98,7 +90,7 @@ static int generate(srt_model *m, srt_tp_group *tp, float *logits, int32_t *toks
         float *row = logits + (size_t)s * c->vocab_size;
         if ((tp ? srt_tp_group_forward(tp, r, kv, &b, row, &err) : srt_runner_forward(r, kv, &b, row, &err)) != SRT_OK)
             goto out;
-        toks[s] = argmax(row, c->vocab_size);
+        toks[s] = srt_argmax(row, c->vocab_size);
     }
     rc = SRT_OK;
 out:

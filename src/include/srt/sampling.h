@@ -29,6 +29,9 @@ typedef struct srt_sample_result {
     float   top_logprobs[SRT_REQ_MAX_TOP_LOGPROBS];
 } srt_sample_result;
 
+/* The greedy choice: the first index of the largest of v[0..n) (n >= 1). */
+SRT_API int32_t srt_argmax(const float *v, int32_t n);
+
 /* Scratch shared by the requests sampled on one thread (vocab-sized; no allocation per token). */
 typedef struct srt_sampler_ws srt_sampler_ws;
 SRT_API srt_sampler_ws *srt_sampler_ws_create(int32_t vocab_size);
