@@ -715,7 +715,7 @@ static int bump_fwd(srt_hook *h, const srt_hook_call *c, const srt_module_args *
     hook_calls++;
     return SRT_HOOK_OK;
 }
-static srt_hook bump_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, bump_fwd, NULL, NULL };
+static srt_hook bump_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, bump_fwd, NULL, NULL, NULL, NULL };
 
 static void new_seq(world *w, int id, int plen, unsigned seed)
 {
