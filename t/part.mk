@@ -62,7 +62,8 @@ $(BUILD)/t/test_hooks_model: | $(HOOK_EXAMPLES)
 # GPU tests and tools: plain C against libsrt.a (the CUDA plugin is dlopened), so they compile
 # on every machine (`make` builds them: a compile check); they RUN only on a GPU machine,
 # through scripts/gpu-check (test_nccl: stage nccl). Not in UNIT_TESTS.
-GPU_TESTS := $(BUILD)/t/gpu/test_kernels $(BUILD)/t/gpu/gpu_generate $(BUILD)/t/gpu/test_nccl
+GPU_TESTS := $(BUILD)/t/gpu/test_kernels $(BUILD)/t/gpu/gpu_generate $(BUILD)/t/gpu/test_nccl \
+             $(BUILD)/t/gpu/test_device_hooks
 EXTRA_ALL += $(GPU_TESTS)
 $(BUILD)/t/gpu/%: t/gpu/%.c $(BUILD)/libsrt.a
 	@mkdir -p $(dir $@)
