@@ -57,6 +57,8 @@ $(BUILD)/t/test_hooks: | $(HOOK_TEST_LIBS)
 CFLAGS_t_unit_test_hooks_examples := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
 $(BUILD)/t/test_hooks_examples: | $(HOOK_EXAMPLES)
 CFLAGS_t_unit_test_hooks_model := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
+CFLAGS_t_unit_test_tp_group := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
+$(BUILD)/t/test_tp_group: | $(HOOK_EXAMPLES)
 $(BUILD)/t/test_hooks_model: | $(HOOK_EXAMPLES)
 
 # GPU tests and tools: plain C against libsrt.a (the CUDA plugin is dlopened), so they compile

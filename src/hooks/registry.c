@@ -1018,6 +1018,11 @@ void srt_hook_request_end(srt_hook_registry *reg, uint64_t request_id)
     }
 }
 
+int srt_hook_request_selected(const srt_hook_registry *reg, uint64_t request_id)
+{
+    return reg != NULL && srt_hook_req_find(&reg->reqs, request_id) != NULL;
+}
+
 /* ---- a backend's memory for hooks ---------------------------------------------------- */
 
 static int backend_d2h(void *dst, const void *src, size_t n, void *ctx)

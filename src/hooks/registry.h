@@ -128,6 +128,8 @@ int srt_hook_spec_file_has_per_request(const char *path, const char *name, srt_e
 int  srt_hook_request_begin(srt_hook_registry *reg, uint64_t request_id,
                             const srt_request_hooks *sel, srt_err *err);
 void srt_hook_request_end(srt_hook_registry *reg, uint64_t request_id);
+/* 1 when request_id has a live selection (begin succeeded with at least one hook). */
+int  srt_hook_request_selected(const srt_hook_registry *reg, uint64_t request_id);
 
 /* Control vectors (srt_control_vector): llama.cpp's control-vector GGUF ("direction.N", F32,
  * N >= 1) added, times scale, to the output of model.layers.N for N in
