@@ -1,4 +1,8 @@
-/* ngx_srt forward-hook ABI (public, versioned).
+/* FROZEN TEST FIXTURE: src/include/srt_hooks.h as it was at hook ABI 1.0 (git show 49e3ecf^:src/include/srt_hooks.h),
+ * kept verbatim so that t/unit/abi10/hook_abi10.c is a library really built against 1.0: the copy
+ * is the point (never edit it, never include it from anything else).
+ *
+ * ngx_srt forward-hook ABI (public, versioned).
  *
  * A hook library is a shared object that says which ABI it was built against and exports
  * factories:
