@@ -38,12 +38,12 @@ static int model_forward(void *self, const srt_forward_batch *b, float *logits, 
 
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
                                int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
-                               srt_sched_model_runner **out, srt_err *err);
+                               srt_hook_registry *hooks, srt_sched_model_runner **out, srt_err *err);
 
 int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
                                   srt_sched_model_runner **out, srt_err *err)
 {
-    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, out, err);
+    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, NULL, out, err);
 }
 
 /* cuda: the runner and its KV pool (bf16) on the CUDA backend; graphs: SRT_RUNNER_GRAPHS_*;
@@ -51,7 +51,7 @@ int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int
  * 1 + the KV pool's srt_dtype (srt_kv_cache_dtype) */
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
                                int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
-                               srt_sched_model_runner **out, srt_err *err)
+                               srt_hook_registry *hooks, srt_sched_model_runner **out, srt_err *err)
 {
     srt_sched_model_runner *mr = calloc(1, sizeof *mr);
     *out = NULL;
@@ -78,6 +78,10 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
         srt_sched_model_runner_free(mr);
         return SRT_ERROR;
     }
+    /* hooks on device memory, and device hooks (ABI 1.1) on the backend's stream, before the
+     * warm-up: graphs captured now hold the device hooks' work */
+    if (cuda && hooks)
+        srt_hook_registry_use_backend(hooks, srt_runner_backend(mr->runner));
     if (cuda && !tp) {   /* every decode batch size's CUDA graph now, not at its first step */
         srt_runner_graph_stats g0, g1;
         srt_err we = { { 0 } };
@@ -448,11 +452,8 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     }
     if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static,
                             cc->cuda_graph < 0 ? SRT_RUNNER_GRAPHS_OFF : SRT_RUNNER_GRAPHS_AUTO,
-                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), &mr, err) != SRT_OK)
+                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), hooks, &mr, err) != SRT_OK)
         goto fail;
-    if (cuda && hooks) {
-        srt_hook_registry_use_backend(hooks, srt_runner_backend(mr->runner));
-    }
     /* a hook with only a device entry (ABI 1.1) cannot run without the backend's stream */
     if (hooks && srt_hook_registry_check_entries(hooks, err) != SRT_OK)
         goto fail;
