@@ -38,7 +38,7 @@ PROMPTS = [
     "The three primary colors are",
 ]
 # (scale, layer start, layer end): llama.cpp's defaults are 1 and n_layer for 0 0 (here: "all")
-CASES = [(0.0, 3, 12), (1.0, 3, 12), (2.0, 3, 12), (-2.0, 3, 12), (1.0, 0, 0)]
+CASES = [(0.0, 3, 12), (0.5, 3, 12), (1.0, 3, 12), (2.0, 3, 12), (0.5, 0, 0)]
 
 
 def tokenize(texts):
