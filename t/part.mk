@@ -34,7 +34,7 @@ $(BUILD)/t/test_nccl_comm: | $(FAKE_NCCL_LIBS) $(BUILD)/t/gpu/test_nccl
 # Hook libraries written against the public header only, and the tests that dlopen them.
 HOOK_TEST_LIBDIR := $(abspath $(BUILD))/t/hooklib
 HOOK_TEST_LIBS   := $(BUILD)/t/hooklib/libtesthooks.so $(BUILD)/t/hooklib/libbadabi.so \
-                    $(BUILD)/t/hooklib/libnoabi.so
+                    $(BUILD)/t/hooklib/libnoabi.so $(BUILD)/t/hooklib/libabi10.so
 EXTRA_ALL += $(HOOK_TEST_LIBS)
 $(BUILD)/t/hooklib/libtesthooks.so: t/unit/test_hooks_lib.c src/include/srt_hooks.h
 	@mkdir -p $(dir $@)
@@ -42,21 +42,30 @@ $(BUILD)/t/hooklib/libtesthooks.so: t/unit/test_hooks_lib.c src/include/srt_hook
 $(BUILD)/t/hooklib/libbadabi.so: t/unit/test_hooks_badabi.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -o $@ $<
+# built against the 1.0 header (t/unit/abi10/srt_hooks.h, found first: the source's directory)
+$(BUILD)/t/hooklib/libabi10.so: t/unit/abi10/hook_abi10.c t/unit/abi10/srt_hooks.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -o $@ $<
 $(BUILD)/t/hooklib/libnoabi.so: t/unit/test_hooks_noabi.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -o $@ $<
 CFLAGS_t_unit_test_hooks := -DHOOK_TEST_LIBDIR='"$(HOOK_TEST_LIBDIR)"'
+CFLAGS_t_unit_test_runner_graphs := -DHOOK_TEST_LIBDIR='"$(HOOK_TEST_LIBDIR)"'
+$(BUILD)/t/test_runner_graphs: | $(HOOK_TEST_LIBS)
 $(BUILD)/t/test_hooks: | $(HOOK_TEST_LIBS)
 # the example libraries come from src/hooks/part.mk
 CFLAGS_t_unit_test_hooks_examples := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
 $(BUILD)/t/test_hooks_examples: | $(HOOK_EXAMPLES)
 CFLAGS_t_unit_test_hooks_model := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
+CFLAGS_t_unit_test_tp_group := -DHOOK_EXAMPLE_LIBDIR='"$(abspath $(BUILD))/lib"'
+$(BUILD)/t/test_tp_group: | $(HOOK_EXAMPLES)
 $(BUILD)/t/test_hooks_model: | $(HOOK_EXAMPLES)
 
 # GPU tests and tools: plain C against libsrt.a (the CUDA plugin is dlopened), so they compile
 # on every machine (`make` builds them: a compile check); they RUN only on a GPU machine,
 # through scripts/gpu-check (test_nccl: stage nccl). Not in UNIT_TESTS.
-GPU_TESTS := $(BUILD)/t/gpu/test_kernels $(BUILD)/t/gpu/gpu_generate $(BUILD)/t/gpu/test_nccl
+GPU_TESTS := $(BUILD)/t/gpu/test_kernels $(BUILD)/t/gpu/gpu_generate $(BUILD)/t/gpu/test_nccl \
+             $(BUILD)/t/gpu/test_device_hooks
 EXTRA_ALL += $(GPU_TESTS)
 $(BUILD)/t/gpu/%: t/gpu/%.c $(BUILD)/libsrt.a
 	@mkdir -p $(dir $@)

@@ -38,12 +38,12 @@ static int model_forward(void *self, const srt_forward_batch *b, float *logits, 
 
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
                                int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
-                               srt_sched_model_runner **out, srt_err *err);
+                               srt_hook_registry *hooks, srt_sched_model_runner **out, srt_err *err);
 
 int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
                                   srt_sched_model_runner **out, srt_err *err)
 {
-    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, out, err);
+    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, NULL, out, err);
 }
 
 /* cuda: the runner and its KV pool (bf16) on the CUDA backend; graphs: SRT_RUNNER_GRAPHS_*;
@@ -51,7 +51,7 @@ int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int
  * 1 + the KV pool's srt_dtype (srt_kv_cache_dtype) */
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
                                int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
-                               srt_sched_model_runner **out, srt_err *err)
+                               srt_hook_registry *hooks, srt_sched_model_runner **out, srt_err *err)
 {
     srt_sched_model_runner *mr = calloc(1, sizeof *mr);
     *out = NULL;
@@ -78,6 +78,10 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
         srt_sched_model_runner_free(mr);
         return SRT_ERROR;
     }
+    /* hooks on device memory, and device hooks (ABI 1.1) on the backend's stream, before the
+     * warm-up: graphs captured now hold the device hooks' work */
+    if (cuda && hooks)
+        srt_hook_registry_use_backend(hooks, srt_runner_backend(mr->runner));
     if (cuda && !tp) {   /* every decode batch size's CUDA graph now, not at its first step */
         srt_runner_graph_stats g0, g1;
         srt_err we = { { 0 } };
@@ -204,8 +208,17 @@ typedef struct live_req {
 
 static uint64_t req_id(uint32_t slot, uint32_t gen) { return ((uint64_t)gen << 32) | slot; }
 
+/* A request's hook selection dropped, on every rank at tp > 1. */
+static void request_end(srt_tp_group *tp, srt_hook_registry *hooks, uint64_t id)
+{
+    if (tp)
+        srt_tp_group_request_end(tp, hooks, id);
+    else
+        srt_hook_request_end(hooks, id);
+}
+
 static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live,
-                           srt_hook_registry *hooks)
+                           srt_hook_registry *hooks, srt_tp_group *tp)
 {
     int n;
     const srt_sched_event *ev = srt_sched_events(s, &n);
@@ -220,7 +233,7 @@ static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live
             srt_sched_abort(s, e->id);   /* stale handle or output area full */
         }
         if (e->finish != SRT_FINISH_NONE) {
-            srt_hook_request_end(hooks, e->id);
+            request_end(tp, hooks, e->id);
             srt_chan_sched_finish(c, slot, gen, e->finish, e->stop_id, (uint32_t)e->cached_tokens,
                                   e->finish == SRT_FINISH_ERROR ? "the model failed on this batch" : NULL);
             for (int k = 0; k < n_live; k++)
@@ -267,7 +280,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                     srt_sched_abort(s, live[k].id);
             while (srt_sched_has_work(s)) {
                 srt_sched_step(s, err);
-                publish_events(c, s, live, n_live, hooks);
+                publish_events(c, s, live, n_live, hooks, tp);
             }
             srt_chan_sched_flush(c);
             break;
@@ -288,12 +301,8 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
             srt_sched_submit_args a = { .id = req_id(rq.slot, rq.gen), .group = rq.group,
                                         .prompt = rq.prompt, .n_prompt = (int32_t)rq.n_prompt,
                                         .sampling = &sp, .cache_ns = rq.rq->cache_ns };
-            if (tp && rq.rq->hooks.n != 0) {
-                srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0,
-                                      "per-request hooks are not available with srt_tp_size > 1 yet");
-                continue;
-            }
-            if (srt_hook_request_begin(hooks, a.id, &rq.rq->hooks, &e2) != SRT_OK) {
+            if ((tp ? srt_tp_group_request_begin(tp, hooks, a.id, &rq.rq->hooks, &e2)
+                    : srt_hook_request_begin(hooks, a.id, &rq.rq->hooks, &e2)) != SRT_OK) {
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
             }
@@ -302,7 +311,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                 if (a.grammar == NULL) {
                     if (!gc)
                         srt_err_set(&e2, "out of memory for structured output");
-                    srt_hook_request_end(hooks, a.id);
+                    request_end(tp, hooks, a.id);
                     srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                     continue;
                 }
@@ -310,7 +319,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
             srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
             srt_grammar_free(a.grammar);     /* the request's matcher holds its own reference */
             if (st != SRT_SCHED_SUBMIT_OK)
-                srt_hook_request_end(hooks, a.id);
+                request_end(tp, hooks, a.id);
             if (st != SRT_SCHED_SUBMIT_OK) {
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
@@ -330,7 +339,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
         if (srt_sched_has_work(s)) {
             if (srt_sched_step(s, err) < 0)
                 srt_log(SRT_LOG_ERROR, "scheduler step: %s", err->msg);
-            publish_events(c, s, live, n_live, hooks);
+            publish_events(c, s, live, n_live, hooks, tp);
             if (tp && srt_tp_group_check(tp, err) != SRT_OK)
                 return tp_group_lost(c, live, n_live, err);
             srt_chan_sched_flush(c);
@@ -382,10 +391,15 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
 
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_LOADING, "loading the model", NULL);
     int cuda = 0;
+    srt_control_vector_opts co = { .path = cc->cvec_path, .name = cc->cvec_name,
+                                   .scale = cc->cvec_scale, .layer_start = cc->cvec_layer_start,
+                                   .layer_end = cc->cvec_layer_end,
+                                   .per_request = cc->cvec_per_request };
     if (cc->tp_size > 1) {
         /* the ranks fork before anything is loaded or any device is touched */
         srt_tp_group_opts to = { .size = cc->tp_size, .model_path = cc->model_path, .hooks_path = cc->hooks_path,
-                                 .hooks_search = cc->hooks_search, .n_threads = cc->threads };
+                                 .hooks_search = cc->hooks_search, .n_threads = cc->threads,
+                                 .cvec = cc->cvec_path[0] ? &co : NULL };
         if (srt_tp_group_start(&to, &tp, err) != SRT_OK)
             goto fail;
     }
@@ -425,16 +439,10 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     if (cc->cvec_path[0]) {
         int n_mod;
         srt_module *mods = srt_model_modules(m, &n_mod);
-        srt_control_vector_opts co = { .path = cc->cvec_path, .name = cc->cvec_name,
-                                       .scale = cc->cvec_scale, .layer_start = cc->cvec_layer_start,
-                                       .layer_end = cc->cvec_layer_end,
-                                       .per_request = cc->cvec_per_request };
-        if (tp) {
-            srt_err_set(err, "srt_control_vector: not available with srt_tp_size > 1 yet");
-            goto fail;
-        }
         if (!hooks && !(hooks = srt_hook_registry_create(mods, n_mod, err)))
             goto fail;
+        if (tp)
+            srt_hook_registry_set_tp(hooks, 0, cc->tp_size);
         if (srt_hook_control_vector_load(hooks, &co, srt_model_config_of(m)->n_layers, err) != SRT_OK)
             goto fail;
     }
@@ -444,11 +452,11 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     }
     if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static,
                             cc->cuda_graph < 0 ? SRT_RUNNER_GRAPHS_OFF : SRT_RUNNER_GRAPHS_AUTO,
-                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), &mr, err) != SRT_OK)
+                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), hooks, &mr, err) != SRT_OK)
         goto fail;
-    if (cuda && hooks) {
-        srt_hook_registry_use_backend(hooks, srt_runner_backend(mr->runner));
-    }
+    /* a hook with only a device entry (ABI 1.1) cannot run without the backend's stream */
+    if (hooks && srt_hook_registry_check_entries(hooks, err) != SRT_OK)
+        goto fail;
     srt_sched_runner runner = srt_sched_model_runner_iface(mr);
     if (srt_sched_create(&cfg, &runner, &s, err) != SRT_OK)
         goto fail;

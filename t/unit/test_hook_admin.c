@@ -60,7 +60,7 @@ int main(void)
     }
     srt_hook_registry *reg = srt_hook_registry_create(mods, 3, &err);
     ok(reg != NULL, "registry");
-    srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, noop, NULL, NULL };
+    srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, noop, NULL, NULL, NULL, NULL };
     srt_hook hook2 = hook;
     srt_hook_attach_opts oa = { .name = "a" }, ob = { .name = "b" };
     ok(srt_hook_attach(reg, "model.layers.0", &hook, &oa, &err) == 1, "hook 1 attached");
