@@ -636,8 +636,53 @@ static void nested_task(void *arg, int ith, int nth)
     srt_threadpool_run(n->tp, probe_task, &n->inner[ith]);
 }
 
+typedef struct { int hits[256]; int bad_ith; int nth; } items_probe;
+
+static void items_task(void *arg, int64_t item, int ith)
+{
+    items_probe *p = arg;
+    __atomic_fetch_add(&p->hits[item], 1, __ATOMIC_RELAXED);
+    if (ith < 0 || ith >= p->nth)
+        __atomic_fetch_add(&p->bad_ith, 1, __ATOMIC_RELAXED);
+}
+
+/* Items runs mixed with slice runs: every item exactly once per run, also when the workers
+ * are asleep (they wake into a job that is already closed, or into the next one: a worker
+ * that ran a stale job would count an item of the next probe twice or run a slice twice). */
+static void test_threadpool_items(void)
+{
+    for (int n = 1; n <= 4; n += 3) {
+        srt_threadpool *tp = srt_threadpool_create(n);
+        pool_probe slices;
+        memset(&slices, 0, sizeof(slices));
+        int bad = 0, bad_slices = 0, bad_ith = 0;
+        for (int i = 0; i < 3000; i++) {
+            items_probe p;
+            memset(&p, 0, sizeof(p));
+            p.nth = n;
+            int64_t n_items = i % 7 == 0 ? 1 : (int64_t)(i % 256);
+            srt_threadpool_run_items(tp, items_task, &p, n_items);
+            for (int64_t k = 0; k < 256; k++)
+                bad += p.hits[k] != (k < n_items ? 1 : 0);
+            bad_ith += p.bad_ith;
+            if (i % 3 == 0) {
+                srt_threadpool_run(tp, probe_task, &slices);
+                for (int k = 0; k < n; k++)
+                    bad_slices += slices.hits[k] != i / 3 + 1;
+            }
+            if (i % 500 == 0)
+                usleep(2000);   /* workers fall asleep: they come back late */
+        }
+        is_int(bad, 0, "items: each ran exactly once per run (%d threads)", n);
+        is_int(bad_ith, 0, "items: ith within the pool");
+        is_int(bad_slices, 0, "slice runs between items runs: each slice once");
+        srt_threadpool_free(tp);
+    }
+}
+
 static void test_threadpool(void)
 {
+    test_threadpool_items();
     for (int n = 1; n <= 4; n += 3) {
         srt_threadpool *tp = srt_threadpool_create(n);
         ok(tp && srt_threadpool_size(tp) == n, "pool of %d", n);

@@ -188,46 +188,41 @@ static void item_heads(const attn_job *job, int64_t i, int32_t *t, int32_t *kvh,
 
 static size_t part_stride(const attn_job *job) { return (size_t)job->run * (size_t)(job->a->head_dim + 2); }
 
-static void attn_worker(void *arg, int ith, int nth)
+/* one item: a (token, KV head run) pair, or one key chunk of it when decode is split */
+static void attn_item(void *arg, int64_t i, int ith)
 {
     const attn_job *job = arg;
-    const srt_attn_args *a = job->a;
-    int64_t n = (int64_t)a->batch->n_tokens * a->n_kv_heads * job->runs * job->chunks;
-    /* interleaved: causal items grow with position, so contiguous ranges would be uneven */
-    for (int64_t i = ith; i < n; i += nth) {
-        int32_t t, kvh, h0, nh, c = (int32_t)(i % job->chunks);
-        item_heads(job, i / job->chunks, &t, &kvh, &h0, &nh);
-        if (job->chunks == 1)
-            attend(job, t, kvh, h0, nh, -1, NULL);
-        else if (c < n_chunks_of(a->batch->positions[t] + 1))
-            attend(job, t, kvh, h0, nh, c, job->partial + (size_t)i * part_stride(job));
-    }
+    int32_t t, kvh, h0, nh, c = (int32_t)(i % job->chunks);
+    (void)ith;
+    item_heads(job, i / job->chunks, &t, &kvh, &h0, &nh);
+    if (job->chunks == 1)
+        attend(job, t, kvh, h0, nh, -1, NULL);
+    else if (c < n_chunks_of(job->a->batch->positions[t] + 1))
+        attend(job, t, kvh, h0, nh, c, job->partial + (size_t)i * part_stride(job));
 }
 
 /* split decode: each item's chunk states merged in chunk order, as attend does */
-static void merge_worker(void *arg, int ith, int nth)
+static void merge_item(void *arg, int64_t i, int ith)
 {
     const attn_job *job = arg;
     const srt_attn_args *a = job->a;
     int32_t hd = a->head_dim, run = job->run;
-    int64_t n = (int64_t)a->batch->n_tokens * a->n_kv_heads * job->runs;
-    for (int64_t i = ith; i < n; i += nth) {
-        int32_t t, kvh, h0, nh;
-        item_heads(job, i, &t, &kvh, &h0, &nh);
-        int32_t nc = n_chunks_of(a->batch->positions[t] + 1);
-        for (int32_t h = 0; h < nh; h++) {
-            float *out = a->out + ((size_t)t * a->n_heads + h0 + h) * hd;
-            const float *p = job->partial + (size_t)(i * job->chunks) * part_stride(job);
-            float m = p[(size_t)run * hd + h], s = p[(size_t)run * hd + run + h];
-            memcpy(out, p + (size_t)h * hd, (size_t)hd * sizeof(float));
-            for (int32_t c = 1; c < nc; c++) {
-                p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
-                merge_state(out, &m, &s, p + (size_t)h * hd, p[(size_t)run * hd + h], p[(size_t)run * hd + run + h], hd);
-            }
-            float inv = 1.0f / s;
-            for (int32_t d = 0; d < hd; d++)
-                out[d] *= inv;
+    (void)ith;
+    int32_t t, kvh, h0, nh;
+    item_heads(job, i, &t, &kvh, &h0, &nh);
+    int32_t nc = n_chunks_of(a->batch->positions[t] + 1);
+    for (int32_t h = 0; h < nh; h++) {
+        float *out = a->out + ((size_t)t * a->n_heads + h0 + h) * hd;
+        const float *p = job->partial + (size_t)(i * job->chunks) * part_stride(job);
+        float m = p[(size_t)run * hd + h], s = p[(size_t)run * hd + run + h];
+        memcpy(out, p + (size_t)h * hd, (size_t)hd * sizeof(float));
+        for (int32_t c = 1; c < nc; c++) {
+            p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
+            merge_state(out, &m, &s, p + (size_t)h * hd, p[(size_t)run * hd + h], p[(size_t)run * hd + run + h], hd);
         }
+        float inv = 1.0f / s;
+        for (int32_t d = 0; d < hd; d++)
+            out[d] *= inv;
     }
 }
 
@@ -260,14 +255,9 @@ void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a, float *scratc
         run = (run + 1) / 2;
     attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(), run,
                      (group + run - 1) / run, chunks, scratch };
-    if (tp && nth > 1 && (int64_t)a->batch->n_tokens * a->n_heads * chunks > 1)
-        srt_threadpool_run(tp, attn_worker, &job);
-    else
-        attn_worker(&job, 0, 1);
-    if (chunks > 1) {
-        if (tp && nth > 1 && base * job.runs > 1)
-            srt_threadpool_run(tp, merge_worker, &job);
-        else
-            merge_worker(&job, 0, 1);
-    }
+    /* items claimed one at a time: causal items grow with position, and a thread the OS
+     * runs late finds the rest done (the bits do not depend on who computes an item) */
+    srt_threadpool_run_items(tp, attn_item, &job, base * job.runs * chunks);
+    if (chunks > 1)
+        srt_threadpool_run_items(tp, merge_item, &job, base * job.runs);
 }
