@@ -81,6 +81,7 @@ INLINE uint32_t u16_at(const uint8_t *p)
 INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
 {
     if (fmt == FMT_Q8_0) {
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k))));
         return;
