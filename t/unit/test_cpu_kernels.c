@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/common.h"
 #include "tap.h"
@@ -808,6 +809,45 @@ static void test_elementwise(srt_threadpool *tp)
     free(x); free(out); free(wf); free(wh); free(wb); free(up); free(y);
 }
 
+/* The fused f16 K/V kernels give the bits of converting the row and calling the chosen
+ * dot / axpy per head (attention's results do not move with the fusion), on every path. */
+static void test_f16_heads(void)
+{
+    static const char *paths[] = { "portable", "avx2", "avx512" };
+    static const int64_t ns[] = { 8, 40, 64, 128, 100, 1024 };
+    static float q[4][1024], acc[4][1024], acc2[4][1024], buf[1024];
+    static uint16_t k[1024];
+    for (size_t p = 0; p < 3; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        int bad = 0;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            int64_t n = ns[ni];
+            for (int h = 0; h < 4; h++)
+                for (int64_t i = 0; i < n; i++) {
+                    q[h][i] = frand(-2, 2);
+                    acc[h][i] = acc2[h][i] = frand(-1, 1);
+                }
+            for (int64_t i = 0; i < n; i++)
+                k[i] = srt_f32_to_f16(frand(-3, 3));
+            float out[4 * 5], pr[4 * 5] = { 0.3f, 0, 0, 0, 0, -1.7f, 0, 0, 0, 0, 0.01f, 0, 0, 0, 0, 2.5f };
+            const float *qs[4] = { q[0], q[1], q[2], q[3] };
+            float *accs[4] = { acc[0], acc[1], acc[2], acc[3] };
+            srt_cpu_f16_dot_heads()(qs, 4, k, n, out, 5);
+            srt_cpu_f16_axpy_heads()(accs, pr, 5, 4, k, n);
+            srt_cpu_f16_row()(k, buf, n);
+            for (int h = 0; h < 4; h++) {
+                float want = srt_cpu_dot_f32()(q[h], buf, n);
+                bad += memcmp(&want, &out[h * 5], sizeof want) != 0;
+                srt_cpu_axpy_f32()(acc2[h], pr[h * 5], buf, n);
+                bad += memcmp(acc[h], acc2[h], (size_t)n * sizeof(float)) != 0;
+            }
+        }
+        is_int(bad, 0, "%s: f16 dot/axpy over heads == convert + dot/axpy, bit for bit", paths[p]);
+    }
+    srt_cpu_force_simd("portable");   /* as main left it */
+}
+
 int main(void)
 {
     test_dtype_table();
@@ -826,6 +866,7 @@ int main(void)
     ok(srt_cpu_force_simd("portable") == SRT_OK && !strcmp(srt_cpu_simd_name(), "portable"),
        "portable path can be forced");
     test_threadpool();
+    test_f16_heads();
     test_elementwise(tp);
     srt_threadpool_free(tp);
     return tap_done();

@@ -22,10 +22,11 @@ typedef struct attn_job {
     const srt_attn_args *a;
     srt_dot_f32_fn       dot;
     srt_axpy_f32_fn      axpy;
-    srt_f16_row_fn       f16;
     srt_exp_sum_fn       exp_sum;
     srt_dot_rows_fn      dot_rows;
     srt_axpy_rows_fn     axpy_rows;
+    srt_f16_dot_heads_fn f16_dot;
+    srt_f16_axpy_heads_fn f16_axpy;
     int32_t              run;      /* query heads per item */
     int32_t              runs;     /* items per (token, kv head) */
     int32_t              chunks;   /* key ranges per item (split decode), 1 otherwise */
@@ -78,7 +79,7 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
     int32_t hd = a->head_dim, s = seq_of_token(b, t);
     size_t row = (size_t)a->n_kv_heads * hd;
     const int32_t *slots = b->seq_slots[s];
-    float score[MAX_RUN][KEY_BLOCK], kbuf[1024];
+    float score[MAX_RUN][KEY_BLOCK];
     const float *q[MAX_RUN];
     int f32 = a->kv_dtype == SRT_F32;
 
@@ -103,9 +104,9 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
         }
         for (int32_t j = 0; j < nb && !f32; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            job->f16((const uint16_t *)a->k_cache + off, kbuf, hd);
+            job->f16_dot((const float *const *)q, nh, (const uint16_t *)a->k_cache + off, hd, &score[0][j], KEY_BLOCK);
             for (int32_t i = 0; i < nh; i++)
-                score[i][j] = job->dot(q[i], kbuf, hd) * a->scale;
+                score[i][j] *= a->scale;
         }
         for (int32_t i = 0; i < nh; i++) {
             float bmx = -INFINITY;
@@ -126,11 +127,12 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
             for (int32_t i = 0; i < nh; i++)
                 job->axpy_rows(acc[i], score[i], rows, nb, hd);
         }
+        float *accs[MAX_RUN];
+        for (int32_t i = 0; i < nh; i++)
+            accs[i] = acc[i];
         for (int32_t j = 0; j < nb && !f32; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            job->f16((const uint16_t *)a->v_cache + off, kbuf, hd);
-            for (int32_t i = 0; i < nh; i++)
-                job->axpy(acc[i], score[i][j], kbuf, hd);
+            job->f16_axpy(accs, &score[0][j], KEY_BLOCK, nh, (const uint16_t *)a->v_cache + off, hd);
         }
     }
 }
@@ -253,7 +255,8 @@ void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a, float *scratc
     /* shorter runs when tokens x kv heads leave threads idle (and keys are not split) */
     while (chunks == 1 && run > 1 && base * ((group + run - 1) / run) < 4 * (int64_t)nth)
         run = (run + 1) / 2;
-    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(), run,
+    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(),
+                     srt_cpu_f16_dot_heads(), srt_cpu_f16_axpy_heads(), run,
                      (group + run - 1) / run, chunks, scratch };
     /* items claimed one at a time: causal items grow with position, and a thread the OS
      * runs late finds the rest done (the bits do not depend on who computes an item) */
