@@ -33,8 +33,9 @@
 #define DEC_ITEM_MIN 16     /* decode: fewest rows per work item */
 #define PF_GROUPS 4         /* decode prefetch distance, in groups of DEC_ROWS rows */
 #define PRE_ROWS 16         /* prefill: rows unpacked into scratch per work item */
-#define PRE_TOK 48          /* prefill: tokens per work item (a multiple of PRE_T) */
+#define PRE_TOK 128         /* prefill: tokens per work item (a multiple of PRE_T) */
 #define PRE_T 8             /* prefill micro-kernel: one row x PRE_T tokens */
+#define PRE_SLICE 16        /* prefill: most blocks of a column slice (8 tokens x 512 floats: L1) */
 
 /* Scratch: per thread PRE_ROWS rows of unpacked weights (cols floats of q, then nb scales
  * and nb offsets each), then the block sums of x, transposed: nb x ldt (tokens padded to
@@ -197,15 +198,18 @@ INLINE void kern_dec(int fmt, int T, const uint8_t *const *wr, int nr, size_t st
     }
 }
 
-/* Prefill: one unpacked row (q: cols floats, d and o: nb floats each) x T tokens. */
-INLINE void kern_pre(int fmt, int T, const float *q, const float *dq, const float *o, const float *x,
-                     int64_t ldx, const float *xs, int64_t ldt, int64_t nb, float bias, float *y, int64_t ldy)
+/* Prefill: one unpacked row (q: cols floats, d: nb floats) x T tokens over the blocks
+ * [b0, b1), the T accumulators carried in acc (T x 8 floats) from one column slice to the
+ * next: the blocks still meet each accumulator in order, so the bits do not depend on
+ * the slicing, which only keeps a slice of the token tile in L1 across the rows. */
+INLINE void kern_pre(int T, const float *q, const float *dq, const float *x, int64_t ldx, int64_t b0, int64_t b1,
+                     float *acc_io)
 {
     __m256 acc[PRE_T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++)
-        acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+        acc[t] = b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc_io + 8 * t);
+    for (int64_t b = b0; b < b1; b++) {
         __m256 qv[4] = { _mm256_loadu_ps(q + b * QK), _mm256_loadu_ps(q + b * QK + 8),
                          _mm256_loadu_ps(q + b * QK + 16), _mm256_loadu_ps(q + b * QK + 24) };
         __m256 dv = _mm256_broadcast_ss(dq + b);
@@ -213,25 +217,34 @@ INLINE void kern_pre(int fmt, int T, const float *q, const float *dq, const floa
         for (int t = 0; t < T; t++)
             acc[t] = _mm256_fmadd_ps(block_dot(qv, x + t * ldx + b * QK), dv, acc[t]);
     }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+        _mm256_storeu_ps(acc_io + 8 * t, acc[t]);
+}
+
+/* Prefill: the T outputs of one row from its accumulators, offsets o (nb floats) and
+ * the tokens' block sums. */
+TGT static void pre_finish(int fmt, int T, const float *acc, const float *o, const float *xs, int64_t ldt,
+                           int64_t nb, float bias, float *y, int64_t ldy)
+{
     float ov[8];
     if (fmt != FMT_Q8_0) {
-        /* the offsets of the T tokens in lanes (xs is padded to PRE_T tokens) */
+        /* the offsets of the tokens in lanes (xs is padded to PRE_T tokens) */
         __m256 off = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++)
             off = _mm256_fmadd_ps(_mm256_broadcast_ss(o + b), _mm256_loadu_ps(xs + b * ldt), off);
         _mm256_storeu_ps(ov, off);
     }
-#pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        float v = hsum(acc[t]);
+        float v = hsum(_mm256_loadu_ps(acc + 8 * t));
         if (fmt != FMT_Q8_0)
             v += ov[t];
         y[t * ldy] = v + bias;
     }
 }
 
-#define PRE_CASE(fmt, T) \
-    case T: kern_pre(fmt, T, q, dq, o, x, ldx, xs, ldt, nb, bias, y, ldy); return;
+#define PRE_CASE(T) \
+    case T: kern_pre(T, q, dq, x, ldx, b0, b1, acc); return;
 #define FMT_FNS(fmt)                                                                          \
     TGT static void dec_##fmt(int T, const uint8_t *const *wr, int nr, size_t stride,         \
                               const float *x, int64_t ldx, const float *xs, int64_t ldt,     \
@@ -239,15 +252,6 @@ INLINE void kern_pre(int fmt, int T, const float *q, const float *dq, const floa
     {                                                                                          \
         if (T == 2) kern_dec(fmt, 2, wr, nr, stride, x, ldx, xs, ldt, nb, bias, y, ldy);       \
         else kern_dec(fmt, 1, wr, nr, stride, x, ldx, xs, ldt, nb, bias, y, ldy);              \
-    }                                                                                          \
-    TGT static void pre_##fmt(int T, const float *q, const float *dq, const float *o,         \
-                              const float *x, int64_t ldx, const float *xs, int64_t ldt,     \
-                              int64_t nb, float bias, float *y, int64_t ldy)                  \
-    {                                                                                          \
-        switch (T) {                                                                           \
-        PRE_CASE(fmt, 8) PRE_CASE(fmt, 7) PRE_CASE(fmt, 6) PRE_CASE(fmt, 5)                    \
-        PRE_CASE(fmt, 4) PRE_CASE(fmt, 3) PRE_CASE(fmt, 2) default: PRE_CASE(fmt, 1)           \
-        }                                                                                      \
     }                                                                                          \
     TGT static void unp_##fmt(const uint8_t *row, int64_t nb, float *q, float *dq, float *o)  \
     {                                                                                          \
@@ -263,10 +267,17 @@ FMT_FNS(FMT_Q4_0)
 FMT_FNS(FMT_Q4_1)
 FMT_FNS(FMT_Q8_0)
 
+/* one for every format: the unpacked rows are plain floats */
+TGT static void pre_part(int T, const float *q, const float *dq, const float *x, int64_t ldx, int64_t b0,
+                         int64_t b1, float *acc)
+{
+    switch (T) {
+    PRE_CASE(8) PRE_CASE(7) PRE_CASE(6) PRE_CASE(5) PRE_CASE(4) PRE_CASE(3) PRE_CASE(2) default: PRE_CASE(1)
+    }
+}
+
 typedef void (*dec_fn)(int T, const uint8_t *const *wr, int nr, size_t stride, const float *x, int64_t ldx,
                        const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy);
-typedef void (*pre_fn)(int T, const float *q, const float *dq, const float *o, const float *x, int64_t ldx,
-                       const float *xs, int64_t ldt, int64_t nb, float bias, float *y, int64_t ldy);
 typedef void (*unp_fn)(const uint8_t *row, int64_t nb, float *q, float *dq, float *o);
 
 typedef struct {
@@ -274,8 +285,8 @@ typedef struct {
     const float *bias, *x, *xs;
     float *y;
     int64_t n_tok, nb, ldt;
+    int fmt;
     dec_fn dec;
-    pre_fn pre;
     unp_fn unp;
     float *scratch;              /* per thread: per_thread_floats(cols) */
     int64_t n_rchunk;            /* prefill: row chunks per token block */
@@ -311,11 +322,17 @@ static void pre_item(void *arg, int64_t i, int ith)
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
     for (int64_t r = 0; r < nr; r++)
         j->unp((const uint8_t *)w->data + (size_t)(r0 + r) * w->row_stride, nb, q + r * C, dq + r * nb, o + r * nb);
+    float acc[PRE_ROWS * PRE_T * 8];
+    int64_t n_slices = (nb + PRE_SLICE - 1) / PRE_SLICE, per = (nb + n_slices - 1) / n_slices;
     for (int64_t t = t0; t < t1; t += PRE_T) {
         int nt = t1 - t < PRE_T ? (int)(t1 - t) : PRE_T;
+        for (int64_t b0 = 0; b0 < nb; b0 += per)
+            for (int64_t r = 0; r < nr; r++)
+                pre_part(nt, q + r * C, dq + r * nb, j->x + t * C, C, b0, b0 + per < nb ? b0 + per : nb,
+                         acc + r * PRE_T * 8);
         for (int64_t r = 0; r < nr; r++)
-            j->pre(nt, q + r * C, dq + r * nb, o + r * nb, j->x + t * C, C, j->xs + t, j->ldt, nb,
-                   j->bias ? j->bias[r0 + r] : 0.0f, j->y + t * R + r0 + r, R);
+            pre_finish(j->fmt, nt, acc + r * PRE_T * 8, o + r * nb, j->xs + t, j->ldt, nb,
+                       j->bias ? j->bias[r0 + r] : 0.0f, j->y + t * R + r0 + r, R);
     }
 }
 
@@ -326,9 +343,9 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
     if (!srt_cpu_have_avx2())
         return SRT_ERROR;
     switch (w->dtype) {
-    case SRT_Q4_0: j.dec = dec_FMT_Q4_0; j.pre = pre_FMT_Q4_0; j.unp = unp_FMT_Q4_0; break;
-    case SRT_Q4_1: j.dec = dec_FMT_Q4_1; j.pre = pre_FMT_Q4_1; j.unp = unp_FMT_Q4_1; break;
-    case SRT_Q8_0: j.dec = dec_FMT_Q8_0; j.pre = pre_FMT_Q8_0; j.unp = unp_FMT_Q8_0; break;
+    case SRT_Q4_0: j.fmt = FMT_Q4_0; j.dec = dec_FMT_Q4_0; j.unp = unp_FMT_Q4_0; break;
+    case SRT_Q4_1: j.fmt = FMT_Q4_1; j.dec = dec_FMT_Q4_1; j.unp = unp_FMT_Q4_1; break;
+    case SRT_Q8_0: j.fmt = FMT_Q8_0; j.dec = dec_FMT_Q8_0; j.unp = unp_FMT_Q8_0; break;
     default: return SRT_ERROR;
     }
     if (w->cols % QK || n_tok < 0)
