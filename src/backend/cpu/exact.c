@@ -160,10 +160,16 @@ INLINE void kern_dec(int fmt, int T, const uint8_t *const *wr, int nr, size_t st
      * interleaved streams, which the hardware prefetcher follows badly): prefetch it
      * spread over this loop */
     const char *pf = (const char *)wr[0] + PF_GROUPS * DEC_ROWS * stride;
-    int64_t pf_lines = nr == DEC_ROWS ? ((int64_t)(DEC_ROWS * stride) / 64 + nb - 1) / nb + 1 : 0;
-    for (int64_t b = 0; b < nb; b++) {
-        for (int64_t k = 0; k < pf_lines; k++, pf += 64)
+    /* per block, the group's share of that run: DEC_ROWS blocks' bytes (80 or 136), i.e.
+     * the lines at pf, pf + 64 (and pf + 128 for Q8_0) cover it with pf advancing by it */
+    const size_t pf_step = nr == DEC_ROWS ? DEC_ROWS * bb : 0;
+    for (int64_t b = 0; b < nb; b++, pf += pf_step) {
+        if (pf_step) {
             _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            if (fmt == FMT_Q8_0)
+                _mm_prefetch(pf + 128, _MM_HINT_T0);
+        }
         const uint8_t *blk[DEC_ROWS] = { wr[0] + b * bb, wr[1] + b * bb, wr[2] + b * bb, wr[3] + b * bb };
         __m256 dm = scales4(fmt, blk[0], blk[1], blk[2], blk[3]);
         _Alignas(32) float dms[8];   /* the scales go back to memory: a broadcast from there
