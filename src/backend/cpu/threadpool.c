@@ -232,6 +232,8 @@ void srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int n
     tp->items = 0;
     tp->fn = fn;
     tp->arg = arg;
+    /* closed names a finished job, never this one, also after gen wraps around */
+    atomic_store(&tp->closed, atomic_load_explicit(&tp->gen, memory_order_relaxed));
     atomic_store_explicit(&tp->pending, (uint32_t)(tp->n_threads - 1), memory_order_relaxed);
     atomic_fetch_add(&tp->gen, 1);                 /* seq_cst: pairs with sleepers below */
     if (atomic_load(&tp->sleepers) > 0)
