@@ -110,6 +110,8 @@ struct srt_grammar {
     int32_t                  *clo_off;   /* closure of state s: clo[clo_off[s] .. clo_off[s+1]) */
     int32_t                  *clo;
     uint8_t                  *tail;      /* returning to this state only returns again */
+    uint8_t                  *simple;    /* its closure holds BYTE states only (no call, no end):
+                                            a step into it needs no work list (pda.c) */
     state_cache             **cache;     /* per state and frame kind (2 s + below-is-root), filled
                                             on first use */
     int32_t                   root_end;  /* states below it were built for the root rule */
@@ -135,6 +137,8 @@ typedef struct {
     int32_t   *slots;       /* open addressing, -1 empty */
     uint32_t   mask;
     int32_t   *log;         /* slots filled, in order, to undo past a mark */
+    int32_t   *direct[2];   /* per state, its node over NODE_ROOT / NODE_SENT (-1: none yet): the
+                               frames mask walks create most, found without hashing */
 } node_table;
 
 typedef struct {

@@ -154,6 +154,7 @@ srt_grammar_free(srt_grammar *g)
     free(g->clo_off);
     free(g->clo);
     free(g->tail);
+    free(g->simple);
     free(g);
 }
 
