@@ -172,6 +172,7 @@ int ts_reserve(thread_set *s, int32_t n);
 void ts_free(thread_set *s);
 
 const state_cache *grammar_state_cache(srt_grammar *g, int32_t state, int root);
+void state_cache_free(state_cache *sc);     /* accepts NULL */
 int grammar_finish(srt_grammar *g, const srt_grammar_vocab *v, ast_grammar *ag, srt_grammar **out,
                    srt_err *err);
 
