@@ -342,7 +342,6 @@ int main(void)
     ok(srt_sampling_params_check(&p, V, &err) == SRT_ERROR && strstr(err.msg, "logit_bias"),
        "one logit_bias entry over SRT_REQ_MAX_LOGIT_BIAS is refused: %s", err.msg);
 
-    srt_sampler_ws_free(ws);
     /* srt_sampler_replace_tail (jump-forward): forced tokens join the history and the counts */
     {
         const float pen[V] = { 0, 2.0f, 1.9f, 0, 0, 0, 0, -5.0f };
@@ -376,5 +375,6 @@ int main(void)
            "replace_tail: a stop id among the forced tokens finishes with stop");
         srt_sampler_free(&s);
     }
+    srt_sampler_ws_free(ws);
     return tap_done();
 }
