@@ -11,7 +11,7 @@ UNIT_TESTS += $(addprefix $(BUILD)/t/, \
     test_golden test_loader_gguf test_loader_safetensors test_model_runner test_model_tp \
     test_model_precise test_runner_devpath test_runner_graphs \
     test_sampling \
-    test_sched test_sched_model test_sched_serve test_tp_group \
+    test_sched test_sched_model test_sched_jump test_sched_serve test_tp_group \
     test_chat_template test_ucase \
     test_tokenizer test_tokenizer_errors \
     test_cpu_kernels)

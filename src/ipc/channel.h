@@ -94,6 +94,8 @@ typedef struct srt_chan_config {
     int32_t  context_length;                  /* srt_context_length, 0 = model's own */
     int32_t  max_running_requests;            /* srt_max_running_requests, 0 = auto */
     int32_t  max_queued_requests;             /* srt_max_queued_requests */
+    int32_t  grammar_jump_forward;            /* srt_grammar_jump_forward on|off (here: it fills
+                                                 the hole before the int64, the size stays) */
     int64_t  max_total_tokens;                /* srt_max_total_tokens (KV budget), 0 = auto */
     float    mem_fraction_static;             /* srt_mem_fraction_static, 0 = auto */
     int32_t  chunked_prefill_size;            /* srt_chunked_prefill_size, <= 0 = off */

@@ -265,6 +265,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                  srt_tp_group *tp, grammar_cache *gc, metrics_out *mo, srt_err *err)
 {
     int n_live = cfg->max_running_requests + cfg->max_queued_requests;
+    int cc_jump_forward = srt_chan_get_config(c)->grammar_jump_forward != 0;
     live_req *live = calloc((size_t)n_live, sizeof *live);
     int stepped_since_wait = 0;
 
@@ -316,6 +317,8 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                     continue;
                 }
             }
+            if (a.grammar && cc_jump_forward)
+                a.jump_forward = grammar_cache_tokenizer(gc);
             srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
             srt_grammar_free(a.grammar);     /* the request's matcher holds its own reference */
             if (st != SRT_SCHED_SUBMIT_OK)
