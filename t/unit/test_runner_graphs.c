@@ -1165,7 +1165,7 @@ static void dstep(dworld *w, const int *ids, int n)
     for (int k = 0; k < n; k++) {
         seqst *s = &w->seq[ids[k]];
         s->len = len[k];
-        s->toks[s->len] = argmax(w->logits[0] + (size_t)k * w->V, w->V);
+        s->toks[s->len] = srt_argmax(w->logits[0] + (size_t)k * w->V, w->V);
     }
     w->steps++;
 }

@@ -200,7 +200,7 @@ static int generate_hooked(srt_model *m, srt_tp_group *tp, srt_hook_registry *re
         if ((tp ? srt_tp_group_forward(tp, r, kv, &b, row, &err) : srt_runner_forward(r, kv, &b, row, &err)) != SRT_OK)
             goto out;
         for (int q = 0; q < 2; q++) {
-            toks[s][q] = argmax(row + (size_t)q * c->vocab_size, c->vocab_size);
+            toks[s][q] = srt_argmax(row + (size_t)q * c->vocab_size, c->vocab_size);
             ids[q][len[q]] = toks[s][q];
         }
     }
