@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "ipc/channel.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -124,7 +125,7 @@ struct srt_chan {
     int                   worker_fd;
     int                   send_fd;      /* for ringing others, made on first use */
     int                   lock_fd;      /* the lock_key lock, while owner */
-    int                   sched_lock_fd;/* sock_dir: the channel's scheduler lock, while owner */
+    int                   sched_lock_fd;/* the channel's scheduler lock, while owner */
     pid_t                 self;         /* this process, once it opened its side (getpid() is a syscall) */
     uint64_t              seen_events;  /* scheduler: sched_events when it last looked */
     uint32_t              spin_us;      /* scheduler: busy-wait this long before blocking */
@@ -189,29 +190,21 @@ static float *slot_top_lps(const srt_chan *c, chan_slot *s)
 /* ---- doorbells ---- */
 
 /* A doorbell is a datagram socket named after the channel and its process (0: the
- * scheduler). With a sock_dir it is a file there (only the directory's owner can create
- * one); without, a name in the abstract namespace (tests and tools). */
+ * scheduler): a file in sock_dir, where only the directory's owner can create one. */
 static socklen_t bell_addr(const chan_header *h, struct sockaddr_un *a, pid_t pid)
 {
     int n;
-    char *p = a->sun_path;
-    size_t cap = sizeof(a->sun_path);
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
-    if (h->sock_dir[0] == 0) {
-        p++;            /* abstract: a leading NUL */
-        cap--;
-    }
     if (pid > 0)
-        n = snprintf(p, cap, "%s%s%016llx-w%d", h->sock_dir, h->sock_dir[0] ? "/" : "srt-",
+        n = snprintf(a->sun_path, sizeof(a->sun_path), "%s/%016llx-w%d", h->sock_dir,
                      (unsigned long long)h->chan_id, (int)pid);
     else
-        n = snprintf(p, cap, "%s%s%016llx-sched", h->sock_dir, h->sock_dir[0] ? "/" : "srt-",
+        n = snprintf(a->sun_path, sizeof(a->sun_path), "%s/%016llx-sched", h->sock_dir,
                      (unsigned long long)h->chan_id);
-    if (n < 0 || (size_t)n >= cap)
-        n = (int)cap - 1;   /* cannot happen: sock_dir is bounded */
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - a->sun_path) + (size_t)n
-                       + (h->sock_dir[0] ? 1 : 0));
+    if (n < 0 || (size_t)n >= sizeof(a->sun_path))
+        n = (int)sizeof(a->sun_path) - 1;   /* cannot happen: sock_dir is bounded */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
 }
 
 /* The caller owns the name (a worker its pid; a scheduler holds the channel's lock): a
@@ -223,8 +216,7 @@ static int bell_bind(const chan_header *h, pid_t pid)
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    if (h->sock_dir[0])
-        (void)unlink(a.sun_path);
+    (void)unlink(a.sun_path);
     if (bind(fd, (struct sockaddr *)&a, len) != 0) {
         int e = errno;
         close(fd);
@@ -329,6 +321,9 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
                            (int)cfg->slots, (int)cfg->slot_tokens);
     if (mem == NULL || size < need)
         return srt_err_set(err, "channel: %zu bytes given, %zu needed", size, need);
+    if (cfg->sock_dir[0] != '/' || memchr(cfg->sock_dir, 0, sizeof(cfg->sock_dir)) == NULL)
+        return srt_err_set(err, "channel: sock_dir must be an absolute path of at most %d bytes "
+                           "(a 0700 directory for the doorbells and locks)", SRT_CHAN_SOCK_DIR_MAX - 1);
     memset(mem, 0, need);
     if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
         id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)mem;
@@ -346,7 +341,6 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     h->cfg.hooks_path[SRT_CHAN_PATH_MAX - 1] = 0;
     h->cfg.chat_template[SRT_CHAN_PATH_MAX - 1] = 0;
     h->cfg.hooks_search[SRT_CHAN_PATH_MAX - 1] = 0;
-    h->cfg.sock_dir[SRT_CHAN_SOCK_DIR_MAX - 1] = 0;
     memcpy(h->sock_dir, h->cfg.sock_dir, sizeof(h->sock_dir));
     atomic_store(&h->sched_state, SRT_CHAN_SCHED_NONE);
     atomic_store(&h->next_ticket, 1);
@@ -393,12 +387,10 @@ void srt_chan_detach(srt_chan *c)
     if (c->sched_fd >= 0)
         srt_chan_sched_close(c);
     if (c->worker_fd >= 0) {
+        struct sockaddr_un a;
         close(c->worker_fd);
-        if (c->h->sock_dir[0]) {
-            struct sockaddr_un a;
-            (void)bell_addr(c->h, &a, c->self);
-            (void)unlink(a.sun_path);
-        }
+        (void)bell_addr(c->h, &a, c->self);
+        (void)unlink(a.sun_path);
     }
     if (c->send_fd >= 0)
         close(c->send_fd);
@@ -555,23 +547,33 @@ static int slot_fail(srt_chan *c, chan_slot *s, const char *msg, int only_queued
 
 /* ---- scheduler side ---- */
 
-static int pidfd_wait_exit(pid_t pid, srt_chan *c)
+int srt_chan_sock_dir_make(char *dir, size_t cap, srt_err *err)
 {
-    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-    struct pollfd p;
-    if (fd < 0)
-        return -1;
-    p.fd = fd;
-    p.events = POLLIN;
-    while (!c->stop) {
-        int r = poll(&p, 1, -1);
-        if (r > 0)
-            break;
-        if (r < 0 && errno != EINTR)
-            break;
+    const char *tmp = getenv("TMPDIR");
+    /* "/srt-chan-XXXXXX" + the names in it must fit sun_path: a long $TMPDIR gives way to /tmp */
+    if (tmp == NULL || tmp[0] != '/' || strlen(tmp) + 17 >= SRT_CHAN_SOCK_DIR_MAX)
+        tmp = "/tmp";
+    if (cap < SRT_CHAN_SOCK_DIR_MAX)
+        return srt_err_set(err, "channel: sock_dir buffer of %zu bytes, %d needed", cap,
+                           SRT_CHAN_SOCK_DIR_MAX);
+    snprintf(dir, cap, "%s/srt-chan-XXXXXX", tmp);
+    if (mkdtemp(dir) == NULL)   /* mode 0700, a new name: nobody else's */
+        return srt_err_set(err, "channel: cannot make a directory like \"%s\": %s", dir,
+                           strerror(errno));
+    return SRT_OK;
+}
+
+void srt_chan_sock_dir_remove(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (d != NULL) {
+        while ((e = readdir(d)) != NULL)
+            if (e->d_name[0] != '.')
+                (void)unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
     }
-    close(fd);
-    return 0;
+    (void)rmdir(dir);
 }
 
 void srt_chan_sched_set_lock_key(srt_chan *c, const char *key)
@@ -579,7 +581,7 @@ void srt_chan_sched_set_lock_key(srt_chan *c, const char *key)
     snprintf(c->lock_key, sizeof(c->lock_key), "%.80s", key ? key : "");
 }
 
-/* With a sock_dir, locks are flock()s on files there: the kernel drops one with its
+/* Locks are flock()s on files in sock_dir: the kernel drops one with its
  * process, a waiter blocks in flock() until then, and a stop signal (no SA_RESTART)
  * interrupts the wait. Names come from the caller: '/' becomes '_'. */
 static int file_lock(srt_chan *c, const char *name, int *out, srt_err *err)
@@ -607,61 +609,12 @@ static int file_lock(srt_chan *c, const char *name, int *out, srt_err *err)
     return SRT_OK;
 }
 
-/* Without a sock_dir, the key lock is a listening abstract stream socket: only one process
- * can bind the name, the kernel drops it with its process, and a waiter learns the holder's
- * pid by connecting (SO_PEERCRED), then waits on the holder's pidfd. */
+/* The key lock (srt_chan_sched_set_lock_key) is a file lock in sock_dir. */
 static int key_lock(srt_chan *c, srt_err *err)
 {
-    struct sockaddr_un a;
-    socklen_t len;
-    int n;
-
-    if (c->h->sock_dir[0]) {
-        char name[128];
-        snprintf(name, sizeof(name), "lock-%s", c->lock_key);
-        return file_lock(c, name, &c->lock_fd, err);
-    }
-
-    memset(&a, 0, sizeof(a));
-    a.sun_family = AF_UNIX;
-    n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "srt-lock-%s", c->lock_key);
-    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-
-    for (;;) {
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return srt_err_set(err, "channel: lock socket: %s", strerror(errno));
-        /* waiters connect (never accepted) to learn our pid: room for many of them */
-        if (bind(fd, (struct sockaddr *)&a, len) == 0 && listen(fd, SOMAXCONN) == 0) {
-            c->lock_fd = fd;
-            return SRT_OK;
-        }
-        if (errno != EADDRINUSE) {
-            int e = errno;
-            close(fd);
-            return srt_err_set(err, "channel: lock \"%s\": %s", c->lock_key, strerror(e));
-        }
-        close(fd);
-        if (c->stop)
-            return srt_err_set(err, "channel: stop requested while waiting for the model lock");
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, len) == 0) {
-            struct ucred cred;
-            socklen_t cl = sizeof(cred);
-            pid_t holder = 0;
-            if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-                holder = cred.pid;
-            close(fd);
-            if (holder > 0 && holder != getpid() && pidfd_wait_exit(holder, c) == 0)
-                continue;
-        } else if (fd >= 0) {
-            close(fd);
-        }
-        {
-            struct timespec ts = { 0, 50 * 1000 * 1000 };
-            nanosleep(&ts, NULL); /* holder between bind() and listen(), or just gone */
-        }
-    }
+    char name[128];
+    snprintf(name, sizeof(name), "lock-%s", c->lock_key);
+    return file_lock(c, name, &c->lock_fd, err);
 }
 
 int srt_chan_sched_open(srt_chan *c, srt_err *err)
@@ -669,36 +622,25 @@ int srt_chan_sched_open(srt_chan *c, srt_err *err)
     if (c->lock_key[0] && c->lock_fd < 0 && key_lock(c, err) != SRT_OK)
         return SRT_ERROR;
     /* a file doorbell outlives its process: the channel's own lock says who owns it */
-    if (c->h->sock_dir[0] && c->sched_lock_fd < 0) {
+    if (c->sched_lock_fd < 0) {
         char name[64];
         snprintf(name, sizeof(name), "%016llx-sched.lock", (unsigned long long)c->h->chan_id);
         if (file_lock(c, name, &c->sched_lock_fd, err) != SRT_OK)
             return SRT_ERROR;
     }
-    for (;;) {
-        pid_t owner;
-        int fd;
-        if (c->stop)
-            return srt_err_set(err, "channel: stop requested before the scheduler started");
-        fd = bell_bind(c->h, 0);
-        if (fd >= 0) {
-            c->sched_fd = fd;
-            c->self = getpid();
-            atomic_store(&c->h->sched_pid, c->self);
-            c->spin_us = c->h->cfg.sched_spin_us > 0 ? (uint32_t)c->h->cfg.sched_spin_us : 0;
-            clock_gettime(CLOCK_MONOTONIC, &c->last_reclaim);
-            srt_chan_sched_reclaim(c); /* what a dead predecessor left running */
-            return SRT_OK;
-        }
-        if (errno != EADDRINUSE)
-            return srt_err_set(err, "channel: scheduler doorbell: %s", strerror(errno));
-        /* Another scheduler (the one before a reload) still owns the model: wait for it. */
-        owner = atomic_load(&c->h->sched_pid);
-        if (owner <= 0 || owner == getpid() || pidfd_wait_exit(owner, c) != 0) {
-            struct timespec ts = { 0, 50 * 1000 * 1000 };
-            nanosleep(&ts, NULL); /* owner bound but not yet published its pid */
-        }
-    }
+    /* the lock is ours, so is the name: a file left by a dead predecessor goes first */
+    if (c->stop)
+        return srt_err_set(err, "channel: stop requested before the scheduler started");
+    c->sched_fd = bell_bind(c->h, 0);
+    if (c->sched_fd < 0)
+        return srt_err_set(err, "channel: scheduler doorbell in \"%s\": %s", c->h->sock_dir,
+                           strerror(errno));
+    c->self = getpid();
+    atomic_store(&c->h->sched_pid, c->self);
+    c->spin_us = c->h->cfg.sched_spin_us > 0 ? (uint32_t)c->h->cfg.sched_spin_us : 0;
+    clock_gettime(CLOCK_MONOTONIC, &c->last_reclaim);
+    srt_chan_sched_reclaim(c); /* what a dead predecessor left running */
+    return SRT_OK;
 }
 
 void srt_chan_sched_close(srt_chan *c)
