@@ -81,6 +81,11 @@ gpu-tests: $(GPU_TESTS) $(if $(NVCC),$(CUDA_PLUGIN))
 #   make fuzz-smoke           each for SRT_FUZZ_SECONDS (10) on its corpus: CI
 #   SRT_FUZZ_RUNS=1000000 make fuzz-smoke   the soak: at least 10^6 executions each
 # A crash found becomes a regression input: copy it into the harness's corpus.
+# Soak at 3caa697 (build-fuzz/fuzz/$f -runs=1000000 -max_len=65536 -timeout=10 -rss_limit_mb=2048,
+# nice 5, load average 7-11 on 2 cores): fuzz_json 10^6 in 55 s, fuzz_hook_spec 10^6 in 94 s,
+# fuzz_chat_template 10^6 in 146 s, fuzz_tokenizer 10^6 in 337 s, all clean; fuzz_model_file
+# (a file written per input, ~310 exec/s here) stopped clean at 119,122 runs in 379 s: its 10^6
+# takes about an hour on this disk.
 FUZZ_CC      ?= clang
 FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined

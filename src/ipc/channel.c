@@ -52,6 +52,9 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
                            (int)cfg->slots, (int)cfg->slot_tokens);
     if (mem == NULL || size < need)
         return srt_err_set(err, "channel: %zu bytes given, %zu needed", size, need);
+    if (cfg->sock_dir[0] != '/' || memchr(cfg->sock_dir, 0, sizeof(cfg->sock_dir)) == NULL)
+        return srt_err_set(err, "channel: sock_dir must be an absolute path of at most %d bytes "
+                           "(a 0700 directory for the doorbells and locks)", SRT_CHAN_SOCK_DIR_MAX - 1);
     memset(mem, 0, need);
     if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
         id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)mem;
@@ -69,7 +72,6 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     h->cfg.hooks_path[SRT_CHAN_PATH_MAX - 1] = 0;
     h->cfg.chat_template[SRT_CHAN_PATH_MAX - 1] = 0;
     h->cfg.hooks_search[SRT_CHAN_PATH_MAX - 1] = 0;
-    h->cfg.sock_dir[SRT_CHAN_SOCK_DIR_MAX - 1] = 0;
     memcpy(h->sock_dir, h->cfg.sock_dir, sizeof(h->sock_dir));
     atomic_store(&h->sched_state, SRT_CHAN_SCHED_NONE);
     atomic_store(&h->next_ticket, 1);
@@ -116,12 +118,10 @@ void srt_chan_detach(srt_chan *c)
     if (c->sched_fd >= 0)
         srt_chan_sched_close(c);
     if (c->worker_fd >= 0) {
+        struct sockaddr_un a;
         close(c->worker_fd);
-        if (c->h->sock_dir[0]) {
-            struct sockaddr_un a;
-            (void)bell_addr(c->h, &a, c->self);
-            (void)unlink(a.sun_path);
-        }
+        (void)bell_addr(c->h, &a, c->self);
+        (void)unlink(a.sun_path);
     }
     if (c->send_fd >= 0)
         close(c->send_fd);

@@ -9,6 +9,7 @@
 #include "ipc/channel.h"
 #include "hooks/admin.h"
 #include "srt_hooks.h"
+#include "chan_dir.h"
 #include "tap.h"
 
 static int noop(srt_hook *h, const srt_hook_call *c, const srt_module_args *a,
@@ -44,6 +45,7 @@ int main(void)
     memset(&cfg, 0, sizeof cfg);
     cfg.slots = 2;
     cfg.slot_tokens = 16;
+    chan_dir_set(&cfg);
     size_t size = srt_chan_size(&cfg);
     void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ok(mem != MAP_FAILED && srt_chan_format(mem, size, &cfg, &err) == SRT_OK, "channel formatted");
