@@ -12,7 +12,7 @@ UNIT_TESTS += $(addprefix $(BUILD)/t/, \
     test_model_precise test_runner_devpath test_runner_graphs \
     test_sampling \
     test_sched test_sched_model test_sched_serve test_tp_group \
-    test_chat_template test_ucase \
+    test_chat_template test_ucase test_output_parse \
     test_tokenizer test_tokenizer_errors \
     test_cpu_kernels)
 
