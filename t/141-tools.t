@@ -73,7 +73,7 @@ for my $loc (qw(hermes llama mistral think r1)) {
 my @lines = `python3 $FindBin::Bin/lib/tools_e2e.py http://127.0.0.1:$port $ENV{TEST_NGINX_TINY_QWEN2} $ENV{TEST_NGINX_TPL_DIR} 2>&1`;
 Test::More::is($?, 0, "tools_e2e.py ran") or Test::More::diag(join '', @lines);
 my $n = tap_lines('tools', @lines);
-Test::More::ok($n == 27, "tools: all checks reported ($n)");
+Test::More::ok($n == 30, "tools: all checks reported ($n)");
 --- request
 GET /hermes/v1/models
 --- response_body_like chomp

@@ -484,6 +484,11 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
     }
 }
 
+int srt_outparse_in_reasoning(const srt_outparse *p)
+{
+    return p->state == S_RSTART || p->state == S_REASON;
+}
+
 srt_tool_format srt_tool_format_detect(const char *src, int *unambiguous)
 {
     int hermes = src && strstr(src, "<tool_call>") != NULL;

@@ -158,6 +158,7 @@ typedef struct {
     srt_tool_format            tool_format; /* their format, when tools */
     srt_reasoning_format       reasoning;   /* srt_reasoning_parser (chat) */
     ngx_flag_t                 think_open;  /* the prompt ends inside <think> */
+    ngx_flag_t                 hold_reasoning; /* stream_reasoning: false */
     ngx_uint_t                 n_stop;
     ngx_str_t                  stop[NGX_HTTP_SRT_MAX_STOP];
     size_t                     max_stop_len;

@@ -1215,6 +1215,35 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
     return ngx_http_srt_tools_grammar(ps, tools, name->u.string, 0);
 }
 
+/* SGLang's separate_reasoning (false: the think block stays in content) and
+ * stream_reasoning (false: reasoning_content in one delta once the block ends). */
+
+static ngx_int_t
+ngx_http_srt_reasoning_fields(ngx_http_srt_parse_t *ps, yajl_val sep,
+    yajl_val stream)
+{
+    if (sep && !YAJL_IS_NULL(sep) && !YAJL_IS_TRUE(sep) && !YAJL_IS_FALSE(sep)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "separate_reasoning",
+                                 "'separate_reasoning' must be a boolean");
+    }
+
+    if (stream && !YAJL_IS_NULL(stream) && !YAJL_IS_TRUE(stream)
+        && !YAJL_IS_FALSE(stream))
+    {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "stream_reasoning",
+                                 "'stream_reasoning' must be a boolean");
+    }
+
+    if (YAJL_IS_FALSE(sep)) {
+        ps->p->reasoning = SRT_REASONING_OFF;
+    }
+
+    ps->p->hold_reasoning = YAJL_IS_FALSE(stream);
+
+    return NGX_OK;
+}
+
+
 /*
  * Per-request hooks and cache isolation (src/hooks/README.md):
  * "hooks": [{"name": N, "config": {...}}] selects hook specs marked per_request,
@@ -1437,7 +1466,8 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
                           f_stream_options, f_tools, f_echo, f_best_of,
                           f_format, f_tool_choice, f_fcall, f_modalities,
                           f_regex, f_ebnf, f_json_schema, f_parallel,
-                          f_hooks, f_salt;
+                          f_hooks, f_salt, f_sep_reasoning,
+                          f_stream_reasoning;
     ngx_int_t             rc;
     long long             ll;
     ngx_flag_t            flag = 0;
@@ -1502,7 +1532,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     f_user = f_stream = f_stream_options = f_tools = f_echo = NULL;
     f_best_of = f_format = f_tool_choice = f_fcall = f_modalities = NULL;
     f_regex = f_ebnf = f_json_schema = f_parallel = NULL;
-    f_hooks = f_salt = NULL;
+    f_hooks = f_salt = f_sep_reasoning = f_stream_reasoning = NULL;
 
     for (i = 0; i < root->u.object.len; i++) {
         key = root->u.object.keys[i];
@@ -1546,6 +1576,8 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         field("hooks", f_hooks);
         field("cache_salt", f_salt);
         field("parallel_tool_calls", f_parallel);
+        field("separate_reasoning", f_sep_reasoning);
+        field("stream_reasoning", f_stream_reasoning);
 #undef field
 
         if (ngx_http_srt_unsupported_field(&ps, key, v) != NGX_OK) {
@@ -1556,6 +1588,9 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
 
     rc = ngx_http_srt_output_format(&ps, f_format, f_tools, f_tool_choice,
                                     f_fcall, f_parallel);
+    ngx_http_srt_check(rc);
+    rc = ngx_http_srt_reasoning_fields(&ps, f_sep_reasoning,
+                                       f_stream_reasoning);
     ngx_http_srt_check(rc);
     rc = ngx_http_srt_grammar_string(&ps, f_json_schema, "json_schema",
                                      SRT_GRAMMAR_JSON_SCHEMA);

@@ -1025,6 +1025,7 @@ ngx_http_srt_stream_parsed(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
 {
     yajl_gen                   g;
     ngx_uint_t                 k, n;
+    size_t                     reasoning_to;
     ngx_flag_t                 finish, any, open;
     ngx_http_srt_choice_t     *ch = &ctx->choices[i];
     ngx_http_srt_parsed_t     *pd;
@@ -1044,7 +1045,12 @@ ngx_http_srt_stream_parsed(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
     n = pd->calls.nelts;
     finish = ch->done;
 
-    any = pd->reasoning.len > pd->reasoning.sent
+    /* stream_reasoning false: the reasoning in one delta once it has ended */
+    reasoning_to = ctx->p.hold_reasoning && !finish
+                   && srt_outparse_in_reasoning(&pd->op)
+                   ? pd->reasoning.sent : pd->reasoning.len;
+
+    any = reasoning_to > pd->reasoning.sent
           || pd->content.len > pd->content.sent
           || lp_to > ch->lp_emitted;
     for (k = 0; k < pd->calls_sent; k++) {
@@ -1057,11 +1063,11 @@ ngx_http_srt_stream_parsed(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
             return NGX_ERROR;
         }
 
-        if (pd->reasoning.len > pd->reasoning.sent) {
+        if (reasoning_to > pd->reasoning.sent) {
             ngx_http_srt_gen_str(g, "reasoning_content");
             yajl_gen_string(g, pd->reasoning.data + pd->reasoning.sent,
-                            pd->reasoning.len - pd->reasoning.sent);
-            pd->reasoning.sent = pd->reasoning.len;
+                            reasoning_to - pd->reasoning.sent);
+            pd->reasoning.sent = reasoning_to;
         }
 
         if (pd->content.len > pd->content.sent) {

@@ -220,6 +220,24 @@ def reasoning_qwen3():
           [(t.function.name, t.function.arguments) for t in scalls] ==
           [(t.function.name, t.function.arguments) for t in calls], "%r %r" % (reasoning, scalls))
 
+    # SGLang's separate_reasoning false keeps the block in content; stream_reasoning false
+    # sends the reasoning in one delta once it has ended
+    kw = dict(model="think", messages=MSGS, max_tokens=60, temperature=0, extra_body={"regex": THINK})
+    m2 = c.chat.completions.create(**dict(kw, extra_body={"regex": THINK, "separate_reasoning": False}))
+    m2 = m2.choices[0].message
+    check("separate_reasoning false: the block stays content", m2.content.startswith("<think>\nfirst ")
+          and getattr(m2, "reasoning_content", None) is None, repr(m2))
+    parts = [getattr(ch.choices[0].delta, "reasoning_content", None)
+             for ch in c.chat.completions.create(stream=True, **dict(kw, extra_body={
+                 "regex": THINK, "stream_reasoning": False})) if ch.choices]
+    parts = [p for p in parts if p]
+    check("stream_reasoning false: the reasoning in one delta", parts == [rc], repr(parts))
+    try:
+        c.chat.completions.create(**dict(kw, extra_body={"separate_reasoning": "yes"}))
+        check("separate_reasoning must be a boolean", False, "accepted")
+    except openai.BadRequestError as e:
+        check("separate_reasoning must be a boolean", "separate_reasoning" in str(e), str(e))
+
     # without a reasoning parser the think block is content, as it was generated
     m = client("/hermes").chat.completions.create(**dict(kw, model="hermes", tools=None,
                                                          extra_body={"regex": THINK})).choices[0].message

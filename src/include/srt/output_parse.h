@@ -73,6 +73,9 @@ SRT_API void srt_outparse_init(srt_outparse *p, srt_tool_format tools, srt_reaso
 SRT_API int  srt_outparse_feed(srt_outparse *p, const char *text, size_t len, int done, srt_out_sink sink,
                                void *user);
 
+/* 1 while the parser may still produce reasoning (before or inside the think block). */
+SRT_API int srt_outparse_in_reasoning(const srt_outparse *p);
+
 /* The tool-call format a chat template teaches, from its source: HERMES for <tool_call>, MISTRAL for
  * [TOOL_CALLS], LLAMA3 for <|python_tag|> or ipython; *unambiguous = 0 (and HERMES) when the text
  * names none of them or more than one. */
