@@ -957,8 +957,13 @@ ngx_http_srt_delta_close(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
     yajl_gen g, ngx_uint_t lp_to, const char *finish, ngx_chain_t ***last)
 {
     yajl_gen_map_close(g);
-    ngx_http_srt_gen_logprobs(ctx, ch, g, ch->lp_emitted, lp_to);
-    ch->lp_emitted = lp_to;
+    if (lp_to > ch->lp_emitted) {
+        ngx_http_srt_gen_logprobs(ctx, ch, g, ch->lp_emitted, lp_to);
+        ch->lp_emitted = lp_to;
+    } else {
+        ngx_http_srt_gen_str(g, "logprobs");
+        yajl_gen_null(g);
+    }
     ngx_http_srt_gen_str(g, "finish_reason");
     if (finish) {
         ngx_http_srt_gen_str(g, finish);
@@ -1155,34 +1160,19 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
     if (chat && !ch->role_sent) {
         ch->role_sent = 1;
 
-        g = yajl_gen_alloc(NULL);
+        g = ngx_http_srt_delta_open(ctx, i);
         if (g == NULL) {
             return NGX_ERROR;
         }
 
-        yajl_gen_map_open(g);
-        ngx_http_srt_gen_head(ctx, g, "chat.completion.chunk");
-        ngx_http_srt_gen_str(g, "choices");
-        yajl_gen_array_open(g);
-        yajl_gen_map_open(g);
-        ngx_http_srt_gen_str(g, "index");
-        yajl_gen_integer(g, (long long) i);
-        ngx_http_srt_gen_str(g, "delta");
-        yajl_gen_map_open(g);
         ngx_http_srt_gen_str(g, "role");
         ngx_http_srt_gen_str(g, "assistant");
         ngx_http_srt_gen_str(g, "content");
         ngx_http_srt_gen_str(g, "");
-        yajl_gen_map_close(g);
-        ngx_http_srt_gen_str(g, "logprobs");
-        yajl_gen_null(g);
-        ngx_http_srt_gen_str(g, "finish_reason");
-        yajl_gen_null(g);
-        yajl_gen_map_close(g);
-        yajl_gen_array_close(g);
-        yajl_gen_map_close(g);
 
-        if (ngx_http_srt_send_chunk(ctx, g, last) != NGX_OK) {
+        if (ngx_http_srt_delta_close(ctx, ch, g, ch->lp_emitted, NULL, last)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
     }

@@ -21,8 +21,9 @@ import jsonschema
 import openai
 from tokenizers import Tokenizer
 
+from e2e_report import check, guard, report
+
 base, model_dir, tpl_dir = sys.argv[1], sys.argv[2], sys.argv[3]
-results = []
 
 _spec = importlib.util.spec_from_file_location(
     "mtf", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "make_template_fixtures.py"))
@@ -30,17 +31,6 @@ mtf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mtf)
 tokenizer = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
 tok_cfg = json.load(open(os.path.join(model_dir, "tokenizer_config.json")))
-
-
-def check(name, cond, why=""):
-    results.append((name, bool(cond), why))
-
-
-def guard(name, fn):
-    try:
-        fn()
-    except Exception as e:   # a failure of one check must not hide the others
-        check(name, False, "%s: %s" % (type(e).__name__, e))
 
 
 def client(loc):
@@ -265,6 +255,5 @@ def reasoning_r1():
 guard("qwen3: reasoning_content split off", reasoning_qwen3)
 guard("deepseek-r1: output starting inside <think>", reasoning_r1)
 
-for name, good, why in results:
-    print("ok %s" % name if good else "not ok %s: %s" % (name, why))
+report()
 sys.exit(0)

@@ -46,18 +46,36 @@ static void run(srt_tool_format f, srt_reasoning_format r, int think_open, const
         c->len += (size_t)snprintf(c->out + c->len, sizeof c->out - c->len, "]");
 }
 
+/* s with control characters escaped, for a one-line TAP description */
+static const char *esc(const char *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+
+    for (; *s && n + 3 < cap; s++) {
+        if (*s == '\n' || *s == '\r' || *s == '\t') {
+            buf[n++] = '\\';
+            buf[n++] = *s == '\n' ? 'n' : *s == '\r' ? 'r' : 't';
+        } else {
+            buf[n++] = *s;
+        }
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 static void check(srt_tool_format f, srt_reasoning_format r, int think_open, const char *text, const char *want)
 {
     collect whole, bytes, threes;
+    char e1[512], e2[512], e3[4096], e4[4096];
 
     run(f, r, think_open, text, 0, &whole);
     run(f, r, think_open, text, 1, &bytes);
     run(f, r, think_open, text, 3, &threes);
-    tap_ok(strcmp(whole.out, want) == 0, "%s -> %s", text, want);
+    tap_ok(strcmp(whole.out, want) == 0, "%s -> %s", esc(text, e1, sizeof e1), esc(want, e2, sizeof e2));
     if (strcmp(whole.out, want) != 0)
-        tap_diag("got %s", whole.out);
+        tap_diag("got %s", esc(whole.out, e3, sizeof e3));
     tap_ok(strcmp(bytes.out, whole.out) == 0 && strcmp(threes.out, whole.out) == 0,
-           "  fed in pieces: the same (%s | %s)", bytes.out, threes.out);
+           "  fed in pieces: the same (%s | %s)", esc(bytes.out, e3, sizeof e3), esc(threes.out, e4, sizeof e4));
 }
 
 int main(void)
