@@ -258,7 +258,7 @@ void srt_outparse_init(srt_outparse *p, srt_tool_format tools, srt_reasoning_for
 int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_out_sink sink, void *user)
 {
     const char *tag = trigger(p->tools), *hit;
-    size_t i, e, name = 0, name_len = 0, args = 0;
+    size_t i, e, name = 0, name_len = 0, args = 0, upto = 0;
     int r, is_call;
 
     for (;;) {
@@ -371,6 +371,7 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
             r = lit_at(t, len, &i, "[");
             if (r == PARTIAL && !done)
                 return SRT_OK;
+            upto = r == PARTIAL ? len : p->pos;
             if (r != MATCH)
                 goto revert;
             p->pos = i;
@@ -394,6 +395,7 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
                 ;
             if (i == len && !done)
                 return SRT_OK;
+            upto = i == len ? len : p->pos;
             if (i == len || t[i] != '{')
                 goto revert;
             {
@@ -406,6 +408,7 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
                 if (k == len) {
                     if (!done)
                         return SRT_OK;
+                    upto = len;
                     goto revert;
                 }
                 if (emit_parsed_call(p, t, i, k + 1, sink, user, &is_call) != SRT_OK)
@@ -477,9 +480,10 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
         continue;
 
     revert:
-        /* not a call after all: the block is content, and the text goes on after it */
-        EMIT(SRT_OUT_CONTENT, p->block, done ? len : p->pos);
-        p->pos = done ? len : p->pos;
+        /* not a call after all: the block is content (up to the end when the text ended
+           inside it), and the text goes on after it */
+        EMIT(SRT_OUT_CONTENT, p->block, upto);
+        p->pos = upto;
         p->state = S_CONTENT;
     }
 }

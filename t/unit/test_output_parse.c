@@ -103,6 +103,9 @@ int main(void)
     check(H, O, 0, "<tool_call>not json", "C[<tool_call>not json]");
     check(H, O, 0, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1", "N[f]A[{\"a\": 1]");
     check(H, O, 0, "text ending in <tool_c", "C[text ending in <tool_c]");
+    /* found by fuzz_output_parse: a block that is no call, then a call */
+    check(H, O, 0, "a <tool_call>2 b <tool_call>{\"name\": \"s\"}</tool_call>",
+          "C[a <tool_call>2 b]N[s]A[{}]");
 
     /* Llama 3.1 JSON */
     check(L, O, 0, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
