@@ -1222,7 +1222,9 @@ static ngx_int_t
 ngx_http_srt_reasoning_fields(ngx_http_srt_parse_t *ps, yajl_val sep,
     yajl_val stream)
 {
-    if (sep && !YAJL_IS_NULL(sep) && !YAJL_IS_TRUE(sep) && !YAJL_IS_FALSE(sep)) {
+    if (sep && !YAJL_IS_NULL(sep) && !YAJL_IS_TRUE(sep)
+        && !YAJL_IS_FALSE(sep))
+    {
         return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "separate_reasoning",
                                  "'separate_reasoning' must be a boolean");
     }
