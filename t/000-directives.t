@@ -311,3 +311,21 @@ location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_kv_cache_dtype fp8_e5m2; }
 --- must_die
 --- error_log
 "srt_kv_cache_dtype" must be
+
+
+
+=== TEST 30: srt_tool_call_parser takes auto|hermes|llama3|mistral
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_tool_call_parser qwen25; }
+--- must_die
+--- error_log
+"srt_tool_call_parser" must be "auto", "hermes", "llama3" or "mistral", not "qwen25"
+
+
+
+=== TEST 31: srt_reasoning_parser takes off|qwen3|deepseek-r1
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_reasoning_parser on; }
+--- must_die
+--- error_log
+"srt_reasoning_parser" must be "off", "qwen3" or "deepseek-r1", not "on"

@@ -12,7 +12,7 @@ UNIT_TESTS += $(addprefix $(BUILD)/t/, \
     test_model_precise test_runner_devpath test_runner_graphs \
     test_sampling \
     test_sched test_sched_model test_sched_jump test_sched_serve test_tp_group \
-    test_chat_template test_ucase \
+    test_chat_template test_ucase test_output_parse \
     test_tokenizer test_tokenizer_errors \
     test_cpu_kernels)
 
@@ -125,7 +125,7 @@ FORCE_FUZZ_LIB:
 # unit tests and the fuzzers; then each fuzzer runs SRT_FUZZ_SECONDS (10) on its corpus.
 # `make asan-test` runs every unit test under gcc's ASan + UBSan instead (longer).
 SAN_UNIT_TESTS := test_ipc test_tokenizer_errors test_loader_safetensors test_loader_gguf \
-                  test_radix test_kvalloc test_chat_template test_sampling
+                  test_radix test_kvalloc test_chat_template test_sampling test_output_parse
 
 .PHONY: sanitize-check
 sanitize-check: $(FUZZ_BUILD)/libsrt.a

@@ -77,6 +77,21 @@ static ngx_conf_enum_t  ngx_http_srt_policies[] = {
     { ngx_null_string, 0 }
 };
 
+static ngx_conf_enum_t  ngx_http_srt_tool_parsers[] = {
+    { ngx_string("auto"), NGX_HTTP_SRT_TOOLS_AUTO },
+    { ngx_string("hermes"), SRT_TOOLS_HERMES },
+    { ngx_string("llama3"), SRT_TOOLS_LLAMA3 },
+    { ngx_string("mistral"), SRT_TOOLS_MISTRAL },
+    { ngx_null_string, 0 }
+};
+
+static ngx_conf_enum_t  ngx_http_srt_reasoning_parsers[] = {
+    { ngx_string("off"), SRT_REASONING_OFF },
+    { ngx_string("qwen3"), SRT_REASONING_QWEN3 },
+    { ngx_string("deepseek-r1"), SRT_REASONING_DEEPSEEK_R1 },
+    { ngx_null_string, 0 }
+};
+
 static ngx_conf_enum_t  ngx_http_srt_numerics[] = {
     { ngx_string("exact"), SRT_CHAN_NUMERICS_EXACT },
     { ngx_string("fast"), SRT_CHAN_NUMERICS_FAST },
@@ -164,6 +179,20 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_srt_loc_conf_t, device),
       &ngx_http_srt_devices },
+
+    { ngx_string("srt_tool_call_parser"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, tool_parser),
+      &ngx_http_srt_tool_parsers },
+
+    { ngx_string("srt_reasoning_parser"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, reasoning_parser),
+      &ngx_http_srt_reasoning_parsers },
 
     { ngx_string("srt_schedule_policy"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -438,6 +467,8 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     }
 
     slcf->device = NGX_CONF_UNSET;
+    slcf->tool_parser = NGX_CONF_UNSET;
+    slcf->reasoning_parser = NGX_CONF_UNSET;
     slcf->numerics = NGX_CONF_UNSET;
     slcf->kv_cache_dtype = NGX_CONF_UNSET;
     slcf->threads = NGX_CONF_UNSET;
@@ -549,6 +580,10 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->cvec_per_request = prev->cvec_per_request;
     }
     ngx_conf_merge_str_value(conf->chat_template, prev->chat_template, "");
+    ngx_conf_merge_value(conf->tool_parser, prev->tool_parser,
+                         NGX_HTTP_SRT_TOOLS_AUTO);
+    ngx_conf_merge_value(conf->reasoning_parser, prev->reasoning_parser,
+                         SRT_REASONING_OFF);
     ngx_conf_merge_value(conf->device, prev->device, SRT_CHAN_DEVICE_AUTO);
     ngx_conf_merge_value(conf->numerics, prev->numerics,
                          SRT_CHAN_NUMERICS_EXACT);
