@@ -9,7 +9,6 @@ use Test::Nginx::Socket 'no_plan';
 use FindBin (); use lib "$FindBin::Bin/lib";
 use Test::Srt;
 use POSIX ();
-use Socket qw(AF_UNIX SOCK_DGRAM SOCK_STREAM pack_sockaddr_un);
 
 master_on();
 log_level('info');
@@ -42,10 +41,61 @@ sub our_socket_names {
     return @names;
 }
 
-# Forks a process that becomes "nobody" and binds every name of our nginx it can guess from
-# /proc/net/unix: the lock of the model and the doorbells of the next 300 pids, in the
-# abstract namespace and in the directory the sockets are in. Returns its pid and its
-# report (how many binds succeeded); it stays alive, holding what it bound.
+# The squatter: binds every name of our nginx it can guess from /proc/net/unix: the lock of
+# the model and the doorbells of the next 300 pids, in the abstract namespace and in the
+# directory the sockets are in. It prints how many binds succeeded and holds what it bound
+# until its standard input closes. Run with perl -e, so that it needs to read no file of the
+# clone (which "nobody" may not be allowed to).
+our $SquatCode = <<'PERL';
+use strict; use warnings;
+use Socket qw(AF_UNIX SOCK_DGRAM SOCK_STREAM pack_sockaddr_un);
+my ($master, $model, $maxpid, $ids, $dirs) = @ARGV;
+my @ids = grep { length } split /,/, $ids;
+my @dirs = grep { length } split /,/, $dirs;
+my (%ok, %tried, @keep);
+my $try = sub {
+    my ($type, $path) = @_;
+    my $kind = $path =~ /^\0/ ? 'abstract' : 'files';
+    socket(my $s, AF_UNIX, $type, 0) or return;
+    $tried{$kind}++;
+    $ok{$kind} //= 0;
+    if (bind($s, pack_sockaddr_un($path))) {
+        listen($s, 5) if $type == SOCK_STREAM;
+        $ok{$kind}++;
+        push @keep, $s;
+    }
+};
+$try->(SOCK_STREAM, "\0srt-lock-$master-$model");
+for my $id (@ids) {
+    for my $p ($maxpid + 1 .. $maxpid + 300) {
+        $try->(SOCK_DGRAM, "\0srt-$id-w$p");
+        $try->(SOCK_DGRAM, "$_/$id-w$p") for @dirs;
+    }
+    $try->(SOCK_DGRAM, "$_/$id-sched.lock") for @dirs;
+}
+$try->(SOCK_DGRAM, "$_/lock-$master-$model") for @dirs;
+$| = 1;
+print "ids=" . join(',', @ids) . " dirs=" . join(',', @dirs)
+      . join('', map { " $_=$ok{$_}/$tried{$_}" } sort keys %tried) . "\n";
+# the lock is free for a moment when its holder dies: take it then; stop when told (EOF)
+my $deadline = time + 120;
+my $rin = '';
+vec($rin, fileno(STDIN), 1) = 1;
+while (time < $deadline) {
+    last if select(my $r = $rin, undef, undef, 0.002);
+    socket(my $s, AF_UNIX, SOCK_STREAM, 0) or last;
+    if (bind($s, pack_sockaddr_un("\0srt-lock-$master-$model")) && listen($s, 5)) {
+        push @keep, $s;
+        last;
+    }
+}
+alarm 600;
+1 while sysread STDIN, my $buf, 64;
+PERL
+
+# Starts the squatter as $Squatter: by setuid when the suite runs as root, else through
+# `sudo -n` (README: the tests run as root or as a user with sudo). Returns its pid, its
+# report and the pipe whose closing stops it.
 sub squat {
     my ($model) = @_;
     my $master = master_pid();
@@ -58,56 +108,32 @@ sub squat {
     open my $pm, '<', '/proc/sys/kernel/ns_last_pid' or die $!;
     my $maxpid = <$pm> + 0;
     pipe(my $rd, my $wr) or die "pipe: $!";
+    pipe(my $cin, my $stop) or die "pipe: $!";
+    my @cmd = ($^X, '-e', $main::SquatCode, $master, $model, $maxpid,
+               join(',', keys %ids), join(',', keys %dirs));
     my $pid = fork();
     die "fork: $!" unless defined $pid;
     if ($pid == 0) {
         close $rd;
-        my ($uid, $gid) = (getpwnam($main::Squatter))[2, 3];
-        POSIX::setgid($gid);
-        $) = "$gid $gid";
-        POSIX::setuid($uid) or POSIX::_exit(3);
-        my (%ok, %tried, @keep);
-        my $try = sub {
-            my ($type, $path) = @_;
-            my $kind = $path =~ /^\0/ ? 'abstract' : 'files';
-            socket(my $s, AF_UNIX, $type, 0) or return;
-            $tried{$kind}++;
-            $ok{$kind} //= 0;
-            if (bind($s, pack_sockaddr_un($path))) {
-                listen($s, 5) if $type == SOCK_STREAM;
-                $ok{$kind}++;
-                push @keep, $s;
-            }
-        };
-        $try->(SOCK_STREAM, "\0srt-lock-$master-$model");
-        for my $id (keys %ids) {
-            for my $p ($maxpid + 1 .. $maxpid + 300) {
-                $try->(SOCK_DGRAM, "\0srt-$id-w$p");
-                $try->(SOCK_DGRAM, "$_/$id-w$p") for keys %dirs;
-            }
-            $try->(SOCK_DGRAM, "$_/$id-sched.lock") for keys %dirs;
+        close $stop;
+        open STDOUT, '>&', $wr or POSIX::_exit(3);
+        open STDIN, '<&', $cin or POSIX::_exit(3);
+        if ($> == 0) {
+            my ($uid, $gid) = (getpwnam($main::Squatter))[2, 3];
+            POSIX::setgid($gid);
+            $) = "$gid $gid";
+            POSIX::setuid($uid) or POSIX::_exit(3);
+            exec @cmd;
+        } else {
+            exec 'sudo', '-n', '-u', $main::Squatter, @cmd;
         }
-        $try->(SOCK_DGRAM, "$_/lock-$master-$model") for keys %dirs;
-        syswrite $wr, "ids=" . join(',', keys %ids) . " dirs=" . join(',', keys %dirs)
-                      . join('', map { " $_=$ok{$_}/$tried{$_}" } sort keys %tried) . "\n";
-        close $wr;
-        # the lock is free for a moment when its holder dies: take it then
-        my $deadline = time + 120;
-        while (time < $deadline) {
-            socket(my $s, AF_UNIX, SOCK_STREAM, 0) or last;
-            if (bind($s, pack_sockaddr_un("\0srt-lock-$master-$model")) && listen($s, 5)) {
-                push @keep, $s;
-                last;
-            }
-            select undef, undef, undef, 0.002;
-        }
-        sleep 600;
-        POSIX::_exit(0);
+        POSIX::_exit(3);
     }
     close $wr;
-    my $report = <$rd> // 'no report';
+    close $cin;
+    my $report = <$rd> // ($> == 0 ? 'no report' : "no report (not root: needs sudo -n -u $main::Squatter)");
     chomp $report;
-    return ($pid, $report);
+    return ($pid, $report, $stop);
 }
 
 srt_defaults(timeout => 60, config => <<'EOF2');
@@ -147,7 +173,7 @@ POST /v1/completions
 --- init
 package main;
 Test::Srt::wait_ready();
-my ($squatter, $r) = squat('smol');
+my ($squatter, $r, $stop) = squat('smol');
 # the abstract names are free for anyone, and no longer used; files cannot be made
 Test::More::like($r, qr/ids=[0-9a-f]{16}.* files=0\/\d{3,}$/, "the squatter could bind no file ($r)");
 my $sched = Test::Srt::scheduler_pid();
@@ -160,7 +186,7 @@ Test::More::ok(eval { Test::Srt::wait_ready('/v1', 30) }, "ready after a reload"
 my @workers = child_pids(qr/worker process/);
 Test::More::cmp_ok(scalar @workers, '>=', 1, "the reload left workers running");
 Test::More::unlike(Test::Srt::error_log(), qr/cannot be respawned|worker doorbell/, "no worker failed to bind its doorbell");
-kill 'KILL', $squatter;
+close $stop;
 waitpid($squatter, 0);
 --- request
 POST /v1/completions
