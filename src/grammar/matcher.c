@@ -154,13 +154,6 @@ srt_grammar_free(srt_grammar *g)
 }
 
 
-size_t
-srt_grammar_n_states(const srt_grammar *g)
-{
-    return (size_t) g->n_st;
-}
-
-
 /* ---- matchers ---- */
 
 static int

@@ -62,20 +62,19 @@ SRT_API int srt_grammar_compile_regex(const srt_grammar_vocab *v, const char *re
 SRT_API int srt_grammar_compile_json_schema(const srt_grammar_vocab *v, const char *schema, size_t len,
                                             const srt_grammar_json_opts *opts, srt_grammar **out,
                                             srt_err *err);
-SRT_API int srt_grammar_compile_json_object(const srt_grammar_vocab *v, const srt_grammar_json_opts *opts,
-                                            srt_grammar **out, srt_err *err);
+int srt_grammar_compile_json_object(const srt_grammar_vocab *v, const srt_grammar_json_opts *opts,
+                                    srt_grammar **out, srt_err *err);   /* libsrt only */
 
 /* Frontends to GBNF text (what the compilers above build on); *gbnf is malloc'ed. */
-SRT_API int srt_grammar_regex_to_gbnf(const char *re, size_t len, char **gbnf, srt_err *err);
+int srt_grammar_regex_to_gbnf(const char *re, size_t len, char **gbnf, srt_err *err);   /* libsrt only */
 SRT_API int srt_grammar_json_schema_to_gbnf(const char *schema, size_t len,
                                             const srt_grammar_json_opts *opts, char **gbnf, srt_err *err);
 
-SRT_API srt_grammar *srt_grammar_ref(srt_grammar *g);
+srt_grammar *srt_grammar_ref(srt_grammar *g);                  /* libsrt only */
 SRT_API void srt_grammar_free(srt_grammar *g);           /* drops one reference */
 /* Computes every state's token cache now rather than on first use (what a grammar cache does
  * before publishing a grammar). */
 SRT_API void srt_grammar_precompute(srt_grammar *g);
-SRT_API size_t srt_grammar_n_states(const srt_grammar *g);
 
 SRT_API srt_grammar_matcher *srt_grammar_matcher_new(srt_grammar *g);
 SRT_API void srt_grammar_matcher_free(srt_grammar_matcher *m);
@@ -85,7 +84,7 @@ SRT_API int srt_grammar_matcher_accept_token(srt_grammar_matcher *m, int32_t id)
 /* The same for raw bytes (tests, forced continuations). */
 SRT_API int srt_grammar_matcher_accept_bytes(srt_grammar_matcher *m, const char *bytes, size_t len);
 /* srt_grammar_mask_words() of the matcher's vocab. */
-SRT_API size_t srt_grammar_matcher_mask_words(const srt_grammar_matcher *m);
+size_t srt_grammar_matcher_mask_words(const srt_grammar_matcher *m);   /* libsrt only */
 /* Writes srt_grammar_mask_words() words. */
 SRT_API void srt_grammar_matcher_fill_mask(srt_grammar_matcher *m, uint32_t *mask);
 /* Undo the last n accepted tokens (or byte runs); n beyond the history is clamped. */

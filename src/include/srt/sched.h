@@ -88,7 +88,7 @@ typedef struct srt_sched_runner {
 
 /* Bounds of the latency histograms, in seconds (Prometheus "le"), +Inf implied. */
 #define SRT_SCHED_HIST_BUCKETS 16
-SRT_API extern const double srt_sched_hist_bounds[SRT_SCHED_HIST_BUCKETS];
+extern const double srt_sched_hist_bounds[SRT_SCHED_HIST_BUCKETS];   /* libsrt only */
 
 typedef struct srt_sched_hist {
     uint64_t count[SRT_SCHED_HIST_BUCKETS + 1];   /* per bucket, not cumulative; last = +Inf */
@@ -186,8 +186,8 @@ SRT_API int srt_sched_step(srt_sched *s, srt_err *err);
 SRT_API const srt_sched_event *srt_sched_events(const srt_sched *s, int *n);
 
 SRT_API int  srt_sched_has_work(const srt_sched *s);       /* anything running, waiting or aborting */
-SRT_API int  srt_sched_num_running(const srt_sched *s);
-SRT_API int  srt_sched_num_waiting(const srt_sched *s);
+int  srt_sched_num_running(const srt_sched *s);           /* libsrt only */
+int  srt_sched_num_waiting(const srt_sched *s);           /* libsrt only */
 SRT_API void srt_sched_get_metrics(const srt_sched *s, srt_sched_metrics *m);
 /* Drops every unlocked radix cache entry (the "flush cache" endpoint). Returns tokens freed. */
 SRT_API int64_t srt_sched_flush_cache(srt_sched *s);
@@ -198,7 +198,7 @@ SRT_API int64_t srt_sched_kv_free_tokens(const srt_sched *s);
 
 /* Most tokens one step forwards: the prefill budget plus one decode token per running
  * request. Size the model runner's max_batch_tokens with it (max_seqs = max_running). */
-SRT_API int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg);
+int32_t srt_sched_max_batch_tokens(const srt_sched_config *cfg);   /* libsrt only */
 
 /* The scheduler process around this core (the model as a runner, the channel loop): see
  * src/sched/serve.h. */
