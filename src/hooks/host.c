@@ -109,7 +109,7 @@ static float f16_to_f32(uint16_t h)
     return f;
 }
 
-static uint16_t f32_to_f16(float f)
+uint16_t srt_hook_f32_to_f16(float f)
 {
     uint32_t x, sign, man;
     int32_t exp;
@@ -171,7 +171,7 @@ static void store_elem(void *p, int32_t dtype, float f)
 {
     switch (dtype) {
     case SRT_HOOK_DTYPE_F32:  memcpy(p, &f, 4); break;
-    case SRT_HOOK_DTYPE_F16:  { uint16_t v = f32_to_f16(f); memcpy(p, &v, 2); break; }
+    case SRT_HOOK_DTYPE_F16:  { uint16_t v = srt_hook_f32_to_f16(f); memcpy(p, &v, 2); break; }
     case SRT_HOOK_DTYPE_BF16: { uint16_t v = f32_to_bf16(f); memcpy(p, &v, 2); break; }
     default:                  { int32_t v = (int32_t)f; memcpy(p, &v, 4); break; }
     }

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #define CHAN_MAGIC   0x314e414843545253ULL   /* "SRTCHAN1" */
-#define CHAN_VERSION 3u
+#define CHAN_VERSION 4u
 
 /* Slot state word: low byte is the state, ABORTED is a flag the worker sets. */
 enum {
@@ -111,8 +111,10 @@ typedef struct chan_slot {
     uint64_t          t_pop_ns;
     uint64_t          t_done_ns;
     char              errmsg[160];
+    uint64_t          act_len;   /* bytes in the activation area, set before finish */
     /* then: int32 prompt[T], int32 out_ids[T], float out_lp[T],
-     *       int32 top_ids[RING*MAXTOP], float top_lps[RING*MAXTOP] */
+     *       int32 top_ids[RING*MAXTOP], float top_lps[RING*MAXTOP],
+     *       activation area[cfg.act_bytes] (srt_act_record + data, srt/request.h) */
 } chan_slot;
 
 #define PENDING_MAX 256
@@ -147,11 +149,12 @@ uint64_t srt_chan_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static size_t slot_stride_for(uint32_t T)
+static size_t slot_stride_for(uint32_t T, uint64_t act_bytes)
 {
     size_t n = align64(sizeof(chan_slot));
     n += align64((size_t)T * 4) * 3;
     n += align64((size_t)SRT_CHAN_TOP_RING * SRT_REQ_MAX_TOP_LOGPROBS * 4) * 2;
+    n += align64((size_t)act_bytes);
     return n;
 }
 
@@ -184,6 +187,12 @@ static float *slot_top_lps(const srt_chan *c, chan_slot *s)
 {
     return (float *)((char *)slot_top_ids(c, s)
                      + align64((size_t)SRT_CHAN_TOP_RING * SRT_REQ_MAX_TOP_LOGPROBS * 4));
+}
+
+static unsigned char *slot_act(const srt_chan *c, chan_slot *s)
+{
+    return (unsigned char *)slot_top_lps(c, s)
+           + align64((size_t)SRT_CHAN_TOP_RING * SRT_REQ_MAX_TOP_LOGPROBS * 4);
 }
 
 /* ---- doorbells ---- */
@@ -315,7 +324,8 @@ size_t srt_chan_size(const srt_chan_config *cfg)
 {
     if (cfg->slots <= 0 || cfg->slot_tokens <= 0)
         return 0;
-    return align64(sizeof(chan_header)) + (size_t)cfg->slots * slot_stride_for((uint32_t)cfg->slot_tokens);
+    return align64(sizeof(chan_header)) + (size_t)cfg->slots * slot_stride_for((uint32_t)cfg->slot_tokens,
+                                                                           cfg->act_bytes);
 }
 
 int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err *err)
@@ -324,7 +334,8 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     size_t need = srt_chan_size(cfg);
     uint64_t id = 0;
 
-    if (need == 0 || cfg->slots > 1000000 || cfg->slot_tokens > (1 << 24))
+    if (need == 0 || cfg->slots > 1000000 || cfg->slot_tokens > (1 << 24) ||
+        cfg->act_bytes > SRT_CHAN_ACT_MAX)
         return srt_err_set(err, "channel: bad geometry (slots %d, slot_tokens %d)",
                            (int)cfg->slots, (int)cfg->slot_tokens);
     if (mem == NULL || size < need)
@@ -338,7 +349,7 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     h->size = need;
     h->chan_id = id;
     h->slots_off = align64(sizeof(chan_header));
-    h->slot_stride = slot_stride_for((uint32_t)cfg->slot_tokens);
+    h->slot_stride = slot_stride_for((uint32_t)cfg->slot_tokens, cfg->act_bytes);
     h->slot_tokens = (uint32_t)cfg->slot_tokens;
     h->cfg = *cfg;
     h->cfg.model_path[SRT_CHAN_PATH_MAX - 1] = 0;
@@ -365,7 +376,8 @@ srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err)
         return NULL;
     }
     if (h->size > size || h->slots_off < sizeof(chan_header)
-        || h->slot_stride < slot_stride_for(h->slot_tokens)
+        || h->cfg.act_bytes > SRT_CHAN_ACT_MAX
+        || h->slot_stride < slot_stride_for(h->slot_tokens, h->cfg.act_bytes)
         || h->slots_off + (uint64_t)h->n_slots * h->slot_stride > h->size) {
         srt_err_set(err, "channel: corrupt header");
         return NULL;
@@ -420,9 +432,12 @@ _Static_assert(offsetof(srt_chan_config, sock_dir) + SRT_CHAN_SOCK_DIR_MAX == si
 int srt_chan_reconfigure(srt_chan *c, const srt_chan_config *cfg, srt_err *err)
 {
     chan_header *h = c->h;
-    if (cfg->slots != h->cfg.slots || cfg->slot_tokens != h->cfg.slot_tokens)
-        return srt_err_set(err, "channel: reconfigure: geometry changed (slots %d -> %d, slot_tokens %d -> %d)",
-                           h->cfg.slots, cfg->slots, h->cfg.slot_tokens, cfg->slot_tokens);
+    if (cfg->slots != h->cfg.slots || cfg->slot_tokens != h->cfg.slot_tokens ||
+        cfg->act_bytes != h->cfg.act_bytes)
+        return srt_err_set(err, "channel: reconfigure: geometry changed (slots %d -> %d, slot_tokens %d -> %d, "
+                           "activation bytes %llu -> %llu)", h->cfg.slots, cfg->slots, h->cfg.slot_tokens,
+                           cfg->slot_tokens, (unsigned long long)h->cfg.act_bytes,
+                           (unsigned long long)cfg->act_bytes);
     snprintf(h->cfg.model_path, sizeof h->cfg.model_path, "%s", cfg->model_path);
     snprintf(h->cfg.served_name, sizeof h->cfg.served_name, "%s", cfg->served_name);
     snprintf(h->cfg.hooks_path, sizeof h->cfg.hooks_path, "%s", cfg->hooks_path);
@@ -1150,6 +1165,7 @@ srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint3
         s->stop_id = -1;
         s->cached_tokens = 0;
         s->top_n = 0;
+        s->act_len = 0;
         s->errmsg[0] = 0;
         s->t_pop_ns = 0;
         s->t_done_ns = 0;
@@ -1396,4 +1412,39 @@ void srt_chan_sched_admin_reply(srt_chan *c, int status, const char *body, size_
         return;
     }
     bell_ring_c(c, atomic_load(&h->admin_owner));
+}
+
+/* ---- returned activations (srt_max_activation_bytes) ---- */
+
+void *srt_chan_sched_act_area(srt_chan *c, uint32_t slot, uint32_t gen, size_t *cap)
+{
+    chan_slot *s;
+    *cap = 0;
+    if (c->h->cfg.act_bytes == 0 || slot_check(c, slot, gen, &s) != SRT_OK ||
+        (atomic_load_explicit(&s->state, memory_order_acquire) & ST_MASK) != ST_RUNNING)
+        return NULL;
+    *cap = (size_t)c->h->cfg.act_bytes;
+    return slot_act(c, s);
+}
+
+int srt_chan_sched_act_done(srt_chan *c, uint32_t slot, uint32_t gen, size_t len)
+{
+    chan_slot *s;
+    if (len > c->h->cfg.act_bytes || slot_check(c, slot, gen, &s) != SRT_OK)
+        return SRT_ERROR;
+    s->act_len = len;   /* published by srt_chan_sched_finish's release */
+    return SRT_OK;
+}
+
+const void *srt_chan_read_act(srt_chan *c, uint32_t slot, uint32_t gen, size_t *len)
+{
+    chan_slot *s;
+    *len = 0;
+    if (slot_check(c, slot, gen, &s) != SRT_OK ||
+        (atomic_load_explicit(&s->state, memory_order_acquire) & ST_MASK) != ST_DONE)
+        return NULL;
+    *len = (size_t)s->act_len;
+    if (*len > c->h->cfg.act_bytes)
+        *len = (size_t)c->h->cfg.act_bytes;
+    return slot_act(c, s);
 }

@@ -673,7 +673,6 @@ static const ngx_http_srt_unsup_t  ngx_http_srt_unsupported[] = {
     { "chat_template_kwargs",      NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "continue_final_message",    NGX_HTTP_SRT_UNSUP_TRUE },
     { "return_hidden_states",      NGX_HTTP_SRT_UNSUP_TRUE },
-    { "return_activations",        NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "no_stop_trim",              NGX_HTTP_SRT_UNSUP_TRUE },
     { "stop_regex",                NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "skip_special_tokens",       NGX_HTTP_SRT_UNSUP_FALSE },
@@ -1163,6 +1162,217 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
 }
 
 /*
+ * Returned activations (src/hooks/README.md, "Activations over the API"):
+ * "return_activations": [{"module": "model.layers.N", "reduce": "last" |
+ * "mean" | "all", "dtype": "f32" | "f16"}], in locations with
+ * srt_max_activation_bytes. The module's range is checked against the
+ * model's layer count, and the size against the limit, once the prompt and
+ * max_tokens are known (ngx_http_srt_activations_bound).
+ */
+
+static ngx_int_t
+ngx_http_srt_activations(ngx_http_srt_parse_t *ps, yajl_val f)
+{
+    size_t                    i, j;
+    yajl_val                  e, v;
+    const char               *key;
+    srt_act_spec             *sp;
+    srt_request_activations  *ra;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    ra = &ps->p->rq.acts;
+    ngx_memzero(ra, sizeof(srt_request_activations));
+
+    if (f == NULL || YAJL_IS_NULL(f)
+        || (YAJL_IS_ARRAY(f) && f->u.array.len == 0))
+    {
+        return NGX_OK;
+    }
+
+    slcf = ngx_http_get_module_loc_conf(ps->r, ngx_http_srt_module);
+
+    if (slcf->max_act_bytes == 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                 "return_activations",
+                                 "'return_activations' is not enabled here: "
+                                 "the location has no "
+                                 "srt_max_activation_bytes");
+    }
+
+    if (!YAJL_IS_ARRAY(f)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                 "return_activations",
+                                 "'return_activations' must be an array of "
+                                 "{\"module\": ..., \"reduce\": ..., "
+                                 "\"dtype\": ...} objects");
+    }
+
+    if (f->u.array.len > SRT_REQ_MAX_ACTIVATIONS) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                 "return_activations",
+                                 "'return_activations' has %uz entries; "
+                                 "at most %d", f->u.array.len,
+                                 SRT_REQ_MAX_ACTIVATIONS);
+    }
+
+    for (i = 0; i < f->u.array.len; i++) {
+        e = f->u.array.values[i];
+        sp = &ra->spec[i];
+        sp->reduce = -1;
+        sp->dtype = -1;
+
+        if (!YAJL_IS_OBJECT(e)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "return_activations",
+                                     "return_activations[%uz] must be an "
+                                     "object", i);
+        }
+
+        for (j = 0; j < e->u.object.len; j++) {
+            key = e->u.object.keys[j];
+            v = e->u.object.values[j];
+
+            if (ngx_strcmp(key, "module") == 0) {
+                if (!YAJL_IS_STRING(v)
+                    || ngx_strlen(v->u.string) >= SRT_REQ_ACT_MODULE_MAX
+                    || srt_act_module_index(v->u.string, INT32_MAX) < 0)
+                {
+                    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                   "return_activations",
+                                   "return_activations[%uz].module must be "
+                                   "\"model.embed_tokens\", "
+                                   "\"model.layers.N\" or \"model.norm\"", i);
+                }
+                ngx_cpystrn((u_char *) sp->module, (u_char *) v->u.string,
+                            SRT_REQ_ACT_MODULE_MAX);
+
+            } else if (ngx_strcmp(key, "reduce") == 0) {
+                if (YAJL_IS_STRING(v)) {
+                    sp->reduce = ngx_strcmp(v->u.string, "last") == 0
+                                 ? SRT_ACT_LAST
+                                 : ngx_strcmp(v->u.string, "mean") == 0
+                                 ? SRT_ACT_MEAN
+                                 : ngx_strcmp(v->u.string, "all") == 0
+                                 ? SRT_ACT_ALL : -1;
+                }
+                if (sp->reduce < 0) {
+                    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                   "return_activations",
+                                   "return_activations[%uz].reduce must be "
+                                   "\"last\", \"mean\" or \"all\"", i);
+                }
+
+            } else if (ngx_strcmp(key, "dtype") == 0) {
+                if (YAJL_IS_STRING(v)) {
+                    sp->dtype = ngx_strcmp(v->u.string, "f32") == 0
+                                ? SRT_ACT_F32
+                                : ngx_strcmp(v->u.string, "f16") == 0
+                                ? SRT_ACT_F16 : -1;
+                }
+                if (sp->dtype < 0) {
+                    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                   "return_activations",
+                                   "return_activations[%uz].dtype must be "
+                                   "\"f32\" or \"f16\"", i);
+                }
+
+            } else {
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                         "return_activations",
+                                         "return_activations[%uz] has an "
+                                         "unknown field '%s' (module, "
+                                         "reduce, dtype)", i, key);
+            }
+        }
+
+        if (sp->module[0] == '\0') {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "return_activations",
+                                     "return_activations[%uz].module is "
+                                     "required", i);
+        }
+
+        /* defaults: the last position, in f32 */
+        if (sp->reduce < 0) {
+            sp->reduce = SRT_ACT_LAST;
+        }
+        if (sp->dtype < 0) {
+            sp->dtype = SRT_ACT_F32;
+        }
+
+        ra->n = (int32_t) (i + 1);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * With the prompt and max_tokens known: every module in the model's range,
+ * and the size of every choice's tensors (rows of "all": the prompt's
+ * positions and every generated token's but the last) within
+ * srt_max_activation_bytes, else 413.
+ */
+
+static ngx_int_t
+ngx_http_srt_activations_bound(ngx_http_srt_parse_t *ps,
+    srt_chan_model_info *info, size_t max_new)
+{
+    int32_t                   i;
+    uint64_t                  one, total;
+    srt_request_activations  *ra;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    ra = &ps->p->rq.acts;
+
+    if (ra->n == 0) {
+        return NGX_OK;
+    }
+
+    if (srt_chan_model_info_get(ps->m->chan, info) != SRT_OK
+        || info->hidden_size <= 0 || info->n_layers <= 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < ra->n; i++) {
+        if (srt_act_module_index(ra->spec[i].module, info->n_layers) < 0) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "return_activations",
+                                     "return_activations[%d].module: this "
+                                     "model has model.layers.0 to "
+                                     "model.layers.%d, not \"%s\"", (int) i,
+                                     (int) info->n_layers - 1,
+                                     ra->spec[i].module);
+        }
+    }
+
+    slcf = ngx_http_get_module_loc_conf(ps->r, ngx_http_srt_module);
+
+    one = srt_request_activations_bytes(ra,
+                                        (int64_t) (ps->p->n_prompt + max_new
+                                                   - 1),
+                                        info->hidden_size);
+    total = one * ps->p->n;
+
+    if (total > (uint64_t) slcf->max_act_bytes) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                 "return_activations",
+                                 "'return_activations' may need %uL bytes "
+                                 "(%uz choices, %uz prompt tokens, "
+                                 "max_tokens %uz, hidden size %d); this "
+                                 "location allows %uz "
+                                 "(srt_max_activation_bytes)",
+                                 total, ps->p->n, ps->p->n_prompt, max_new,
+                                 (int) info->hidden_size,
+                                 slcf->max_act_bytes);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * Per-request hooks and cache isolation (src/hooks/README.md):
  * "hooks": [{"name": N, "config": {...}}] selects hook specs marked per_request,
  * only those the location lists in srt_request_hooks; "cache_salt" keeps the
@@ -1384,7 +1594,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
                           f_stream_options, f_tools, f_echo, f_best_of,
                           f_format, f_tool_choice, f_fcall, f_modalities,
                           f_regex, f_ebnf, f_json_schema, f_parallel,
-                          f_hooks, f_salt;
+                          f_hooks, f_salt, f_acts;
     ngx_int_t             rc;
     long long             ll;
     ngx_flag_t            flag = 0;
@@ -1449,7 +1659,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     f_user = f_stream = f_stream_options = f_tools = f_echo = NULL;
     f_best_of = f_format = f_tool_choice = f_fcall = f_modalities = NULL;
     f_regex = f_ebnf = f_json_schema = f_parallel = NULL;
-    f_hooks = f_salt = NULL;
+    f_hooks = f_salt = f_acts = NULL;
 
     for (i = 0; i < root->u.object.len; i++) {
         key = root->u.object.keys[i];
@@ -1492,6 +1702,7 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
         field("json_schema", f_json_schema);
         field("hooks", f_hooks);
         field("cache_salt", f_salt);
+        field("return_activations", f_acts);
         field("parallel_tool_calls", f_parallel);
 #undef field
 
@@ -1513,6 +1724,9 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     ngx_http_srt_check(rc);
 
     rc = ngx_http_srt_request_hooks(&ps, f_hooks, f_salt);
+    ngx_http_srt_check(rc);
+
+    rc = ngx_http_srt_activations(&ps, f_acts);
     ngx_http_srt_check(rc);
 
     if (f_modalities && !YAJL_IS_NULL(f_modalities)
@@ -1704,6 +1918,15 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
 
     rc = ngx_http_srt_stop(&ps, f_stop);
     ngx_http_srt_check(rc);
+
+    if (p->n_stop > 0 && p->rq.acts.n > 0) {
+        /* a stop string ends the text in the worker, after the scheduler ran
+         * past it: the rows would not match the text returned */
+        rc = ngx_http_srt_fail(&ps, NGX_HTTP_BAD_REQUEST, "stop",
+                               "'stop' strings cannot be combined with "
+                               "'return_activations' (stop_token_ids can)");
+        goto failed;
+    }
 
     if (m->load_error.len || m->tok == NULL) {
         rc = NGX_DECLINED;
@@ -1901,6 +2124,9 @@ ngx_http_srt_parse_request(ngx_http_request_t *r, ngx_http_srt_model_t *m,
     }
 
     p->rq.sampling.max_tokens = (int32_t) max_new;
+
+    rc = ngx_http_srt_activations_bound(&ps, &info, max_new);
+    ngx_http_srt_check(rc);
 
     rc = ngx_http_srt_get_int(&ps, f_min_tokens, "min_tokens", 0,
                               (long long) max_new, &ll);
