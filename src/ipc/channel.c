@@ -340,7 +340,13 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
                            (int)cfg->slots, (int)cfg->slot_tokens);
     if (mem == NULL || size < need)
         return srt_err_set(err, "channel: %zu bytes given, %zu needed", size, need);
-    memset(mem, 0, need);
+    /* everything but the slots' activation areas, which are read only up to an act_len
+     * written first: a large srt_max_activation_bytes costs memory only when used */
+    memset(mem, 0, align64(sizeof(chan_header)));
+    for (size_t i = 0; i < (size_t)cfg->slots; i++)
+        memset((char *)mem + align64(sizeof(chan_header)) + i * slot_stride_for((uint32_t)cfg->slot_tokens,
+                                                                                 cfg->act_bytes),
+               0, slot_stride_for((uint32_t)cfg->slot_tokens, 0));
     if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
         id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)mem;
     h->magic = CHAN_MAGIC;

@@ -818,9 +818,11 @@ ngx_http_srt_add_zone(ngx_conf_t *cf, ngx_http_srt_model_t *m)
     }
     ngx_sprintf(zname.data, "srt_model_%V", &m->name);
 
-    /* room for the slab allocator's own pages beside the channel */
+    /* room for the slab allocator's own pages beside the channel, and its
+     * page descriptors (24 bytes per 4k page) */
     m->zone = ngx_shared_memory_add(cf, &zname,
-                                    m->chan_size + 64 * ngx_pagesize,
+                                    m->chan_size + m->chan_size / 128
+                                    + 64 * ngx_pagesize,
                                     &ngx_http_srt_module);
     if (m->zone == NULL) {
         return NGX_ERROR;

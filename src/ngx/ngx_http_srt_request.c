@@ -1235,7 +1235,7 @@ ngx_http_srt_activations(ngx_http_srt_parse_t *ps, yajl_val f)
             if (ngx_strcmp(key, "module") == 0) {
                 if (!YAJL_IS_STRING(v)
                     || ngx_strlen(v->u.string) >= SRT_REQ_ACT_MODULE_MAX
-                    || srt_act_module_index(v->u.string, INT32_MAX) < 0)
+                    || srt_act_module_index(v->u.string, 1 << 24) < 0)
                 {
                     return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
                                    "return_activations",
