@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Cost of per-request hooks (issue 17; BENCHMARKS.md, "Per-request hooks").
+"""Cost of per-request hooks and of returned activations (issue 17; BENCHMARKS.md,
+"Per-request hooks" and "Returned activations").
 
     scripts/bench_request_hooks.py [--model .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf]
         [--threads 2] [--batch 16] [--tokens 32] [--rounds 3] [--port 28690]
+        [--what hooks|activations]
 
 Starts a private nginx (prefix under /tmp, stopped at the end) serving the model with a
 per-request steering spec (libsrt_hook_steer.so on model.layers.10, "per_request": true) and
@@ -11,6 +13,8 @@ ignore_eos), in three variants interleaved per round:
     none     no request selects the hook
     half     every other request selects it ("hooks": [{"name": "steer", "config": {"scale": 4}}])
     all      every request selects it
+(--what activations: "selects" is "return_activations": [{"module": "model.layers.10",
+"reduce": "last", "dtype": "f32"}] instead, and each such response must carry the tensor)
 and reports output tokens/s (best round) and the ratio to `none` (target for `half`: >= 0.9).
 The radix cache is off so every round computes its prompts. Standard library only."""
 import argparse
@@ -54,6 +58,7 @@ http {{
             srt_forward_hooks {pfx}/hooks.json;
             srt_hooks_path {lib};
             srt_request_hooks steer;
+            srt_max_activation_bytes 64k;
             srt_wait_ready 300s;
         }}
     }}
@@ -66,7 +71,9 @@ def one(port, body, out, i):
     c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
     r = c.getresponse()
     data = r.read()
-    out[i] = json.loads(data)["usage"]["completion_tokens"] if r.status == 200 else -1
+    j = json.loads(data) if r.status == 200 else {}
+    good = r.status == 200 and ("return_activations" not in body or len(j["choices"][0]["activations"]) == 1)
+    out[i] = j["usage"]["completion_tokens"] if good else -1
     c.close()
 
 
@@ -76,7 +83,10 @@ def run_batch(port, args, variant, rnd):
         b = {"model": "m", "prompt": f"Request {rnd}-{i}: write a short story about the number {i * 37 + rnd}.",
              "max_tokens": args.tokens, "temperature": 0, "ignore_eos": True}
         if variant == "all" or (variant == "half" and i % 2):
-            b["hooks"] = [{"name": "steer", "config": {"scale": 4}}]
+            if args.what == "activations":
+                b["return_activations"] = [{"module": "model.layers.10", "reduce": "last", "dtype": "f32"}]
+            else:
+                b["hooks"] = [{"name": "steer", "config": {"scale": 4}}]
         bodies.append(b)
     out = [0] * args.batch
     ts = [threading.Thread(target=one, args=(port, b, out, i)) for i, b in enumerate(bodies)]
@@ -102,6 +112,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--port", type=int, default=28690)
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    ap.add_argument("--what", choices=("hooks", "activations"), default="hooks")
     args = ap.parse_args()
     pfx = tempfile.mkdtemp(prefix="srt-bench-reqhooks.")
     vec = [round(3 * __import__("math").sin(i * 0.7), 3) for i in range(576)]
@@ -129,7 +140,7 @@ def main():
             for v in ("none", "half", "all"):
                 tps = run_batch(args.port, args, v, rnd)
                 best[v] = max(best.get(v, 0), tps)
-        print(f"model {os.path.basename(args.model)}, threads {args.threads}, batch {args.batch}, "
+        print(f"{args.what}: model {os.path.basename(args.model)}, threads {args.threads}, batch {args.batch}, "
               f"{args.tokens} tokens each, best of {args.rounds} interleaved rounds; load {open('/proc/loadavg').read().split()[:3]}")
         for v in ("none", "half", "all"):
             print(f"{v:5s} {best[v]:8.1f} output tok/s  ratio {best[v] / best['none']:.3f}")

@@ -73,7 +73,23 @@ qr/"activations":\[\{"module":"model.layers.0","reduce":"last","dtype":"f32","sh
 
 
 
-=== TEST 2: srt_max_activation_bytes: a bad size fails nginx -t
+=== TEST 2: the worked example of src/hooks/README.md: a layer's residual stream for a set of prompts into numpy
+--- init
+package main;
+Test::Srt::wait_ready();
+my $port = server_port();
+my @lines = `python3 $FindBin::Bin/lib/residual_example.py http://127.0.0.1:$port/v1 smol 2>&1`;
+Test::More::is($?, 0, "residual_example.py ran") or Test::More::diag(join '', @lines);
+my $n = tap_lines('residual_example', @lines);
+Test::More::ok($n == 7, "residual_example: all checks reported ($n)");
+--- request eval
+"POST /v1/completions\n" . JSON::PP->new->canonical->encode({ prompt => "Hi", max_tokens => 2, temperature => 0 })
+--- response_body_like eval
+qr/"finish_reason":"length"/
+
+
+
+=== TEST 3: srt_max_activation_bytes: a bad size fails nginx -t
 --- config
 location /v1 {
     srt_model $TEST_NGINX_SRT_MODEL;
@@ -85,7 +101,7 @@ location /v1 {
 
 
 
-=== TEST 3: a second location of the model may not ask for a bigger area than the first sized
+=== TEST 4: a second location of the model may not ask for a bigger area than the first sized
 --- config
 location /v1 {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
