@@ -237,16 +237,11 @@ static int mod_ref(srt_act_capture *c, int32_t idx, srt_err *err)
 
     if (m->refs++ > 0)
         return SRT_OK;
-    srt_hook *h = calloc(1, sizeof *h);
+    srt_hook *h = srt_hook_builtin_new(capture_forward, m, capture_destroy);
     if (h == NULL) {
         m->refs--;
         return srt_err_set(err, "out of memory");
     }
-    h->abi_version = SRT_HOOK_ABI_VERSION;
-    h->struct_size = sizeof *h;
-    h->forward = capture_forward;
-    h->destroy = capture_destroy;
-    h->user = m;
     srt_hook_attach_opts o = { .name = ACT_SPEC_NAME };
     m->handle = srt_hook_attach(c->reg, module_name(c, idx, name, sizeof name), h, &o, err);
     if (m->handle < 0) {
@@ -400,8 +395,8 @@ int srt_act_capture_begin(srt_act_capture *c, uint64_t id, const srt_request_act
     return SRT_OK;
 }
 
-int srt_act_capture_write(srt_act_capture *c, uint64_t id, void *dst, size_t cap, size_t *len,
-                          srt_err *err)
+int srt_act_capture_write(srt_act_capture *c, uint64_t id, int64_t last_pos, void *dst, size_t cap,
+                          size_t *len, srt_err *err)
 {
     const act_req *r = c ? find_req(c, id) : NULL;
     unsigned char *p = dst;
@@ -417,10 +412,11 @@ int srt_act_capture_write(srt_act_capture *c, uint64_t id, void *dst, size_t cap
         srt_act_record rec = { k, o->dtype, rows, H, (uint64_t)rows * (uint64_t)H * elem_size(o->dtype) };
         const float *src = o->rows;
 
-        if (o->broken || (o->reduce == SRT_ACT_LAST ? o->last_pos < 0 : o->next_pos == 0))
-            return srt_err_set(err, "return_activations[%d]: %s", k, o->broken
-                               ? "some positions were not computed for this request or did not fit"
-                               : "no position was computed");
+        /* every position asked for was seen, each once: whatever happened in between (a
+         * cache, a retraction, the capture hook removed by srt_admin), never fewer rows */
+        if (o->broken || (o->reduce == SRT_ACT_LAST ? o->last_pos != last_pos : o->next_pos != last_pos + 1))
+            return srt_err_set(err, "return_activations[%d]: some of positions 0..%lld were not computed "
+                               "for this request, or did not fit", k, (long long)last_pos);
         if (sizeof rec + pad8(rec.bytes) > cap - used)
             return srt_err_set(err, "return_activations: %llu bytes do not fit the %llu of "
                                "srt_max_activation_bytes",

@@ -40,9 +40,11 @@ int  srt_act_capture_begin(srt_act_capture *c, uint64_t id, const srt_request_ac
 /* 1 when request id captures something. */
 int  srt_act_capture_has(const srt_act_capture *c, uint64_t id);
 /* The request's records (srt_act_record + data, per spec in order) into dst: *len bytes.
- * SRT_ERROR with a message when a row is missing or the records do not fit in cap. */
-int  srt_act_capture_write(srt_act_capture *c, uint64_t id, void *dst, size_t cap, size_t *len,
-                           srt_err *err);
+ * last_pos: the position whose row produced the request's last token (prompt + output - 2);
+ * "all"/"mean" must have seen positions 0..last_pos, "last" that one. SRT_ERROR with a
+ * message when a row is missing or the records do not fit in cap. */
+int  srt_act_capture_write(srt_act_capture *c, uint64_t id, int64_t last_pos, void *dst, size_t cap,
+                           size_t *len, srt_err *err);
 /* Forget request id; detaches module hooks no other request needs. */
 void srt_act_capture_end(srt_act_capture *c, uint64_t id);
 

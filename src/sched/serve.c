@@ -207,15 +207,17 @@ static uint64_t req_id(uint32_t slot, uint32_t gen) { return ((uint64_t)gen << 3
 
 /* A finishing request's captured activations into its slot: NULL, or why they could not be
  * returned (the request then fails rather than answer without them). */
-static const char *put_activations(srt_chan *c, srt_act_capture *acts, uint64_t id, srt_err *err)
+static const char *put_activations(srt_chan *c, srt_act_capture *acts, const srt_sched_event *e,
+                                   srt_err *err)
 {
+    uint64_t id = e->id;
     uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
     size_t cap, len;
     void *area = srt_chan_sched_act_area(c, slot, gen, &cap);
 
     if (area == NULL)
         return "return_activations: the slot has no activation area";
-    if (srt_act_capture_write(acts, id, area, cap, &len, err) != SRT_OK)
+    if (srt_act_capture_write(acts, id, (int64_t)e->n_prompt + e->n_output - 2, area, cap, &len, err) != SRT_OK)
         return err->msg;
     srt_chan_sched_act_done(c, slot, gen, len);
     return NULL;
@@ -242,7 +244,7 @@ static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live
             srt_err ae = { { 0 } };
             srt_hook_request_end(hooks, e->id);
             if ((fin == SRT_FINISH_STOP || fin == SRT_FINISH_LENGTH) && srt_act_capture_has(acts, e->id) &&
-                (why = put_activations(c, acts, e->id, &ae)) != NULL)
+                (why = put_activations(c, acts, e, &ae)) != NULL)
                 fin = SRT_FINISH_ERROR;
             srt_act_capture_end(acts, e->id);
             srt_chan_sched_finish(c, slot, gen, fin, e->stop_id, (uint32_t)e->cached_tokens, why);

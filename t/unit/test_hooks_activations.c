@@ -170,7 +170,7 @@ static void test_capture(void)
     ok(mods[1].hooks == NULL && mods[0].hooks == NULL, "layers.0 and embed_tokens keep no hooks");
     forward(2, r3, p3, 4, y);
 
-    ok(srt_act_capture_write(cap, 10, area, sizeof area, &len, &err) == SRT_OK, "write 10: %s", err.msg);
+    ok(srt_act_capture_write(cap, 10, 3, area, sizeof area, &len, &err) == SRT_OK, "write 10: %s", err.msg);
     ok(record(area, len, 0, &rec, &data), "record 0");
     ok(rec.spec == 0 && rec.dtype == SRT_ACT_F32 && rec.rows == 4 && rec.cols == H && rec.bytes == 4 * H * 4,
        "all: 4 rows (positions 0..3, the recomputed 0..2 taken once) of 3 f32");
@@ -204,18 +204,23 @@ static void test_capture(void)
     ok(good, "mean: the double sum of the 4 rows over 4, as f32");
     ok(!record(area, len, 3, &rec, &data), "three records, no more");
 
-    ok(srt_act_capture_write(cap, 20, area, sizeof area, &len, &err) == SRT_OK, "write 20");
+    ok(srt_act_capture_write(cap, 20, 7, area, sizeof area, &len, &err) == SRT_OK, "write 20");
     float v20;
     ok(record(area, len, 0, &rec, &data) && rec.rows == 1, "20: last");
     memcpy(&v20, data, 4);
     ok(v20 == value(20, 7, 0) + 1.0f, "20: its own rows only (position 7), with a cached prefix");
 
-    ok(srt_act_capture_write(cap, 40, area, sizeof area, &len, &err) == SRT_ERROR &&
+    ok(srt_act_capture_write(cap, 10, 4, area, sizeof area, &len, &err) == SRT_ERROR &&
+       strstr(err.msg, "return_activations[0]") && strstr(err.msg, "0..4"),
+       "10 asked up to position 4, 3 was the last seen: refused, not short: %s", err.msg);
+    ok(srt_act_capture_write(cap, 20, 8, area, sizeof area, &len, &err) == SRT_ERROR,
+       "20: 'last' whose row is not the last position's: refused");
+    ok(srt_act_capture_write(cap, 40, 5, area, sizeof area, &len, &err) == SRT_ERROR &&
        strstr(err.msg, "return_activations[0]") && strstr(err.msg, "not computed"),
        "40: 'all' that never saw position 0 fails, naming the entry: %s", err.msg);
-    ok(srt_act_capture_write(cap, 10, area, 64, &len, &err) == SRT_ERROR && strstr(err.msg, "srt_max_activation_bytes"),
+    ok(srt_act_capture_write(cap, 10, 3, area, 64, &len, &err) == SRT_ERROR && strstr(err.msg, "srt_max_activation_bytes"),
        "a smaller area: refused, naming the directive: %s", err.msg);
-    ok(srt_act_capture_write(cap, 30, area, sizeof area, &len, &err) == SRT_OK && len == 0, "30 asked nothing: 0 bytes");
+    ok(srt_act_capture_write(cap, 30, 9, area, sizeof area, &len, &err) == SRT_OK && len == 0, "30 asked nothing: 0 bytes");
 
     srt_act_capture_end(cap, 10);
     srt_act_capture_end(cap, 20);
