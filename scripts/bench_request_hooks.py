@@ -15,12 +15,15 @@ ignore_eos), in three variants interleaved per round:
     all      every request selects it
 (--what activations: "selects" is "return_activations": [{"module": "model.layers.10",
 "reduce": "last", "dtype": "f32"}] instead, and each such response must carry the tensor)
-and reports output tokens/s (best round) and the ratio to `none` (target for `half`: >= 0.9).
+and reports output tokens/s (best round) and the ratio to `none` (target for `half`: >= 0.9),
+and the scheduler process's CPU time per output token (best round; /proc/PID/stat, all its
+threads), which other processes on a loaded machine disturb less than wall time.
 The radix cache is off so every round computes its prompts. Standard library only."""
 import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,7 +80,14 @@ def one(port, body, out, i):
     c.close()
 
 
-def run_batch(port, args, variant, rnd):
+def sched_cpu_s(pid):
+    """User + system CPU seconds of the scheduler process so far (all threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_batch(port, args, variant, rnd, pid):
     bodies = []
     for i in range(args.batch):
         b = {"model": "m", "prompt": f"Request {rnd}-{i}: write a short story about the number {i * 37 + rnd}.",
@@ -90,15 +100,17 @@ def run_batch(port, args, variant, rnd):
         bodies.append(b)
     out = [0] * args.batch
     ts = [threading.Thread(target=one, args=(port, b, out, i)) for i, b in enumerate(bodies)]
+    c0 = sched_cpu_s(pid)
     t0 = time.perf_counter()
     for t in ts:
         t.start()
     for t in ts:
         t.join()
     dt = time.perf_counter() - t0
+    cpu = sched_cpu_s(pid) - c0
     if min(out) < 0:
         sys.exit(f"bench_request_hooks: a {variant} request failed")
-    return sum(out) / dt
+    return sum(out) / dt, cpu * 1000 / sum(out)
 
 
 def main():
@@ -134,16 +146,22 @@ def main():
             except OSError:
                 pass
             time.sleep(0.2)
-        run_batch(args.port, args, "none", -1)   # warm-up
-        best = {}
+        with open(os.path.join(pfx, "error.log")) as f:
+            pid = int(re.findall(r"scheduler process (\d+) started", f.read())[-1])
+        load0 = open('/proc/loadavg').read().split()[:3]
+        run_batch(args.port, args, "none", -1, pid)   # warm-up
+        best, best_cpu = {}, {}
         for rnd in range(args.rounds):
             for v in ("none", "half", "all"):
-                tps = run_batch(args.port, args, v, rnd)
+                tps, cpu = run_batch(args.port, args, v, rnd, pid)
                 best[v] = max(best.get(v, 0), tps)
+                best_cpu[v] = min(best_cpu.get(v, 1e9), cpu)
         print(f"{args.what}: model {os.path.basename(args.model)}, threads {args.threads}, batch {args.batch}, "
-              f"{args.tokens} tokens each, best of {args.rounds} interleaved rounds; load {open('/proc/loadavg').read().split()[:3]}")
+              f"{args.tokens} tokens each, best of {args.rounds} interleaved rounds; load {load0} at the start, "
+              f"{open('/proc/loadavg').read().split()[:3]} at the end")
         for v in ("none", "half", "all"):
-            print(f"{v:5s} {best[v]:8.1f} output tok/s  ratio {best[v] / best['none']:.3f}")
+            print(f"{v:5s} {best[v]:8.1f} output tok/s  ratio {best[v] / best['none']:.3f}   "
+                  f"scheduler CPU {best_cpu[v]:7.2f} ms/token  ratio {best_cpu[v] / best_cpu['none']:.3f}")
     finally:
         subprocess.run(ngx + ["-s", "stop"])
 
