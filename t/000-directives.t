@@ -302,3 +302,12 @@ location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_kv_cache_dtype fp8_e5m2; }
 --- must_die
 --- error_log
 "srt_kv_cache_dtype" must be
+
+
+
+=== TEST 30: srt_max_activation_bytes takes off or a size up to 1g
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_max_activation_bytes 2g; }
+--- must_die
+--- error_log
+"srt_max_activation_bytes" must be "off" or a size from 1 to 1g, not "2g"
