@@ -11,7 +11,8 @@ Writes, into OUTDIR:
             steering specs, all named "ref": for each layer L in [max(A, 1), min(B, n_layer-1)]
             with a direction, scale * direction.L added to model.layers.L's output;
   bad.gguf  a file with direction.0, which llama.cpp refuses.
-Usage: make_control_vector.py OUTDIR SCALE A B"""
+Usage: make_control_vector.py OUTDIR SCALE A B [N_EMBD N_LAYER]
+(N_EMBD, N_LAYER: another model's hidden size and layer count; default SmolLM2's 576, 30)"""
 import json
 import os
 import sys
@@ -35,7 +36,10 @@ def write(path, dirs):
 
 
 def main():
+    global N_EMBD, N_LAYER
     out, scale, a, b = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if len(sys.argv) > 6:
+        N_EMBD, N_LAYER = int(sys.argv[5]), int(sys.argv[6])
     rng = np.random.default_rng(17)
     dirs = {il: (rng.standard_normal(N_EMBD) * 0.6).astype(np.float32) for il in range(1, N_LAYER + 1)}
     write(os.path.join(out, "cv.gguf"), dirs)

@@ -218,6 +218,15 @@ invalid value "maybe" in "srt_radix_cache" directive, it must be "on" or "off"
 
 
 
+=== TEST 21b: srt_grammar_jump_forward takes on|off
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_grammar_jump_forward yes; }
+--- must_die
+--- error_log
+invalid value "yes" in "srt_grammar_jump_forward" directive, it must be "on" or "off"
+
+
+
 === TEST 22: srt_page_size
 --- config
 location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_page_size 0; }
@@ -244,7 +253,7 @@ location /v1 {
     srt_max_running_requests 8; srt_max_queued_requests 16; srt_max_total_tokens 4096;
     srt_mem_fraction_static 0.8; srt_chunked_prefill_size 512; srt_schedule_policy lpm;
     srt_tp_size 1; srt_radix_cache off; srt_page_size 1; srt_retry_after 5s;
-    srt_numerics fast; srt_kv_cache_dtype f32;
+    srt_numerics fast; srt_kv_cache_dtype f32; srt_grammar_jump_forward on;
 }
 --- request
 POST /v1/chat/completions
@@ -305,7 +314,25 @@ location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_kv_cache_dtype fp8_e5m2; }
 
 
 
-=== TEST 30: srt_max_activation_bytes takes off or a size up to 1g
+=== TEST 30: srt_tool_call_parser takes auto|hermes|llama3|mistral
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_tool_call_parser qwen25; }
+--- must_die
+--- error_log
+"srt_tool_call_parser" must be "auto", "hermes", "llama3" or "mistral", not "qwen25"
+
+
+
+=== TEST 31: srt_reasoning_parser takes off|qwen3|deepseek-r1
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_reasoning_parser on; }
+--- must_die
+--- error_log
+"srt_reasoning_parser" must be "off", "qwen3" or "deepseek-r1", not "on"
+
+
+
+=== TEST 32: srt_max_activation_bytes takes off or a size up to 1g
 --- config
 location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_max_activation_bytes 2g; }
 --- must_die

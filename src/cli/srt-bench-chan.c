@@ -67,6 +67,8 @@ static void on_term(int sig)
     srt_chan_sched_request_stop(sched_chan, 2);
 }
 
+static int bench(const srt_chan_config *cfg, int n, int warm, int spin);
+
 int main(int argc, char **argv)
 {
     int n = 20000, warm = 2000, spin = 0, i;
@@ -93,11 +95,27 @@ int main(int argc, char **argv)
     cfg.slot_tokens = 64;
     cfg.max_queued_requests = 4;
     cfg.sched_spin_us = spin;
-    size_t size = srt_chan_size(&cfg);
-    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     srt_err err;
-    if (mem == MAP_FAILED || srt_chan_format(mem, size, &cfg, &err) != SRT_OK) {
-        fprintf(stderr, "srt-bench-chan: cannot make a channel\n");
+    /* the doorbells in a private 0700 directory, as nginx's srt_temp_path */
+    if (srt_chan_sock_dir_make(cfg.sock_dir, sizeof cfg.sock_dir, &err) != SRT_OK) {
+        fprintf(stderr, "srt-bench-chan: %s\n", err.msg);
+        return 1;
+    }
+    int rc = bench(&cfg, n, warm, spin);
+    srt_chan_sock_dir_remove(cfg.sock_dir);
+    return rc;
+}
+
+/* One channel in cfg->sock_dir, a forked scheduler, n timed requests after warm ones. */
+static int bench(const srt_chan_config *cfg, int n, int warm, int spin)
+{
+    srt_err err;
+    int i;
+    size_t size = srt_chan_size(cfg);
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED || srt_chan_format(mem, size, cfg, &err) != SRT_OK) {
+        fprintf(stderr, "srt-bench-chan: cannot make a channel: %s\n",
+                mem == MAP_FAILED ? strerror(errno) : err.msg);
         return 1;
     }
     srt_chan *c = srt_chan_attach(mem, size, &err);
@@ -171,5 +189,6 @@ int main(int argc, char **argv)
     waitpid(child, NULL, 0);
     printf("requests=%d spin_us=%d rtt_p50_us=%.1f rtt_p99_us=%.1f handoff_p50_us=%.1f notify_p50_us=%.1f\n",
            n, spin, pct_us(rtt, n, 0.5), pct_us(rtt, n, 0.99), pct_us(hand, n, 0.5), pct_us(back, n, 0.5));
+    srt_chan_detach(c);
     return 0;
 }

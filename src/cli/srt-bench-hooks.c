@@ -80,7 +80,7 @@ static int micro(void)
 {
     srt_module mod = { { "bench.module", "Linear", 0 }, -1, NULL };
     srt_err err;
-    srt_hook noop = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, NULL, NULL, NULL };
+    srt_hook noop = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, NULL, NULL, NULL, NULL, NULL };
     const long n = 20000000;
     double direct = 1e9, fast = 1e9, hooked = 1e9;
     extern int noop_fwd_for_micro(srt_hook *, const srt_hook_call *, const srt_module_args *,
@@ -175,7 +175,7 @@ int main(int argc, char **argv)
         return fprintf(stderr, "srt-bench-hooks: %s\n", err.msg), 1;
     if (search)
         srt_hook_registry_set_search_path(reg, search, &err);
-    srt_hook noop = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, noop_fwd, NULL, NULL };
+    srt_hook noop = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, noop_fwd, NULL, NULL, NULL, NULL };
     if (strcmp(hooks, "noop") == 0) {
         srt_hook_attach_opts o = { .name = "noop", .global = 1 };
         if (srt_hook_attach(reg, NULL, &noop, &o, &err) < 0)

@@ -3,19 +3,28 @@
  *   srt-bench-sched MODEL|fake [--dataset gsp|random] [--radix on|off] [--num N] [--groups G]
  *                   [--system-len L] [--question-len Q] [--input-len I] [--output-len O]
  *                   [--max-running R] [--chunk C] [--kv TOKENS] [--page P] [--threads T]
- *                   [--policy fcfs|lpm] [--seed S]
+ *                   [--policy fcfs|lpm] [--seed S] [--schema FILE [--jump-forward on|off]]
  *
  * All requests are submitted at once (SGLang's offline mode); ignore_eos, greedy. Prints one
  * line of figures: wall time, request and token throughput, cache hit rate, steps. MODEL
- * "fake" runs no model at all (constant logits): the time per step is the scheduler's own. */
+ * "fake" runs no model at all (constant logits): the time per step is the scheduler's own.
+ * --schema: every request's output is constrained to that JSON schema (compiled against the
+ * model's tokenizer, greedy, ending at EOS where the schema ends, --output-len at most), with
+ * jump-forward on or off (srt_grammar_jump_forward): steps= shows the forward passes it saves.
+ * Its prompts are "PROMPT (request N)" (--prompt, tokenized) instead of random tokens, and the first
+ * request's output goes to stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <sys/stat.h>
+
+#include "srt/grammar.h"
 #include "srt/model.h"
 #include "sched/serve.h"
 #include "srt/sched.h"
+#include "srt/tokenizer.h"
 
 static double now_s(void)
 {
@@ -56,6 +65,40 @@ static int trace_forward(void *self, const srt_forward_batch *b, float *logits, 
     return rc;
 }
 
+/* The schema's grammar against the model's tokenizer (a GGUF's own, or a directory's tokenizer.json). */
+static int load_schema(const char *model, const char *file, int32_t vocab, srt_tokenizer **tok,
+                       srt_grammar_vocab **v, srt_grammar **g, int32_t *eos, srt_err *err)
+{
+    struct stat st;
+    char tj[4200], *text = NULL;
+    long n;
+    FILE *f;
+    int rc;
+
+    if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(tj, sizeof tj, "%s/tokenizer.json", model);
+        rc = srt_tokenizer_load_json(tj, NULL, tok, err);
+    } else {
+        rc = srt_tokenizer_from_gguf(model, tok, err);
+    }
+    if (rc != SRT_OK)
+        return rc;
+    *eos = srt_tokenizer_eos_id(*tok);
+    if (!(f = fopen(file, "rb")) || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||
+        fseek(f, 0, SEEK_SET) != 0 || !(text = malloc((size_t)n + 1)) || fread(text, 1, (size_t)n, f) != (size_t)n) {
+        if (f)
+            fclose(f);
+        free(text);
+        return srt_err_set(err, "%s: cannot read", file);
+    }
+    fclose(f);
+    rc = srt_grammar_vocab_from_tokenizer(*tok, (size_t)vocab, eos, 1, v, err);
+    if (rc == SRT_OK)
+        rc = srt_grammar_compile_json_schema(*v, text, (size_t)n, NULL, g, err);
+    free(text);
+    return rc;
+}
+
 static uint64_t rng = 0x853c49e6748fea9bull;
 static uint32_t next_u32(void)
 {
@@ -67,7 +110,9 @@ static uint32_t next_u32(void)
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL, *dataset = "gsp";
+    const char *path = NULL, *dataset = "gsp", *schema = NULL;
+    int jump = 0;
+    const char *prompt_text = "Write the order as JSON.";
     int radix = 1, num = 64, groups = 4, sys_len = 512, q_len = 32, in_len = 256, out_len = 32;
     int max_running = 32, chunk = 1024, threads = 0, page = 1, lpm = 0;
     long long kv = 0;
@@ -90,6 +135,9 @@ int main(int argc, char **argv)
         else if (OPT("--threads")) threads = atoi(v);
         else if (OPT("--policy")) lpm = strcmp(v, "lpm") == 0;
         else if (OPT("--seed")) rng = strtoull(v, NULL, 10) | 1;
+        else if (OPT("--schema")) schema = v;
+        else if (OPT("--jump-forward")) jump = strcmp(v, "on") == 0;
+        else if (OPT("--prompt")) prompt_text = v;
         else if (a[0] != '-' && !path) path = a;
         else {
             fprintf(stderr, "usage: %s MODEL [options] (see the source header)\n", argv[0]);
@@ -108,6 +156,14 @@ int main(int argc, char **argv)
         return 1;
     }
     int32_t vocab = fake ? 1000 : srt_model_config_of(m)->vocab_size;
+    srt_tokenizer *tok = NULL;
+    srt_grammar_vocab *gv = NULL;
+    srt_grammar *gram = NULL;
+    int32_t eos = -1;
+    if (schema && (fake || load_schema(path, schema, vocab, &tok, &gv, &gram, &eos, &err) != SRT_OK)) {
+        fprintf(stderr, "--schema: %s\n", fake ? "needs a model" : err.msg);
+        return 1;
+    }
     int gsp = strcmp(dataset, "gsp") == 0;
     int max_prompt = gsp ? sys_len + q_len : in_len;
     int32_t *prompts = malloc(sizeof(int32_t) * (size_t)num * (size_t)max_prompt);
@@ -128,11 +184,22 @@ int main(int argc, char **argv)
                 p[plen[r]++] = (int32_t)(next_u32() % (uint32_t)(vocab - 100)) + 50;
         }
     }
+    for (int r = 0; gram && r < num; r++) {
+        char text[1024];
+        size_t n;
+        int len = snprintf(text, sizeof text, "%s (request %d)\n", prompt_text, r);
+        if (srt_tokenizer_encode(tok, text, (size_t)len, SRT_TOK_ADD_SPECIAL, prompts + (size_t)r * (size_t)max_prompt,
+                                 (size_t)max_prompt, &n, &err) != SRT_OK) {
+            fprintf(stderr, "--prompt: %s (more than --input-len %d tokens?)\n", err.msg, max_prompt);
+            return 1;
+        }
+        plen[r] = (int)n;
+    }
     srt_sched_config cfg = {
         .max_running_requests = max_running, .max_queued_requests = num, .context_length = max_prompt + out_len + 1,
         .max_total_tokens = kv > 0 ? kv : (long long)max_running * (max_prompt + out_len + 1) + (long long)groups * sys_len,
         .page_size = page, .chunked_prefill_size = chunk, .policy = lpm ? SRT_SCHED_LPM : SRT_SCHED_FCFS,
-        .radix_cache = radix, .vocab_size = vocab, .n_eos = 0,
+        .radix_cache = radix, .vocab_size = vocab, .n_eos = gram ? 1 : 0, .eos_ids = { eos },
     };
     srt_sched_model_runner *mr = NULL;
     srt_sched *s;
@@ -154,22 +221,41 @@ int main(int argc, char **argv)
     }
     double t0 = now_s();
     for (int r = 0; r < num; r++) {
-        srt_sampling_params sp = { .top_p = 1, .repetition_penalty = 1, .max_tokens = out_len, .ignore_eos = 1 };
+        srt_sampling_params sp = { .top_p = 1, .repetition_penalty = 1, .max_tokens = out_len,
+                                   .ignore_eos = !gram };
         srt_sched_submit_args a = { .id = (uint64_t)r, .prompt = prompts + (size_t)r * (size_t)max_prompt,
-                                    .n_prompt = plen[r], .sampling = &sp };
+                                    .n_prompt = plen[r], .sampling = &sp, .grammar = gram,
+                                    .jump_forward = jump ? tok : NULL };
         if (srt_sched_submit(s, &a, &err) != SRT_SCHED_SUBMIT_OK) {
             fprintf(stderr, "submit: %s\n", err.msg);
             return 1;
         }
     }
-    while (srt_sched_has_work(s))
+    int32_t *first = malloc(sizeof(int32_t) * (size_t)out_len), n_first = 0;
+    while (srt_sched_has_work(s)) {
         if (srt_sched_step(s, &err) < 0) {
             fprintf(stderr, "step: %s\n", err.msg);
             return 1;
         }
+        int n_ev;
+        const srt_sched_event *ev = srt_sched_events(s, &n_ev);
+        for (int i = 0; first && i < n_ev; i++)
+            if (ev[i].id == 0 && ev[i].token >= 0 && n_first < out_len)
+                first[n_first++] = ev[i].token;
+    }
+    if (gram && first) {
+        char *text = NULL;
+        size_t len;
+        if (srt_tokenizer_decode(tok, first, (size_t)n_first, SRT_DETOK_SKIP_SPECIAL, &text, &len, &err) == SRT_OK)
+            fprintf(stderr, "request 0 (%d tokens): %s\n", n_first, text);
+        free(text);
+    }
+    free(first);
     double dt = now_s() - t0;
     srt_sched_metrics mt;
     srt_sched_get_metrics(s, &mt);
+    if (gram)
+        printf("schema=%s jump_forward=%s ", schema, jump ? "on" : "off");
     printf("dataset=%s radix=%s num=%d prompt_tokens=%llu output_tokens=%llu wall_s=%.3f req_per_s=%.2f "
            "output_tok_per_s=%.1f total_tok_per_s=%.1f cache_hit=%.3f steps=%llu forward_tokens=%llu "
            "ttft_mean_ms=%.1f itl_mean_ms=%.2f us_per_step=%.1f\n",
@@ -182,6 +268,9 @@ int main(int argc, char **argv)
            mt.steps ? dt / (double)mt.steps * 1e6 : 0);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
+    srt_grammar_free(gram);
+    srt_grammar_vocab_free(gv);
+    srt_tokenizer_free(tok);
     if (m)
         srt_model_free(m);
     free(prompts);

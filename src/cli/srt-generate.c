@@ -7,6 +7,7 @@
  * Streams the generated text to stdout as it comes (token ids with --ids, or when the
  * model has no tokenizer); prefill and decode speed go to stderr. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include <yajl/yajl_gen.h>
 
+#include "hooks/registry.h"
 #include "srt/chat_template.h"
 #include "srt/frontend.h"
 #include "srt/model.h"
@@ -45,7 +47,12 @@ static void usage(void)
             "  --numerics exact|fast  exact (default): f32 activations, HF's greedy tokens;\n"
             "                     fast: 8-bit activations on quantized weights (llama.cpp's scheme)\n"
             "  --kv-cache-dtype f16|f32  the KV cache's element type (default f16)\n"
-            "  --precise, --kv-f16  the same as --numerics exact, --kv-cache-dtype f16\n");
+            "  --precise, --kv-f16  the same as --numerics exact, --kv-cache-dtype f16\n"
+            "  --control-vector-scaled FILE:SCALE  a llama.cpp control-vector GGUF, as srt_control_vector\n"
+            "                     (and llama.cpp's option of that name)\n"
+            "  --control-vector-layer-range A B  the layers it applies to (default: all it can)\n"
+            "  --margins          with --ids: each token as ID:MARGIN, MARGIN the gap between the best\n"
+            "                     and the second-best logit of that step (how near a tie it was)\n");
 }
 
 static int parse_ids(const char *s, int32_t **out, int32_t *n)
@@ -128,7 +135,10 @@ int main(int argc, char **argv)
 {
     const char *model_path = NULL, *ids_arg = NULL, *prompt_text = NULL;
     const char *system_text = NULL;
-    int threads = 0, batch = 512, kv_f16 = 1, print_ids = 0, precise = 1, chat = 0;
+    int threads = 0, batch = 512, kv_f16 = 1, print_ids = 0, precise = 1, chat = 0, margins = 0;
+    char cvec_path[4096] = "";
+    srt_control_vector_opts cvec = { .path = cvec_path, .name = "control_vector", .scale = 1.0f };
+    srt_hook_registry *hooks = NULL;
     srt_sampling_params sp;
     srt_err err = { { 0 } };
 
@@ -157,6 +167,14 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--ignore-eos") == 0) sp.ignore_eos = 1;
         else if (strcmp(a, "--kv-f16") == 0) kv_f16 = 1;
         else if (strcmp(a, "--ids") == 0) print_ids = 1;
+        else if (strcmp(a, "--margins") == 0) margins = 1;
+        else if (ARG("--control-vector-scaled") && strrchr(v, ':') && (size_t)(strrchr(v, ':') - v) < sizeof cvec_path) {
+            snprintf(cvec_path, sizeof cvec_path, "%.*s", (int)(strrchr(v, ':') - v), v);
+            cvec.scale = strtof(strrchr(v, ':') + 1, NULL);
+        } else if (strcmp(a, "--control-vector-layer-range") == 0 && i + 2 < argc) {
+            cvec.layer_start = atoi(argv[++i]);
+            cvec.layer_end = atoi(argv[++i]);
+        }
         else if (strcmp(a, "--precise") == 0) precise = 1;
         else if (ARG("--numerics") && (!strcmp(v, "exact") || !strcmp(v, "fast"))) precise = !strcmp(v, "exact");
         else if (ARG("--kv-cache-dtype") && (!strcmp(v, "f16") || !strcmp(v, "f32"))) kv_f16 = !strcmp(v, "f16");
@@ -195,6 +213,13 @@ int main(int argc, char **argv)
     if (srt_model_load(model_path, &m, &err) != SRT_OK)
         goto fail;
     const srt_model_config *c = srt_model_config_of(m);
+    if (cvec_path[0]) {
+        int n_mod;
+        srt_module *mods = srt_model_modules(m, &n_mod);
+        if (!(hooks = srt_hook_registry_create(mods, n_mod, &err)) ||
+            srt_hook_control_vector_load(hooks, &cvec, c->n_layers, &err) != SRT_OK)
+            goto fail;
+    }
     if (prompt_text || !print_ids) {
         /* the model's tokenizer and template, as the server loads them */
         srt_err terr = { { 0 } };
@@ -280,6 +305,13 @@ int main(int argc, char **argv)
     int32_t n_gen = 0, cur_pos = n_prompt;
     for (;;) {
         srt_sample_result res;
+        float best = -INFINITY, second = -INFINITY;   /* of the logits as the model gave them */
+        for (int32_t v = 0; margins && v < c->vocab_size; v++) {
+            if (logits[v] > best)
+                second = best, best = logits[v];
+            else if (logits[v] > second)
+                second = logits[v];
+        }
         if (srt_sampler_sample(&st, ws, logits, &res) != SRT_OK)
             break;
         n_gen++;
@@ -292,7 +324,9 @@ int main(int argc, char **argv)
                 fwrite(text_buf, 1, n, stdout);
                 fputc('\n', stdout);
             }
-        } else
+        } else if (margins)
+            printf("%d:%.4f%s", res.token, (double)(best - second), res.finish ? "\n" : " ");
+        else
             printf("%d%s", res.token, res.finish ? "\n" : " ");
         fflush(stdout);
         if (res.finish)
@@ -329,6 +363,7 @@ done:
     free(prompt);
     srt_kv_pool_free(kv);
     srt_runner_free(r);
+    srt_hook_registry_free(hooks);
     srt_model_free(m);
     return rc;
 }

@@ -30,6 +30,7 @@ int srt_frontend_load(const char *model_path, const char *template_file, srt_fro
     size_t len = 0;
 
     memset(fe, 0, sizeof *fe);
+    fe->tool_format = SRT_TOOLS_HERMES;
     if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
         if (snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", model_path) >= (int)sizeof tok_path
             || snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", model_path) >= (int)sizeof cfg_path)
@@ -57,6 +58,7 @@ int srt_frontend_load(const char *model_path, const char *template_file, srt_fro
         len = strlen(src);
     }
     if (src) {
+        fe->tool_format = srt_tool_format_detect(src, &fe->tool_format_sure);
         int rc = srt_chat_template_compile(src, len, &fe->tmpl, err);
         free(src);
         if (rc != SRT_OK)

@@ -110,6 +110,8 @@ struct srt_grammar {
     int32_t                  *clo_off;   /* closure of state s: clo[clo_off[s] .. clo_off[s+1]) */
     int32_t                  *clo;
     uint8_t                  *tail;      /* returning to this state only returns again */
+    uint8_t                  *simple;    /* its closure holds BYTE states only (no call, no end):
+                                            a step into it needs no work list (pda.c) */
     state_cache             **cache;     /* per state and frame kind (2 s + below-is-root), filled
                                             on first use */
     int32_t                   root_end;  /* states below it were built for the root rule */
@@ -135,6 +137,8 @@ typedef struct {
     int32_t   *slots;       /* open addressing, -1 empty */
     uint32_t   mask;
     int32_t   *log;         /* slots filled, in order, to undo past a mark */
+    int32_t   *direct[2];   /* per state, its node over NODE_ROOT / NODE_SENT (-1: none yet): the
+                               frames mask walks create most, found without hashing */
 } node_table;
 
 typedef struct {
@@ -168,6 +172,7 @@ int ts_reserve(thread_set *s, int32_t n);
 void ts_free(thread_set *s);
 
 const state_cache *grammar_state_cache(srt_grammar *g, int32_t state, int root);
+void state_cache_free(state_cache *sc);     /* accepts NULL */
 int grammar_finish(srt_grammar *g, const srt_grammar_vocab *v, ast_grammar *ag, srt_grammar **out,
                    srt_err *err);
 

@@ -13,8 +13,10 @@
  * of the trie as soon as a prefix dies.
  */
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "grammar/grammar_internal.h"
 #include "srt/tokenizer.h"
@@ -256,6 +258,17 @@ srt_grammar_mask_words(const srt_grammar_vocab *v)
 
 /* ---- the per-state cache ---- */
 
+void
+state_cache_free(state_cache *sc)
+{
+    if (sc != NULL) {
+        free(sc->acc_bits);
+        free(sc->acc);
+        free(sc->unc);
+        free(sc);
+    }
+}
+
 typedef struct {
     const srt_grammar_vocab *v;
     pda                      p;
@@ -430,14 +443,62 @@ grammar_state_cache(srt_grammar *g, int32_t state, int root)
 
 
 /* Every state a thread can stand on, with the frame it will have: states of the root rule
- * over the root, states of called rules over a caller (the rest fill on first use). */
+ * over the root, states of called rules over a caller (the rest fill on first use). The states
+ * are independent walks over immutable data, so up to PRECOMPUTE_THREADS threads share them
+ * (as xgrammar's compiler does): each computes outside the lock and publishes under it. */
+#define PRECOMPUTE_THREADS 8
+
+typedef struct {
+    srt_grammar *g;
+    int32_t     *keys;     /* cache slots to fill: 2 state + root */
+    int32_t      n;
+    int32_t      next;     /* atomic */
+} precompute_job;
+
+
+static void *
+precompute_worker(void *arg)
+{
+    precompute_job *j = arg;
+    srt_grammar    *g = j->g;
+    state_cache    *sc;
+    int32_t         i, k;
+
+    while ((i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n) {
+        k = j->keys[i];
+        if (__atomic_load_n(&g->cache[k], __ATOMIC_ACQUIRE) != NULL) {
+            continue;
+        }
+        sc = compute_cache(g, k / 2, k & 1);
+        if (sc == NULL) {
+            continue;       /* out of memory: that state fills on first use, or falls back */
+        }
+        pthread_mutex_lock(&g->lock);
+        if (g->cache[k] == NULL) {
+            __atomic_store_n(&g->cache[k], sc, __ATOMIC_RELEASE);
+            sc = NULL;
+        }
+        pthread_mutex_unlock(&g->lock);
+        state_cache_free(sc);
+    }
+    return NULL;
+}
+
+
 void
 srt_grammar_precompute(srt_grammar *g)
 {
-    int32_t  s, i;
-    uint8_t *live = calloc(g->n_st, 1);
+    int32_t         s, i;
+    uint8_t        *live = calloc(g->n_st, 1);
+    precompute_job  j = { g, NULL, 0, 0 };
+    pthread_t       th[PRECOMPUTE_THREADS];
+    long            n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int             n_th, started = 0, t;
 
-    if (live == NULL) {
+    j.keys = malloc((size_t) g->n_st * 2 * sizeof(int32_t));
+    if (live == NULL || j.keys == NULL) {
+        free(live);
+        free(j.keys);
         return;
     }
     for (s = 0; s < g->n_st; s++) {
@@ -452,11 +513,25 @@ srt_grammar_precompute(srt_grammar *g)
             continue;
         }
         if (s < g->root_end) {
-            grammar_state_cache(g, s, 1);
+            j.keys[j.n++] = s * 2 + 1;
         }
         if (s >= g->root_end || g->root_called) {
-            grammar_state_cache(g, s, 0);
+            j.keys[j.n++] = s * 2;
         }
     }
+    n_th = n_cpu < 1 ? 1 : n_cpu > PRECOMPUTE_THREADS ? PRECOMPUTE_THREADS : (int) n_cpu;
+    if (n_th > j.n) {
+        n_th = j.n;
+    }
+    for (t = 1; t < n_th; t++) {
+        if (pthread_create(&th[started], NULL, precompute_worker, &j) == 0) {
+            started++;
+        }
+    }
+    precompute_worker(&j);
+    for (t = 0; t < started; t++) {
+        pthread_join(th[t], NULL);
+    }
     free(live);
+    free(j.keys);
 }

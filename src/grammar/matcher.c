@@ -138,12 +138,7 @@ srt_grammar_free(srt_grammar *g)
     }
     if (g->cache) {
         for (s = 0; s < g->n_st * 2; s++) {
-            if (g->cache[s]) {
-                free(g->cache[s]->acc_bits);
-                free(g->cache[s]->acc);
-                free(g->cache[s]->unc);
-                free(g->cache[s]);
-            }
+            state_cache_free(g->cache[s]);
         }
     }
     pthread_mutex_destroy(&g->lock);
@@ -154,6 +149,7 @@ srt_grammar_free(srt_grammar *g)
     free(g->clo_off);
     free(g->clo);
     free(g->tail);
+    free(g->simple);
     free(g);
 }
 

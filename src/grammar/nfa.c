@@ -513,7 +513,8 @@ compute_closures(srt_grammar *g, srt_err *err)
     stack = malloc((size_t) g->n_st * 2 * sizeof(int32_t) + 16);
     g->clo_off = calloc((size_t) g->n_st + 1, sizeof(int32_t));
     g->tail = calloc(g->n_st, 1);
-    if (!entry || !seen || !stack || !g->clo_off || !g->tail) {
+    g->simple = calloc(g->n_st, 1);
+    if (!entry || !seen || !stack || !g->clo_off || !g->tail || !g->simple) {
         goto done;
     }
     /* closures are needed where matching (re)enters the automaton */
@@ -539,6 +540,12 @@ compute_closures(srt_grammar *g, srt_err *err)
                 goto done;
             }
             g->tail[s] = clo.n - before == 1 && clo.v[before] == CLO_FINAL;
+            g->simple[s] = 1;
+            for (size_t k = before; k < clo.n; k++) {
+                if (clo.v[k] == CLO_FINAL || g->st[clo.v[k]].kind != ST_BYTE) {
+                    g->simple[s] = 0;
+                }
+            }
         }
         if (clo.n > (size_t) INT32_MAX / 2) {
             srt_err_set(err, "grammar: too large");

@@ -61,11 +61,14 @@ pda_init(pda *p, const srt_grammar *g)
     p->vs.mask = 1023;
     p->vs.keys = malloc((p->vs.mask + 1) * sizeof(uint64_t));
     p->vs.gen = calloc(p->vs.mask + 1, sizeof(uint32_t));
-    if (!p->nt.state || !p->nt.parent || !p->nt.slots || !p->vs.keys || !p->vs.gen) {
+    p->nt.direct[0] = malloc(((size_t) g->n_st + 1) * 2 * sizeof(int32_t));
+    if (!p->nt.state || !p->nt.parent || !p->nt.slots || !p->vs.keys || !p->vs.gen || !p->nt.direct[0]) {
         pda_free(p);
         return -1;
     }
     memset(p->nt.slots, 0xff, (p->nt.mask + 1) * sizeof(int32_t));
+    p->nt.direct[1] = p->nt.direct[0] + g->n_st + 1;
+    memset(p->nt.direct[0], 0xff, ((size_t) g->n_st + 1) * 2 * sizeof(int32_t));
     /* NODE_ROOT and NODE_SENT: never looked up */
     p->nt.state[0] = p->nt.state[1] = -1;
     p->nt.parent[0] = p->nt.parent[1] = -1;
@@ -83,6 +86,7 @@ pda_free(pda *p)
     free(p->nt.slots);
     free(p->vs.keys);
     free(p->vs.gen);
+    free(p->nt.direct[0]);
     memset(p, 0, sizeof(*p));
 }
 
@@ -94,6 +98,9 @@ pda_node(pda *p, int32_t state, int32_t parent)
     uint32_t    h;
     int32_t     id;
 
+    if ((uint32_t) parent <= NODE_SENT && (id = t->direct[parent][state]) >= 0) {
+        return id;
+    }
     h = hash2(state, parent) & t->mask;
     while ((id = t->slots[h]) >= 0) {
         if (t->state[id] == state && t->parent[id] == parent) {
@@ -125,6 +132,9 @@ pda_node(pda *p, int32_t state, int32_t parent)
     t->state[id] = state;
     t->parent[id] = parent;
     t->slots[h] = id;
+    if ((uint32_t) parent <= NODE_SENT) {
+        t->direct[parent][state] = id;
+    }
     if ((uint32_t) t->n * 2 > t->mask + 1 && nt_grow(t) != 0) {
         p->overflow = 1;
     }
@@ -142,6 +152,9 @@ pda_truncate(pda *p, int32_t n)
 
     while (t->n > n && t->n > 2) {
         id = t->n - 1;
+        if ((uint32_t) t->parent[id] <= NODE_SENT) {
+            t->direct[t->parent[id]][t->state[id]] = -1;
+        }
         h = hash2(t->state[id], t->parent[id]) & t->mask;
         while (t->slots[h] != id) {
             h = (h + 1) & t->mask;
@@ -367,6 +380,31 @@ pda_advance(pda *p, const thread_set *in, unsigned byte, thread_set *out)
 
     out->n = 0;
     out->accept = out->uncertain = 0;
+    if (in->n == 1) {
+        /* one thread stepping into a closure of BYTE states (most steps of a mask walk): its
+           threads are those states over the same frame, distinct by construction */
+        t = in->tops[0];
+        s = p->nt.state[t];
+        if (!byteset_has(g, g->st[s].set, byte)) {
+            return;
+        }
+        s = g->st[s].a;
+        if (g->simple[s]) {
+            int32_t parent = p->nt.parent[t], q;
+            if (ts_reserve(out, g->clo_off[s + 1] - g->clo_off[s]) != 0) {
+                p->overflow = 1;
+                return;
+            }
+            for (i = g->clo_off[s]; i < g->clo_off[s + 1]; i++) {
+                if ((q = pda_node(p, g->clo[i], parent)) < 0) {
+                    p->overflow = 1;
+                    return;
+                }
+                out->tops[out->n++] = q;
+            }
+            return;
+        }
+    }
     vs_next(p);
     w.n = 0;
     for (i = 0; i < in->n; i++) {

@@ -31,6 +31,98 @@ static int for_each_selecting(const struct srt_module_hooks *h, const srt_hook_s
                                         srt_hook_call *, int32_t, int32_t, void *),
                               void *arg);
 
+/* ---- device entries (ABI 1.1): enqueue on the engine's stream, values changed in place ---- */
+
+/* Set by the runner around a forward pass on a device (srt_hooks_device_step). */
+static __thread const int32_t *device_positions;
+
+void srt_hooks_device_step(const int32_t *positions)
+{
+    device_positions = positions;
+}
+
+static void device_call_init(srt_hook_device_call *dc, const struct srt_module_hooks *h,
+                             const srt_hook_slot *s, const srt_hook_call *call, int pre,
+                             const srt_tensor_view *rows)
+{
+    memset(dc, 0, sizeof *dc);
+    dc->struct_size = sizeof *dc;
+    dc->is_pre = pre;
+    dc->module = call->module;
+    dc->spec_name = s->spec_name;
+    dc->handle_id = s->id;
+    dc->host = s->host;
+    dc->stream = h->stream;
+    dc->device_index = rows ? rows->device_index : 0;
+    dc->n_rows = call->batch ? call->batch->n_tokens : 0;
+    dc->positions = device_positions;
+    dc->forward_mode = call->batch ? call->batch->forward_mode : SRT_FORWARD_PREFILL;
+    dc->tp_rank = call->batch ? call->batch->tp_rank : 0;
+    dc->tp_size = call->batch ? call->batch->tp_size : 1;
+}
+
+/* A device pre-hook: the args are the module's own (values may change, nothing else). */
+static int run_pre_device(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                          const srt_hook_call *call, srt_module_args *a)
+{
+    srt_hook_device_call dc;
+    srt_module_args view = *a;
+
+    device_call_init(&dc, h, s, call, 1, a->n_inputs > 0 ? &a->inputs[0] : NULL);
+    if (!s->with_kwargs)
+        view.n_kwargs = 0;
+    if (s->hook->forward_pre_device(s->hook, &dc, &view) < 0) {
+        srt_log(SRT_LOG_ERROR, "forward pre-hook '%s' (id %lld) failed on %s (device entry)",
+                s->spec_name, (long long)s->id, call->module->name);
+        return SRT_ERROR;
+    }
+    return SRT_OK;
+}
+
+static int run_post_device(const struct srt_module_hooks *h, const srt_hook_slot *s,
+                           const srt_hook_call *call, const srt_module_args *a,
+                           const srt_tensor_view *output)
+{
+    srt_hook_device_call dc;
+    srt_module_args view = *a;
+
+    device_call_init(&dc, h, s, call, 0, output);
+    if (!s->with_kwargs)
+        view.n_kwargs = 0;
+    if (s->hook->forward_device(s->hook, &dc, &view, output) < 0) {
+        srt_log(SRT_LOG_ERROR, "forward hook '%s' (id %lld) failed on %s (device entry)",
+                s->spec_name, (long long)s->id, call->module->name);
+        return SRT_ERROR;
+    }
+    return SRT_OK;
+}
+
+/* A hook with only a device entry where the engine has no stream (refused at startup by
+ * srt_hook_registry_check_entries; an embedder that skipped it gets this). */
+static int no_entry(const srt_hook_slot *s, const char *module)
+{
+    srt_log(SRT_LOG_ERROR, "hook '%s' (id %lld) on %s has only a device entry and the engine "
+            "has no device stream", s->spec_name, (long long)s->id, module);
+    return SRT_ERROR;
+}
+
+int srt_hooks_graph_state(const srt_module *mods, int n, uint64_t *gen)
+{
+    int state = 0;
+
+    *gen = 0;
+    for (int i = 0; i < n; i++) {
+        const struct srt_module_hooks *h = mods[i].hooks;
+        if (h == NULL)
+            continue;
+        *gen = h->generation;
+        if (h->host_only > 0)
+            return 2;
+        state = 1;
+    }
+    return state;
+}
+
 static __attribute__((noinline)) int run_pre_hook(const struct srt_module_hooks *h, const srt_hook_slot *s,
                         srt_hook_call *call, srt_module_args *a)
 {
@@ -42,6 +134,10 @@ static __attribute__((noinline)) int run_pre_hook(const struct srt_module_hooks 
     call->handle_id = s->id;
     call->is_global = s->is_global;
     call->host = s->host;
+    if (s->device)
+        return run_pre_device(h, s, call, a);
+    if (s->hook->forward_pre == NULL)
+        return no_entry(s, call->module->name);
     if (!s->with_kwargs)
         a->n_kwargs = 0;
     if (s->per_request)
@@ -251,6 +347,12 @@ static int run_post_hooks(const srt_module *m, const struct srt_module_hooks *h,
         call->handle_id = s->id;
         call->is_global = s->is_global;
         call->host = s->host;
+        if (s->device || s->hook->forward == NULL) {
+            if ((s->device ? run_post_device(h, s, call, a, output)
+                           : no_entry(s, m->info.name)) != SRT_OK)
+                rc = SRT_ERROR;
+            continue;
+        }
         /* Hidden for the call only (the args may be the caller's). */
         if (!s->with_kwargs)
             a->n_kwargs = 0;

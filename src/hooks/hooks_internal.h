@@ -21,6 +21,7 @@ typedef struct srt_hook_slot {
     uint8_t              always_call;
     uint8_t              is_global;
     uint8_t              per_request;  /* runs only for requests that selected its spec */
+    uint8_t              device;       /* called through its device entry (the engine has a stream) */
     const struct srt_hook_req_table *reqs;  /* the registry's selections (per_request only) */
 } srt_hook_slot;
 
@@ -36,6 +37,9 @@ struct srt_module_hooks {
     /* Device copies for replacement outputs on CUDA; NULL on CPU-only engines. */
     int          (*copy_d2d)(void *dst, const void *src, size_t bytes, void *ctx);
     void          *copy_ctx;
+    void          *stream;      /* the backend's stream for device entries; NULL: none */
+    int            host_only;   /* slots that run host code (graphs impossible) */
+    uint64_t       generation;  /* the registry's generation when this list was built */
 };
 
 /* Tensor helpers (tensor_util.c). */

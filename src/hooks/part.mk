@@ -10,3 +10,14 @@ EXTRA_ALL += $(HOOK_EXAMPLES)
 $(BUILD)/lib/libsrt_hook_%.so: src/hooks/examples/%.c src/include/srt_hooks.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -o $@ $< -lm
+
+# The device-hook example (hook ABI 1.1 forward_device, captured into CUDA graphs): built when
+# nvcc is found (kernels/part.mk), like the CUDA plugin. Runs on a GPU only (t/gpu/test_device_hooks).
+ifneq ($(NVCC),)
+HOOK_CUDA_EXAMPLE := $(BUILD)/lib/libsrt_hook_steer_cuda.so
+EXTRA_ALL += $(HOOK_CUDA_EXAMPLE)
+$(HOOK_CUDA_EXAMPLE): src/hooks/examples/steer_cuda.cu src/include/srt_hooks.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Isrc/include $(CUDA_ARCHS) \
+	    -shared -cudart shared -o $@ $< -Xlinker -rpath,$(CUDA_HOME)/lib64
+endif

@@ -154,17 +154,45 @@ void srt_hook_registry_set_tp(srt_hook_registry *reg, int tp_rank, int tp_size)
     reg->tp_size = tp_size > 0 ? tp_size : 1;
 }
 
+static int rebuild(srt_hook_registry *reg, srt_err *err);
+
 void srt_hook_registry_set_device_ops(srt_hook_registry *reg, const srt_hook_device_ops *ops)
 {
+    srt_err err;
+
     if (ops)
         reg->dev = *ops;
     else
         memset(&reg->dev, 0, sizeof reg->dev);
-    for (int i = 0; i < reg->n; i++)
-        if (reg->mods[i]->hooks) {
-            reg->mods[i]->hooks->copy_d2d = reg->dev.copy_d2d;
-            reg->mods[i]->hooks->copy_ctx = reg->dev.ctx;
-        }
+    /* which entry each slot runs depends on the stream: the lists are rebuilt; if that runs
+     * out of memory, the old lists stay, with the new copies and no device entries */
+    if (rebuild(reg, &err) != SRT_OK)
+        for (int i = 0; i < reg->n; i++)
+            if (reg->mods[i]->hooks) {
+                struct srt_module_hooks *h = reg->mods[i]->hooks;
+                h->copy_d2d = reg->dev.copy_d2d;
+                h->copy_ctx = reg->dev.ctx;
+                h->stream = NULL;
+                h->host_only = 0;
+                for (int k = 0; k < h->n_pre + h->n_post; k++) {
+                    h->pre[k].device = 0;
+                    h->host_only++;
+                }
+            }
+}
+
+int srt_hook_registry_check_entries(const srt_hook_registry *reg, srt_err *err)
+{
+    for (int i = 0; reg && i < reg->n_regs; i++) {
+        const hook_reg *r = &reg->regs[i];
+        const srt_hook *h = r->obj->hook;
+        if (reg->dev.stream == NULL && (r->pre ? h->forward_pre == NULL : h->forward == NULL))
+            return srt_err_set(err, "hook spec '%s' (%s): its hook has only a device entry (%s) and "
+                               "this model runs without a device stream (the CPU backend)",
+                               r->obj->spec_name, r->obj->factory,
+                               r->pre ? "forward_pre_device" : "forward_device");
+    }
+    return SRT_OK;
 }
 
 /* ---- hook objects ---------------------------------------------------------------------- */
@@ -230,24 +258,37 @@ oom:
 }
 
 /* The object a factory returned must speak our ABI and have the callback its list needs. */
-static int check_hook_object(const srt_hook *h, int pre, const char *what, const char *factory,
-                             srt_err *err)
+/* The hook's device entry for its kind, or NULL (a 1.0 hook has none). */
+static int has_device_entry(const srt_hook *h, int pre)
+{
+    return pre ? SRT_HOOK_HAS(h, forward_pre_device) && h->forward_pre_device != NULL
+               : SRT_HOOK_HAS(h, forward_device) && h->forward_device != NULL;
+}
+
+static int check_hook_object(const srt_hook *h, int pre, int per_request, const char *what,
+                             const char *factory, srt_err *err)
 {
     if (!srt_hook_abi_compatible(h->abi_version))
         return srt_err_set(err, "%s: hook factory '%s' returned a hook built for hook ABI "
                            "%u.%u; this server runs hook ABI %d.%d, refusing it", what, factory,
                            h->abi_version >> 16, h->abi_version & 0xffffu,
                            SRT_HOOK_ABI_VERSION_MAJOR, SRT_HOOK_ABI_VERSION_MINOR);
-    if (h->struct_size < sizeof(srt_hook))
+    /* a 1.0 hook is shorter than ours: its 1.1 fields are not read (SRT_HOOK_HAS) */
+    if (h->struct_size < SRT_HOOK_STRUCT_SIZE_1_0)
         return srt_err_set(err, "%s: hook factory '%s' returned a hook with struct_size %u, "
-                           "expected at least %zu", what, factory, h->struct_size,
-                           sizeof(srt_hook));
-    if (pre && h->forward_pre == NULL)
+                           "expected at least %u", what, factory, h->struct_size,
+                           SRT_HOOK_STRUCT_SIZE_1_0);
+    if (pre && h->forward_pre == NULL && !has_device_entry(h, 1))
         return srt_err_set(err, "%s: hook factory '%s' returned a hook without a forward_pre "
                            "callback, but the spec is in forward_pre_hooks", what, factory);
-    if (!pre && h->forward == NULL)
+    if (!pre && h->forward == NULL && !has_device_entry(h, 0))
         return srt_err_set(err, "%s: hook factory '%s' returned a hook without a forward "
                            "callback, but the spec is in forward_hooks", what, factory);
+    /* a per-request hook runs on one request's rows, which change every step: host code */
+    if (per_request && (pre ? h->forward_pre == NULL : h->forward == NULL))
+        return srt_err_set(err, "%s: hook factory '%s' returned a hook with only a device "
+                           "entry, but per-request hooks run through the host entry (%s)", what,
+                           factory, pre ? "forward_pre" : "forward");
     return SRT_OK;
 }
 
@@ -302,6 +343,9 @@ static void fill_slot(const srt_hook_registry *reg, srt_hook_slot *s, const hook
     s->with_kwargs = r->with_kwargs;
     s->always_call = r->always_call;
     s->is_global = r->global;
+    /* the device entry wherever the engine has a stream, eager steps included, so that what
+     * a graph replays is what an eager step does */
+    s->device = reg->dev.stream != NULL && !r->obj->per_request && has_device_entry(s->hook, r->pre);
 }
 
 /* Recompute module->hooks from the active registrations. On failure nothing changes. */
@@ -349,13 +393,19 @@ static int rebuild(srt_hook_registry *reg, srt_err *err)
         h->post = h->pre + np;
         h->copy_d2d = reg->dev.copy_d2d;
         h->copy_ctx = reg->dev.ctx;
+        h->stream = reg->dev.stream;
+        h->host_only = 0;
+        h->generation = reg->generation + 1;   /* the value it has once rebuilt */
         /* Global hooks first, then the module's own; each group in registration order. */
         for (int pass = 0; pass < 2; pass++)
             for (int k = 0; k < n_sorted; k++) {
                 hook_reg *r = sorted[k];
+                srt_hook_slot *slot;
                 if (pass == 0 ? !r->global : (r->global || r->module != m))
                     continue;
-                fill_slot(reg, r->pre ? &h->pre[ip++] : &h->post[iq++], r);
+                slot = r->pre ? &h->pre[ip++] : &h->post[iq++];
+                fill_slot(reg, slot, r);
+                h->host_only += !slot->device;
             }
     }
     for (int m = 0; m < reg->n; m++) {
@@ -448,7 +498,7 @@ static int load_specs(srt_hook_registry *reg, const srt_hook_spec_list *l, const
             continue;
         }
         o->hook = h;
-        if (check_hook_object(h, s->pre, what, s->factory, err) != SRT_OK) {
+        if (check_hook_object(h, s->pre, s->per_request, what, s->factory, err) != SRT_OK) {
             obj_free(reg, o);       /* the engine owns h now: destroy it */
             goto out;
         }
@@ -659,7 +709,7 @@ int64_t srt_hook_attach(srt_hook_registry *reg, const char *module_name, srt_hoo
         goto fail;
     }
     snprintf(what, sizeof what, "hook '%s'", name);
-    if (check_hook_object(hook, opts->pre, what, "(attached)", err) != SRT_OK)
+    if (check_hook_object(hook, opts->pre, opts->per_request, what, "(attached)", err) != SRT_OK)
         goto fail;
     o = obj_new(reg, name, "(attached)", "(attached)", "{}", err);
     if (o == NULL)
@@ -968,6 +1018,11 @@ void srt_hook_request_end(srt_hook_registry *reg, uint64_t request_id)
     }
 }
 
+int srt_hook_request_selected(const srt_hook_registry *reg, uint64_t request_id)
+{
+    return reg != NULL && srt_hook_req_find(&reg->reqs, request_id) != NULL;
+}
+
 /* ---- a backend's memory for hooks ---------------------------------------------------- */
 
 static int backend_d2h(void *dst, const void *src, size_t n, void *ctx)
@@ -993,6 +1048,7 @@ static int backend_d2d(void *dst, const void *src, size_t n, void *ctx)
 
 void srt_hook_registry_use_backend(srt_hook_registry *reg, srt_backend *be)
 {
-    srt_hook_device_ops ops = { backend_d2h, backend_h2d, backend_d2d, be };
+    srt_hook_device_ops ops = { backend_d2h, backend_h2d, backend_d2d, be,
+                                be->ops->stream ? be->ops->stream(be) : NULL };
     srt_hook_registry_set_device_ops(reg, &ops);
 }

@@ -31,6 +31,7 @@ typedef struct srt_hook_device_ops {
     int (*copy_h2d)(void *dst, const void *src, size_t bytes, void *ctx);
     int (*copy_d2d)(void *dst, const void *src, size_t bytes, void *ctx);
     void *ctx;
+    void *stream;   /* the backend's stream (a cudaStream_t): hooks' device entries enqueue on it */
 } srt_hook_device_ops;
 
 /* A registry over the model's modules, in named_modules() order. The modules must outlive
@@ -54,9 +55,13 @@ int  srt_hook_registry_set_search_path(srt_hook_registry *reg, const char *path,
 /* This rank, as factories see it in host->tp_rank/tp_size: set before loading. */
 void srt_hook_registry_set_tp(srt_hook_registry *reg, int tp_rank, int tp_size);
 void srt_hook_registry_set_device_ops(srt_hook_registry *reg, const srt_hook_device_ops *ops);
-/* Hooks on a backend with memory of its own: install its download / upload / copy. */
+/* Hooks on a backend with memory of its own: install its download / upload / copy, and its
+ * stream (backend op `stream`), through which hooks with a device entry are then called. */
 struct srt_backend;
 void srt_hook_registry_use_backend(srt_hook_registry *reg, struct srt_backend *be);
+/* After the device ops are settled: an error naming the first hook that has only a device
+ * entry when the registry has no stream (it could never run). */
+int  srt_hook_registry_check_entries(const srt_hook_registry *reg, srt_err *err);
 
 /* Load a spec file {"forward_hooks": [...], "forward_pre_hooks": [...]} (or a bare list,
  * the form SGLang's --forward-hooks takes). All or nothing: on a fatal error nothing from
@@ -123,6 +128,8 @@ int srt_hook_spec_file_has_per_request(const char *path, const char *name, srt_e
 int  srt_hook_request_begin(srt_hook_registry *reg, uint64_t request_id,
                             const srt_request_hooks *sel, srt_err *err);
 void srt_hook_request_end(srt_hook_registry *reg, uint64_t request_id);
+/* 1 when request_id has a live selection (begin succeeded with at least one hook). */
+int  srt_hook_request_selected(const srt_hook_registry *reg, uint64_t request_id);
 
 /* Control vectors (srt_control_vector): llama.cpp's control-vector GGUF ("direction.N", F32,
  * N >= 1) added, times scale, to the output of model.layers.N for N in

@@ -13,8 +13,10 @@
  * differs from SRT_HOOK_ABI_VERSION in its major part, or has a newer minor part.
  *
  * Versions. 1.1 appends fields to srt_hook_call (per-request hooks: the request and its
- * config); nothing of 1.0 moved, so 1.0 libraries keep working unchanged. A library that
- * reads a 1.1 field checks SRT_HOOK_CALL_HAS(call, field) first.
+ * config) and to srt_hook (device entry points, run inside captured CUDA graphs); nothing of
+ * 1.0 moved, so 1.0 libraries keep working unchanged. A library that reads a 1.1 field of a
+ * call checks SRT_HOOK_CALL_HAS(call, field) first; the engine reads a hook's 1.1 fields only
+ * when its struct_size covers them (a 1.0 hook is shorter).
  *
  * OWNED BY THE HOOKS COMPONENT: it may extend this file, keeping the types below stable,
  * because the model code (src/model) already builds against them.
@@ -22,6 +24,7 @@
 #ifndef SRT_HOOKS_H
 #define SRT_HOOKS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define SRT_HOOK_ABI_VERSION_MAJOR 1
@@ -164,6 +167,75 @@ typedef int (*srt_hook_fwd_fn)(struct srt_hook *hook, const srt_hook_call *call,
                                const srt_module_args *args, srt_tensor_view *output,
                                srt_tensor_view *replacement);
 
+/* ------------------------------------------------------------------------------------------
+ * Device hooks (ABI 1.1): work enqueued on the engine's stream, captured into CUDA graphs.
+ *
+ * A host callback (forward, forward_pre) runs host code at every call, which a replayed CUDA
+ * graph cannot do: a batch that meets one runs eagerly. A hook that also (or only) has a
+ * device entry (forward_device, forward_pre_device) is called through it whenever the engine
+ * runs on a device with a stream, eager steps included; the engine then captures it into its
+ * decode graphs. Its call only ENQUEUES work (kernel launches, cudaMemcpyAsync device to
+ * device, cudaMemsetAsync) on call->stream, reading and writing the views it is given and
+ * buffers of its own; the work runs later, in order with the engine's ops.
+ *
+ * The contract between capture and replay. A device call may be the capture of a graph that
+ * is then replayed at every decode step of that padded batch size without calling the hook
+ * again: what the call enqueues is recorded once, with the very pointers, sizes and scalar
+ * arguments it used, and executed again at each replay. Therefore:
+ *   - FIXED from the call that was captured to every replay (the engine guarantees its side,
+ *     the hook must not depend on anything else): call->stream; every view's data pointer,
+ *     dtype, ndim, shape and strides (the rows are the graph's padded batch: n_rows); the
+ *     addresses and sizes of the hook's own device buffers that its work reads or writes;
+ *     every scalar kernel argument and launch configuration (grid, block, shared memory),
+ *     i.e. whatever host value the hook read at enqueue time, including its config. A hook
+ *     that changes a buffer's address (frees it, reallocates it) or wants another scalar
+ *     must not do so while registered: remove it (srt_admin), which makes the engine drop the
+ *     graphs, and re-add it.
+ *   - FREE TO CHANGE between replays: the CONTENTS of every buffer. The views' contents are
+ *     the step's activations; call->positions holds the step's positions (-1 on padding rows),
+ *     rewritten by the engine before every step at the same address; the contents of the
+ *     hook's own device buffers (a steering vector, a scale kept in device memory, a config
+ *     block) may be rewritten by the hook between forward passes (from a host callback of the
+ *     same hook, or its factory), and every replay reads what they hold then. Keeping a
+ *     per-step value in a device buffer, not in a kernel argument, is how a hook varies its
+ *     effect without leaving the graph.
+ *   - NOT ALLOWED in a device call: synchronizing the stream or the device, allocating or
+ *     freeing memory, copies to or from host memory, reading the views' values on the host,
+ *     using another stream without joining it back to call->stream (event record / wait).
+ *     Under capture those fail, or would be recorded as something that does not run again.
+ *   - Padding rows (position -1) hold arbitrary values whose results are discarded: a hook
+ *     may treat every row alike; n_rows may exceed the batch's real tokens.
+ * Returning a negative value is a failure: eagerly it fails the forward pass (as a host
+ * hook's); during a capture the engine discards the graph, logs why, and runs the steps with
+ * this set of hooks eagerly (device entries still called, eagerly) until hooks change.
+ *
+ * What keeps a batch eager anyway: a hook without a device entry (1.0 hooks), a per-request
+ * hook (its rows differ from step to step), tensor parallelism (no graphs there), and an
+ * engine without a stream (the CPU backend: there the host entry runs; a hook with only a
+ * device entry is refused where no stream exists). Device entries may change values in
+ * place only: no replacement output and no input buffer swap.
+ * ------------------------------------------------------------------------------------------ */
+typedef struct srt_hook_device_call {
+    uint32_t                     struct_size;
+    int32_t                      is_pre;
+    const srt_module_info       *module;
+    const char                  *spec_name;
+    int64_t                      handle_id;
+    const struct srt_hook_host  *host;       /* the spec's host services (config, log) */
+    void                        *stream;     /* cudaStream_t of the engine's ops */
+    int32_t                      device_index;
+    int32_t                      n_rows;     /* rows of the token-shaped views (padded in a graph) */
+    const int32_t               *positions;  /* device int32 [n_rows], -1 on padding; NULL: unknown */
+    int32_t                      forward_mode; /* srt_forward_mode; DECODE in every graph */
+    int32_t                      tp_rank;
+    int32_t                      tp_size;
+} srt_hook_device_call;
+
+typedef int (*srt_hook_device_pre_fn)(struct srt_hook *hook, const srt_hook_device_call *call,
+                                      const srt_module_args *args);
+typedef int (*srt_hook_device_fwd_fn)(struct srt_hook *hook, const srt_hook_device_call *call,
+                                      const srt_module_args *args, const srt_tensor_view *output);
+
 /* A hook object. Allocated by the factory, owned by the engine after the factory returns:
  * the engine calls destroy(hook) exactly once, when the last registration using it is
  * deleted or the registry is freed (never while a callback runs). destroy may be NULL for
@@ -171,11 +243,23 @@ typedef int (*srt_hook_fwd_fn)(struct srt_hook *hook, const srt_hook_call *call,
 typedef struct srt_hook {
     uint32_t         abi_version;   /* SRT_HOOK_ABI_VERSION */
     uint32_t         struct_size;   /* sizeof(srt_hook) */
-    srt_hook_pre_fn  forward_pre;   /* required for specs in "forward_pre_hooks" */
-    srt_hook_fwd_fn  forward;       /* required for specs in "forward_hooks" */
+    srt_hook_pre_fn  forward_pre;   /* "forward_pre_hooks": this or forward_pre_device */
+    srt_hook_fwd_fn  forward;       /* "forward_hooks": this or forward_device */
     void            *user;
     void           (*destroy)(struct srt_hook *hook);
+
+    /* ---- ABI 1.1 (read only when struct_size covers them) ----
+     * Device entries, see "Device hooks" above. Set one (and optionally the host entry too,
+     * used where the engine has no stream) to have the hook captured into CUDA graphs. */
+    srt_hook_device_pre_fn forward_pre_device;
+    srt_hook_device_fwd_fn forward_device;
 } srt_hook;
+
+/* The size of a 1.0 srt_hook: the least struct_size the engine accepts. */
+#define SRT_HOOK_STRUCT_SIZE_1_0 ((uint32_t)offsetof(srt_hook, forward_pre_device))
+/* True when `hook` (as its factory filled it) has `field`. */
+#define SRT_HOOK_HAS(hook, field) \
+    ((hook)->struct_size >= (uint32_t)((char *)&(hook)->field - (char *)(hook)) + sizeof((hook)->field))
 
 /* Services the engine offers to hook libraries. One per spec; valid until the hook's
  * destroy returns. */

@@ -11,29 +11,21 @@
 #include <sys/un.h>
 
 /* A doorbell is a datagram socket named after the channel and its process (0: the
- * scheduler). With a sock_dir it is a file there (only the directory's owner can create
- * one); without, a name in the abstract namespace (tests and tools). */
+ * scheduler): a file in sock_dir, where only the directory's owner can create one. */
 socklen_t bell_addr(const chan_header *h, struct sockaddr_un *a, pid_t pid)
 {
     int n;
-    char *p = a->sun_path;
-    size_t cap = sizeof(a->sun_path);
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
-    if (h->sock_dir[0] == 0) {
-        p++;            /* abstract: a leading NUL */
-        cap--;
-    }
     if (pid > 0)
-        n = snprintf(p, cap, "%s%s%016llx-w%d", h->sock_dir, h->sock_dir[0] ? "/" : "srt-",
+        n = snprintf(a->sun_path, sizeof(a->sun_path), "%s/%016llx-w%d", h->sock_dir,
                      (unsigned long long)h->chan_id, (int)pid);
     else
-        n = snprintf(p, cap, "%s%s%016llx-sched", h->sock_dir, h->sock_dir[0] ? "/" : "srt-",
+        n = snprintf(a->sun_path, sizeof(a->sun_path), "%s/%016llx-sched", h->sock_dir,
                      (unsigned long long)h->chan_id);
-    if (n < 0 || (size_t)n >= cap)
-        n = (int)cap - 1;   /* cannot happen: sock_dir is bounded */
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - a->sun_path) + (size_t)n
-                       + (h->sock_dir[0] ? 1 : 0));
+    if (n < 0 || (size_t)n >= sizeof(a->sun_path))
+        n = (int)sizeof(a->sun_path) - 1;   /* cannot happen: sock_dir is bounded */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
 }
 
 /* The caller owns the name (a worker its pid; a scheduler holds the channel's lock): a
@@ -45,8 +37,7 @@ int bell_bind(const chan_header *h, pid_t pid)
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    if (h->sock_dir[0])
-        (void)unlink(a.sun_path);
+    (void)unlink(a.sun_path);
     if (bind(fd, (struct sockaddr *)&a, len) != 0) {
         int e = errno;
         close(fd);

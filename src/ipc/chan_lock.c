@@ -1,35 +1,46 @@
-/* The owner lock: one scheduler per model (the lock_key lock, then the channel's own), how a
+/* The owner lock: one scheduler per model (the lock_key lock, then the channel's own) in the
+ * 0700 sock_dir (and a fresh one for tests and tools), how a
  * successor waits for its predecessor, and how a scheduler stops or hands over. */
 #define _GNU_SOURCE
 #include "ipc/channel_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 
-static int pidfd_wait_exit(pid_t pid, srt_chan *c)
+int srt_chan_sock_dir_make(char *dir, size_t cap, srt_err *err)
 {
-    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-    struct pollfd p;
-    if (fd < 0)
-        return -1;
-    p.fd = fd;
-    p.events = POLLIN;
-    while (!c->stop) {
-        int r = poll(&p, 1, -1);
-        if (r > 0)
-            break;
-        if (r < 0 && errno != EINTR)
-            break;
+    const char *tmp = getenv("TMPDIR");
+    /* "/srt-chan-XXXXXX" + the names in it must fit sun_path: a long $TMPDIR gives way to /tmp */
+    if (tmp == NULL || tmp[0] != '/' || strlen(tmp) + 17 >= SRT_CHAN_SOCK_DIR_MAX)
+        tmp = "/tmp";
+    if (cap < SRT_CHAN_SOCK_DIR_MAX)
+        return srt_err_set(err, "channel: sock_dir buffer of %zu bytes, %d needed", cap,
+                           SRT_CHAN_SOCK_DIR_MAX);
+    snprintf(dir, cap, "%s/srt-chan-XXXXXX", tmp);
+    if (mkdtemp(dir) == NULL)   /* mode 0700, a new name: nobody else's */
+        return srt_err_set(err, "channel: cannot make a directory like \"%s\": %s", dir,
+                           strerror(errno));
+    return SRT_OK;
+}
+
+void srt_chan_sock_dir_remove(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (d != NULL) {
+        while ((e = readdir(d)) != NULL)
+            if (e->d_name[0] != '.')
+                (void)unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
     }
-    close(fd);
-    return 0;
+    (void)rmdir(dir);
 }
 
 void srt_chan_sched_set_lock_key(srt_chan *c, const char *key)
@@ -37,7 +48,7 @@ void srt_chan_sched_set_lock_key(srt_chan *c, const char *key)
     snprintf(c->lock_key, sizeof(c->lock_key), "%.80s", key ? key : "");
 }
 
-/* With a sock_dir, locks are flock()s on files there: the kernel drops one with its
+/* Locks are flock()s on files in sock_dir: the kernel drops one with its
  * process, a waiter blocks in flock() until then, and a stop signal (no SA_RESTART)
  * interrupts the wait. Names come from the caller: '/' becomes '_'. */
 static int file_lock(srt_chan *c, const char *name, int *out, srt_err *err)
@@ -65,61 +76,12 @@ static int file_lock(srt_chan *c, const char *name, int *out, srt_err *err)
     return SRT_OK;
 }
 
-/* Without a sock_dir, the key lock is a listening abstract stream socket: only one process
- * can bind the name, the kernel drops it with its process, and a waiter learns the holder's
- * pid by connecting (SO_PEERCRED), then waits on the holder's pidfd. */
+/* The key lock (srt_chan_sched_set_lock_key) is a file lock in sock_dir. */
 static int key_lock(srt_chan *c, srt_err *err)
 {
-    struct sockaddr_un a;
-    socklen_t len;
-    int n;
-
-    if (c->h->sock_dir[0]) {
-        char name[128];
-        snprintf(name, sizeof(name), "lock-%s", c->lock_key);
-        return file_lock(c, name, &c->lock_fd, err);
-    }
-
-    memset(&a, 0, sizeof(a));
-    a.sun_family = AF_UNIX;
-    n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "srt-lock-%s", c->lock_key);
-    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-
-    for (;;) {
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return srt_err_set(err, "channel: lock socket: %s", strerror(errno));
-        /* waiters connect (never accepted) to learn our pid: room for many of them */
-        if (bind(fd, (struct sockaddr *)&a, len) == 0 && listen(fd, SOMAXCONN) == 0) {
-            c->lock_fd = fd;
-            return SRT_OK;
-        }
-        if (errno != EADDRINUSE) {
-            int e = errno;
-            close(fd);
-            return srt_err_set(err, "channel: lock \"%s\": %s", c->lock_key, strerror(e));
-        }
-        close(fd);
-        if (c->stop)
-            return srt_err_set(err, "channel: stop requested while waiting for the model lock");
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, len) == 0) {
-            struct ucred cred;
-            socklen_t cl = sizeof(cred);
-            pid_t holder = 0;
-            if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-                holder = cred.pid;
-            close(fd);
-            if (holder > 0 && holder != getpid() && pidfd_wait_exit(holder, c) == 0)
-                continue;
-        } else if (fd >= 0) {
-            close(fd);
-        }
-        {
-            struct timespec ts = { 0, 50 * 1000 * 1000 };
-            nanosleep(&ts, NULL); /* holder between bind() and listen(), or just gone */
-        }
-    }
+    char name[128];
+    snprintf(name, sizeof(name), "lock-%s", c->lock_key);
+    return file_lock(c, name, &c->lock_fd, err);
 }
 
 int srt_chan_sched_open(srt_chan *c, srt_err *err)
@@ -127,36 +89,25 @@ int srt_chan_sched_open(srt_chan *c, srt_err *err)
     if (c->lock_key[0] && c->lock_fd < 0 && key_lock(c, err) != SRT_OK)
         return SRT_ERROR;
     /* a file doorbell outlives its process: the channel's own lock says who owns it */
-    if (c->h->sock_dir[0] && c->sched_lock_fd < 0) {
+    if (c->sched_lock_fd < 0) {
         char name[64];
         snprintf(name, sizeof(name), "%016llx-sched.lock", (unsigned long long)c->h->chan_id);
         if (file_lock(c, name, &c->sched_lock_fd, err) != SRT_OK)
             return SRT_ERROR;
     }
-    for (;;) {
-        pid_t owner;
-        int fd;
-        if (c->stop)
-            return srt_err_set(err, "channel: stop requested before the scheduler started");
-        fd = bell_bind(c->h, 0);
-        if (fd >= 0) {
-            c->sched_fd = fd;
-            c->self = getpid();
-            atomic_store(&c->h->sched_pid, c->self);
-            c->spin_us = c->h->cfg.sched_spin_us > 0 ? (uint32_t)c->h->cfg.sched_spin_us : 0;
-            clock_gettime(CLOCK_MONOTONIC, &c->last_reclaim);
-            srt_chan_sched_reclaim(c); /* what a dead predecessor left running */
-            return SRT_OK;
-        }
-        if (errno != EADDRINUSE)
-            return srt_err_set(err, "channel: scheduler doorbell: %s", strerror(errno));
-        /* Another scheduler (the one before a reload) still owns the model: wait for it. */
-        owner = atomic_load(&c->h->sched_pid);
-        if (owner <= 0 || owner == getpid() || pidfd_wait_exit(owner, c) != 0) {
-            struct timespec ts = { 0, 50 * 1000 * 1000 };
-            nanosleep(&ts, NULL); /* owner bound but not yet published its pid */
-        }
-    }
+    /* the lock is ours, so is the name: a file left by a dead predecessor goes first */
+    if (c->stop)
+        return srt_err_set(err, "channel: stop requested before the scheduler started");
+    c->sched_fd = bell_bind(c->h, 0);
+    if (c->sched_fd < 0)
+        return srt_err_set(err, "channel: scheduler doorbell in \"%s\": %s", c->h->sock_dir,
+                           strerror(errno));
+    c->self = getpid();
+    atomic_store(&c->h->sched_pid, c->self);
+    c->spin_us = c->h->cfg.sched_spin_us > 0 ? (uint32_t)c->h->cfg.sched_spin_us : 0;
+    clock_gettime(CLOCK_MONOTONIC, &c->last_reclaim);
+    srt_chan_sched_reclaim(c); /* what a dead predecessor left running */
+    return SRT_OK;
 }
 
 void srt_chan_sched_close(srt_chan *c)

@@ -55,6 +55,9 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
                            (int)cfg->slots, (int)cfg->slot_tokens);
     if (mem == NULL || size < need)
         return srt_err_set(err, "channel: %zu bytes given, %zu needed", size, need);
+    if (cfg->sock_dir[0] != '/' || memchr(cfg->sock_dir, 0, sizeof(cfg->sock_dir)) == NULL)
+        return srt_err_set(err, "channel: sock_dir must be an absolute path of at most %d bytes "
+                           "(a 0700 directory for the doorbells and locks)", SRT_CHAN_SOCK_DIR_MAX - 1);
     /* everything but the slots' activation areas, which are read only up to an act_len
      * written first: a large srt_max_activation_bytes costs memory only when used */
     memset(mem, 0, align64(sizeof(chan_header)));
@@ -78,7 +81,6 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     h->cfg.hooks_path[SRT_CHAN_PATH_MAX - 1] = 0;
     h->cfg.chat_template[SRT_CHAN_PATH_MAX - 1] = 0;
     h->cfg.hooks_search[SRT_CHAN_PATH_MAX - 1] = 0;
-    h->cfg.sock_dir[SRT_CHAN_SOCK_DIR_MAX - 1] = 0;
     memcpy(h->sock_dir, h->cfg.sock_dir, sizeof(h->sock_dir));
     atomic_store(&h->sched_state, SRT_CHAN_SCHED_NONE);
     atomic_store(&h->next_ticket, 1);
@@ -126,12 +128,10 @@ void srt_chan_detach(srt_chan *c)
     if (c->sched_fd >= 0)
         srt_chan_sched_close(c);
     if (c->worker_fd >= 0) {
+        struct sockaddr_un a;
         close(c->worker_fd);
-        if (c->h->sock_dir[0]) {
-            struct sockaddr_un a;
-            (void)bell_addr(c->h, &a, c->self);
-            (void)unlink(a.sun_path);
-        }
+        (void)bell_addr(c->h, &a, c->self);
+        (void)unlink(a.sun_path);
     }
     if (c->send_fd >= 0)
         close(c->send_fd);
@@ -179,6 +179,7 @@ int srt_chan_reconfigure(srt_chan *c, const srt_chan_config *cfg, srt_err *err)
     CFG_STORE(cuda_graph);
     CFG_STORE(numerics);
     CFG_STORE(kv_cache_dtype);
+    CFG_STORE(grammar_jump_forward);
     snprintf(h->cfg.cvec_path, sizeof h->cfg.cvec_path, "%s", cfg->cvec_path);
     snprintf(h->cfg.cvec_name, sizeof h->cfg.cvec_name, "%s", cfg->cvec_name);
     __atomic_store(&h->cfg.cvec_scale, &cfg->cvec_scale, __ATOMIC_RELAXED);

@@ -27,11 +27,12 @@
  * scheduler pops QUEUED slots in ticket order (FIFO). There is no shared ring that a producer
  * dying half-way could wedge.
  *
- * Wake-ups (doorbells) are abstract-namespace unix datagram sockets named after the channel id
- * and the receiving process's pid, so they are per process (an old and a new worker never
- * share one across a reload) and need no fd inheritance. The scheduler's socket doubles as the
- * "one owner" lock: only one process can bind it, and the kernel drops it when that process
- * dies. Workers register their socket in the nginx event loop; nobody sleeps or polls.
+ * Wake-ups (doorbells) are unix datagram sockets, files in the channel's sock_dir (a 0700
+ * directory: no other local user can bind a name first) named after the channel id and the
+ * receiving process's pid, so they are per process (an old and a new worker never share one
+ * across a reload) and need no fd inheritance. "One scheduler per channel" and "one per model
+ * key" are flock()s on files there, which the kernel drops when their process dies. Workers
+ * register their socket in the nginx event loop; nobody sleeps or polls.
  *
  * Thread safety: a srt_chan handle belongs to one thread; the shared memory is safe for any
  * number of worker processes and one scheduler.
@@ -96,6 +97,8 @@ typedef struct srt_chan_config {
     int32_t  context_length;                  /* srt_context_length, 0 = model's own */
     int32_t  max_running_requests;            /* srt_max_running_requests, 0 = auto */
     int32_t  max_queued_requests;             /* srt_max_queued_requests */
+    int32_t  grammar_jump_forward;            /* srt_grammar_jump_forward on|off (here: it fills
+                                                 the hole before the int64, the size stays) */
     int64_t  max_total_tokens;                /* srt_max_total_tokens (KV budget), 0 = auto */
     float    mem_fraction_static;             /* srt_mem_fraction_static, 0 = auto */
     int32_t  chunked_prefill_size;            /* srt_chunked_prefill_size, <= 0 = off */
@@ -121,9 +124,8 @@ typedef struct srt_chan_config {
     uint64_t act_bytes;
     /* Doorbells and locks: filesystem sockets and lock files in this directory, which must
      * be mode 0700 and owned by the user of the workers and schedulers, so that no other
-     * local user can bind a name first (srt_temp_path). "" = Linux's abstract namespace,
-     * which any local user can squat: tests and tools only. Fixed when the channel is
-     * formatted. */
+     * local user can bind a name first (nginx: srt_temp_path; tests and tools:
+     * srt_chan_sock_dir_make). Required, absolute; fixed when the channel is formatted. */
     char     sock_dir[SRT_CHAN_SOCK_DIR_MAX];
 } srt_chan_config;
 
@@ -177,6 +179,12 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
 
 /* Check that mem holds a channel and make a process-local handle for it. */
 srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err);
+
+/* For tests and tools that make their own channel (nginx uses srt_temp_path): a new mode-0700
+ * directory under $TMPDIR (or /tmp) for cfg.sock_dir, its path written to dir (cap >=
+ * SRT_CHAN_SOCK_DIR_MAX). srt_chan_sock_dir_remove removes the files in it, then it. */
+int srt_chan_sock_dir_make(char *dir, size_t cap, srt_err *err);
+void srt_chan_sock_dir_remove(const char *dir);
 void srt_chan_detach(srt_chan *c);
 
 const srt_chan_config *srt_chan_get_config(const srt_chan *c);

@@ -122,7 +122,7 @@ struct srt_chan {
     int                   worker_fd;
     int                   send_fd;      /* for ringing others, made on first use */
     int                   lock_fd;      /* the lock_key lock, while owner */
-    int                   sched_lock_fd;/* sock_dir: the channel's scheduler lock, while owner */
+    int                   sched_lock_fd;/* the channel's scheduler lock, while owner */
     pid_t                 self;         /* this process, once it opened its side (getpid() is a syscall) */
     uint64_t              seen_events;  /* scheduler: sched_events when it last looked */
     uint32_t              spin_us;      /* scheduler: busy-wait this long before blocking */

@@ -824,7 +824,9 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
     r->kv = kv;
     r->err = err;
     srt_module_args a;
+    srt_hooks_device_step(r->on_dev ? r->d_pos : NULL);
     int rc = runner_model_forward(r, T);
+    srt_hooks_device_step(NULL);
     if (rc == SRT_OK && r->on_dev) {
         rc = runner_logits_on_device(r, b, logits, err);
     } else if (rc == SRT_OK) {

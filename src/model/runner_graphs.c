@@ -61,12 +61,23 @@ void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out
     *out = r->gstats;
 }
 
-static int any_hooks(const srt_model *m)
+/* 2: some hook runs host code (the step must be eager); 1: only device hooks, captured with
+ * the graph; 0: none. Graphs captured under other hooks are dropped (their recording has the
+ * old hooks' work, or lacks the new ones'). */
+static int graph_hooks(srt_runner *r)
 {
-    for (int32_t i = 0; i < m->n_modules; i++)
-        if (m->modules[i].hooks)
-            return 1;
-    return 0;
+    uint64_t gen;
+    int state = srt_hooks_graph_state(r->m->modules, r->m->n_modules, &gen);
+    if (state == 2) {
+        srt_runner_graphs_clear(r);
+        return 2;
+    }
+    if (gen != r->g_hook_gen) {
+        srt_runner_graphs_clear(r);
+        r->g_hook_gen = gen;
+        r->g_hook_refused = 0;
+    }
+    return state;
 }
 
 /* The graphs write and read the KV pool they were captured with: another one drops them. */
@@ -87,19 +98,19 @@ static void graph_kv(srt_runner *r, srt_kv_pool *kv)
 }
 
 /* The padded batch size a step replays at, or -1: run it eagerly. Also drops graphs that no
- * longer hold: hooks appeared (their modules must run eagerly, and a graph never saw them), or
- * the KV pool is not the one the graphs write (other addresses or dtype). */
+ * longer hold: the hooks changed (a host hook must run eagerly; device hooks are captured with
+ * the graph, so graphs made under other hooks go), or the KV pool is not the one the graphs
+ * write (other addresses or dtype). */
 int32_t runner_graph_size(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *b)
 {
     if (!r->graphs)
         return -1;
-    if (any_hooks(r->m)) {
-        srt_runner_graphs_clear(r);
-        if (b->forward_mode == SRT_FORWARD_DECODE && b->n_tokens == b->n_seqs)
-            r->gstats.eager_hooked++;
+    int decode = b->forward_mode == SRT_FORWARD_DECODE && b->n_tokens == b->n_seqs;
+    if (graph_hooks(r) == 2 || r->g_hook_refused) {
+        r->gstats.eager_hooked += decode;
         return -1;
     }
-    if (b->forward_mode != SRT_FORWARD_DECODE || b->n_tokens != b->n_seqs)
+    if (!decode)
         return -1;
     int32_t bs = srt_cuda_graph_bucket(b->n_seqs);
     if (bs < 1 || bs > r->g_cap)
@@ -110,7 +121,8 @@ int32_t runner_graph_size(srt_runner *r, srt_kv_pool *kv, const srt_forward_batc
 
 /* The body of a decode graph: the model's forward over the padded batch, every op on the
  * runner's fixed buffers (ids, positions, activations, the KV pool, the backend's batch
- * metadata), nothing uploaded, downloaded or read back. Hooks are absent (graph_size). */
+ * metadata), nothing uploaded, downloaded or read back. Hooks, if any, are device hooks: their
+ * device entries enqueue on the backend's stream and are recorded with the ops (graph_size). */
 static int graph_body(void *user, srt_err *err)
 {
     srt_runner *r = user;
@@ -160,6 +172,7 @@ int runner_forward_graph(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch
     r->b = &r->g_batch;
     r->kv = kv;
     r->err = err;
+    srt_hooks_device_step(r->d_pos);
     int rc;
     if (ops->graph_ready(r->be, bs)) {
         rc = ops->graph_replay(r->be, bs, err);
@@ -175,6 +188,14 @@ int runner_forward_graph(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch
             if (ops->graph_capture(r->be, bs, graph_body, r, &ce) == SRT_OK) {
                 r->g_live = 1;
                 r->gstats.captures++;
+            } else if (r->g_hook_gen) {
+                /* with device hooks: theirs may be what failed; the eager result stands, and
+                 * steps run eagerly while these hooks stay (graphs again once they change) */
+                srt_log(SRT_LOG_WARN, "runner: decode graph of batch %d with device hooks not captured, "
+                        "decode steps run eagerly until the hooks change: %s", bs, ce.msg);
+                r->gstats.capture_failures++;
+                srt_runner_graphs_clear(r);
+                r->g_hook_refused = 1;
             } else {
                 /* the eager result stands; later steps stay eager */
                 srt_log(SRT_LOG_WARN, "runner: decode graph of batch %d not captured, graphs off: %s", bs, ce.msg);
@@ -185,6 +206,7 @@ int runner_forward_graph(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch
             }
         }
     }
+    srt_hooks_device_step(NULL);
     if (rc == SRT_OK && logits)
         rc = runner_logits_on_device(r, b, logits, err);
     r->b = NULL;
@@ -235,7 +257,9 @@ int srt_runner_graphs_warmup(srt_runner *r, srt_kv_pool *kv, int32_t max_bs, srt
 {
     if (err)
         err->msg[0] = 0;
-    if (!r || !r->graphs || any_hooks(r->m))
+    uint64_t gen;
+    if (!r || !r->graphs || srt_hooks_graph_state(r->m->modules, r->m->n_modules, &gen) == 2 ||
+        graph_hooks(r) == 2 || r->g_hook_refused)
         return SRT_OK;
     const srt_model_config *c = &r->m->cfg;
     if (!kv || srt_kv_pool_n_layers(kv) != c->n_layers || srt_kv_pool_row_elems(kv) != r->nkv * c->head_dim)
@@ -259,6 +283,8 @@ int srt_runner_graphs_warmup(srt_runner *r, srt_kv_pool *kv, int32_t max_bs, srt
         int64_t fails = r->gstats.capture_failures;
         if (runner_forward_graph(r, kv, &none, bs, NULL, err) != SRT_OK)
             return SRT_ERROR;
+        if (r->gstats.capture_failures != fails && r->g_hook_refused)
+            return SRT_OK;   /* logged; eager while these device hooks stay */
         if (r->gstats.capture_failures != fails)   /* logged; graphs are off now */
             return srt_err_set(err, "runner: graph warm-up: capture of batch %d failed, graphs off", bs);
     }

@@ -49,6 +49,8 @@ struct srt_runner {
     int      graphs;
     int32_t  g_cap;
     int      g_live;                  /* graphs captured since the last clear */
+    uint64_t g_hook_gen;              /* the device hooks the graphs hold (srt_hooks_graph_state), 0: none */
+    int      g_hook_refused;          /* a capture with these hooks failed: eager until they change */
     srt_forward_batch g_batch;
     int32_t *g_ids, *g_pos, *g_out, *g_start, *g_len;
     const int32_t **g_slots;

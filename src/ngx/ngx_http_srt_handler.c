@@ -1163,6 +1163,16 @@ ngx_http_srt_worker_init(ngx_cycle_t *cycle, ngx_http_srt_model_t *m)
     m->tmpl = fe.tmpl;
     m->bos_token = fe.bos_token;
     m->eos_token = fe.eos_token;
+    m->tool_format = fe.tool_format;
+
+    if (fe.tmpl && !fe.tool_format_sure && ngx_process == NGX_PROCESS_WORKER
+        && ngx_worker == 0)
+    {
+        ngx_log_error(NGX_LOG_INFO, cycle->log, 0,
+                      "srt_model \"%V\": the chat template names no single "
+                      "tool-call format; srt_tool_call_parser auto uses "
+                      "hermes", &m->name);
+    }
 
     goto doorbell;
 

@@ -79,6 +79,21 @@ static ngx_conf_enum_t  ngx_http_srt_policies[] = {
     { ngx_null_string, 0 }
 };
 
+static ngx_conf_enum_t  ngx_http_srt_tool_parsers[] = {
+    { ngx_string("auto"), NGX_HTTP_SRT_TOOLS_AUTO },
+    { ngx_string("hermes"), SRT_TOOLS_HERMES },
+    { ngx_string("llama3"), SRT_TOOLS_LLAMA3 },
+    { ngx_string("mistral"), SRT_TOOLS_MISTRAL },
+    { ngx_null_string, 0 }
+};
+
+static ngx_conf_enum_t  ngx_http_srt_reasoning_parsers[] = {
+    { ngx_string("off"), SRT_REASONING_OFF },
+    { ngx_string("qwen3"), SRT_REASONING_QWEN3 },
+    { ngx_string("deepseek-r1"), SRT_REASONING_DEEPSEEK_R1 },
+    { ngx_null_string, 0 }
+};
+
 static ngx_conf_enum_t  ngx_http_srt_numerics[] = {
     { ngx_string("exact"), SRT_CHAN_NUMERICS_EXACT },
     { ngx_string("fast"), SRT_CHAN_NUMERICS_FAST },
@@ -166,6 +181,20 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_srt_loc_conf_t, device),
       &ngx_http_srt_devices },
+
+    { ngx_string("srt_tool_call_parser"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, tool_parser),
+      &ngx_http_srt_tool_parsers },
+
+    { ngx_string("srt_reasoning_parser"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, reasoning_parser),
+      &ngx_http_srt_reasoning_parsers },
 
     { ngx_string("srt_schedule_policy"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -256,6 +285,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       ngx_conf_set_flag_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_srt_loc_conf_t, radix_cache),
+      NULL },
+
+    { ngx_string("srt_grammar_jump_forward"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, jump_forward),
       NULL },
 
     { ngx_string("srt_server_timing"),
@@ -440,6 +476,8 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     }
 
     slcf->device = NGX_CONF_UNSET;
+    slcf->tool_parser = NGX_CONF_UNSET;
+    slcf->reasoning_parser = NGX_CONF_UNSET;
     slcf->numerics = NGX_CONF_UNSET;
     slcf->kv_cache_dtype = NGX_CONF_UNSET;
     slcf->threads = NGX_CONF_UNSET;
@@ -452,6 +490,7 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     slcf->tp_size = NGX_CONF_UNSET;
     slcf->page_size = NGX_CONF_UNSET;
     slcf->radix_cache = NGX_CONF_UNSET;
+    slcf->jump_forward = NGX_CONF_UNSET;
     slcf->server_timing = NGX_CONF_UNSET;
     slcf->cuda_graph = NGX_CONF_UNSET;
     slcf->sched_spin = NGX_CONF_UNSET;
@@ -552,6 +591,10 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->cvec_per_request = prev->cvec_per_request;
     }
     ngx_conf_merge_str_value(conf->chat_template, prev->chat_template, "");
+    ngx_conf_merge_value(conf->tool_parser, prev->tool_parser,
+                         NGX_HTTP_SRT_TOOLS_AUTO);
+    ngx_conf_merge_value(conf->reasoning_parser, prev->reasoning_parser,
+                         SRT_REASONING_OFF);
     ngx_conf_merge_value(conf->device, prev->device, SRT_CHAN_DEVICE_AUTO);
     ngx_conf_merge_value(conf->numerics, prev->numerics,
                          SRT_CHAN_NUMERICS_EXACT);
@@ -569,6 +612,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->tp_size, prev->tp_size, 1);
     ngx_conf_merge_value(conf->page_size, prev->page_size, 1);
     ngx_conf_merge_value(conf->radix_cache, prev->radix_cache, 1);
+    ngx_conf_merge_value(conf->jump_forward, prev->jump_forward, 0);
     ngx_conf_merge_value(conf->server_timing, prev->server_timing, 0);
     ngx_conf_merge_value(conf->cuda_graph, prev->cuda_graph, 1);
     ngx_conf_merge_value(conf->sched_spin, prev->sched_spin, 0);
@@ -758,6 +802,7 @@ ngx_http_srt_model_config(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf,
     m->cfg.schedule_policy = (int32_t) conf->schedule_policy;
     m->cfg.tp_size = (int32_t) conf->tp_size;
     m->cfg.radix_cache = (int32_t) conf->radix_cache;
+    m->cfg.grammar_jump_forward = (int32_t) conf->jump_forward;
     m->cfg.page_size = (int32_t) conf->page_size;
     m->cfg.sched_spin_us = (int32_t) conf->sched_spin;
     m->watchdog = conf->watchdog;

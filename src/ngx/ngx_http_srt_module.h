@@ -25,6 +25,7 @@
 #include "srt/tokenizer.h"
 #include "srt/chat_template.h"
 #include "srt/frontend.h"
+#include "srt/output_parse.h"
 
 /* Nothing of this module is anyone else's API: nginx finds it through ngx_modules (generated,
  * default visibility) and loads it RTLD_GLOBAL, so what is declared from here on stays in
@@ -37,6 +38,7 @@
 #define NGX_HTTP_SRT_DEFAULT_SLOT_TOKENS  8192
 #define NGX_HTTP_SRT_DEFAULT_RUNNING      64
 #define NGX_HTTP_SRT_DEFAULT_QUEUED       256
+#define NGX_HTTP_SRT_TOOLS_AUTO           (-2)  /* srt_tool_call_parser auto */
 
 
 typedef struct ngx_http_srt_model_s  ngx_http_srt_model_t;
@@ -64,6 +66,7 @@ struct ngx_http_srt_model_s {
     srt_chat_template         *tmpl;
     char                      *bos_token;
     char                      *eos_token;
+    srt_tool_format            tool_format; /* the template's, for auto */
     ngx_str_t                  load_error;  /* why the tokenizer/template failed */
     ngx_queue_t                waiting;     /* ngx_http_srt_ctx_t with slots */
     ngx_queue_t                parked;      /* waiting for the model to be ready */
@@ -104,6 +107,8 @@ typedef struct {
     ngx_flag_t                 cvec_per_request;
     size_t                     max_act_bytes; /* srt_max_activation_bytes, 0 = off */
     ngx_str_t                  chat_template;
+    ngx_int_t                  tool_parser;  /* srt_tool_call_parser */
+    ngx_int_t                  reasoning_parser; /* srt_reasoning_parser */
     ngx_int_t                  device;
     ngx_int_t                  numerics;
     ngx_int_t                  kv_cache_dtype;
@@ -117,6 +122,7 @@ typedef struct {
     ngx_int_t                  tp_size;
     ngx_int_t                  page_size;
     ngx_flag_t                 radix_cache;
+    ngx_flag_t                 jump_forward; /* srt_grammar_jump_forward */
     ngx_flag_t                 server_timing;
     ngx_flag_t                 cuda_graph;
     ngx_int_t                  sched_spin;  /* srt_scheduler_spin, microseconds */
@@ -151,7 +157,11 @@ typedef struct {
     ngx_flag_t                 include_usage;
     ngx_flag_t                 logprobs;
     ngx_flag_t                 max_tokens_set;
-    ngx_flag_t                 tools;       /* parse <tool_call> blocks into tool_calls */
+    ngx_flag_t                 tools;       /* parse tool calls into tool_calls */
+    srt_tool_format            tool_format; /* their format, when tools */
+    srt_reasoning_format       reasoning;   /* srt_reasoning_parser (chat) */
+    ngx_flag_t                 think_open;  /* the prompt ends inside <think> */
+    ngx_flag_t                 hold_reasoning; /* stream_reasoning: false */
     ngx_uint_t                 n_stop;
     ngx_str_t                  stop[NGX_HTTP_SRT_MAX_STOP];
     size_t                     max_stop_len;
@@ -179,6 +189,7 @@ typedef struct {
     ngx_array_t               *lp;          /* ngx_http_srt_logprob_t */
     ngx_uint_t                 lp_emitted;
     ngx_flag_t                 role_sent;
+    struct ngx_http_srt_parsed_s  *parsed;  /* reasoning/content/calls split */
     ngx_flag_t                 error;
     u_char                    *act;         /* returned activations: records */
     size_t                     act_len;     /* (srt_act_record + data), copied */

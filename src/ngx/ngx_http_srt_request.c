@@ -75,6 +75,8 @@ static ngx_int_t ngx_http_srt_output_format(ngx_http_srt_parse_t *ps,
     yajl_val fmt, const ngx_http_srt_field_t *f);
 static ngx_int_t ngx_http_srt_grammar_string(ngx_http_srt_parse_t *ps,
     yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_reasoning_fields(ngx_http_srt_parse_t *ps,
+    yajl_val sep, const ngx_http_srt_field_t *f);
 static ngx_int_t ngx_http_srt_request_hooks(ngx_http_srt_parse_t *ps,
     yajl_val v, const ngx_http_srt_field_t *f);
 static ngx_int_t ngx_http_srt_activations(ngx_http_srt_parse_t *ps,
@@ -129,6 +131,13 @@ static const ngx_http_srt_field_t  ngx_http_srt_fields[] = {
     { "tool_choice", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
     { "function_call", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
     { "parallel_tool_calls", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    /* after the tools: it may switch off the reasoning parser they set */
+    { "separate_reasoning", 0, ngx_http_srt_reasoning_fields,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    /* read by separate_reasoning's handler */
+    { "stream_reasoning", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
 
     { "json_schema", 0, ngx_http_srt_grammar_string,
       NGX_HTTP_SRT_NO_OFFSET, 0, 0, SRT_GRAMMAR_JSON_SCHEMA },
@@ -612,12 +621,16 @@ ngx_http_srt_messages(ngx_http_srt_parse_t *ps, yajl_val msgs, yajl_gen g)
             }
         }
 
-        ngx_http_srt_gen_str(g, "content");
+        if (content == NULL) {
+            /* as HF passes it: a message without content has none (an assistant
+               message with tool_calls only); templates test "is defined" */
 
-        if (content == NULL || YAJL_IS_NULL(content)) {
+        } else if (YAJL_IS_NULL(content)) {
+            ngx_http_srt_gen_str(g, "content");
             yajl_gen_null(g);
 
         } else if (YAJL_IS_STRING(content)) {
+            ngx_http_srt_gen_str(g, "content");
             ngx_http_srt_gen_str(g, content->u.string);
 
         } else {
@@ -675,6 +688,7 @@ ngx_http_srt_messages(ngx_http_srt_parse_t *ps, yajl_val msgs, yajl_gen g)
             }
             *p = '\0';
 
+            ngx_http_srt_gen_str(g, "content");
             ngx_http_srt_gen_str(g, (char *) buf);
         }
 
@@ -897,6 +911,9 @@ ngx_http_srt_render_chat(ngx_http_srt_parse_t *ps, yajl_val messages,
     }
 
     yajl_gen_free(g);
+
+    /* deepseek-r1 and qwen3 (thinking) templates may open the think block */
+    ps->p->think_open = srt_prompt_think_open(text, text_len);
 
     /* the template writes the special tokens itself: no BOS added again */
     rc = ngx_http_srt_encode(ps, text, text_len, SRT_TOK_PARSE_SPECIAL);
@@ -1276,11 +1293,16 @@ ngx_http_srt_response_format(ngx_http_srt_parse_t *ps, yajl_val fmt)
 
 
 /*
- * Tools. The model calls them in the Hermes / Qwen2.5 format its chat template teaches:
- *   <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
- * "auto" leaves the output free and parses such blocks out of it (response side);
+ * Tools. The model calls them in the format its chat template teaches
+ * (srt_tool_call_parser; src/include/srt/output_parse.h):
+ *   hermes   <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+ *   llama3   {"name": "f", "parameters": {...}}, several joined by "; "
+ *   mistral  [{"name": "f", "arguments": {...}}, ...]  ([TOOL_CALLS] is a special
+ *            token, which a grammar over text cannot produce; the parser takes the
+ *            bare array at the start of the content)
+ * "auto" leaves the output free and parses calls out of it (response side);
  * "required" and a named function constrain the output to calls of the allowed
- * functions, each "arguments" following the function's parameter schema, by a
+ * functions, each's arguments following the function's parameter schema, by a
  * grammar built from those schemas. "none" offers no call.
  */
 
@@ -1288,6 +1310,7 @@ static ngx_int_t
 ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
     const char *only, ngx_flag_t parallel)
 {
+    const char     *args_key, *root;
     size_t          i, len, n = 0;
     char           *gbnf, *body;
     yajl_val        t, fn, name, params;
@@ -1295,6 +1318,27 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
     srt_err         err;
     ngx_int_t       rc;
     const u_char   *buf;
+
+    switch (ps->p->tool_format) {
+    case SRT_TOOLS_LLAMA3:
+        args_key = "parameters";
+        root = parallel ? "root ::= call_json (\"; \" call_json)*\n"
+                        : "root ::= call_json\n";
+        break;
+    case SRT_TOOLS_MISTRAL:
+        args_key = "arguments";
+        root = parallel ? "root ::= \"[\" call_json (\", \" call_json)* \"]\"\n"
+                        : "root ::= \"[\" call_json \"]\"\n";
+        break;
+    default:
+        args_key = "arguments";
+        root = parallel ? "root ::= call (\"\\n\" call)*\n"
+                          "call ::= \"<tool_call>\\n\" call_json "
+                          "\"\\n</tool_call>\"\n"
+                        : "root ::= call\n"
+                          "call ::= \"<tool_call>\\n\" call_json "
+                          "\"\\n</tool_call>\"\n";
+    }
 
     g = yajl_gen_alloc(NULL);
     if (g == NULL) {
@@ -1335,7 +1379,7 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
         ngx_http_srt_gen_str(g, "const");
         ngx_http_srt_gen_str(g, name->u.string);
         yajl_gen_map_close(g);
-        ngx_http_srt_gen_str(g, "arguments");
+        ngx_http_srt_gen_str(g, args_key);
         if (params && YAJL_IS_OBJECT(params) && params->u.object.len) {
             if (ngx_http_srt_gen_val(g, params) != yajl_gen_status_ok) {
                 yajl_gen_free(g);
@@ -1353,7 +1397,7 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
         ngx_http_srt_gen_str(g, "required");
         yajl_gen_array_open(g);
         ngx_http_srt_gen_str(g, "name");
-        ngx_http_srt_gen_str(g, "arguments");
+        ngx_http_srt_gen_str(g, args_key);
         yajl_gen_array_close(g);
         yajl_gen_map_close(g);
     }
@@ -1390,17 +1434,33 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
         return NGX_ERROR;
     }
 
-    ngx_sprintf((u_char *) gbnf,
-                "root ::= call%s\n"
-                "call ::= \"<tool_call>\\n\" call_json \"\\n</tool_call>\"\n"
-                "call_json ::= %s%Z",
-                parallel ? " (\"\\n\" call)*" : "", body + 9);
+    ngx_sprintf((u_char *) gbnf, "%scall_json ::= %s%Z", root, body + 9);
     free(body);
 
     rc = ngx_http_srt_grammar_set(ps, "tools", SRT_GRAMMAR_GBNF, gbnf,
                                   ngx_strlen(gbnf));
 
     return rc;
+}
+
+
+/* The location's parsers of the output (srt_tool_call_parser, srt_reasoning_parser):
+ * the tool-call format is used when tools are on, reasoning on chat completions. */
+
+static void
+ngx_http_srt_output_parsers(ngx_http_srt_parse_t *ps)
+{
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(ps->r, ngx_http_srt_module);
+
+    ps->p->tool_format = slcf->tool_parser == NGX_HTTP_SRT_TOOLS_AUTO
+                         ? ps->m->tool_format
+                         : (srt_tool_format) slcf->tool_parser;
+
+    if (ps->p->endpoint == NGX_HTTP_SRT_EP_CHAT) {
+        ps->p->reasoning = (srt_reasoning_format) slcf->reasoning_parser;
+    }
 }
 
 
@@ -1421,6 +1481,8 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
     if (rc != NGX_OK) {
         return rc;
     }
+
+    ngx_http_srt_output_parsers(ps);
 
     if (tools && !YAJL_IS_NULL(tools) && !YAJL_IS_ARRAY(tools)) {
         return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
@@ -1501,6 +1563,41 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
 
     return ngx_http_srt_tools_grammar(ps, tools, name->u.string, 0);
 }
+
+/* SGLang's separate_reasoning (false: the think block stays in content) and
+ * stream_reasoning (false: reasoning_content in one delta once the block ends). */
+
+static ngx_int_t
+ngx_http_srt_reasoning_fields(ngx_http_srt_parse_t *ps, yajl_val sep,
+    const ngx_http_srt_field_t *f)
+{
+    yajl_val  stream;
+
+    stream = ngx_http_srt_arg(ps, "stream_reasoning");
+
+    if (sep && !YAJL_IS_NULL(sep) && !YAJL_IS_TRUE(sep)
+        && !YAJL_IS_FALSE(sep))
+    {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "separate_reasoning",
+                                 "'separate_reasoning' must be a boolean");
+    }
+
+    if (stream && !YAJL_IS_NULL(stream) && !YAJL_IS_TRUE(stream)
+        && !YAJL_IS_FALSE(stream))
+    {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "stream_reasoning",
+                                 "'stream_reasoning' must be a boolean");
+    }
+
+    if (YAJL_IS_FALSE(sep)) {
+        ps->p->reasoning = SRT_REASONING_OFF;
+    }
+
+    ps->p->hold_reasoning = YAJL_IS_FALSE(stream);
+
+    return NGX_OK;
+}
+
 
 /*
  * Returned activations (src/hooks/README.md, "Activations over the API"):

@@ -134,35 +134,7 @@ ngx_http_srt_send_json(ngx_http_request_t *r, ngx_uint_t status, yajl_gen g)
 
 static ngx_int_t
 ngx_http_srt_append(ngx_http_request_t *r, ngx_http_srt_choice_t *ch,
-    const char *s, size_t n)
-{
-    u_char  *p;
-    size_t   cap;
-
-    if (n == 0) {
-        return NGX_OK;
-    }
-
-    if (ch->text_len + n > ch->text_cap) {
-        cap = ngx_max(ch->text_cap * 2, ch->text_len + n + 256);
-        p = ngx_pnalloc(r->pool, cap);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (ch->text_len) {
-            ngx_memcpy(p, ch->text, ch->text_len);
-        }
-
-        ch->text = p;
-        ch->text_cap = cap;
-    }
-
-    ngx_memcpy(ch->text + ch->text_len, s, n);
-    ch->text_len += n;
-
-    return NGX_OK;
-}
+    const char *s, size_t n);
 
 
 /* Cut the text at the earliest stop string found in the new part; 1 if cut. */
@@ -221,181 +193,256 @@ ngx_http_srt_match_stop(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
 }
 
 
-/* How much of the held text may be sent now: all of it at the end; otherwise all
- * but a possible stop-string prefix, and never half a UTF-8 character. */
-
 /*
- * Tool calls in the Hermes / Qwen2.5 format: <tool_call>{"name": ..., "arguments": {...}}
- * </tool_call> blocks anywhere in the text. All blocks must parse, else the text stays
- * content (a model that only talked about a call did not make one). The text outside the
- * blocks is the message's content.
+ * The chat answer split into reasoning_content, content and tool_calls by the output
+ * parser (srt/output_parse.h) the request chose: fed the text as it is decided (the
+ * same bytes a stream would send), the last time whole. A stream sends what each feed
+ * added; the JSON answer what the last one left: the same decisions either way.
  */
 
 typedef struct {
-    ngx_str_t   name;
-    ngx_str_t   args;        /* arguments as a JSON string's value */
+    u_char     *data;
+    size_t      len;
+    size_t      cap;
+    size_t      sent;        /* bytes already streamed */
+} ngx_http_srt_gbuf_t;
+
+
+typedef struct {
+    ngx_http_srt_gbuf_t  name;
+    ngx_http_srt_gbuf_t  args;  /* arguments, the JSON string's value */
 } ngx_http_srt_tool_call_t;
 
 
+typedef struct ngx_http_srt_parsed_s {
+    srt_outparse         op;
+    ngx_pool_t          *pool;
+    ngx_http_srt_gbuf_t  reasoning;
+    ngx_http_srt_gbuf_t  content;
+    ngx_array_t          calls;   /* ngx_http_srt_tool_call_t */
+    ngx_uint_t           calls_sent;  /* calls whose first chunk was streamed */
+} ngx_http_srt_parsed_t;
+
+
 static ngx_int_t
-ngx_http_srt_tool_calls(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
-    ngx_array_t **out, ngx_str_t *content)
+ngx_http_srt_grow(ngx_pool_t *pool, u_char **data, size_t *len, size_t *cap,
+    const u_char *s, size_t n)
 {
-    u_char                    *p, *end, *open, *close, *json, *c;
-    size_t                     len;
-    char                       err[64];
-    yajl_val                   v, name, args;
-    yajl_gen                   g;
-    ngx_array_t               *calls;
-    const u_char              *buf;
-    ngx_http_srt_tool_call_t  *tc;
+    u_char  *p;
+    size_t   c;
 
-    static const char  otag[] = "<tool_call>", ctag[] = "</tool_call>";
-
-    *out = NULL;
-    content->data = ch->text;
-    content->len = ch->text_len;
-
-    if (!ctx->p.tools || ch->text == NULL) {
+    if (n == 0) {
         return NGX_OK;
     }
 
-    calls = ngx_array_create(ctx->request->pool, 2,
-                             sizeof(ngx_http_srt_tool_call_t));
-    c = ngx_pnalloc(ctx->request->pool, ch->text_len + 1);
-    if (calls == NULL || c == NULL) {
-        return NGX_ERROR;
-    }
-
-    content->data = c;
-    content->len = 0;
-    p = ch->text;
-    end = ch->text + ch->text_len;
-
-    while (p < end) {
-        open = ngx_strlcasestrn(p, end, (u_char *) otag, sizeof(otag) - 2);
-        if (open == NULL) {
-            c = ngx_cpymem(c, p, end - p);
-            p = end;
-            break;
-        }
-        c = ngx_cpymem(c, p, open - p);
-        json = open + sizeof(otag) - 1;
-        close = ngx_strlcasestrn(json, end, (u_char *) ctag, sizeof(ctag) - 2);
-        if (close == NULL) {
-            break;                      /* an unfinished call: plain content */
-        }
-
-        len = close - json;
-        buf = ngx_pnalloc(ctx->request->pool, len + 1);
-        if (buf == NULL) {
+    if (*len + n > *cap) {
+        c = ngx_max(*cap * 2, *len + n + 256);
+        p = ngx_pnalloc(pool, c);
+        if (p == NULL) {
             return NGX_ERROR;
         }
-        ngx_memcpy((u_char *) buf, json, len);
-        ((u_char *) buf)[len] = '\0';
 
-        v = yajl_tree_parse((const char *) buf, err, sizeof(err));
-        name = NULL;
-        args = NULL;
-        if (YAJL_IS_OBJECT(v)) {
-            for (size_t i = 0; i < v->u.object.len; i++) {
-                if (ngx_strcmp(v->u.object.keys[i], "name") == 0) {
-                    name = v->u.object.values[i];
-                } else if (ngx_strcmp(v->u.object.keys[i], "arguments") == 0
-                           || ngx_strcmp(v->u.object.keys[i], "parameters") == 0)
-                {
-                    args = v->u.object.values[i];
-                }
-            }
-        }
-        if (!YAJL_IS_STRING(name)) {
-            yajl_tree_free(v);
-            calls->nelts = 0;           /* not a call after all: plain content */
-            break;
+        if (*len) {
+            ngx_memcpy(p, *data, *len);
         }
 
-        tc = ngx_array_push(calls);
-        if (tc == NULL) {
-            yajl_tree_free(v);
-            return NGX_ERROR;
-        }
-        tc->name.len = ngx_strlen(name->u.string);
-        tc->name.data = ngx_pstrdup(ctx->request->pool, &(ngx_str_t)
-                                    { tc->name.len, (u_char *) name->u.string });
-
-        if (YAJL_IS_STRING(args)) {
-            tc->args.len = ngx_strlen(args->u.string);
-            tc->args.data = ngx_pstrdup(ctx->request->pool, &(ngx_str_t)
-                                        { tc->args.len,
-                                          (u_char *) args->u.string });
-        } else {
-            g = yajl_gen_alloc(NULL);
-            if (g == NULL) {
-                yajl_tree_free(v);
-                return NGX_ERROR;
-            }
-            if (args) {
-                ngx_http_srt_gen_val(g, args);
-            } else {
-                yajl_gen_map_open(g);
-                yajl_gen_map_close(g);
-            }
-            yajl_gen_get_buf(g, &buf, &len);
-            tc->args.len = len;
-            tc->args.data = ngx_pstrdup(ctx->request->pool, &(ngx_str_t)
-                                        { len, (u_char *) buf });
-            yajl_gen_free(g);
-        }
-        yajl_tree_free(v);
-        if (tc->name.data == NULL || tc->args.data == NULL) {
-            return NGX_ERROR;
-        }
-        p = close + sizeof(ctag) - 1;
+        *data = p;
+        *cap = c;
     }
 
-    if (calls->nelts == 0 || p < end) {
-        content->data = ch->text;
-        content->len = ch->text_len;
-        return NGX_OK;
-    }
-
-    content->len = c - content->data;
-    while (content->len && (content->data[content->len - 1] == '\n'
-                            || content->data[content->len - 1] == ' '))
-    {
-        content->len--;
-    }
-    while (content->len && (content->data[0] == '\n' || content->data[0] == ' ')) {
-        content->data++;
-        content->len--;
-    }
-
-    *out = calls;
+    ngx_memcpy(*data + *len, s, n);
+    *len += n;
 
     return NGX_OK;
 }
 
 
-static void
-ngx_http_srt_gen_tool_calls(ngx_http_srt_ctx_t *ctx, ngx_uint_t choice,
-    yajl_gen g, ngx_array_t *calls, ngx_flag_t delta)
+static ngx_int_t
+ngx_http_srt_append(ngx_http_request_t *r, ngx_http_srt_choice_t *ch,
+    const char *s, size_t n)
 {
-    u_char                     id[64], *e;
+    return ngx_http_srt_grow(r->pool, &ch->text, &ch->text_len, &ch->text_cap,
+                             (const u_char *) s, n);
+}
+
+
+static ngx_flag_t
+ngx_http_srt_parsing(ngx_http_srt_ctx_t *ctx)
+{
+    return ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT
+           && (ctx->p.tools || ctx->p.reasoning != SRT_REASONING_OFF);
+}
+
+
+static int
+ngx_http_srt_parsed_sink(void *user, srt_out_event ev, const char *s, size_t n)
+{
+    ngx_http_srt_gbuf_t       *b;
+    ngx_http_srt_parsed_t     *pd = user;
+    ngx_http_srt_tool_call_t  *tc;
+
+    switch (ev) {
+
+    case SRT_OUT_REASONING:
+        b = &pd->reasoning;
+        break;
+
+    case SRT_OUT_CONTENT:
+        b = &pd->content;
+        break;
+
+    case SRT_OUT_CALL_BEGIN:
+        tc = ngx_array_push(&pd->calls);
+        if (tc == NULL) {
+            return SRT_ERROR;
+        }
+        ngx_memzero(tc, sizeof(ngx_http_srt_tool_call_t));
+        b = &tc->name;
+        break;
+
+    default:
+        if (pd->calls.nelts == 0) {
+            return SRT_ERROR;
+        }
+        tc = pd->calls.elts;
+        b = &tc[pd->calls.nelts - 1].args;
+    }
+
+    return ngx_http_srt_grow(pd->pool, &b->data, &b->len, &b->cap,
+                             (const u_char *) s, n) == NGX_OK
+           ? SRT_OK : SRT_ERROR;
+}
+
+
+/* Feed the parser the first end bytes of the choice's text. */
+
+static ngx_int_t
+ngx_http_srt_parse_output(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
+    size_t end, ngx_flag_t done)
+{
+    ngx_http_srt_parsed_t  *pd = ch->parsed;
+
+    if (pd == NULL) {
+        pd = ngx_pcalloc(ctx->request->pool, sizeof(ngx_http_srt_parsed_t));
+        if (pd == NULL
+            || ngx_array_init(&pd->calls, ctx->request->pool, 2,
+                              sizeof(ngx_http_srt_tool_call_t))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        pd->pool = ctx->request->pool;
+        srt_outparse_init(&pd->op, ctx->p.tools ? ctx->p.tool_format
+                                                : SRT_TOOLS_OFF,
+                          ctx->p.reasoning, (int) ctx->p.think_open);
+        ch->parsed = pd;
+    }
+
+    if (srt_outparse_feed(&pd->op, ch->text ? (const char *) ch->text : "",
+                          end, (int) done, ngx_http_srt_parsed_sink, pd)
+        != SRT_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* finish_reason: "tool_calls" when the model stopped after making calls */
+
+static const char *
+ngx_http_srt_finish_reason(ngx_http_srt_choice_t *ch)
+{
+    if (ch->parsed && ch->parsed->calls.nelts
+        && (ch->finish == NULL || ngx_strcmp(ch->finish, "stop") == 0))
+    {
+        return "tool_calls";
+    }
+
+    return ch->finish ? ch->finish : "stop";
+}
+
+
+/* A call's id: Mistral's templates and tokenizers take 9 alphanumerics; the
+ * others the usual "call_..." form. Unique per request, choice and call. */
+
+static void
+ngx_http_srt_gen_call_id(ngx_http_srt_ctx_t *ctx, yajl_gen g, ngx_uint_t choice,
+    ngx_uint_t k)
+{
+    u_char    id[64], *e;
+    uint32_t  h;
+    ngx_uint_t  j;
+
+    static const char  an[] = "abcdefghijklmnopqrstuvwxyz"
+                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
+    ngx_http_srt_gen_str(g, "id");
+
+    if (ctx->p.tool_format == SRT_TOOLS_MISTRAL) {
+        e = ngx_snprintf(id, sizeof(id), "%s_%ui_%ui", ctx->id, choice, k);
+        h = ngx_crc32_short(id, e - id);
+        for (j = 0; j < 9; j++) {
+            id[j] = an[h % (sizeof(an) - 1)];
+            h = h / (sizeof(an) - 1) ^ (h * 2654435761u) ^ (uint32_t) j;
+        }
+        yajl_gen_string(g, id, 9);
+        return;
+    }
+
+    e = ngx_snprintf(id, sizeof(id), "call_%s_%ui_%ui", ctx->id + 9, choice, k);
+    yajl_gen_string(g, id, e - id);
+}
+
+
+/* The message's fields after "role": content, reasoning_content, tool_calls. */
+
+static void
+ngx_http_srt_gen_message(ngx_http_srt_ctx_t *ctx, ngx_uint_t choice,
+    yajl_gen g)
+{
     ngx_uint_t                 k;
-    ngx_http_srt_tool_call_t  *tc = calls->elts;
+    ngx_http_srt_choice_t     *ch = &ctx->choices[choice];
+    ngx_http_srt_parsed_t     *pd = ch->parsed;
+    ngx_http_srt_tool_call_t  *tc;
+
+    ngx_http_srt_gen_str(g, "content");
+
+    if (pd == NULL) {
+        yajl_gen_string(g, ch->text ? ch->text : (u_char *) "", ch->text_len);
+        return;
+    }
+
+    if (pd->calls.nelts && pd->content.len == 0) {
+        yajl_gen_null(g);
+    } else {
+        yajl_gen_string(g, pd->content.data ? pd->content.data
+                                            : (u_char *) "",
+                        pd->content.len);
+    }
+
+    if (ctx->p.reasoning != SRT_REASONING_OFF) {
+        ngx_http_srt_gen_str(g, "reasoning_content");
+        if (pd->reasoning.len) {
+            yajl_gen_string(g, pd->reasoning.data, pd->reasoning.len);
+        } else {
+            yajl_gen_null(g);
+        }
+    }
+
+    if (pd->calls.nelts == 0) {
+        return;
+    }
+
+    tc = pd->calls.elts;
 
     ngx_http_srt_gen_str(g, "tool_calls");
     yajl_gen_array_open(g);
-    for (k = 0; k < calls->nelts; k++) {
+    for (k = 0; k < pd->calls.nelts; k++) {
         yajl_gen_map_open(g);
-        if (delta) {
-            ngx_http_srt_gen_str(g, "index");
-            yajl_gen_integer(g, (long long) k);
-        }
-        e = ngx_snprintf(id, sizeof(id), "call_%s_%ui_%ui", ctx->id + 9,
-                         choice, k);
-        ngx_http_srt_gen_str(g, "id");
-        yajl_gen_string(g, id, e - id);
+        ngx_http_srt_gen_call_id(ctx, g, choice, k);
         ngx_http_srt_gen_str(g, "type");
         ngx_http_srt_gen_str(g, "function");
         ngx_http_srt_gen_str(g, "function");
@@ -403,13 +450,17 @@ ngx_http_srt_gen_tool_calls(ngx_http_srt_ctx_t *ctx, ngx_uint_t choice,
         ngx_http_srt_gen_str(g, "name");
         yajl_gen_string(g, tc[k].name.data, tc[k].name.len);
         ngx_http_srt_gen_str(g, "arguments");
-        yajl_gen_string(g, tc[k].args.data, tc[k].args.len);
+        yajl_gen_string(g, tc[k].args.data ? tc[k].args.data : (u_char *) "",
+                        tc[k].args.len);
         yajl_gen_map_close(g);
         yajl_gen_map_close(g);
     }
     yajl_gen_array_close(g);
 }
 
+
+/* How much of the held text may be sent now: all of it at the end; otherwise all
+ * but a possible stop-string prefix, and never half a UTF-8 character. */
 
 static size_t
 ngx_http_srt_sendable(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
@@ -418,10 +469,6 @@ ngx_http_srt_sendable(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
 
     if (ch->done) {
         return ch->text_len;
-    }
-
-    if (ctx->p.tools) {
-        return ch->emitted;          /* held until the calls can be parsed whole */
     }
 
     hold = ctx->p.max_stop_len ? ctx->p.max_stop_len - 1 : 0;
@@ -975,16 +1022,233 @@ ngx_http_srt_send_chunk(ngx_http_srt_ctx_t *ctx, yajl_gen g,
 }
 
 
+/* One chunk of a parsed chat stream: open up to the delta's map, close after it. */
+
+static yajl_gen
+ngx_http_srt_delta_open(ngx_http_srt_ctx_t *ctx, ngx_uint_t i)
+{
+    yajl_gen  g;
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NULL;
+    }
+
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_head(ctx, g, "chat.completion.chunk");
+    ngx_http_srt_gen_str(g, "choices");
+    yajl_gen_array_open(g);
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "index");
+    yajl_gen_integer(g, (long long) i);
+    ngx_http_srt_gen_str(g, "delta");
+    yajl_gen_map_open(g);
+
+    return g;
+}
+
+
+static ngx_int_t
+ngx_http_srt_delta_close(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
+    yajl_gen g, ngx_uint_t lp_to, const char *finish, ngx_chain_t ***last)
+{
+    yajl_gen_map_close(g);
+    if (lp_to > ch->lp_emitted) {
+        ngx_http_srt_gen_logprobs(ctx, ch, g, ch->lp_emitted, lp_to);
+        ch->lp_emitted = lp_to;
+    } else {
+        ngx_http_srt_gen_str(g, "logprobs");
+        yajl_gen_null(g);
+    }
+    ngx_http_srt_gen_str(g, "finish_reason");
+    if (finish) {
+        ngx_http_srt_gen_str(g, finish);
+    } else {
+        yajl_gen_null(g);
+    }
+    yajl_gen_map_close(g);
+    yajl_gen_array_close(g);
+    yajl_gen_map_close(g);
+
+    return ngx_http_srt_send_chunk(ctx, g, last);
+}
+
+
+/* "tool_calls": [{"index": k, ["id", "type", name], "function": {..., "arguments"}}] */
+
+static void
+ngx_http_srt_gen_call_delta(ngx_http_srt_ctx_t *ctx, ngx_uint_t i, yajl_gen g,
+    ngx_uint_t k, ngx_flag_t first, ngx_flag_t open)
+{
+    ngx_http_srt_tool_call_t  *tc = ctx->choices[i].parsed->calls.elts;
+
+    if (open) {
+        ngx_http_srt_gen_str(g, "tool_calls");
+        yajl_gen_array_open(g);
+    }
+
+    yajl_gen_map_open(g);
+    ngx_http_srt_gen_str(g, "index");
+    yajl_gen_integer(g, (long long) k);
+    if (first) {
+        ngx_http_srt_gen_call_id(ctx, g, i, k);
+        ngx_http_srt_gen_str(g, "type");
+        ngx_http_srt_gen_str(g, "function");
+    }
+    ngx_http_srt_gen_str(g, "function");
+    yajl_gen_map_open(g);
+    if (first) {
+        ngx_http_srt_gen_str(g, "name");
+        yajl_gen_string(g, tc[k].name.data, tc[k].name.len);
+        ngx_http_srt_gen_str(g, "arguments");
+        ngx_http_srt_gen_str(g, "");
+    } else {
+        ngx_http_srt_gen_str(g, "arguments");
+        yajl_gen_string(g, tc[k].args.data + tc[k].args.sent,
+                        tc[k].args.len - tc[k].args.sent);
+        tc[k].args.sent = tc[k].args.len;
+    }
+    yajl_gen_map_close(g);
+    yajl_gen_map_close(g);
+}
+
+
+/*
+ * A parsed chat stream, as OpenAI streams it: reasoning_content and content as they
+ * are decided; a call's first chunk carries index, id, type, name and arguments "",
+ * the following ones its index and the arguments as they are generated; the last
+ * chunk the finish_reason ("tool_calls" after calls).
+ */
+
+static ngx_int_t
+ngx_http_srt_stream_parsed(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
+    ngx_chain_t ***last, size_t end, ngx_uint_t lp_to)
+{
+    yajl_gen                   g;
+    ngx_uint_t                 k, n;
+    size_t                     reasoning_to;
+    ngx_flag_t                 finish, any, open;
+    ngx_http_srt_choice_t     *ch = &ctx->choices[i];
+    ngx_http_srt_parsed_t     *pd;
+    ngx_http_srt_tool_call_t  *tc;
+
+    if (ch->error) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_srt_parse_output(ctx, ch, end, ch->done) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ch->emitted = end;
+    pd = ch->parsed;
+    tc = pd->calls.elts;
+    n = pd->calls.nelts;
+    finish = ch->done;
+
+    /* stream_reasoning false: the reasoning in one delta once it has ended */
+    reasoning_to = ctx->p.hold_reasoning && !finish
+                   && srt_outparse_in_reasoning(&pd->op)
+                   ? pd->reasoning.sent : pd->reasoning.len;
+
+    any = reasoning_to > pd->reasoning.sent
+          || pd->content.len > pd->content.sent
+          || lp_to > ch->lp_emitted;
+    for (k = 0; k < pd->calls_sent; k++) {
+        any = any || tc[k].args.len > tc[k].args.sent;
+    }
+
+    if (any || (finish && pd->calls_sent == n)) {
+        g = ngx_http_srt_delta_open(ctx, i);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (reasoning_to > pd->reasoning.sent) {
+            ngx_http_srt_gen_str(g, "reasoning_content");
+            yajl_gen_string(g, pd->reasoning.data + pd->reasoning.sent,
+                            reasoning_to - pd->reasoning.sent);
+            pd->reasoning.sent = reasoning_to;
+        }
+
+        if (pd->content.len > pd->content.sent) {
+            ngx_http_srt_gen_str(g, "content");
+            yajl_gen_string(g, pd->content.data + pd->content.sent,
+                            pd->content.len - pd->content.sent);
+            pd->content.sent = pd->content.len;
+        }
+
+        open = 1;
+        for (k = 0; k < pd->calls_sent; k++) {
+            if (tc[k].args.len > tc[k].args.sent) {
+                ngx_http_srt_gen_call_delta(ctx, i, g, k, 0, open);
+                open = 0;
+            }
+        }
+        if (!open) {
+            yajl_gen_array_close(g);
+        }
+
+        if (ngx_http_srt_delta_close(ctx, ch, g, lp_to,
+                                     finish && pd->calls_sent == n
+                                     ? ngx_http_srt_finish_reason(ch) : NULL,
+                                     last)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    for (k = pd->calls_sent; k < n; k++) {
+        pd->calls_sent++;
+
+        g = ngx_http_srt_delta_open(ctx, i);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+        ngx_http_srt_gen_call_delta(ctx, i, g, k, 1, 1);
+        yajl_gen_array_close(g);
+        if (ngx_http_srt_delta_close(ctx, ch, g, lp_to,
+                                     finish && k + 1 == n && tc[k].args.len == 0
+                                     ? ngx_http_srt_finish_reason(ch) : NULL,
+                                     last)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (tc[k].args.len == 0) {
+            continue;
+        }
+
+        g = ngx_http_srt_delta_open(ctx, i);
+        if (g == NULL) {
+            return NGX_ERROR;
+        }
+        ngx_http_srt_gen_call_delta(ctx, i, g, k, 0, 1);
+        yajl_gen_array_close(g);
+        if (ngx_http_srt_delta_close(ctx, ch, g, lp_to,
+                                     finish && k + 1 == n
+                                     ? ngx_http_srt_finish_reason(ch) : NULL,
+                                     last)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
     ngx_chain_t ***last)
 {
     size_t                  end;
     yajl_gen                g;
-    ngx_str_t               content;
     ngx_uint_t              lp_to;
     ngx_flag_t              chat, send_text, send_finish;
-    ngx_array_t            *calls;
     ngx_http_srt_choice_t  *ch = &ctx->choices[i];
 
     chat = (ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT);
@@ -992,40 +1256,29 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
     if (chat && !ch->role_sent) {
         ch->role_sent = 1;
 
-        g = yajl_gen_alloc(NULL);
+        g = ngx_http_srt_delta_open(ctx, i);
         if (g == NULL) {
             return NGX_ERROR;
         }
 
-        yajl_gen_map_open(g);
-        ngx_http_srt_gen_head(ctx, g, "chat.completion.chunk");
-        ngx_http_srt_gen_str(g, "choices");
-        yajl_gen_array_open(g);
-        yajl_gen_map_open(g);
-        ngx_http_srt_gen_str(g, "index");
-        yajl_gen_integer(g, (long long) i);
-        ngx_http_srt_gen_str(g, "delta");
-        yajl_gen_map_open(g);
         ngx_http_srt_gen_str(g, "role");
         ngx_http_srt_gen_str(g, "assistant");
         ngx_http_srt_gen_str(g, "content");
         ngx_http_srt_gen_str(g, "");
-        yajl_gen_map_close(g);
-        ngx_http_srt_gen_str(g, "logprobs");
-        yajl_gen_null(g);
-        ngx_http_srt_gen_str(g, "finish_reason");
-        yajl_gen_null(g);
-        yajl_gen_map_close(g);
-        yajl_gen_array_close(g);
-        yajl_gen_map_close(g);
 
-        if (ngx_http_srt_send_chunk(ctx, g, last) != NGX_OK) {
+        if (ngx_http_srt_delta_close(ctx, ch, g, ch->lp_emitted, NULL, last)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
     }
 
     end = ngx_http_srt_sendable(ctx, ch);
     lp_to = ch->lp ? ch->lp->nelts : 0;
+
+    if (chat && ngx_http_srt_parsing(ctx)) {
+        return ngx_http_srt_stream_parsed(ctx, i, last, end, lp_to);
+    }
 
     send_text = (end > ch->emitted) || (lp_to > ch->lp_emitted);
     send_finish = ch->done && !ch->error;
@@ -1048,25 +1301,10 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
     ngx_http_srt_gen_str(g, "index");
     yajl_gen_integer(g, (long long) i);
 
-    calls = NULL;
-
     if (chat) {
         ngx_http_srt_gen_str(g, "delta");
         yajl_gen_map_open(g);
-        if (ctx->p.tools && send_finish) {
-            /* the whole text was held: now content and calls, parsed */
-            if (ngx_http_srt_tool_calls(ctx, ch, &calls, &content) != NGX_OK) {
-                yajl_gen_free(g);
-                return NGX_ERROR;
-            }
-            if (content.len) {
-                ngx_http_srt_gen_str(g, "content");
-                yajl_gen_string(g, content.data, content.len);
-            }
-            if (calls) {
-                ngx_http_srt_gen_tool_calls(ctx, i, g, calls, 1);
-            }
-        } else if (end > ch->emitted) {
+        if (end > ch->emitted) {
             ngx_http_srt_gen_str(g, "content");
             yajl_gen_string(g, ch->text + ch->emitted, end - ch->emitted);
         }
@@ -1086,11 +1324,7 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
 
     ngx_http_srt_gen_str(g, "finish_reason");
     if (send_finish) {
-        ngx_http_srt_gen_str(g, calls && (ch->finish == NULL
-                                          || ngx_strcmp(ch->finish, "stop")
-                                             == 0)
-                                ? "tool_calls"
-                                : ch->finish ? ch->finish : "stop");
+        ngx_http_srt_gen_str(g, ch->finish ? ch->finish : "stop");
     } else {
         yajl_gen_null(g);
     }
@@ -1258,10 +1492,8 @@ static ngx_int_t
 ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
 {
     yajl_gen                g;
-    ngx_str_t               content;
     ngx_uint_t              i;
     ngx_flag_t              chat;
-    ngx_array_t            *calls;
     ngx_http_srt_choice_t  *ch;
 
     chat = (ctx->p.endpoint == NGX_HTTP_SRT_EP_CHAT);
@@ -1307,10 +1539,11 @@ ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
         ngx_http_srt_gen_str(g, "index");
         yajl_gen_integer(g, (long long) i);
 
-        calls = NULL;
-
         if (chat) {
-            if (ngx_http_srt_tool_calls(ctx, ch, &calls, &content) != NGX_OK) {
+            if (ngx_http_srt_parsing(ctx)
+                && ngx_http_srt_parse_output(ctx, ch, ch->text_len, 1)
+                   != NGX_OK)
+            {
                 yajl_gen_free(g);
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }
@@ -1318,17 +1551,7 @@ ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
             yajl_gen_map_open(g);
             ngx_http_srt_gen_str(g, "role");
             ngx_http_srt_gen_str(g, "assistant");
-            ngx_http_srt_gen_str(g, "content");
-            if (calls && content.len == 0) {
-                yajl_gen_null(g);
-            } else {
-                yajl_gen_string(g, content.data ? content.data
-                                                : (u_char *) "",
-                                content.len);
-            }
-            if (calls) {
-                ngx_http_srt_gen_tool_calls(ctx, i, g, calls, 0);
-            }
+            ngx_http_srt_gen_message(ctx, i, g);
             yajl_gen_map_close(g);
 
         } else {
@@ -1345,11 +1568,7 @@ ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
         }
 
         ngx_http_srt_gen_str(g, "finish_reason");
-        ngx_http_srt_gen_str(g, calls && (ch->finish == NULL
-                                          || ngx_strcmp(ch->finish, "stop")
-                                             == 0)
-                                ? "tool_calls"
-                                : ch->finish ? ch->finish : "stop");
+        ngx_http_srt_gen_str(g, ngx_http_srt_finish_reason(ch));
         yajl_gen_map_close(g);
     }
 

@@ -435,3 +435,25 @@ int srt_sampler_sample(srt_sampler *s, srt_sampler_ws *ws, float *logits, srt_sa
     res->finish = s->finished;
     return SRT_OK;
 }
+
+int srt_sampler_replace_tail(srt_sampler *s, int32_t n_drop, const int32_t *ids, int32_t n)
+{
+    if (n_drop < 0 || n_drop > s->n_generated || n < 0 || s->n_history - n_drop + n > s->cap_history)
+        return SRT_ERROR;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->vocab_size)
+            return SRT_ERROR;
+    s->n_history -= n_drop;
+    s->n_generated -= n_drop;
+    s->finished = 0;
+    for (int32_t i = 0; i < n; i++) {
+        s->history[s->n_history++] = ids[i];
+        s->n_generated++;
+        /* the same rule as a drawn token's: a stop or EOS among them ends the request */
+        if (is_stop(s, ids[i]) || (!s->p.ignore_eos && is_eos(s, ids[i])))
+            s->finished = SRT_FINISH_STOP;
+    }
+    if (!s->finished && s->n_generated >= s->p.max_tokens)
+        s->finished = SRT_FINISH_LENGTH;
+    return SRT_OK;
+}

@@ -183,3 +183,10 @@ grammar_cache_get(grammar_cache *gc, const srt_grammar_spec *spec, srt_err *err)
     e->used = gc->tick;
     return g;
 }
+
+
+const struct srt_tokenizer *
+grammar_cache_tokenizer(const grammar_cache *gc)
+{
+    return gc->vocab ? gc->tok : NULL;
+}

@@ -14,5 +14,8 @@ void grammar_cache_free(grammar_cache *gc);
 /* A new reference to the grammar of spec (read once: it may be shared memory), compiled on a
  * miss; NULL with err set when it does not compile or the tokenizer cannot be loaded. */
 srt_grammar *grammar_cache_get(grammar_cache *gc, const srt_grammar_spec *spec, srt_err *err);
+/* The tokenizer the grammars' vocabulary came from (jump-forward tokenizes forced text with it):
+ * NULL before the first grammar loaded it. Owned by the cache. */
+const struct srt_tokenizer *grammar_cache_tokenizer(const grammar_cache *gc);
 
 #endif

@@ -9,6 +9,7 @@
 #include "srt/grammar.h"
 #include "srt/sampling.h"
 #include "srt/sched.h"
+#include "srt/tokenizer.h"
 #include "srt_hooks.h"
 
 #define LPM_MAX_WAITING      128
@@ -16,6 +17,10 @@
 #define NEW_TOKEN_RATIO_INIT 0.7
 #define NEW_TOKEN_RATIO_MIN  0.1
 #define NEW_TOKEN_RATIO_STEP 0.001
+/* Jump-forward: forced bytes taken at once (longer runs continue at the next step), and the
+ * longest drawn token whose bytes are retokenized with them. */
+#define JF_MAX_FORCED        256
+#define JF_MAX_TOKEN         256
 
 const double srt_sched_hist_bounds[SRT_SCHED_HIST_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -40,6 +45,7 @@ typedef struct sreq {
     srt_sampling_params sp;          /* clamped; min_tokens capped at max_new */
     srt_sampler       smp;           /* built-in sampler state (prompt + output history) */
     srt_grammar_matcher *gm;         /* structured output: where the output is in its grammar */
+    const srt_tokenizer *jf_tok;     /* jump-forward with this tokenizer, or NULL */
     int               has_smp;
     uint64_t          rng;
     uint64_t          admit_order, arrival_order;
@@ -83,6 +89,8 @@ struct srt_sched {
     int32_t          *row_req;       /* pool index of each logit row */
     uint32_t         *gmask;         /* a grammar's token mask */
     size_t            gmask_words;
+    char              jf_text[JF_MAX_TOKEN + JF_MAX_FORCED];
+    int32_t           jf_ids[JF_MAX_TOKEN + JF_MAX_FORCED];
     srt_sample_result *results;
     srt_sampler_ws   *ws;
 
@@ -333,6 +341,8 @@ srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_ar
     r->n_prompt = a->n_prompt;
     r->sp = sp;
     r->max_new = zero_tokens ? 0 : sp.max_tokens;
+    /* a forced token has no logprob the model computed: such requests decode step by step */
+    r->jf_tok = r->gm && !sp.logprobs && sp.top_logprobs <= 0 ? a->jump_forward : NULL;
     uint64_t seed = r->sp.has_seed ? r->sp.seed : a->id ^ (++s->arrival_counter << 32);
     r->rng = splitmix64(&seed);
     r->arrival_order = ++s->arrival_counter;
@@ -358,8 +368,14 @@ static inline int decoding(const sreq *r) { return r->kv_len == n_known(r) - 1; 
 static srt_sched_event *emit(srt_sched *s, sreq *r, int32_t token, float lp, srt_finish_reason fin,
                              int32_t stop_id)
 {
-    if (s->n_events >= s->cap_events)
-        return NULL;   /* cannot happen: at most one event per live request */
+    if (s->n_events >= s->cap_events) {
+        /* one event per live request and step, more with jump-forward */
+        srt_sched_event *ev = realloc(s->events, sizeof *ev * (size_t)s->cap_events * 2);
+        if (!ev)
+            return NULL;
+        s->events = ev;
+        s->cap_events *= 2;
+    }
     srt_sched_event *e = &s->events[s->n_events++];
     e->id = r->id;
     e->token = token;
@@ -768,6 +784,81 @@ static int apply_grammar(srt_sched *s, sreq *r, float *l)
     return SRT_OK;
 }
 
+/* Length of the longest prefix of p[0..n) made of whole UTF-8 characters (the tokenizer
+ * encodes text, not bytes): 0 when p starts inside a character. */
+static size_t utf8_whole(const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        if (k == 0 || i + k > n)
+            break;
+        for (size_t j = 1; j < k; j++)
+            if ((p[i + j] & 0xc0) != 0x80)
+                return i;
+        i += k;
+    }
+    return i;
+}
+
+/* Jump-forward (see the header): r's last output token `tok` was just drawn and accepted, its KV
+ * not computed yet. Replaces it by the tokenization of its bytes and the bytes the grammar forces
+ * next, less that tokenization's last token, in r->tokens, the grammar matcher and the sampler's
+ * history. Returns how many tokens now stand where tok stood (n_output grew by that less one),
+ * or 0 when nothing is forced or the jump does not apply (all unchanged). */
+static int32_t jump_forward(srt_sched *s, sreq *r, int32_t tok)
+{
+    size_t tl, nf, len, n = 0, kept = 0;
+    const char *tb = srt_tokenizer_token_bytes(r->jf_tok, tok, &tl);
+    srt_err e;
+
+    if (!tb || tl == 0 || tl > JF_MAX_TOKEN)
+        return 0;
+    nf = srt_grammar_matcher_forced_bytes(r->gm, s->jf_text + tl, JF_MAX_FORCED);
+    if (nf == 0)
+        return 0;
+    memcpy(s->jf_text, tb, tl);
+    len = utf8_whole((const unsigned char *)s->jf_text, tl + nf);
+    if (len <= tl || srt_tokenizer_encode(r->jf_tok, s->jf_text, len, 0, s->jf_ids,
+                                          sizeof s->jf_ids / sizeof s->jf_ids[0], &n, &e) != SRT_OK || n < 2)
+        return 0;
+    /* the last token is the model's to choose; the rest is bounded by max_tokens and the context */
+    int32_t keep = (int32_t)n - 1;
+    int32_t room = r->max_new - r->n_output + 1, ctx_room = s->cfg.context_length - n_known(r) + 1;
+    if (keep > room)
+        keep = room;
+    if (keep > ctx_room)
+        keep = ctx_room;
+    /* only a tokenizer that round-trips the text (no added prefix space, no normalization) */
+    for (size_t i = 0, at = 0; i < n; i++) {
+        size_t bl;
+        const char *bb = srt_tokenizer_token_bytes(r->jf_tok, s->jf_ids[i], &bl);
+        if (!bb || at + bl > len || memcmp(bb, s->jf_text + at, bl) != 0)
+            return 0;
+        at += bl;
+        if ((int32_t)i + 1 == keep)
+            kept = at;
+    }
+    if (kept <= tl)
+        return 0;   /* nothing forced would be appended */
+    srt_grammar_matcher_rollback(r->gm, 1);
+    for (int32_t i = 0; i < keep; i++)
+        if (!srt_grammar_matcher_accept_token(r->gm, s->jf_ids[i])) {
+            srt_grammar_matcher_rollback(r->gm, (size_t)i);
+            srt_grammar_matcher_accept_token(r->gm, tok);   /* accepted a moment ago */
+            return 0;
+        }
+    if (!s->runner.sample && srt_sampler_replace_tail(&r->smp, 1, s->jf_ids, keep) != SRT_OK) {
+        srt_grammar_matcher_rollback(r->gm, (size_t)keep);
+        srt_grammar_matcher_accept_token(r->gm, tok);
+        return 0;
+    }
+    memcpy(&r->tokens[n_known(r) - 1], s->jf_ids, sizeof(int32_t) * (size_t)keep);
+    r->n_output += keep - 1;
+    return keep;
+}
+
 int srt_sched_step(srt_sched *s, srt_err *err)
 {
     int32_t n_tok = 0, n_rows = 0, n_decode = 0;
@@ -902,11 +993,30 @@ int srt_sched_step(srt_sched *s, srt_err *err)
         r->t_last = t;
         int32_t stop_id;
         srt_finish_reason fin = check_stop(s, r, tok, &stop_id);
-        if (fin != SRT_FINISH_NONE) {
+        int32_t n_jf = fin == SRT_FINISH_NONE && r->jf_tok ? jump_forward(s, r, tok) : 0;
+        if (n_jf > 0) {
+            /* each token of the jump is an event of its own, through the same stop checks */
+            int32_t end = r->n_output;
+            r->n_output = end - n_jf;
+            s->cur_result = NULL;
+            for (int32_t k = 0; k < n_jf && fin == SRT_FINISH_NONE; k++) {
+                int32_t t = r->tokens[r->n_prompt + r->n_output++];
+                float tlp = k == 0 && t == tok ? lp : 0;
+                s->m.generation_tokens_total += k > 0;
+                fin = check_stop(s, r, t, &stop_id);
+                if (fin != SRT_FINISH_NONE)
+                    finish_running(s, r, fin, stop_id, t, tlp, 1);
+                else
+                    emit(s, r, t, tlp, SRT_FINISH_NONE, -1);
+            }
+            if (fin != SRT_FINISH_NONE)
+                continue;
+        } else if (fin != SRT_FINISH_NONE) {
             finish_running(s, r, fin, stop_id, tok, lp, 1);
             continue;
+        } else {
+            emit(s, r, tok, lp, SRT_FINISH_NONE, -1);
         }
-        emit(s, r, tok, lp, SRT_FINISH_NONE, -1);
         if (was_prefill)
             srt_radix_cache_unfinished(&s->cache, r->tokens, r->kv_len, &r->cr);
     }

@@ -39,12 +39,12 @@ static int model_forward(void *self, const srt_forward_batch *b, float *logits, 
 
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
                                int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
-                               srt_sched_model_runner **out, srt_err *err);
+                               srt_hook_registry *hooks, srt_sched_model_runner **out, srt_err *err);
 
 int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
                                   srt_sched_model_runner **out, srt_err *err)
 {
-    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, out, err);
+    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, NULL, out, err);
 }
 
 /* cuda: the runner and its KV pool (bf16) on the CUDA backend; graphs: SRT_RUNNER_GRAPHS_*;
@@ -52,7 +52,7 @@ int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int
  * 1 + the KV pool's srt_dtype (srt_kv_cache_dtype) */
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
                                int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
-                               srt_sched_model_runner **out, srt_err *err)
+                               srt_hook_registry *hooks, srt_sched_model_runner **out, srt_err *err)
 {
     srt_sched_model_runner *mr = calloc(1, sizeof *mr);
     *out = NULL;
@@ -79,6 +79,10 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
         srt_sched_model_runner_free(mr);
         return SRT_ERROR;
     }
+    /* hooks on device memory, and device hooks (ABI 1.1) on the backend's stream, before the
+     * warm-up: graphs captured now hold the device hooks' work */
+    if (cuda && hooks)
+        srt_hook_registry_use_backend(hooks, srt_runner_backend(mr->runner));
     if (cuda && !tp) {   /* every decode batch size's CUDA graph now, not at its first step */
         srt_runner_graph_stats g0, g1;
         srt_err we = { { 0 } };
@@ -223,8 +227,17 @@ static const char *put_activations(srt_chan *c, srt_act_capture *acts, const srt
     return NULL;
 }
 
+/* A request's hook selection dropped, on every rank at tp > 1. */
+static void request_end(srt_tp_group *tp, srt_hook_registry *hooks, uint64_t id)
+{
+    if (tp)
+        srt_tp_group_request_end(tp, hooks, id);
+    else
+        srt_hook_request_end(hooks, id);
+}
+
 static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live,
-                           srt_hook_registry *hooks, srt_act_capture *acts)
+                           srt_hook_registry *hooks, srt_act_capture *acts, srt_tp_group *tp)
 {
     int n;
     const srt_sched_event *ev = srt_sched_events(s, &n);
@@ -242,7 +255,7 @@ static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live
             srt_finish_reason fin = e->finish;
             const char *why = fin == SRT_FINISH_ERROR ? "the model failed on this batch" : NULL;
             srt_err ae = { { 0 } };
-            srt_hook_request_end(hooks, e->id);
+            request_end(tp, hooks, e->id);
             if ((fin == SRT_FINISH_STOP || fin == SRT_FINISH_LENGTH) && srt_act_capture_has(acts, e->id) &&
                 (why = put_activations(c, acts, e, &ae)) != NULL)
                 fin = SRT_FINISH_ERROR;
@@ -277,6 +290,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                  srt_act_capture *acts, srt_tp_group *tp, grammar_cache *gc, metrics_out *mo, srt_err *err)
 {
     int n_live = cfg->max_running_requests + cfg->max_queued_requests;
+    int cc_jump_forward = srt_chan_get_config(c)->grammar_jump_forward != 0;
     live_req *live = calloc((size_t)n_live, sizeof *live);
     int stepped_since_wait = 0;
 
@@ -292,7 +306,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                     srt_sched_abort(s, live[k].id);
             while (srt_sched_has_work(s)) {
                 srt_sched_step(s, err);
-                publish_events(c, s, live, n_live, hooks, acts);
+                publish_events(c, s, live, n_live, hooks, acts, tp);
             }
             srt_chan_sched_flush(c);
             break;
@@ -313,12 +327,8 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
             srt_sched_submit_args a = { .id = req_id(rq.slot, rq.gen), .group = rq.group,
                                         .prompt = rq.prompt, .n_prompt = (int32_t)rq.n_prompt,
                                         .sampling = &sp, .cache_ns = rq.rq->cache_ns };
-            if (tp && rq.rq->hooks.n != 0) {
-                srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0,
-                                      "per-request hooks are not available with srt_tp_size > 1 yet");
-                continue;
-            }
-            if (srt_hook_request_begin(hooks, a.id, &rq.rq->hooks, &e2) != SRT_OK) {
+            if ((tp ? srt_tp_group_request_begin(tp, hooks, a.id, &rq.rq->hooks, &e2)
+                    : srt_hook_request_begin(hooks, a.id, &rq.rq->hooks, &e2)) != SRT_OK) {
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
             }
@@ -327,7 +337,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
             srt_request_activations ra = rq.rq->acts;   /* one read of shared memory */
             srt_request_activations_clamp(&ra);
             if (srt_act_capture_begin(acts, a.id, &ra, &e2) != SRT_OK) {
-                srt_hook_request_end(hooks, a.id);
+                request_end(tp, hooks, a.id);
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
             }
@@ -339,16 +349,18 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                 if (a.grammar == NULL) {
                     if (!gc)
                         srt_err_set(&e2, "out of memory for structured output");
-                    srt_hook_request_end(hooks, a.id);
+                    request_end(tp, hooks, a.id);
                     srt_act_capture_end(acts, a.id);
                     srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                     continue;
                 }
             }
+            if (a.grammar && cc_jump_forward)
+                a.jump_forward = grammar_cache_tokenizer(gc);
             srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
             srt_grammar_free(a.grammar);     /* the request's matcher holds its own reference */
             if (st != SRT_SCHED_SUBMIT_OK) {
-                srt_hook_request_end(hooks, a.id);
+                request_end(tp, hooks, a.id);
                 srt_act_capture_end(acts, a.id);
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
@@ -368,7 +380,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
         if (srt_sched_has_work(s)) {
             if (srt_sched_step(s, err) < 0)
                 srt_log(SRT_LOG_ERROR, "scheduler step: %s", err->msg);
-            publish_events(c, s, live, n_live, hooks, acts);
+            publish_events(c, s, live, n_live, hooks, acts, tp);
             if (tp && srt_tp_group_check(tp, err) != SRT_OK)
                 return tp_group_lost(c, live, n_live, err);
             srt_chan_sched_flush(c);
@@ -421,10 +433,15 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
 
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_LOADING, "loading the model", NULL);
     int cuda = 0;
+    srt_control_vector_opts co = { .path = cc->cvec_path, .name = cc->cvec_name,
+                                   .scale = cc->cvec_scale, .layer_start = cc->cvec_layer_start,
+                                   .layer_end = cc->cvec_layer_end,
+                                   .per_request = cc->cvec_per_request };
     if (cc->tp_size > 1) {
         /* the ranks fork before anything is loaded or any device is touched */
         srt_tp_group_opts to = { .size = cc->tp_size, .model_path = cc->model_path, .hooks_path = cc->hooks_path,
-                                 .hooks_search = cc->hooks_search, .n_threads = cc->threads };
+                                 .hooks_search = cc->hooks_search, .n_threads = cc->threads,
+                                 .cvec = cc->cvec_path[0] ? &co : NULL };
         if (srt_tp_group_start(&to, &tp, err) != SRT_OK)
             goto fail;
     }
@@ -464,16 +481,10 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     if (cc->cvec_path[0]) {
         int n_mod;
         srt_module *mods = srt_model_modules(m, &n_mod);
-        srt_control_vector_opts co = { .path = cc->cvec_path, .name = cc->cvec_name,
-                                       .scale = cc->cvec_scale, .layer_start = cc->cvec_layer_start,
-                                       .layer_end = cc->cvec_layer_end,
-                                       .per_request = cc->cvec_per_request };
-        if (tp) {
-            srt_err_set(err, "srt_control_vector: not available with srt_tp_size > 1 yet");
-            goto fail;
-        }
         if (!hooks && !(hooks = srt_hook_registry_create(mods, n_mod, err)))
             goto fail;
+        if (tp)
+            srt_hook_registry_set_tp(hooks, 0, cc->tp_size);
         if (srt_hook_control_vector_load(hooks, &co, srt_model_config_of(m)->n_layers, err) != SRT_OK)
             goto fail;
     }
@@ -493,11 +504,11 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     }
     if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static,
                             cc->cuda_graph < 0 ? SRT_RUNNER_GRAPHS_OFF : SRT_RUNNER_GRAPHS_AUTO,
-                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), &mr, err) != SRT_OK)
+                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), hooks, &mr, err) != SRT_OK)
         goto fail;
-    if (cuda && hooks) {
-        srt_hook_registry_use_backend(hooks, srt_runner_backend(mr->runner));
-    }
+    /* a hook with only a device entry (ABI 1.1) cannot run without the backend's stream */
+    if (hooks && srt_hook_registry_check_entries(hooks, err) != SRT_OK)
+        goto fail;
     srt_sched_runner runner = srt_sched_model_runner_iface(mr);
     if (srt_sched_create(&cfg, &runner, &s, err) != SRT_OK)
         goto fail;

@@ -18,7 +18,13 @@
 #define TP_BATCH_MAGIC    0x54504231u   /* "TPB1" */
 #define TP_MAX_PAYLOAD    ((size_t)1 << 30)
 
-enum { TP_OP_FORWARD = 1, TP_OP_EXIT = 2, TP_OP_ADMIN = 3 };
+enum { TP_OP_FORWARD = 1, TP_OP_EXIT = 2, TP_OP_ADMIN = 3, TP_OP_REQ_BEGIN = 4, TP_OP_REQ_END = 5 };
+
+/* A request's hook selection, as every rank applies it (srt_tp_group_request_begin). */
+typedef struct tp_req_msg {
+    uint64_t          id;
+    srt_request_hooks sel;
+} tp_req_msg;
 
 /* What rank 0 sends before every step. */
 typedef struct tp_control {
@@ -214,16 +220,20 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
     srt_cpu_comm_set_timeout_ms(comm, INT32_MAX);
     if (srt_model_load(o->model_path, &m, err) != SRT_OK)
         goto out;
-    if (o->hooks_path && o->hooks_path[0]) {
+    if ((o->hooks_path && o->hooks_path[0]) || o->cvec) {
         int n_mod;
         srt_module *mods = srt_model_modules(m, &n_mod);
         hooks = srt_hook_registry_create(mods, n_mod, err);
         if (!hooks)
             goto out;
         srt_hook_registry_set_tp(hooks, rank, o->size);
-        if (srt_hook_registry_set_search_path(hooks, o->hooks_search && o->hooks_search[0] ? o->hooks_search : NULL,
-                                              err) != SRT_OK ||
-            srt_hook_registry_load_file(hooks, o->hooks_path, err) != SRT_OK)
+        if (o->hooks_path && o->hooks_path[0] &&
+            (srt_hook_registry_set_search_path(hooks, o->hooks_search && o->hooks_search[0] ? o->hooks_search : NULL,
+                                               err) != SRT_OK ||
+             srt_hook_registry_load_file(hooks, o->hooks_path, err) != SRT_OK))
+            goto out;
+        /* the decoder layers' outputs are replicated: each rank adds the same vector to its copy */
+        if (o->cvec && srt_hook_control_vector_load(hooks, o->cvec, srt_model_config_of(m)->n_layers, err) != SRT_OK)
             goto out;
     }
     tp_setup su;
@@ -238,6 +248,8 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
     if (hooks && srt_runner_backend(r)->ops->alloc) {
         srt_hook_registry_use_backend(hooks, srt_runner_backend(r));
     }
+    if (hooks && srt_hook_registry_check_entries(hooks, err) != SRT_OK)
+        goto out;
     srt_log(SRT_LOG_INFO, "tp rank %d of %d ready (pid %d)", rank, o->size, (int)getpid());
     int32_t vocab = srt_model_config_of(m)->vocab_size;
     seq_ptrs = calloc((size_t)su.max_seqs + 1, sizeof *seq_ptrs);
@@ -260,6 +272,25 @@ static int rank_main(srt_cpu_comm_group *grp, int rank, const srt_tp_group_opts 
             cmd[ctl.payload_bytes - 1] = 0;
             srt_hook_admin_apply(hooks, cmd, &body, &blen);
             free(body);
+            continue;
+        }
+        if (ctl.op == TP_OP_REQ_BEGIN && ctl.payload_bytes == sizeof(tp_req_msg)) {
+            tp_req_msg rm;
+            srt_err e3 = { { 0 } };
+            if (srt_comm_broadcast(comm, &rm, sizeof rm, 0, err) != SRT_OK)
+                goto out;
+            if (srt_hook_request_begin(hooks, rm.id, &rm.sel, &e3) != SRT_OK) {
+                /* rank 0 applied it: this rank would compute something else */
+                srt_err_set(err, "tp rank %d: a request's hook selection that rank 0 took: %s", rank, e3.msg);
+                goto out;
+            }
+            continue;
+        }
+        if (ctl.op == TP_OP_REQ_END && ctl.payload_bytes == sizeof(uint64_t)) {
+            uint64_t id;
+            if (srt_comm_broadcast(comm, &id, sizeof id, 0, err) != SRT_OK)
+                goto out;
+            srt_hook_request_end(hooks, id);
             continue;
         }
         if (ctl.op != TP_OP_FORWARD || ctl.payload_bytes > TP_MAX_PAYLOAD ||
@@ -481,6 +512,51 @@ void srt_tp_group_stop(srt_tp_group *g)
     srt_nccl_unload(g->nccl);   /* rank 0's runner (its NCCL communicator) is freed before stop */
     free(g->buf);
     free(g);
+}
+
+/* A control message and its payload to every rank; a failure breaks the group. */
+static int tp_send(srt_tp_group *g, int32_t op, const void *payload, size_t n, srt_err *err)
+{
+    tp_control ctl = { .op = op, .payload_bytes = n };
+    if (g->broken || srt_tp_group_check(g, err) != SRT_OK ||
+        srt_comm_broadcast(g->comm, &ctl, sizeof ctl, 0, err) != SRT_OK ||
+        srt_comm_broadcast(g->comm, (void *)payload, n, 0, err) != SRT_OK) {
+        g->broken = 1;
+        srt_cpu_comm_group_abort(g->group);
+        return SRT_ERROR;
+    }
+    return SRT_OK;
+}
+
+int srt_tp_group_request_begin(srt_tp_group *g, srt_hook_registry *reg, uint64_t request_id,
+                               const srt_request_hooks *sel, srt_err *err)
+{
+    tp_req_msg *m = calloc(1, sizeof *m);   /* ~9 KiB: not on the scheduler's stack */
+    int rc = SRT_ERROR;
+    if (!m)
+        return srt_err_set(err, "out of memory");
+    m->id = request_id;
+    m->sel = *sel;   /* one read of shared memory; every rank clamps the same bytes */
+    srt_request_hooks_clamp(&m->sel);
+    if (m->sel.n == 0) {
+        rc = SRT_OK;
+    } else if (srt_hook_request_begin(reg, request_id, &m->sel, err) == SRT_OK) {
+        rc = tp_send(g, TP_OP_REQ_BEGIN, m, sizeof *m, err);
+        if (rc != SRT_OK)
+            srt_hook_request_end(reg, request_id);
+    }
+    free(m);
+    return rc;
+}
+
+void srt_tp_group_request_end(srt_tp_group *g, srt_hook_registry *reg, uint64_t request_id)
+{
+    srt_err err;
+    if (!srt_hook_request_selected(reg, request_id))
+        return;   /* no selection: the ranks hold none either */
+    srt_hook_request_end(reg, request_id);
+    if (!g->broken)
+        tp_send(g, TP_OP_REQ_END, &request_id, sizeof request_id, &err);
 }
 
 int srt_tp_group_admin_serve(srt_tp_group *g, srt_chan *c, srt_hook_registry *reg)

@@ -40,6 +40,7 @@ typedef struct srt_tp_group_opts {
     const char *hooks_path;   /* "" or NULL: none */
     const char *hooks_search; /* "" or NULL: $SRT_HOOKS_PATH */
     int         n_threads;    /* CPU threads per rank */
+    const struct srt_control_vector_opts *cvec;   /* srt_control_vector, loaded by every rank; NULL: none */
 } srt_tp_group_opts;
 
 /* In rank 0 (the caller): creates the group and forks the other ranks, which never return
@@ -70,6 +71,18 @@ int  srt_tp_group_check(srt_tp_group *g, srt_err *err);
 struct srt_chan;
 struct srt_hook_registry;
 int  srt_tp_group_admin_serve(srt_tp_group *g, struct srt_chan *c, struct srt_hook_registry *reg);
+
+/* Per-request hooks at tp > 1: every rank must hold the same selections, so the scheduler
+ * calls these instead of srt_hook_request_begin / _end. begin applies the selection on rank 0
+ * (an error, e.g. a name that is no per-request spec, fails the request there and nothing is
+ * sent), then sends it to the ranks, which apply it before any batch holding the request (the
+ * messages share the batches' ordered channel). A rank that cannot apply it leaves, breaking
+ * the group (it would compute other activations than rank 0). end drops it everywhere; only
+ * requests that had a selection cost a message. */
+struct srt_request_hooks;
+int  srt_tp_group_request_begin(srt_tp_group *g, struct srt_hook_registry *reg, uint64_t request_id,
+                                const struct srt_request_hooks *sel, srt_err *err);
+void srt_tp_group_request_end(srt_tp_group *g, struct srt_hook_registry *reg, uint64_t request_id);
 
 /* Tells the ranks to exit (when the group still works), kills the rest, reaps them all and
  * frees the group. */

@@ -9,20 +9,10 @@ import jsonschema
 import openai
 import pydantic
 
+from e2e_report import check, guard, report
+
 base, model = sys.argv[1], sys.argv[2]
 client = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120)
-results = []
-
-
-def check(name, cond, why=""):
-    results.append((name, bool(cond), why))
-
-
-def guard(name, fn):
-    try:
-        fn()
-    except Exception as e:   # a failure of one check must not hide the others
-        check(name, False, "%s: %s" % (type(e).__name__, e))
 
 
 class Person(pydantic.BaseModel):
@@ -216,5 +206,4 @@ def errors():
 
 guard("errors", errors)
 
-for name, good, why in results:
-    print(("ok " if good else "not ok ") + name + ("" if good else ": " + why))
+report()

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/common.h"
 #include "tap.h"
@@ -636,8 +637,53 @@ static void nested_task(void *arg, int ith, int nth)
     srt_threadpool_run(n->tp, probe_task, &n->inner[ith]);
 }
 
+typedef struct { int hits[256]; int bad_ith; int nth; } items_probe;
+
+static void items_task(void *arg, int64_t item, int ith)
+{
+    items_probe *p = arg;
+    __atomic_fetch_add(&p->hits[item], 1, __ATOMIC_RELAXED);
+    if (ith < 0 || ith >= p->nth)
+        __atomic_fetch_add(&p->bad_ith, 1, __ATOMIC_RELAXED);
+}
+
+/* Items runs mixed with slice runs: every item exactly once per run, also when the workers
+ * are asleep (they wake into a job that is already closed, or into the next one: a worker
+ * that ran a stale job would count an item of the next probe twice or run a slice twice). */
+static void test_threadpool_items(void)
+{
+    for (int n = 1; n <= 4; n += 3) {
+        srt_threadpool *tp = srt_threadpool_create(n);
+        pool_probe slices;
+        memset(&slices, 0, sizeof(slices));
+        int bad = 0, bad_slices = 0, bad_ith = 0;
+        for (int i = 0; i < 3000; i++) {
+            items_probe p;
+            memset(&p, 0, sizeof(p));
+            p.nth = n;
+            int64_t n_items = i % 7 == 0 ? 1 : (int64_t)(i % 256);
+            srt_threadpool_run_items(tp, items_task, &p, n_items);
+            for (int64_t k = 0; k < 256; k++)
+                bad += p.hits[k] != (k < n_items ? 1 : 0);
+            bad_ith += p.bad_ith;
+            if (i % 3 == 0) {
+                srt_threadpool_run(tp, probe_task, &slices);
+                for (int k = 0; k < n; k++)
+                    bad_slices += slices.hits[k] != i / 3 + 1;
+            }
+            if (i % 500 == 0)
+                usleep(2000);   /* workers fall asleep: they come back late */
+        }
+        is_int(bad, 0, "items: each ran exactly once per run (%d threads)", n);
+        is_int(bad_ith, 0, "items: ith within the pool");
+        is_int(bad_slices, 0, "slice runs between items runs: each slice once");
+        srt_threadpool_free(tp);
+    }
+}
+
 static void test_threadpool(void)
 {
+    test_threadpool_items();
     for (int n = 1; n <= 4; n += 3) {
         srt_threadpool *tp = srt_threadpool_create(n);
         ok(tp && srt_threadpool_size(tp) == n, "pool of %d", n);
@@ -763,6 +809,45 @@ static void test_elementwise(srt_threadpool *tp)
     free(x); free(out); free(wf); free(wh); free(wb); free(up); free(y);
 }
 
+/* The fused f16 K/V kernels give the bits of converting the row and calling the chosen
+ * dot / axpy per head (attention's results do not move with the fusion), on every path. */
+static void test_f16_heads(void)
+{
+    static const char *paths[] = { "portable", "avx2", "avx512" };
+    static const int64_t ns[] = { 8, 40, 64, 128, 100, 1024 };
+    static float q[4][1024], acc[4][1024], acc2[4][1024], buf[1024];
+    static uint16_t k[1024];
+    for (size_t p = 0; p < 3; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        int bad = 0;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            int64_t n = ns[ni];
+            for (int h = 0; h < 4; h++)
+                for (int64_t i = 0; i < n; i++) {
+                    q[h][i] = frand(-2, 2);
+                    acc[h][i] = acc2[h][i] = frand(-1, 1);
+                }
+            for (int64_t i = 0; i < n; i++)
+                k[i] = srt_f32_to_f16(frand(-3, 3));
+            float out[4 * 5], pr[4 * 5] = { 0.3f, 0, 0, 0, 0, -1.7f, 0, 0, 0, 0, 0.01f, 0, 0, 0, 0, 2.5f };
+            const float *qs[4] = { q[0], q[1], q[2], q[3] };
+            float *accs[4] = { acc[0], acc[1], acc[2], acc[3] };
+            srt_cpu_f16_dot_heads()(qs, 4, k, n, out, 5);
+            srt_cpu_f16_axpy_heads()(accs, pr, 5, 4, k, n);
+            srt_cpu_f16_row()(k, buf, n);
+            for (int h = 0; h < 4; h++) {
+                float want = srt_cpu_dot_f32()(q[h], buf, n);
+                bad += memcmp(&want, &out[h * 5], sizeof want) != 0;
+                srt_cpu_axpy_f32()(acc2[h], pr[h * 5], buf, n);
+                bad += memcmp(acc[h], acc2[h], (size_t)n * sizeof(float)) != 0;
+            }
+        }
+        is_int(bad, 0, "%s: f16 dot/axpy over heads == convert + dot/axpy, bit for bit", paths[p]);
+    }
+    srt_cpu_force_simd("portable");   /* as main left it */
+}
+
 int main(void)
 {
     test_dtype_table();
@@ -781,6 +866,7 @@ int main(void)
     ok(srt_cpu_force_simd("portable") == SRT_OK && !strcmp(srt_cpu_simd_name(), "portable"),
        "portable path can be forced");
     test_threadpool();
+    test_f16_heads();
     test_elementwise(tp);
     srt_threadpool_free(tp);
     return tap_done();

@@ -9,6 +9,7 @@
 #include "ipc/channel.h"
 #include "hooks/admin.h"
 #include "srt_hooks.h"
+#include "chan_dir.h"
 #include "tap.h"
 
 static int noop(srt_hook *h, const srt_hook_call *c, const srt_module_args *a,
@@ -44,6 +45,7 @@ int main(void)
     memset(&cfg, 0, sizeof cfg);
     cfg.slots = 2;
     cfg.slot_tokens = 16;
+    chan_dir_set(&cfg);
     size_t size = srt_chan_size(&cfg);
     void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ok(mem != MAP_FAILED && srt_chan_format(mem, size, &cfg, &err) == SRT_OK, "channel formatted");
@@ -60,7 +62,7 @@ int main(void)
     }
     srt_hook_registry *reg = srt_hook_registry_create(mods, 3, &err);
     ok(reg != NULL, "registry");
-    srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, noop, NULL, NULL };
+    srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, noop, NULL, NULL, NULL, NULL };
     srt_hook hook2 = hook;
     srt_hook_attach_opts oa = { .name = "a" }, ob = { .name = "b" };
     ok(srt_hook_attach(reg, "model.layers.0", &hook, &oa, &err) == 1, "hook 1 attached");

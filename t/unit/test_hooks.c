@@ -816,7 +816,7 @@ static void test_changing_values(void)
 
     /* a pre-hook must not change shapes */
     {
-        srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), bad_pre, NULL, NULL, NULL };
+        srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), bad_pre, NULL, NULL, NULL, NULL, NULL };
         srt_hook_attach_opts o = { .name = "reshape", .pre = 1 };
         reg = new_registry();
         ok(srt_hook_attach(reg, "outer.0", &hook, &o, &err) > 0, "attach a reshaping pre-hook");
@@ -827,7 +827,7 @@ static void test_changing_values(void)
         srt_hook_registry_free(reg);
     }
     {
-        srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, wrong_repl, NULL, NULL };
+        srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, wrong_repl, NULL, NULL, NULL, NULL };
         srt_hook_attach_opts o = { .name = "badrepl" };
         reg = new_registry();
         srt_hook_attach(reg, "outer.1", &hook, &o, &err);
@@ -897,7 +897,7 @@ static void test_fast_path(void)
     int rc;
     int64_t id;
     srt_hook_attach_opts glob = { .name = "g", .global = 1 };
-    srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, noop, NULL, NULL };
+    srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, noop, NULL, NULL, NULL, NULL };
     char *json;
     size_t len;
 
@@ -973,7 +973,7 @@ static void test_device_views(void)
     srt_err err;
     int rc;
     float y[W];
-    srt_hook_device_ops ops = { fake_d2h, fake_h2d, fake_d2d, NULL };
+    srt_hook_device_ops ops = { fake_d2h, fake_h2d, fake_d2d, NULL, NULL };
 
     reg = reg_from("[{\"name\": \"dev\", \"target_modules\": [\"outer.0\"], \"hook_factory\": " LIB "th_factory\", \"config\": {\"value\": 0.5}}]",
                    &rc, &err);

@@ -118,7 +118,7 @@ static void test_capture(void)
     srt_err err = {{0}};
     srt_module *mp[NL + 2];
     float y[64 * H], ref[64 * H];
-    static srt_hook steer = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, plus_one, NULL, NULL };
+    static srt_hook steer = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, plus_one, NULL, NULL, NULL, NULL };
     unsigned char area[4096];
     size_t len;
     srt_act_record rec;

@@ -116,7 +116,7 @@ static int count_fwd(srt_hook *h, const srt_hook_call *c, const srt_module_args 
 static void test_coverage(srt_hook_registry *reg, srt_module *mods, int n, const int32_t *base)
 {
     counter k = { n, calloc((size_t)n, sizeof(int)), 0, 0, 0, -1 };
-    srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, count_fwd, &k, NULL };
+    srt_hook hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, count_fwd, &k, NULL, NULL, NULL };
     srt_hook_attach_opts o = { .name = "count", .global = 1 };
     srt_err err;
     int32_t toks[N_NEW];

@@ -108,8 +108,8 @@ static void test_rows_and_config(void)
     srt_module *mp = &mod;
     const char *nm = "model.layers.0";
     float base[T * D], y[T * D];
-    static srt_hook fwd = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, add_fwd, NULL, NULL };
-    static srt_hook always = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, add_fwd, NULL, NULL };
+    static srt_hook fwd = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, add_fwd, NULL, NULL, NULL, NULL };
+    static srt_hook always = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, add_fwd, NULL, NULL, NULL, NULL };
     srt_hook_attach_opts o = { .name = "steer", .per_request = 1 };
 
     memset(&mod, 0, sizeof mod);
@@ -173,7 +173,7 @@ static void test_pre_rows(void)
     srt_module *mp = &mod;
     const char *nm = "model.layers.0";
     float base[T * D], y[T * D];
-    static srt_hook pre = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), one_pre, NULL, NULL, NULL };
+    static srt_hook pre = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), one_pre, NULL, NULL, NULL, NULL, NULL };
     srt_hook_attach_opts o = { .name = "ones", .pre = 1, .per_request = 1 };
 
     run(base);

@@ -8,10 +8,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "ipc/channel.h"
+#include "chan_dir.h"
 #include "tap.h"
 
 static void *mem;
@@ -26,6 +28,7 @@ static srt_chan *make_chan(int slots, int tokens, int max_queued)
     cfg.slots = slots;
     cfg.slot_tokens = tokens;
     cfg.max_queued_requests = max_queued;
+    chan_dir_set(&cfg);
     if (mem)
         munmap(mem, mem_size);
     mem_size = srt_chan_size(&cfg);
@@ -175,6 +178,32 @@ static void test_layout(void)
         bad.slot_tokens = 1024;
         ok(srt_chan_format(junk, sizeof(junk), &bad, &err) == SRT_ERROR,
            "too little memory refused: %s", err.msg);
+    }
+    {
+        /* doorbells and locks are files in a 0700 directory, never abstract names that any
+         * local user could bind first */
+        srt_chan_config nd = *srt_chan_get_config(c);
+        size_t sz = srt_chan_size(&nd);
+        void *m2 = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        char bell[SRT_CHAN_SOCK_DIR_MAX + 64];
+        struct stat st;
+        int fd;
+        nd.sock_dir[0] = 0;
+        ok(srt_chan_format(m2, sz, &nd, &err) == SRT_ERROR && strstr(err.msg, "sock_dir"),
+           "a channel without a sock_dir is refused: %s", err.msg);
+        snprintf(nd.sock_dir, sizeof(nd.sock_dir), "relative/dir");
+        ok(srt_chan_format(m2, sz, &nd, &err) == SRT_ERROR, "a relative sock_dir is refused");
+        memset(nd.sock_dir, 'x', sizeof(nd.sock_dir));
+        nd.sock_dir[0] = '/';
+        ok(srt_chan_format(m2, sz, &nd, &err) == SRT_ERROR, "an unterminated sock_dir is refused");
+        munmap(m2, sz);
+        ok(stat(chan_dir_path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700,
+           "the test's sock_dir %s is a 0700 directory", chan_dir_path);
+        fd = srt_chan_worker_open(c, &err);
+        snprintf(bell, sizeof(bell), "%s/%016llx-w%d", chan_dir_path,
+                 (unsigned long long)srt_chan_id(c), (int)getpid());
+        ok(fd >= 0 && stat(bell, &st) == 0 && S_ISSOCK(st.st_mode),
+           "the worker's doorbell is a socket file in it: %s", bell);
     }
     {
         /* reload: new directive values into the live channel, same geometry only */
@@ -738,6 +767,7 @@ static void test_no_lost_wakeups(int spin_us)
     cfg.slot_tokens = 16;
     cfg.max_queued_requests = 4;
     cfg.sched_spin_us = spin_us;
+    chan_dir_set(&cfg);
     if (mem)
         munmap(mem, mem_size);
     mem_size = srt_chan_size(&cfg);

@@ -132,8 +132,8 @@ static int lm_fwd(srt_hook *h, const srt_hook_call *c, const srt_module_args *a,
     memcpy(hook_rb->lmcap + (size_t)cur_step * vocab + lo, o->data, (size_t)o->shape[1] * sizeof(float));
     return SRT_HOOK_OK;
 }
-static srt_hook emb_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, emb_fwd, NULL, NULL };
-static srt_hook lm_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, lm_fwd, NULL, NULL };
+static srt_hook emb_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, emb_fwd, NULL, NULL, NULL, NULL };
+static srt_hook lm_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, lm_fwd, NULL, NULL, NULL, NULL };
 
 /* prefill n_prompt tokens, then STEPS-1 decode steps fed with `forced`; with rb->pr the
  * runner computes on the spy backend and hooks capture what embed_tokens and lm_head see */

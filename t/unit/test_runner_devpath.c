@@ -297,7 +297,7 @@ static int remap_pre(srt_hook *h, const srt_hook_call *c, srt_module_args *a)
         ids[t] = (ids[t] * 7 + 3) % remap_V;
     return SRT_HOOK_OK;
 }
-static srt_hook remap_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), remap_pre, NULL, NULL, NULL };
+static srt_hook remap_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), remap_pre, NULL, NULL, NULL, NULL, NULL };
 
 static srt_hook_registry *attach_remap(srt_model *m, int V, srt_err *err)
 {

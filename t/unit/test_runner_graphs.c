@@ -59,9 +59,10 @@ static int is_dev(const void *p)
 }
 
 enum { R_MATMUL, R_EMBED, R_RMSNORM, R_SILU, R_MUL, R_SILU_MUL, R_ADD, R_ADD3, R_ROPE, R_KV, R_ATT, R_RCS,
-       R_GATHER, R_ADDRMS, R_COPY };
+       R_GATHER, R_ADDRMS, R_COPY, R_STEER };
 static const char *op_names[] = { "matmul", "embed", "rmsnorm", "silu", "mul", "silu_mul", "add", "add3", "rope",
-                                  "kv_store", "attention", "rope_cos_sin", "gather_rows", "add_rmsnorm", "copy" };
+                                  "kv_store", "attention", "rope_cos_sin", "gather_rows", "add_rmsnorm", "copy",
+                                  "steer (a device hook's kernel)" };
 
 /* one op call, arguments by value (a srt_weight and srt_attn_args are copied, as a kernel's
  * parameters are when a CUDA graph records the launch) */
@@ -101,7 +102,7 @@ typedef struct fake {
     struct { const void *dst; size_t n; } ups[64];
     int          n_ups;
     /* counters */
-    int          captures[MAXG], replays[MAXG], n_captures, n_replays, n_clears, n_grows;
+    int          captures[MAXG], replays[MAXG], n_captures, n_replays, n_clears, n_grows, steer_execs;
     int          violations;
     char         first[256];
 } fake;
@@ -206,6 +207,16 @@ static void exec_rec(fake *f, const rec *r)
         c->ops->rmsnorm(c, r->p[0], &r->w, r->f, r->n[0], r->n[1], (float *)r->p[3]);
         break;
     case R_COPY: memmove((void *)r->p[0], r->p[1], (size_t)r->n[0]); break;
+    case R_STEER: {
+        /* rows x width: out[t] += scale * vec, the scale read from device memory when it runs */
+        float *o = (float *)r->p[0];
+        const float *vec = r->p[1], *scale = r->p[2];
+        for (int64_t t = 0; t < r->n[0]; t++)
+            for (int64_t j = 0; j < r->n[1]; j++)
+                o[t * r->n[1] + j] += scale[0] * vec[j];
+        f->steer_execs++;
+        break;
+    }
     }
 }
 
@@ -226,7 +237,7 @@ static void issue(fake *f, const rec *r)
     int64_t bs = f->cap_bs;
     int64_t tok = -1;   /* the op's token count, where it has one */
     switch (r->op) {
-    case R_MATMUL: case R_EMBED: case R_ROPE: case R_RCS: tok = r->n[0]; break;
+    case R_MATMUL: case R_EMBED: case R_ROPE: case R_RCS: case R_STEER: tok = r->n[0]; break;
     case R_KV: case R_ATT: tok = f->cur_tokens; break;
     case R_RMSNORM: case R_ADDRMS: if (r->n[0] % bs) tok = r->n[0]; else tok = bs; break;
     case R_SILU: case R_MUL: case R_SILU_MUL: case R_ADD: case R_ADD3: tok = r->n[0] % bs ? r->n[0] : bs; break;
@@ -384,6 +395,8 @@ static int f_reserve(srt_backend *be, const srt_weight *w, int64_t n, srt_err *e
     return F(be)->cpu->ops->reserve_matmul(F(be)->cpu, w, n, err);
 }
 static int f_threads(const srt_backend *be) { return F(be)->cpu->ops->n_threads(F(be)->cpu); }
+/* the "stream": work enqueued on it (issue) runs now, or is recorded while capturing */
+static void *f_stream(srt_backend *be) { return F(be); }
 static void f_destroy(srt_backend *be) {}
 
 static void f_graph_clear(srt_backend *be)
@@ -517,7 +530,7 @@ static const srt_backend_ops fake_ops = {
     .load_weight = f_load, .begin_batch = f_begin, .rope_cos_sin = f_rope_cs, .gather_rows = f_gather,
     .sync = f_sync, .add_rmsnorm = f_add_rmsnorm,
     .graph_capture = f_graph_capture, .graph_ready = f_graph_ready, .graph_replay = f_graph_replay,
-    .graph_clear = f_graph_clear,
+    .graph_clear = f_graph_clear, .stream = f_stream,
 };
 
 static void fake_init(fake *f, srt_backend *cpu, int32_t tok, int32_t seq, int64_t slots, int32_t slack)
@@ -707,7 +720,7 @@ static int bump_fwd(srt_hook *h, const srt_hook_call *c, const srt_module_args *
     hook_calls++;
     return SRT_HOOK_OK;
 }
-static srt_hook bump_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, bump_fwd, NULL, NULL };
+static srt_hook bump_hook = { SRT_HOOK_ABI_VERSION, sizeof(srt_hook), NULL, bump_fwd, NULL, NULL, NULL, NULL };
 
 static void new_seq(world *w, int id, int plen, unsigned seed)
 {
@@ -1062,6 +1075,330 @@ out:
     free(w);
 }
 
+/* ---------------------------------------------------------------- device hooks in graphs */
+
+/* A steering hook twice: as a host hook (out += scale * vec on host memory) on the CPU
+ * reference, and as a device hook (ABI 1.1 forward_device: it enqueues a "kernel" on the
+ * stream it is given, reading vec and scale from its own device buffers) on the recording
+ * backends, with graphs off and on. Three models, one per runner, since each has its own
+ * registry (the device one with its backend's stream). */
+typedef struct dsteer {
+    fake  *f;            /* NULL: the host twin */
+    float *vec, *scale;  /* device buffers (the fake's memory) or host ones */
+    int64_t width;
+    int    calls, fail_capture, bad_stream;
+} dsteer;
+
+static int dsteer_dev(srt_hook *h, const srt_hook_device_call *c, const srt_module_args *a,
+                      const srt_tensor_view *out)
+{
+    dsteer *u = h->user;
+    u->calls++;
+    if (c->stream != u->f || c->struct_size < sizeof *c || out->ndim != 2 || out->shape[1] != u->width ||
+        out->shape[0] != c->n_rows || c->positions == NULL) {
+        u->bad_stream++;
+        return SRT_HOOK_FAILED;
+    }
+    if (u->fail_capture && u->f->capturing)
+        return SRT_HOOK_FAILED;   /* e.g. a launch this hook cannot make under capture */
+    rec r = { .op = R_STEER, .p = { out->data, u->vec, u->scale, c->positions }, .n = { out->shape[0], u->width } };
+    issue(u->f, &r);
+    return SRT_HOOK_OK;
+}
+
+static int dsteer_host(srt_hook *h, const srt_hook_call *c, const srt_module_args *a, srt_tensor_view *out,
+                       srt_tensor_view *rep)
+{
+    dsteer *u = h->user;
+    float *o = out->data;
+    u->calls++;
+    for (int64_t t = 0; t < out->shape[0]; t++)
+        for (int64_t j = 0; j < u->width; j++)
+            o[t * u->width + j] += u->scale[0] * u->vec[j];
+    return SRT_HOOK_OK;
+}
+
+typedef struct dworld {
+    srt_model   *m[3];
+    srt_hook_registry *reg[3];
+    srt_runner  *r[3];
+    srt_kv_pool *kv[3];
+    float       *logits[3];
+    dsteer       st[3];
+    srt_hook     hk[3];
+    int64_t      hid[3];
+    seqst        seq[NSEQ];
+    int          V, steps, mismatches, failed;
+    char         first[256];
+} dworld;
+
+static void dstep(dworld *w, const int *ids, int n)
+{
+    int32_t tok[MAXTOK], pos[MAXTOK], outs[MAXTOK], start[NSEQ + 1], len[NSEQ];
+    const int32_t *ss[NSEQ];
+    int T = 0, all_decode = 1;
+    for (int k = 0; k < n; k++) {
+        seqst *s = &w->seq[ids[k]];
+        int nn = s->len == 0 ? s->plen : 1;
+        all_decode &= s->len > 0;
+        start[k] = T;
+        for (int j = 0; j < nn; j++, T++) {
+            tok[T] = s->toks[s->len + j];
+            pos[T] = s->len + j;
+            outs[T] = s->slots[s->len + j];
+        }
+        len[k] = s->len + nn;
+        ss[k] = s->slots;
+    }
+    start[n] = T;
+    srt_forward_batch b = { .n_tokens = T, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = n,
+                            .seq_start = start, .seq_len = len, .seq_slots = ss,
+                            .forward_mode = all_decode ? SRT_FORWARD_DECODE : SRT_FORWARD_MIXED };
+    for (int l = 0; l < 3; l++) {
+        srt_err err = { { 0 } };
+        if (srt_runner_forward(w->r[l], w->kv[l], &b, w->logits[l], &err) != SRT_OK && !w->failed++)
+            tap_diag("device hooks, step %d, runner %d: %s", w->steps, l, err.msg);
+    }
+    for (int l = 1; l < 3; l++)
+        if (memcmp(w->logits[0], w->logits[l], (size_t)n * w->V * sizeof(float)) != 0 && !w->mismatches++)
+            snprintf(w->first, sizeof w->first, "step %d: runner %d differs from the CPU", w->steps, l);
+    for (int k = 0; k < n; k++) {
+        seqst *s = &w->seq[ids[k]];
+        s->len = len[k];
+        s->toks[s->len] = srt_argmax(w->logits[0] + (size_t)k * w->V, w->V);
+    }
+    w->steps++;
+}
+
+static void dsteps(dworld *w, const int *ids, int n, int times)
+{
+    for (int i = 0; i < times; i++)
+        dstep(w, ids, n);
+}
+
+static void set_scale(dworld *w, float v)
+{
+    for (int l = 0; l < 3; l++)
+        w->st[l].scale[0] = v;   /* the device buffers' contents (the fake's memory is the host's) */
+}
+
+/* remove and re-add every registration of a spec: new hooks generation, graphs must go */
+static void readd(dworld *w, const char *name)
+{
+    srt_err err;
+    for (int l = 0; l < 3; l++)
+        if (srt_hook_remove_spec(w->reg[l], name, &err) < 0 || srt_hook_readd_spec(w->reg[l], name, &err) < 0)
+            tap_diag("readd %s: %s", name, err.msg);
+}
+
+static void check_device_hooks(const char *path)
+{
+    srt_err err = { { 0 } };
+    dworld *w = calloc(1, sizeof *w);
+    srt_backend *cpu = srt_cpu_backend_create(2, 0, &err);
+    fake *fe = calloc(1, sizeof *fe), *fg = calloc(1, sizeof *fg);
+    fake_init(fe, cpu, 64, 32, 8192, 0);
+    fake_init(fg, cpu, 64, 32, 8192, 0);
+    srt_backend *bes[3] = { NULL, &fe->base, &fg->base };
+    fake *fks[3] = { NULL, fe, fg };
+    int graphs[3] = { 0, SRT_RUNNER_GRAPHS_OFF, SRT_RUNNER_GRAPHS_ON };
+    int made = cpu != NULL;
+    for (int l = 0; l < 3 && made; l++) {
+        srt_runner_opts o = { .max_batch_tokens = MAXTOK, .max_seqs = NSEQ, .n_threads = 2, .backend = bes[l],
+                              .graphs = graphs[l] };
+        int n_mod = 0;
+        srt_module *mods = NULL;
+        made = srt_model_load(path, &w->m[l], &err) == SRT_OK &&
+               srt_runner_create(w->m[l], &o, &w->r[l], &err) == SRT_OK &&
+               srt_kv_pool_create_on(srt_model_config_of(w->m[l]), 1, NSEQ * SLOTS_PER, SRT_F32,
+                                     srt_runner_backend(w->r[l]), &w->kv[l], &err) == SRT_OK &&
+               (mods = srt_model_modules(w->m[l], &n_mod)) != NULL &&
+               (w->reg[l] = srt_hook_registry_create(mods, n_mod, &err)) != NULL;
+        if (!made)
+            break;
+        if (bes[l])
+            srt_hook_registry_use_backend(w->reg[l], bes[l]);
+        w->V = srt_model_config_of(w->m[l])->vocab_size;
+        w->logits[l] = calloc((size_t)NSEQ * w->V, sizeof(float));
+        int64_t H = srt_model_config_of(w->m[l])->hidden_size;
+        dsteer *u = &w->st[l];
+        u->f = fks[l];
+        u->width = H;
+        u->vec = fks[l] ? f_alloc(bes[l], (size_t)H * sizeof(float), &err) : malloc((size_t)H * sizeof(float));
+        u->scale = fks[l] ? f_alloc(bes[l], sizeof(float), &err) : malloc(sizeof(float));
+        for (int64_t j = 0; j < H; j++)
+            u->vec[j] = (float)((j * 7919) % 13 - 6) / 16.0f;
+        u->scale[0] = 1.5f;
+        w->hk[l] = (srt_hook){ .abi_version = SRT_HOOK_ABI_VERSION, .struct_size = sizeof(srt_hook), .user = u };
+        if (fks[l])
+            w->hk[l].forward_device = dsteer_dev;   /* device entry only */
+        else
+            w->hk[l].forward = dsteer_host;
+        srt_hook_attach_opts ho = { .name = "steer" };
+        w->hid[l] = srt_hook_attach(w->reg[l], "model.layers.1", &w->hk[l], &ho, &err);
+        made = w->hid[l] > 0;
+    }
+    if (!ok(made, "device hooks: three runners (CPU with a host steering hook; recording backend, graphs off "
+                  "and on, with the same hook as a device entry)")) {
+        tap_diag("%s", err.msg);
+        goto out;
+    }
+    ok(srt_hook_registry_check_entries(w->reg[2], &err) == SRT_OK,
+       "device hooks: a device-only hook is accepted where the registry has the backend's stream");
+    {
+        /* without a stream (the CPU's registry) a device-only hook could never run */
+        srt_hook only_dev = { .abi_version = SRT_HOOK_ABI_VERSION, .struct_size = sizeof(srt_hook),
+                              .forward_device = dsteer_dev, .user = &w->st[2] };
+        srt_hook_attach_opts ho = { .name = "devonly" };
+        int64_t id = srt_hook_attach(w->reg[0], "model.layers.0", &only_dev, &ho, &err);
+        srt_err e2 = { { 0 } };
+        int rc = srt_hook_registry_check_entries(w->reg[0], &e2);
+        ok(id > 0 && rc == SRT_ERROR && strstr(e2.msg, "'devonly'") && strstr(e2.msg, "only a device entry"),
+           "device hooks: without a stream a device-only hook is refused by name (%s)", e2.msg);
+        srt_hook_delete(w->reg[0], id, &err);
+        srt_hook_attach_opts pr = { .name = "devreq", .per_request = 1 };
+        srt_hook only_dev2 = only_dev;
+        id = srt_hook_attach(w->reg[2], "model.layers.0", &only_dev2, &pr, &err);
+        ok(id < 0 && strstr(err.msg, "per-request"),
+           "device hooks: a per-request hook with only a device entry is refused (%s)", err.msg);
+    }
+
+    static const int s012[] = { 0, 1, 2 }, s0[] = { 0 };
+    for (int i = 0; i < 3; i++) {
+        seqst *s = &w->seq[i];
+        s->plen = 2 + i;
+        for (int j = 0; j < SLOTS_PER; j++)
+            s->slots[j] = i * SLOTS_PER + j;
+        for (int j = 0; j < s->plen; j++)
+            s->toks[j] = (int32_t)((7 + 31 * i + 17 * j) % w->V);
+    }
+    srt_runner_graph_stats g0, g;
+    dstep(w, s012, 3);                          /* prefill: eager everywhere */
+    int calls0 = w->st[2].calls, ex0 = fg->steer_execs;
+    dsteps(w, s012, 3, 4);                      /* bucket 4: eager + capture, then 3 replays */
+    srt_runner_graph_stats_get(w->r[2], &g);
+    ok(g.captures == 1 && g.replays == 3 && g.eager_hooked == 0 && fg->captures[4] == 1,
+       "device hooks: decode steps with a device hook are captured once and replayed (%lld captures, %lld replays, "
+       "%lld eager)", (long long)g.captures, (long long)g.replays, (long long)g.eager_hooked);
+    ok(w->st[2].calls - calls0 == 2 && fg->steer_execs - ex0 == 4,
+       "device hooks: the hook was called twice (the eager step, the capture: recorded once) and its work ran at "
+       "every one of the 4 steps (%d calls, %d runs)", w->st[2].calls - calls0, fg->steer_execs - ex0);
+    ok(w->st[1].calls == 5 && fe->steer_execs == 5 && w->st[0].calls == 5,
+       "device hooks: with graphs off the device entry runs at every step (%d), as the host twin does (%d)",
+       w->st[1].calls, w->st[0].calls);
+    ok(!w->failed && !w->mismatches, "device hooks: logits bit-identical to the CPU's host hook at every step%s%s",
+       w->mismatches ? ": " : "", w->first);
+
+    /* the contents of the hook's own device buffer change between replays: the graph reads them */
+    srt_runner_graph_stats_get(w->r[2], &g0);
+    set_scale(w, -2.5f);
+    calls0 = w->st[2].calls;
+    dsteps(w, s012, 3, 2);
+    srt_runner_graph_stats_get(w->r[2], &g);
+    ok(g.replays - g0.replays == 2 && g.captures == g0.captures && w->st[2].calls == calls0 && !w->mismatches,
+       "device hooks: a new scale written to the hook's device buffer is used by the replays, no recapture, "
+       "logits still equal to the host hook's with that scale");
+
+    /* a host hook next to it: eager again, graphs dropped; removed: captured again */
+    srt_hook_attach_opts hb = { .name = "bump" };
+    int64_t bid[3];
+    for (int l = 0; l < 3; l++)
+        bid[l] = srt_hook_attach(w->reg[l], "model.layers.0.mlp", &bump_hook, &hb, &err);
+    srt_runner_graph_stats_get(w->r[2], &g0);
+    calls0 = w->st[2].calls;
+    dsteps(w, s012, 3, 2);
+    srt_runner_graph_stats_get(w->r[2], &g);
+    ok(bid[2] > 0 && g.replays == g0.replays && g.eager_hooked - g0.eager_hooked == 2 && g.clears > g0.clears &&
+       w->st[2].calls - calls0 == 2 && !w->mismatches,
+       "device hooks: with a host hook also attached, decode steps run eagerly (the device entry called eagerly)");
+    for (int l = 0; l < 3; l++)
+        srt_hook_delete(w->reg[l], bid[l], &err);
+    srt_runner_graph_stats_get(w->r[2], &g0);
+    dsteps(w, s012, 3, 2);
+    srt_runner_graph_stats_get(w->r[2], &g);
+    ok(g.captures - g0.captures == 1 && g.replays - g0.replays == 1 && !w->mismatches,
+       "device hooks: with the host hook gone the step is captured again, then replayed");
+
+    /* a library built against hook ABI 1.0 loads and runs (as a host hook: eager) */
+    {
+        char spec[1024];
+        snprintf(spec, sizeof spec, "{\"forward_hooks\": [{\"name\": \"old\", \"target_modules\": "
+                 "[\"model.layers.0.mlp\"], \"hook_factory\": \"%s/libabi10.so:abi10_factory\", "
+                 "\"config\": {\"value\": 0.25}}]}", HOOK_TEST_LIBDIR);
+        int loaded = 1;
+        for (int l = 0; l < 3; l++)
+            if (srt_hook_registry_load_json(w->reg[l], spec, strlen(spec), "abi10.json", &err) != SRT_OK) {
+                loaded = 0;
+                tap_diag("%s", err.msg);
+            }
+        srt_runner_graph_stats_get(w->r[2], &g0);
+        dsteps(w, s012, 3, 1);
+        srt_runner_graph_stats_get(w->r[2], &g);
+        ok(loaded && g.replays == g0.replays && g.eager_hooked - g0.eager_hooked == 1 && !w->mismatches && !w->failed,
+           "device hooks: a hook library built against ABI 1.0 (1.0-sized hook objects) loads and runs eagerly "
+           "next to the device hook");
+        for (int l = 0; l < 3; l++)
+            srt_hook_remove_spec(w->reg[l], "old", &err);
+    }
+
+    /* a device entry that fails under capture: logged, the step's eager result stands, eager until the hooks
+     * change; never a crash */
+    w->st[2].fail_capture = 1;
+    readd(w, "steer");
+    srt_runner_graph_stats_get(w->r[2], &g0);
+    calls0 = w->st[2].calls;
+    dsteps(w, s012, 3, 3);
+    srt_runner_graph_stats_get(w->r[2], &g);
+    ok(g.capture_failures - g0.capture_failures == 1 && g.replays == g0.replays && g.enabled &&
+       g.eager_hooked - g0.eager_hooked == 2 && w->st[2].calls - calls0 == 4 && !w->failed && !w->mismatches,
+       "device hooks: a capture the hook fails falls back to eager (1 failure, then eager steps with the hook "
+       "still run: %lld eager, %d calls), logits unchanged", (long long)(g.eager_hooked - g0.eager_hooked),
+       w->st[2].calls - calls0);
+    w->st[2].fail_capture = 0;
+    readd(w, "steer");
+    srt_runner_graph_stats_get(w->r[2], &g0);
+    dsteps(w, s012, 3, 2);
+    dsteps(w, s0, 1, 2);
+    srt_runner_graph_stats_get(w->r[2], &g);
+    ok(g.captures - g0.captures == 2 && g.replays - g0.replays == 2 && !w->mismatches,
+       "device hooks: once the hooks change, graphs are captured again (buckets 4 and 1)");
+
+    /* the warm-up captures with device hooks attached */
+    srt_runner_graphs_clear(w->r[2]);
+    srt_runner_graph_stats_get(w->r[2], &g0);
+    int wrc = srt_runner_graphs_warmup(w->r[2], w->kv[2], 4, &err);
+    srt_runner_graph_stats_get(w->r[2], &g);
+    ok(wrc == SRT_OK && g.captures - g0.captures == 3, "device hooks: the warm-up captures buckets 1, 2, 4 with the "
+                                                       "device hook in them (%lld)", (long long)(g.captures - g0.captures));
+    dsteps(w, s012, 3, 1);
+    ok(!w->mismatches && !w->failed, "device hooks: logits bit-identical at every step (%d steps)%s%s", w->steps,
+       w->mismatches ? ": " : "", w->first);
+    ok(fg->violations == 0 && fe->violations == 0 && w->st[1].bad_stream == 0 && w->st[2].bad_stream == 0,
+       "device hooks: the graph contract held, every call had the backend's stream and the views' rows "
+       "(%d violations)%s%s", fg->violations + fe->violations, fg->violations ? ": " : "", fg->first);
+out:
+    for (int l = 0; l < 3; l++) {
+        srt_hook_registry_free(w->reg[l]);
+        if (bes[l] && w->st[l].vec) {
+            f_free(bes[l], w->st[l].vec);
+            f_free(bes[l], w->st[l].scale);
+        } else {
+            free(w->st[l].vec);
+            free(w->st[l].scale);
+        }
+        srt_kv_pool_free(w->kv[l]);
+        srt_runner_free(w->r[l]);
+        srt_model_free(w->m[l]);
+        free(w->logits[l]);
+    }
+    fake_fini(fe);
+    fake_fini(fg);
+    free(fe);
+    free(fg);
+    srt_backend_free(cpu);
+    free(w);
+}
+
 /* ---------------------------------------------------------------- the fake checks itself */
 
 typedef struct tbody {
@@ -1226,6 +1563,8 @@ int main(void)
     }
     snprintf(path, sizeof path, "%s/%s", mdir, models[2]);
     run_growth(path);
+    snprintf(path, sizeof path, "%s/%s", mdir, models[0]);
+    check_device_hooks(path);
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", mdir, models[i]);
         check_warmup(path);

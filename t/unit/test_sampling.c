@@ -342,6 +342,39 @@ int main(void)
     ok(srt_sampling_params_check(&p, V, &err) == SRT_ERROR && strstr(err.msg, "logit_bias"),
        "one logit_bias entry over SRT_REQ_MAX_LOGIT_BIAS is refused: %s", err.msg);
 
+    /* srt_sampler_replace_tail (jump-forward): forced tokens join the history and the counts */
+    {
+        const float pen[V] = { 0, 2.0f, 1.9f, 0, 0, 0, 0, -5.0f };
+        const int32_t forced[3] = { 2, 2, 3 }, bad[1] = { V };
+        srt_sampling_params_default(&p);
+        p.temperature = 0;
+        p.max_tokens = 6;
+        p.presence_penalty = 1.0f;
+        p.n_stop_ids = 1;
+        p.stop_ids[0] = 6;
+        init(&s, &p, NULL, 0);
+        draw(&s, pen, &r);                                  /* 1 */
+        ok(srt_sampler_replace_tail(&s, 2, forced, 3) == SRT_ERROR &&
+           srt_sampler_replace_tail(&s, 1, bad, 1) == SRT_ERROR && s.n_generated == 1,
+           "replace_tail: more than the output, or an id outside the vocabulary, is refused, nothing changed");
+        ok(srt_sampler_replace_tail(&s, 1, forced, 3) == SRT_OK && s.n_generated == 3 &&
+           s.history[0] == 2 && s.history[2] == 3 && !s.finished,
+           "replace_tail: the drawn token replaced by 3 forced ones (history, count)");
+        draw(&s, pen, &r);
+        is_int(r.token, 1, "replace_tail: penalties see the forced tokens (2 present: 1 wins)");
+        ok(srt_sampler_replace_tail(&s, 0, forced, 3) == SRT_ERROR,
+           "replace_tail: no room beyond max_tokens");
+        const int32_t last[2] = { 3, 3 };
+        ok(srt_sampler_replace_tail(&s, 0, last, 2) == SRT_OK && s.finished == SRT_FINISH_LENGTH,
+           "replace_tail: reaching max_tokens finishes with length");
+        srt_sampler_free(&s);
+        init(&s, &p, NULL, 0);
+        draw(&s, pen, &r);
+        const int32_t stop[2] = { 6, 3 };
+        ok(srt_sampler_replace_tail(&s, 0, stop, 2) == SRT_OK && s.finished == SRT_FINISH_STOP,
+           "replace_tail: a stop id among the forced tokens finishes with stop");
+        srt_sampler_free(&s);
+    }
     srt_sampler_ws_free(ws);
     return tap_done();
 }

@@ -15,6 +15,7 @@
 #include "srt/model.h"
 #include "sched/serve.h"
 #include "srt/sched.h"
+#include "chan_dir.h"
 #include "tap.h"
 
 #define NREQ 12
@@ -41,6 +42,7 @@ static srt_chan *make_chan(void)
     cfg.radix_cache = 1;
     cfg.page_size = 1;
     cfg.threads = 1;
+    chan_dir_set(&cfg);
     mem_size = srt_chan_size(&cfg);
     mem = mmap(NULL, mem_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED || srt_chan_format(mem, mem_size, &cfg, &err) != SRT_OK) {

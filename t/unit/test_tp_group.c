@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks/registry.h"
 #include "sched/tp_group.h"
 #include "srt/sampling.h"
 #include "tap.h"
@@ -143,6 +144,172 @@ static void test_group(const char *dir, int size, const float *ref, const int32_
     free(lg);
 }
 
+/* ---- per-request hooks at tp > 1: every rank applies the selection rank 0 took ---- */
+
+#define RQ_STEPS 5
+
+/* Two sequences in every batch: request 7 (selects "steer" with its own scale when sel != NULL)
+ * and request 8 (never). Prefill both, then decode both; logits [RQ_STEPS][2][V]. */
+static int generate_hooked(srt_model *m, srt_tp_group *tp, srt_hook_registry *reg, const srt_request_hooks *sel,
+                           float *logits, int32_t toks[RQ_STEPS][2], char *msg)
+{
+    const srt_model_config *c = srt_model_config_of(m);
+    srt_runner_opts o = { .max_batch_tokens = 2 * NP, .max_seqs = 2, .n_threads = 1 };
+    srt_runner *r = NULL;
+    srt_kv_pool *kv = NULL;
+    srt_err err = { { 0 } };
+    int rc = SRT_ERROR, begun = 0;
+    int32_t slots[2][32], ids[2][NP + RQ_STEPS];
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < 32; i++)
+            slots[q][i] = q * 32 + i;
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < NP; i++)
+            ids[q][i] = (i * 37 + 5 + 11 * q) % c->vocab_size;
+    if (tp ? srt_tp_group_setup(tp, m, &o, 64, &r, &kv, &err) != SRT_OK
+           : (srt_runner_create(m, &o, &r, &err) != SRT_OK ||
+              srt_kv_pool_create(c, 64, SRT_F32, &kv, &err) != SRT_OK))
+        goto out;
+    if (sel) {
+        if ((tp ? srt_tp_group_request_begin(tp, reg, 7, sel, &err) : srt_hook_request_begin(reg, 7, sel, &err)) !=
+            SRT_OK)
+            goto out;
+        begun = 1;
+    }
+    for (int s = 0; s < RQ_STEPS; s++) {
+        int32_t tok[2 * NP], pos[2 * NP], outs[2 * NP], start[3], len[2];
+        uint64_t rid[2 * NP];
+        const int32_t *ss[2] = { slots[0], slots[1] };
+        int T = 0;
+        for (int q = 0; q < 2; q++) {
+            int from = s == 0 ? 0 : NP + s - 1, n = s == 0 ? NP : 1;
+            start[q] = T;
+            for (int j = 0; j < n; j++, T++) {
+                tok[T] = ids[q][from + j];
+                pos[T] = from + j;
+                outs[T] = slots[q][from + j];
+                rid[T] = q == 0 ? 7 : 8;
+            }
+            len[q] = from + n;
+        }
+        start[2] = T;
+        srt_forward_batch b = { .n_tokens = T, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = 2,
+                                .seq_start = start, .seq_len = len, .seq_slots = ss, .request_ids = rid,
+                                .forward_mode = s ? SRT_FORWARD_DECODE : SRT_FORWARD_PREFILL };
+        float *row = logits + (size_t)s * 2 * c->vocab_size;
+        if ((tp ? srt_tp_group_forward(tp, r, kv, &b, row, &err) : srt_runner_forward(r, kv, &b, row, &err)) != SRT_OK)
+            goto out;
+        for (int q = 0; q < 2; q++) {
+            toks[s][q] = srt_argmax(row + (size_t)q * c->vocab_size, c->vocab_size);
+            ids[q][len[q]] = toks[s][q];
+        }
+    }
+    rc = SRT_OK;
+out:
+    if (begun) {
+        if (tp)
+            srt_tp_group_request_end(tp, reg, 7);
+        else
+            srt_hook_request_end(reg, 7);
+    }
+    snprintf(msg, 256, "%.200s", err.msg);
+    srt_kv_pool_free(kv);
+    srt_runner_free(r);
+    return rc;
+}
+
+static srt_hook_registry *hooked_registry(srt_model *m, const char *spec, int rank, int size, srt_err *err)
+{
+    int n_mod;
+    srt_module *mods = srt_model_modules(m, &n_mod);
+    srt_hook_registry *reg = srt_hook_registry_create(mods, n_mod, err);
+    if (reg)
+        srt_hook_registry_set_tp(reg, rank, size);
+    if (reg && srt_hook_registry_load_file(reg, spec, err) != SRT_OK) {
+        srt_hook_registry_free(reg);
+        reg = NULL;
+    }
+    return reg;
+}
+
+static void test_request_hooks(const char *dir)
+{
+    char spec[512], msg[256] = "";
+    srt_err err = { { 0 } };
+    snprintf(spec, sizeof spec, "%s/steer.json", dir);
+    FILE *f = fopen(spec, "w");
+    fprintf(f, "{\"forward_hooks\": [{\"name\": \"steer\", \"per_request\": true, \"target_modules\": "
+               "[\"model.layers.*\"], \"hook_factory\": \"%s/libsrt_hook_steer.so:srt_steer_factory\", "
+               "\"config\": {\"vector\": [", HOOK_EXAMPLE_LIBDIR);
+    for (int j = 0; j < 64; j++)
+        fprintf(f, "%s%g", j ? ", " : "", (double)((j * 29) % 11 - 5) / 2.0);
+    fprintf(f, "], \"scale\": 1}}]}\n");
+    fclose(f);
+    srt_request_hooks sel;
+    memset(&sel, 0, sizeof sel);
+    sel.n = 1;
+    strcpy(sel.name[0], "steer");
+    const char *cfg = "{\"layer\": 1, \"scale\": 3.5}";
+    strcpy(sel.config_text, cfg);
+    sel.config_len[0] = (uint32_t)strlen(cfg);
+
+    srt_model *m = NULL;
+    if (!ok(srt_model_load(dir, &m, &err) == SRT_OK, "request hooks: model loads %s", err.msg))
+        return;
+    int V = srt_model_config_of(m)->vocab_size;
+    size_t nl = (size_t)RQ_STEPS * 2 * V;
+    float *plain = calloc(nl, sizeof(float)), *ref = calloc(nl, sizeof(float)), *lg = calloc(nl, sizeof(float));
+    int32_t tplain[RQ_STEPS][2], tref[RQ_STEPS][2], t2[RQ_STEPS][2];
+    srt_hook_registry *reg = hooked_registry(m, spec, 0, 1, &err);
+    int rc1 = reg && generate_hooked(m, NULL, reg, NULL, plain, tplain, msg) == SRT_OK &&
+              generate_hooked(m, NULL, reg, &sel, ref, tref, msg) == SRT_OK;
+    ok(rc1, "request hooks: tp=1 with and without the selection %s %s", msg, err.msg);
+    int steered = 0, other_same = 1;
+    for (int s = 0; s < RQ_STEPS; s++) {
+        steered |= tref[s][0] != tplain[s][0];
+        other_same &= memcmp(ref + ((size_t)s * 2 + 1) * V, plain + ((size_t)s * 2 + 1) * V, V * sizeof(float)) == 0;
+    }
+    double moved = 0;
+    for (int s = 0; s < RQ_STEPS; s++)
+        for (int i = 0; i < V; i++)
+            moved = fmax(moved, fabs((double)ref[(size_t)s * 2 * V + i] - plain[(size_t)s * 2 * V + i]));
+    tap_diag("steered %d other_same %d moved %g", steered, other_same, moved);
+    ok(rc1 && steered && other_same, "request hooks: tp=1: the selecting request's greedy tokens move, the other's "
+                                     "logits stay bit-identical");
+    srt_hook_registry_free(reg);
+    srt_model_free(m);
+
+    /* tp=2: rank 1 loads the same file; rank 0 takes the selection and sends it */
+    srt_tp_group *g = NULL;
+    srt_tp_group_opts o = { .size = 2, .model_path = dir, .hooks_path = spec, .n_threads = 1 };
+    m = NULL;
+    reg = NULL;
+    int rc2 = srt_tp_group_start(&o, &g, &err) == SRT_OK && srt_model_load(dir, &m, &err) == SRT_OK &&
+              (reg = hooked_registry(m, spec, 0, 2, &err)) != NULL &&
+              generate_hooked(m, g, reg, &sel, lg, t2, msg) == SRT_OK;
+    ok(rc2, "request hooks: tp=2 with the selection %s %s", msg, err.msg);
+    double worst = 0;
+    for (size_t i = 0; i < nl; i++)
+        worst = fmax(worst, fabs((double)lg[i] - ref[i]));
+    ok(rc2 && worst < 1e-4 && memcmp(t2, tref, sizeof t2) == 0,
+       "request hooks: tp=2 greedy tokens = tp=1's with the per-request steering, logits within 1e-4 (worst %.3g)",
+       worst);
+    /* a name that is no per-request spec: refused on rank 0, the ranks never hear of it */
+    srt_request_hooks bad = sel;
+    strcpy(bad.name[0], "nope");
+    srt_err e2 = { { 0 } };
+    ok(rc2 && srt_tp_group_request_begin(g, reg, 9, &bad, &e2) == SRT_ERROR && strstr(e2.msg, "'nope'") &&
+       srt_tp_group_check(g, &err) == SRT_OK && !srt_hook_request_selected(reg, 9),
+       "request hooks: tp=2: an unknown name fails the request on rank 0, the group stays up (%s)", e2.msg);
+    ok(rc2 && !srt_hook_request_selected(reg, 7), "request hooks: tp=2: the selection was dropped at the end");
+    srt_tp_group_stop(g);
+    srt_hook_registry_free(reg);
+    srt_model_free(m);
+    free(plain);
+    free(ref);
+    free(lg);
+}
+
 /* a rank killed while rank 0 is inside a collective: the collective returns an error */
 static void test_death_in_step(const char *dir)
 {
@@ -216,6 +383,7 @@ int main(void)
         free(ref);
     }
     test_death_in_step(dir);
+    test_request_hooks(dir);
 
     /* srt_device cuda at tp=2 without a loadable NCCL: the setup fails on every rank and rank 0
      * reports why (no CUDA is touched: NCCL is loaded and agreed on first). Ranks take

@@ -22,10 +22,11 @@ typedef struct attn_job {
     const srt_attn_args *a;
     srt_dot_f32_fn       dot;
     srt_axpy_f32_fn      axpy;
-    srt_f16_row_fn       f16;
     srt_exp_sum_fn       exp_sum;
     srt_dot_rows_fn      dot_rows;
     srt_axpy_rows_fn     axpy_rows;
+    srt_f16_dot_heads_fn f16_dot;
+    srt_f16_axpy_heads_fn f16_axpy;
     int32_t              run;      /* query heads per item */
     int32_t              runs;     /* items per (token, kv head) */
     int32_t              chunks;   /* key ranges per item (split decode), 1 otherwise */
@@ -78,7 +79,7 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
     int32_t hd = a->head_dim, s = seq_of_token(b, t);
     size_t row = (size_t)a->n_kv_heads * hd;
     const int32_t *slots = b->seq_slots[s];
-    float score[MAX_RUN][KEY_BLOCK], kbuf[1024];
+    float score[MAX_RUN][KEY_BLOCK];
     const float *q[MAX_RUN];
     int f32 = a->kv_dtype == SRT_F32;
 
@@ -103,9 +104,9 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
         }
         for (int32_t j = 0; j < nb && !f32; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            job->f16((const uint16_t *)a->k_cache + off, kbuf, hd);
+            job->f16_dot((const float *const *)q, nh, (const uint16_t *)a->k_cache + off, hd, &score[0][j], KEY_BLOCK);
             for (int32_t i = 0; i < nh; i++)
-                score[i][j] = job->dot(q[i], kbuf, hd) * a->scale;
+                score[i][j] *= a->scale;
         }
         for (int32_t i = 0; i < nh; i++) {
             float bmx = -INFINITY;
@@ -126,11 +127,12 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
             for (int32_t i = 0; i < nh; i++)
                 job->axpy_rows(acc[i], score[i], rows, nb, hd);
         }
+        float *accs[MAX_RUN];
+        for (int32_t i = 0; i < nh; i++)
+            accs[i] = acc[i];
         for (int32_t j = 0; j < nb && !f32; j++) {
             size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            job->f16((const uint16_t *)a->v_cache + off, kbuf, hd);
-            for (int32_t i = 0; i < nh; i++)
-                job->axpy(acc[i], score[i][j], kbuf, hd);
+            job->f16_axpy(accs, &score[0][j], KEY_BLOCK, nh, (const uint16_t *)a->v_cache + off, hd);
         }
     }
 }
@@ -188,46 +190,41 @@ static void item_heads(const attn_job *job, int64_t i, int32_t *t, int32_t *kvh,
 
 static size_t part_stride(const attn_job *job) { return (size_t)job->run * (size_t)(job->a->head_dim + 2); }
 
-static void attn_worker(void *arg, int ith, int nth)
+/* one item: a (token, KV head run) pair, or one key chunk of it when decode is split */
+static void attn_item(void *arg, int64_t i, int ith)
 {
     const attn_job *job = arg;
-    const srt_attn_args *a = job->a;
-    int64_t n = (int64_t)a->batch->n_tokens * a->n_kv_heads * job->runs * job->chunks;
-    /* interleaved: causal items grow with position, so contiguous ranges would be uneven */
-    for (int64_t i = ith; i < n; i += nth) {
-        int32_t t, kvh, h0, nh, c = (int32_t)(i % job->chunks);
-        item_heads(job, i / job->chunks, &t, &kvh, &h0, &nh);
-        if (job->chunks == 1)
-            attend(job, t, kvh, h0, nh, -1, NULL);
-        else if (c < n_chunks_of(a->batch->positions[t] + 1))
-            attend(job, t, kvh, h0, nh, c, job->partial + (size_t)i * part_stride(job));
-    }
+    int32_t t, kvh, h0, nh, c = (int32_t)(i % job->chunks);
+    (void)ith;
+    item_heads(job, i / job->chunks, &t, &kvh, &h0, &nh);
+    if (job->chunks == 1)
+        attend(job, t, kvh, h0, nh, -1, NULL);
+    else if (c < n_chunks_of(job->a->batch->positions[t] + 1))
+        attend(job, t, kvh, h0, nh, c, job->partial + (size_t)i * part_stride(job));
 }
 
 /* split decode: each item's chunk states merged in chunk order, as attend does */
-static void merge_worker(void *arg, int ith, int nth)
+static void merge_item(void *arg, int64_t i, int ith)
 {
     const attn_job *job = arg;
     const srt_attn_args *a = job->a;
     int32_t hd = a->head_dim, run = job->run;
-    int64_t n = (int64_t)a->batch->n_tokens * a->n_kv_heads * job->runs;
-    for (int64_t i = ith; i < n; i += nth) {
-        int32_t t, kvh, h0, nh;
-        item_heads(job, i, &t, &kvh, &h0, &nh);
-        int32_t nc = n_chunks_of(a->batch->positions[t] + 1);
-        for (int32_t h = 0; h < nh; h++) {
-            float *out = a->out + ((size_t)t * a->n_heads + h0 + h) * hd;
-            const float *p = job->partial + (size_t)(i * job->chunks) * part_stride(job);
-            float m = p[(size_t)run * hd + h], s = p[(size_t)run * hd + run + h];
-            memcpy(out, p + (size_t)h * hd, (size_t)hd * sizeof(float));
-            for (int32_t c = 1; c < nc; c++) {
-                p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
-                merge_state(out, &m, &s, p + (size_t)h * hd, p[(size_t)run * hd + h], p[(size_t)run * hd + run + h], hd);
-            }
-            float inv = 1.0f / s;
-            for (int32_t d = 0; d < hd; d++)
-                out[d] *= inv;
+    (void)ith;
+    int32_t t, kvh, h0, nh;
+    item_heads(job, i, &t, &kvh, &h0, &nh);
+    int32_t nc = n_chunks_of(a->batch->positions[t] + 1);
+    for (int32_t h = 0; h < nh; h++) {
+        float *out = a->out + ((size_t)t * a->n_heads + h0 + h) * hd;
+        const float *p = job->partial + (size_t)(i * job->chunks) * part_stride(job);
+        float m = p[(size_t)run * hd + h], s = p[(size_t)run * hd + run + h];
+        memcpy(out, p + (size_t)h * hd, (size_t)hd * sizeof(float));
+        for (int32_t c = 1; c < nc; c++) {
+            p = job->partial + (size_t)(i * job->chunks + c) * part_stride(job);
+            merge_state(out, &m, &s, p + (size_t)h * hd, p[(size_t)run * hd + h], p[(size_t)run * hd + run + h], hd);
         }
+        float inv = 1.0f / s;
+        for (int32_t d = 0; d < hd; d++)
+            out[d] *= inv;
     }
 }
 
@@ -258,16 +255,12 @@ void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a, float *scratc
     /* shorter runs when tokens x kv heads leave threads idle (and keys are not split) */
     while (chunks == 1 && run > 1 && base * ((group + run - 1) / run) < 4 * (int64_t)nth)
         run = (run + 1) / 2;
-    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_f16_row(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(), run,
+    attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(),
+                     srt_cpu_f16_dot_heads(), srt_cpu_f16_axpy_heads(), run,
                      (group + run - 1) / run, chunks, scratch };
-    if (tp && nth > 1 && (int64_t)a->batch->n_tokens * a->n_heads * chunks > 1)
-        srt_threadpool_run(tp, attn_worker, &job);
-    else
-        attn_worker(&job, 0, 1);
-    if (chunks > 1) {
-        if (tp && nth > 1 && base * job.runs > 1)
-            srt_threadpool_run(tp, merge_worker, &job);
-        else
-            merge_worker(&job, 0, 1);
-    }
+    /* items claimed one at a time: causal items grow with position, and a thread the OS
+     * runs late finds the rest done (the bits do not depend on who computes an item) */
+    srt_threadpool_run_items(tp, attn_item, &job, base * job.runs * chunks);
+    if (chunks > 1)
+        srt_threadpool_run_items(tp, merge_item, &job, base * job.runs);
 }

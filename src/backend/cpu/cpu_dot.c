@@ -49,6 +49,30 @@ static void axpy_rows_portable(float *acc, const float *p, const float *const *r
         axpy_portable(acc, p[j], rows[j], n);
 }
 
+/* f16 K/V rows: convert, then the chosen dot / axpy (the SIMD twins below give the same
+ * bits without the round trip through memory) */
+static void f16_dot_heads_portable(const float *const *q, int nh, const uint16_t *k, int64_t n, float *out,
+                                   int stride)
+{
+    float buf[1024];
+    srt_f16_row_fn cvt = srt_cpu_f16_row();
+    srt_dot_f32_fn dot = srt_cpu_dot_f32();
+    cvt(k, buf, n);
+    for (int i = 0; i < nh; i++)
+        out[i * stride] = dot(q[i], buf, n);
+}
+
+static void f16_axpy_heads_portable(float *const *acc, const float *p, int pstride, int nh, const uint16_t *v,
+                                    int64_t n)
+{
+    float buf[1024];
+    srt_f16_row_fn cvt = srt_cpu_f16_row();
+    srt_axpy_f32_fn axpy = srt_cpu_axpy_f32();
+    cvt(v, buf, n);
+    for (int i = 0; i < nh; i++)
+        axpy(acc[i], p[i * pstride], buf, n);
+}
+
 static float exp_sum_portable(float *x, int64_t n, float m)
 {
     float s = 0;
@@ -147,6 +171,56 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, con
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++)
         y[i] += a * x[i];
+}
+
+#define LOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+
+/* dot_avx2 of each head's query with an f16 row converted in registers: the same FMAs in
+ * the same order, so the same bits as f16_row + dot_avx2 (n a multiple of 8) */
+__attribute__((target("avx2,fma,f16c"))) static void f16_dot_heads_avx2(const float *const *q, int nh,
+                                                                        const uint16_t *k, int64_t n,
+                                                                        float *out, int stride)
+{
+    if (n % 8 || n > 1024) {
+        f16_dot_heads_portable(q, nh, k, n, out, stride);
+        return;
+    }
+    for (int h = 0; h < nh; h++) {
+        const float *a = q[h];
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOADH(k + i), s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LOADH(k + i + 8), s1);
+            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), LOADH(k + i + 16), s2);
+            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), LOADH(k + i + 24), s3);
+        }
+        for (; i + 8 <= n; i += 8)
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOADH(k + i), s0);
+        __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+        __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_add_ss(r, _mm_movehdup_ps(r));
+        out[h * stride] = _mm_cvtss_f32(r);
+    }
+}
+
+/* axpy_avx2 of each head with an f16 row converted once in registers: per element the same
+ * one FMA as before (n a multiple of 8) */
+__attribute__((target("avx2,fma,f16c"))) static void f16_axpy_heads_avx2(float *const *acc, const float *p,
+                                                                         int pstride, int nh, const uint16_t *v,
+                                                                         int64_t n)
+{
+    if (n % 8 || n > 1024) {
+        f16_axpy_heads_portable(acc, p, pstride, nh, v, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 x = LOADH(v + i);
+        for (int h = 0; h < nh; h++)
+            _mm256_storeu_ps(acc[h] + i, _mm256_fmadd_ps(_mm256_set1_ps(p[h * pstride]), x,
+                                                         _mm256_loadu_ps(acc[h] + i)));
+    }
 }
 
 __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n);
@@ -297,4 +371,22 @@ srt_axpy_rows_fn srt_cpu_axpy_rows(void)
         return axpy_rows_avx512;
 #endif
     return axpy_rows_portable;
+}
+
+srt_f16_dot_heads_fn srt_cpu_f16_dot_heads(void)
+{
+#if defined(__x86_64__)
+    if (use_level() == 1)
+        return f16_dot_heads_avx2;
+#endif
+    return f16_dot_heads_portable;
+}
+
+srt_f16_axpy_heads_fn srt_cpu_f16_axpy_heads(void)
+{
+#if defined(__x86_64__)
+    if (use_level() >= 1)
+        return f16_axpy_heads_avx2;
+#endif
+    return f16_axpy_heads_portable;
 }

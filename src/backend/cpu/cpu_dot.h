@@ -17,6 +17,16 @@ typedef void (*srt_axpy_rows_fn)(float *acc, const float *p, const float *const 
 srt_dot_rows_fn  srt_cpu_dot_rows(void);
 srt_axpy_rows_fn srt_cpu_axpy_rows(void);
 
+/* Attention over an f16 KV row k (n values, <= 1024): out[i * stride] = q[i] . k for the
+ * nh heads, and acc[i] += p[i * pstride] * v; the same bits as converting the row with
+ * srt_cpu_f16_row and calling the chosen dot / axpy per head. */
+typedef void (*srt_f16_dot_heads_fn)(const float *const *q, int nh, const uint16_t *k, int64_t n, float *out,
+                                     int stride);
+typedef void (*srt_f16_axpy_heads_fn)(float *const *acc, const float *p, int pstride, int nh, const uint16_t *v,
+                                      int64_t n);
+srt_f16_dot_heads_fn  srt_cpu_f16_dot_heads(void);
+srt_f16_axpy_heads_fn srt_cpu_f16_axpy_heads(void);
+
 /* x[i] = exp(x[i] - m) for i < n, returns the sum (softmax numerators) */
 typedef float (*srt_exp_sum_fn)(float *x, int64_t n, float m);
 srt_exp_sum_fn srt_cpu_exp_sum(void);

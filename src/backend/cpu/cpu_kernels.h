@@ -23,6 +23,13 @@ int             srt_threadpool_size(const srt_threadpool *tp);
  * fn(arg, 0, 1) inline (nested kernels are serial, never a deadlock). */
 void            srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int nth),
                                    void *arg);
+/* Runs fn(arg, item, ith) for every item in [0, n_items), each once, on whichever threads
+ * claim it (ith: the claiming thread's index, for per-thread scratch). Returns when every
+ * item is done. A worker that has not started when the last item is claimed is not waited
+ * for, so a busy host's scheduling delays cost less than with srt_threadpool_run. Nested
+ * in a task of the same pool, or with one thread, the items run in order inline. */
+void            srt_threadpool_run_items(srt_threadpool *tp, void (*fn)(void *arg, int64_t item, int ith),
+                                         void *arg, int64_t n_items);
 
 /* ---- which SIMD path was chosen ("avx512", "avx2", "portable") ---- */
 const char *srt_cpu_simd_name(void);

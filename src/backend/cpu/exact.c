@@ -4,18 +4,22 @@
  *     sum_j w_j x_j = d * sum_j q_j x_j + o * sum_j x_j
  * where q_j are small integers (exact as floats) and sum_j x_j, the block sum of x, is
  * computed once per token and shared by every row. Per block and (row, token) that is four
- * FMA-class ops on unpacked q and one FMA for the scale; the offsets of a row meet the block
- * sums in one short dot product at the end (the block offset factored out of the loop).
+ * FMA-class ops on unpacked q and one FMA for the scale; the offset is one FMA per block
+ * and (row, token), done in lanes over four rows (decode) or eight tokens (prefill).
  *
  * Batch invariance: a (row, token) output is always
- *     hsum(acc) + odot(offsets of the row, block sums of the token) + bias
+ *     (hsum(acc) + off) + bias            (Q8_0: hsum(acc) + bias)
  * with acc one 8-lane accumulator taking, block by block in order,
  *     t = q[0:8]*x[0:8]; t += q[8:16]*x[8:16]; t += q[16:24]*x[16:24]; t += q[24:32]*x[24:32];
  *     acc += t * d          (each += one FMA)
- * Decode (q unpacked in registers, 4 rows x up to 2 tokens) and prefill (a chunk of rows
- * unpacked once into per-thread scratch, then one row x 8 tokens at a time) both run exactly
- * that sequence, so a token's logits have the same bits alone, in any batch, chunked or
- * prefix-cached. */
+ * and off = fma(o_b, xsum_b, off) block by block from 0. Decode (q unpacked in registers,
+ * 4 rows x up to 2 tokens, the offsets of the 4 rows in the lanes of one vector) and prefill
+ * (a chunk of rows unpacked once into per-thread scratch, then one row x 8 tokens, the
+ * offsets of the 8 tokens in the lanes of one vector) both run exactly that sequence, so a
+ * token's logits have the same bits alone, in any batch, chunked or prefix-cached.
+ *
+ * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
+ * does not hold up a decode step. Which thread computes a row does not change its bits. */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -26,19 +30,23 @@
 
 #define DEC_ROWS 4          /* decode: rows dequantized together (independent FMA chains) */
 #define DEC_MAX_TOK 2       /* decode kernel up to this many tokens; the prefill one beyond */
+#define DEC_ITEM_MIN 16     /* decode: fewest rows per work item */
 #define PF_GROUPS 4         /* decode prefetch distance, in groups of DEC_ROWS rows */
 #define PRE_ROWS 16         /* prefill: rows unpacked into scratch per work item */
-#define PRE_TOK 48          /* prefill: tokens per work item (a multiple of PRE_T) */
+#define PRE_TOK 128         /* prefill: tokens per work item (a multiple of PRE_T) */
 #define PRE_T 8             /* prefill micro-kernel: one row x PRE_T tokens */
+#define PRE_SLICE 16        /* prefill: most blocks of a column slice (8 tokens x 512 floats: L1) */
 
 /* Scratch: per thread PRE_ROWS rows of unpacked weights (cols floats of q, then nb scales
- * and nb offsets each), then the block sums of x (n_tok x nb). */
+ * and nb offsets each), then the block sums of x, transposed: nb x ldt (tokens padded to
+ * PRE_T with zeros). */
 static size_t per_thread_floats(int64_t cols) { return PRE_ROWS * ((size_t)cols + 2 * (size_t)(cols / 32)); }
+static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 {
     return (size_t)(n_threads > 0 ? n_threads : 1) * per_thread_floats(cols) +
-           (size_t)(n_tok > 0 ? n_tok : 1) * (size_t)(cols / 32) + 16;
+           (size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 16;
 }
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -56,18 +64,30 @@ INLINE float half_at(const uint8_t *p)
     return _cvtsh_ss(h);
 }
 
-/* One block: q as four 8-float vectors in element order, its scale d and offset o. */
-INLINE void unpack(int fmt, const uint8_t *blk, __m256 q[4], float *d, float *o)
+INLINE uint32_t u32_at(const uint8_t *p)
 {
-    *d = half_at(blk);
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+INLINE uint32_t u16_at(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* One block's q as four 8-float vectors in element order. */
+INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
+{
     if (fmt == FMT_Q8_0) {
-        *o = 0.0f;
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k))));
         return;
     }
     const uint8_t *qs = blk + (fmt == FMT_Q4_1 ? 4 : 2);
-    *o = fmt == FMT_Q4_1 ? half_at(blk + 2) : -8.0f * *d;   /* -8d is exact */
     __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)qs));
     __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8)));
     __m256i m = _mm256_set1_epi32(0x0F);
@@ -75,6 +95,23 @@ INLINE void unpack(int fmt, const uint8_t *blk, __m256 q[4], float *d, float *o)
     q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b, m));
     q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4));
     q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+}
+
+/* A block's scale d and offset o (Q4_0: -8d, exact in f32; Q8_0: 0). */
+INLINE void block_scale(int fmt, const uint8_t *blk, float *d, float *o)
+{
+    *d = half_at(blk);
+    *o = fmt == FMT_Q4_1 ? half_at(blk + 2) : fmt == FMT_Q4_0 ? -8.0f * *d : 0.0f;
+}
+
+/* [d0 o0 d1 o1 d2 o2 d3 o3] of four rows' blocks: their halves converted in one go */
+INLINE __m256 scales4(int fmt, const uint8_t *b0, const uint8_t *b1, const uint8_t *b2, const uint8_t *b3)
+{
+    if (fmt == FMT_Q4_1)
+        return _mm256_cvtph_ps(_mm_setr_epi32((int)u32_at(b0), (int)u32_at(b1), (int)u32_at(b2), (int)u32_at(b3)));
+    __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32((int)(u16_at(b0) * 0x10001u), (int)(u16_at(b1) * 0x10001u),
+                                               (int)(u16_at(b2) * 0x10001u), (int)(u16_at(b3) * 0x10001u)));
+    return fmt == FMT_Q4_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8)) : dd;
 }
 
 /* sum_j q_j x_j of one block, the fixed order of the header comment */
@@ -94,80 +131,91 @@ INLINE float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* The offsets of a row against the block sums of a token: 8 blocks per FMA, then the tail
- * in order. One function for decode and prefill (batch invariance). */
-TGT static float odot(const float *o, const float *xs, int64_t nb)
-{
-    __m256 a = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 8 <= nb; b += 8)
-        a = _mm256_fmadd_ps(_mm256_loadu_ps(o + b), _mm256_loadu_ps(xs + b), a);
-    float s = hsum(a);
-    for (; b < nb; b++)
-        s = __builtin_fmaf(o[b], xs[b], s);
-    return s;
-}
-
-/* Block sums of x, one function for every path. */
-TGT static void block_sums(const float *x, int64_t nb, float *xs)
+/* Block sums of x, one function for every path, stored transposed (xs[b * ldt + t]). */
+TGT static void block_sums(const float *x, int64_t nb, float *xs, int64_t ldt)
 {
     for (int64_t b = 0; b < nb; b++, x += QK) {
         __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
                                  _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
-        xs[b] = hsum(s);
+        xs[b * ldt] = hsum(s);
     }
 }
 
-/* Decode: DEC_ROWS rows (wr[r]; rows past nr are copies of row 0, not stored) x T tokens.
- * ob: DEC_ROWS x nb floats for the rows' offsets. */
+/* Decode: DEC_ROWS rows (wr[r]; rows past nr are copies of row 0, not stored) x T tokens. */
 INLINE void kern_dec(int fmt, int T, const uint8_t *const *wr, int nr, size_t stride, const float *x,
-                     int64_t ldx, const float *xs, int64_t nb, const float *bias, float *y, int64_t ldy,
-                     float *ob)
+                     int64_t ldx, const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y,
+                     int64_t ldy)
 {
     const size_t bb = fmt_bytes[fmt];
-    __m256 acc[DEC_ROWS][DEC_MAX_TOK];
+    __m256 acc[DEC_ROWS][DEC_MAX_TOK], off[DEC_MAX_TOK];
 #pragma GCC unroll 4
     for (int r = 0; r < DEC_ROWS; r++)
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++)
             acc[r][t] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++)
+        off[t] = _mm256_setzero_ps();
     /* the next groups' rows are one contiguous run (the four rows here are four short
      * interleaved streams, which the hardware prefetcher follows badly): prefetch it
      * spread over this loop */
     const char *pf = (const char *)wr[0] + PF_GROUPS * DEC_ROWS * stride;
-    int64_t pf_lines = nr == DEC_ROWS ? ((int64_t)(DEC_ROWS * stride) / 64 + nb - 1) / nb + 1 : 0;
-    for (int64_t b = 0; b < nb; b++) {
-        for (int64_t k = 0; k < pf_lines; k++, pf += 64)
+    /* per block, the group's share of that run: DEC_ROWS blocks' bytes (80 or 136), i.e.
+     * the lines at pf, pf + 64 (and pf + 128 for Q8_0) cover it with pf advancing by it */
+    const size_t pf_step = nr == DEC_ROWS ? DEC_ROWS * bb : 0;
+    for (int64_t b = 0; b < nb; b++, pf += pf_step) {
+        if (pf_step) {
             _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            if (fmt == FMT_Q8_0)
+                _mm_prefetch(pf + 128, _MM_HINT_T0);
+        }
+        const uint8_t *blk[DEC_ROWS] = { wr[0] + b * bb, wr[1] + b * bb, wr[2] + b * bb, wr[3] + b * bb };
+        __m256 dm = scales4(fmt, blk[0], blk[1], blk[2], blk[3]);
+        _Alignas(32) float dms[8];   /* the scales go back to memory: a broadcast from there
+                                      * is one load, no shuffle, and no register held */
+        _mm256_store_ps(dms, dm);
+        if (fmt != FMT_Q8_0)
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++)
+                off[t] = _mm256_fmadd_ps(dm, _mm256_broadcast_ss(xs + b * ldt + t), off[t]);
 #pragma GCC unroll 4
         for (int r = 0; r < DEC_ROWS; r++) {
             __m256 q[4];
-            float d;
-            unpack(fmt, wr[r] + b * bb, q, &d, &ob[r * nb + b]);
-            __m256 dv = _mm256_set1_ps(d);
+            unpack_q(fmt, blk[r], q);
+            __m256 dv = _mm256_broadcast_ss(&dms[2 * r]);
 #pragma GCC unroll 2
             for (int t = 0; t < T; t++)
                 acc[r][t] = _mm256_fmadd_ps(block_dot(q, x + t * ldx + b * QK), dv, acc[r][t]);
         }
     }
-    for (int r = 0; r < nr; r++)
-        for (int t = 0; t < T; t++) {
-            float v = hsum(acc[r][t]);
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++) {
+        float o[8], v[DEC_ROWS];
+        _mm256_storeu_ps(o, off[t]);
+#pragma GCC unroll 4
+        for (int r = 0; r < DEC_ROWS; r++)
+            v[r] = hsum(acc[r][t]);
+        for (int r = 0; r < nr; r++) {
             if (fmt != FMT_Q8_0)
-                v += odot(ob + r * nb, xs + t * nb, nb);
-            y[t * ldy + r] = v + (bias ? bias[r] : 0.0f);
+                v[r] += o[2 * r + 1];
+            y[t * ldy + r] = v[r] + (bias ? bias[r] : 0.0f);
         }
+    }
 }
 
-/* Prefill: one unpacked row (q: cols floats, d and o: nb floats each) x T tokens. */
-INLINE void kern_pre(int fmt, int T, const float *q, const float *dq, const float *o, const float *x,
-                     int64_t ldx, const float *xs, int64_t nb, float bias, float *y, int64_t ldy)
+/* Prefill: one unpacked row (q: cols floats, d: nb floats) x T tokens over the blocks
+ * [b0, b1), the T accumulators carried in acc (T x 8 floats) from one column slice to the
+ * next: the blocks still meet each accumulator in order, so the bits do not depend on
+ * the slicing, which only keeps a slice of the token tile in L1 across the rows. */
+INLINE void kern_pre(int T, const float *q, const float *dq, const float *x, int64_t ldx, int64_t b0, int64_t b1,
+                     float *acc_io)
 {
     __m256 acc[PRE_T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++)
-        acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+        acc[t] = b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc_io + 8 * t);
+    for (int64_t b = b0; b < b1; b++) {
         __m256 qv[4] = { _mm256_loadu_ps(q + b * QK), _mm256_loadu_ps(q + b * QK + 8),
                          _mm256_loadu_ps(q + b * QK + 16), _mm256_loadu_ps(q + b * QK + 24) };
         __m256 dv = _mm256_broadcast_ss(dq + b);
@@ -176,38 +224,47 @@ INLINE void kern_pre(int fmt, int T, const float *q, const float *dq, const floa
             acc[t] = _mm256_fmadd_ps(block_dot(qv, x + t * ldx + b * QK), dv, acc[t]);
     }
 #pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+        _mm256_storeu_ps(acc_io + 8 * t, acc[t]);
+}
+
+/* Prefill: the T outputs of one row from its accumulators, offsets o (nb floats) and
+ * the tokens' block sums. */
+TGT static void pre_finish(int fmt, int T, const float *acc, const float *o, const float *xs, int64_t ldt,
+                           int64_t nb, float bias, float *y, int64_t ldy)
+{
+    float ov[8];
+    if (fmt != FMT_Q8_0) {
+        /* the offsets of the tokens in lanes (xs is padded to PRE_T tokens) */
+        __m256 off = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++)
+            off = _mm256_fmadd_ps(_mm256_broadcast_ss(o + b), _mm256_loadu_ps(xs + b * ldt), off);
+        _mm256_storeu_ps(ov, off);
+    }
     for (int t = 0; t < T; t++) {
-        float v = hsum(acc[t]);
+        float v = hsum(_mm256_loadu_ps(acc + 8 * t));
         if (fmt != FMT_Q8_0)
-            v += odot(o, xs + t * nb, nb);
+            v += ov[t];
         y[t * ldy] = v + bias;
     }
 }
 
-#define PRE_CASE(fmt, T) \
-    case T: kern_pre(fmt, T, q, dq, o, x, ldx, xs, nb, bias, y, ldy); return;
+#define PRE_CASE(T) \
+    case T: kern_pre(T, q, dq, x, ldx, b0, b1, acc); return;
 #define FMT_FNS(fmt)                                                                          \
     TGT static void dec_##fmt(int T, const uint8_t *const *wr, int nr, size_t stride,         \
-                              const float *x, int64_t ldx, const float *xs, int64_t nb,      \
-                              const float *bias, float *y, int64_t ldy, float *ob)            \
+                              const float *x, int64_t ldx, const float *xs, int64_t ldt,     \
+                              int64_t nb, const float *bias, float *y, int64_t ldy)           \
     {                                                                                          \
-        if (T == 2) kern_dec(fmt, 2, wr, nr, stride, x, ldx, xs, nb, bias, y, ldy, ob);        \
-        else kern_dec(fmt, 1, wr, nr, stride, x, ldx, xs, nb, bias, y, ldy, ob);               \
-    }                                                                                          \
-    TGT static void pre_##fmt(int T, const float *q, const float *dq, const float *o,         \
-                              const float *x, int64_t ldx, const float *xs, int64_t nb,      \
-                              float bias, float *y, int64_t ldy)                              \
-    {                                                                                          \
-        switch (T) {                                                                           \
-        PRE_CASE(fmt, 8) PRE_CASE(fmt, 7) PRE_CASE(fmt, 6) PRE_CASE(fmt, 5)                    \
-        PRE_CASE(fmt, 4) PRE_CASE(fmt, 3) PRE_CASE(fmt, 2) default: PRE_CASE(fmt, 1)           \
-        }                                                                                      \
+        if (T == 2) kern_dec(fmt, 2, wr, nr, stride, x, ldx, xs, ldt, nb, bias, y, ldy);       \
+        else kern_dec(fmt, 1, wr, nr, stride, x, ldx, xs, ldt, nb, bias, y, ldy);              \
     }                                                                                          \
     TGT static void unp_##fmt(const uint8_t *row, int64_t nb, float *q, float *dq, float *o)  \
     {                                                                                          \
         for (int64_t b = 0; b < nb; b++) {                                                     \
             __m256 v[4];                                                                       \
-            unpack(fmt, row + b * fmt_bytes[fmt], v, &dq[b], &o[b]);                           \
+            unpack_q(fmt, row + b * fmt_bytes[fmt], v);                                        \
+            block_scale(fmt, row + b * fmt_bytes[fmt], &dq[b], &o[b]);                         \
             for (int k = 0; k < 4; k++)                                                        \
                 _mm256_storeu_ps(q + b * QK + 8 * k, v[k]);                                    \
         }                                                                                      \
@@ -216,65 +273,72 @@ FMT_FNS(FMT_Q4_0)
 FMT_FNS(FMT_Q4_1)
 FMT_FNS(FMT_Q8_0)
 
+/* one for every format: the unpacked rows are plain floats */
+TGT static void pre_part(int T, const float *q, const float *dq, const float *x, int64_t ldx, int64_t b0,
+                         int64_t b1, float *acc)
+{
+    switch (T) {
+    PRE_CASE(8) PRE_CASE(7) PRE_CASE(6) PRE_CASE(5) PRE_CASE(4) PRE_CASE(3) PRE_CASE(2) default: PRE_CASE(1)
+    }
+}
+
 typedef void (*dec_fn)(int T, const uint8_t *const *wr, int nr, size_t stride, const float *x, int64_t ldx,
-                       const float *xs, int64_t nb, const float *bias, float *y, int64_t ldy, float *ob);
-typedef void (*pre_fn)(int T, const float *q, const float *dq, const float *o, const float *x, int64_t ldx,
-                       const float *xs, int64_t nb, float bias, float *y, int64_t ldy);
+                       const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy);
 typedef void (*unp_fn)(const uint8_t *row, int64_t nb, float *q, float *dq, float *o);
 
 typedef struct {
     const srt_weight *w;
     const float *bias, *x, *xs;
     float *y;
-    int64_t n_tok, nb;
+    int64_t n_tok, nb, ldt;
+    int fmt;
     dec_fn dec;
-    pre_fn pre;
     unp_fn unp;
     float *scratch;              /* per thread: per_thread_floats(cols) */
-    int64_t n_rchunk, n_items;
-    _Atomic int64_t next;
+    int64_t n_rchunk;            /* prefill: row chunks per token block */
+    int64_t item_rows;           /* decode: rows per item (a multiple of DEC_ROWS) */
 } exact_job;
 
-static void exact_task(void *arg, int ith, int nth)
+/* decode: one item is a run of item_rows rows; every thread streams its own runs of W */
+static void dec_item(void *arg, int64_t item, int ith)
+{
+    exact_job *j = arg;
+    const srt_weight *w = j->w;
+    int64_t R = w->rows, r0 = item * j->item_rows, r1 = r0 + j->item_rows < R ? r0 + j->item_rows : R;
+    for (int64_t r = r0; r < r1; r += DEC_ROWS) {
+        int n = r1 - r < DEC_ROWS ? (int)(r1 - r) : DEC_ROWS;
+        const uint8_t *wr[DEC_ROWS];
+        for (int k = 0; k < DEC_ROWS; k++)
+            wr[k] = (const uint8_t *)w->data + (size_t)(r + (k < n ? k : 0)) * w->row_stride;
+        j->dec((int)j->n_tok, wr, n, w->row_stride, j->x, w->cols, j->xs, j->ldt, j->nb,
+               j->bias ? j->bias + r : NULL, j->y + r, R);
+    }
+}
+
+/* prefill: one item is PRE_ROWS rows x PRE_TOK tokens, token block outer (threads at work
+ * together share its activations in cache) */
+static void pre_item(void *arg, int64_t i, int ith)
 {
     exact_job *j = arg;
     const srt_weight *w = j->w;
     int64_t C = w->cols, R = w->rows, nb = j->nb;
-    float *buf = j->scratch + (size_t)ith * per_thread_floats(C);
-    if (j->n_tok <= DEC_MAX_TOK) {
-        /* decode: an even split of the rows; every thread streams its own slice of W */
-        int64_t groups = (R + DEC_ROWS - 1) / DEC_ROWS;
-        int64_t r0 = groups * ith / nth * DEC_ROWS, r1 = groups * (ith + 1) / nth * DEC_ROWS;
-        if (r1 > R)
-            r1 = R;
-        for (int64_t r = r0; r < r1; r += DEC_ROWS) {
-            int n = r1 - r < DEC_ROWS ? (int)(r1 - r) : DEC_ROWS;
-            const uint8_t *wr[DEC_ROWS];
-            for (int k = 0; k < DEC_ROWS; k++)
-                wr[k] = (const uint8_t *)w->data + (size_t)(r + (k < n ? k : 0)) * w->row_stride;
-            j->dec((int)j->n_tok, wr, n, w->row_stride, j->x, C, j->xs, nb, j->bias ? j->bias + r : NULL,
-                   j->y + r, R, buf);
-        }
-        return;
-    }
-    float *q = buf, *dq = buf + PRE_ROWS * C, *o = dq + PRE_ROWS * nb;
-    for (;;) {
-        int64_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (i >= j->n_items)
-            return;
-        /* token block outer: threads at work together share its activations in cache */
-        int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * PRE_ROWS;
-        int64_t nr = R - r0 < PRE_ROWS ? R - r0 : PRE_ROWS;
-        int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
-        for (int64_t r = 0; r < nr; r++)
-            j->unp((const uint8_t *)w->data + (size_t)(r0 + r) * w->row_stride, nb, q + r * C, dq + r * nb,
-                   o + r * nb);
-        for (int64_t t = t0; t < t1; t += PRE_T) {
-            int nt = t1 - t < PRE_T ? (int)(t1 - t) : PRE_T;
+    float *q = j->scratch + (size_t)ith * per_thread_floats(C), *dq = q + PRE_ROWS * C, *o = dq + PRE_ROWS * nb;
+    int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * PRE_ROWS;
+    int64_t nr = R - r0 < PRE_ROWS ? R - r0 : PRE_ROWS;
+    int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
+    for (int64_t r = 0; r < nr; r++)
+        j->unp((const uint8_t *)w->data + (size_t)(r0 + r) * w->row_stride, nb, q + r * C, dq + r * nb, o + r * nb);
+    float acc[PRE_ROWS * PRE_T * 8];
+    int64_t n_slices = (nb + PRE_SLICE - 1) / PRE_SLICE, per = (nb + n_slices - 1) / n_slices;
+    for (int64_t t = t0; t < t1; t += PRE_T) {
+        int nt = t1 - t < PRE_T ? (int)(t1 - t) : PRE_T;
+        for (int64_t b0 = 0; b0 < nb; b0 += per)
             for (int64_t r = 0; r < nr; r++)
-                j->pre(nt, q + r * C, dq + r * nb, o + r * nb, j->x + t * C, C, j->xs + t * nb, nb,
+                pre_part(nt, q + r * C, dq + r * nb, j->x + t * C, C, b0, b0 + per < nb ? b0 + per : nb,
+                         acc + r * PRE_T * 8);
+        for (int64_t r = 0; r < nr; r++)
+            pre_finish(j->fmt, nt, acc + r * PRE_T * 8, o + r * nb, j->xs + t, j->ldt, nb,
                        j->bias ? j->bias[r0 + r] : 0.0f, j->y + t * R + r0 + r, R);
-        }
     }
 }
 
@@ -285,9 +349,9 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
     if (!srt_cpu_have_avx2())
         return SRT_ERROR;
     switch (w->dtype) {
-    case SRT_Q4_0: j.dec = dec_FMT_Q4_0; j.pre = pre_FMT_Q4_0; j.unp = unp_FMT_Q4_0; break;
-    case SRT_Q4_1: j.dec = dec_FMT_Q4_1; j.pre = pre_FMT_Q4_1; j.unp = unp_FMT_Q4_1; break;
-    case SRT_Q8_0: j.dec = dec_FMT_Q8_0; j.pre = pre_FMT_Q8_0; j.unp = unp_FMT_Q8_0; break;
+    case SRT_Q4_0: j.fmt = FMT_Q4_0; j.dec = dec_FMT_Q4_0; j.unp = unp_FMT_Q4_0; break;
+    case SRT_Q4_1: j.fmt = FMT_Q4_1; j.dec = dec_FMT_Q4_1; j.unp = unp_FMT_Q4_1; break;
+    case SRT_Q8_0: j.fmt = FMT_Q8_0; j.dec = dec_FMT_Q8_0; j.unp = unp_FMT_Q8_0; break;
     default: return SRT_ERROR;
     }
     if (w->cols % QK || n_tok < 0)
@@ -296,18 +360,33 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
         return SRT_OK;
     int nth = tp ? srt_threadpool_size(tp) : 1;
     float *xs = scratch + (size_t)nth * per_thread_floats(w->cols);
+    j.ldt = sums_ld(n_tok);
+    memset(xs, 0, sizeof(float) * (size_t)j.ldt * (size_t)j.nb);
     for (int64_t t = 0; t < n_tok; t++)
-        block_sums(x + t * w->cols, j.nb, xs + t * j.nb);
+        block_sums(x + t * w->cols, j.nb, xs + t, j.ldt);
     j.xs = xs;
     j.scratch = scratch;
+    int par = nth > 1 && (double)w->rows * (double)w->cols * (double)n_tok >= 64 * 1024;
+    if (n_tok <= DEC_MAX_TOK) {
+        /* enough items that a thread which starts late still finds work, none tiny */
+        int64_t per = (w->rows + 8 * nth - 1) / (8 * nth);
+        per = (per < DEC_ITEM_MIN ? DEC_ITEM_MIN : per + DEC_ROWS - 1) / DEC_ROWS * DEC_ROWS;
+        j.item_rows = per;
+        int64_t n_items = (w->rows + per - 1) / per;
+        if (par)
+            srt_threadpool_run_items(tp, dec_item, &j, n_items);
+        else
+            for (int64_t i = 0; i < n_items; i++)
+                dec_item(&j, i, 0);
+        return SRT_OK;
+    }
     j.n_rchunk = (w->rows + PRE_ROWS - 1) / PRE_ROWS;
-    j.n_items = j.n_rchunk * ((n_tok + PRE_TOK - 1) / PRE_TOK);
-    atomic_store_explicit(&j.next, 0, memory_order_relaxed);
-    double macs = (double)w->rows * (double)w->cols * (double)n_tok;
-    if (nth > 1 && macs >= 64 * 1024)
-        srt_threadpool_run(tp, exact_task, &j);
+    int64_t n_items = j.n_rchunk * ((n_tok + PRE_TOK - 1) / PRE_TOK);
+    if (par)
+        srt_threadpool_run_items(tp, pre_item, &j, n_items);
     else
-        exact_task(&j, 0, 1);
+        for (int64_t i = 0; i < n_items; i++)
+            pre_item(&j, i, 0);
     return SRT_OK;
 }
 

@@ -129,7 +129,6 @@ typedef struct {
     int64_t qstride, nb;
     /* prefill work items: token block (outer) x row chunk (inner), claimed dynamically */
     int64_t row_chunk, n_items;
-    _Atomic int64_t next_item;
 } matmul_job;
 
 static void quantize_task(void *arg, int ith, int nth)
@@ -167,42 +166,42 @@ static void run_tile(const matmul_job *j, int m, int64_t r0, int nr, int64_t t0,
                 y[t * w->rows + r] += bias[r0 + r];
 }
 
-static void matmul_task(void *arg, int ith, int nth)
+/* Decode: item i of j->n_items is an even share of the row grains; every thread streams
+ * its own runs of W. */
+static void decode_item(void *arg, int64_t i, int ith)
 {
     matmul_job *j = arg;
-    if (j->n_tok < PREFILL_MIN_TOK) {
-        /* Decode: an even split of the rows; every thread streams its own slice of W. */
-        int64_t total = j->grain_begin[j->n];
-        int64_t g0 = total * ith / nth, g1 = total * (ith + 1) / nth;
-        for (int m = 0; m < j->n && g0 < g1; m++) {
-            int64_t lo = g0 > j->grain_begin[m] ? g0 : j->grain_begin[m];
-            int64_t hi = g1 < j->grain_begin[m + 1] ? g1 : j->grain_begin[m + 1];
-            if (lo >= hi)
-                continue;
-            int64_t r0 = (lo - j->grain_begin[m]) * ROW_GRAIN;
-            int64_t r1 = (hi - j->grain_begin[m]) * ROW_GRAIN;
-            if (r1 > j->w[m]->rows)
-                r1 = j->w[m]->rows;
-            run_tile(j, m, r0, (int)(r1 - r0), 0, (int)j->n_tok);
-        }
-        return;
+    (void)ith;
+    int64_t total = j->grain_begin[j->n];
+    int64_t g0 = total * i / j->n_items, g1 = total * (i + 1) / j->n_items;
+    for (int m = 0; m < j->n && g0 < g1; m++) {
+        int64_t lo = g0 > j->grain_begin[m] ? g0 : j->grain_begin[m];
+        int64_t hi = g1 < j->grain_begin[m + 1] ? g1 : j->grain_begin[m + 1];
+        if (lo >= hi)
+            continue;
+        int64_t r0 = (lo - j->grain_begin[m]) * ROW_GRAIN;
+        int64_t r1 = (hi - j->grain_begin[m]) * ROW_GRAIN;
+        if (r1 > j->w[m]->rows)
+            r1 = j->w[m]->rows;
+        run_tile(j, m, r0, (int)(r1 - r0), 0, (int)j->n_tok);
     }
-    /* Prefill: items are claimed in order, so threads working at the same time share a
-     * token block (its activations stay in cache) and take different rows. */
+}
+
+/* Prefill: items are claimed in order, so threads working at the same time share a token
+ * block (its activations stay in cache) and take different rows. */
+static void prefill_item(void *arg, int64_t i, int ith)
+{
+    matmul_job *j = arg;
+    (void)ith;
     int64_t n_chunks = j->chunk_begin[j->n];
-    for (;;) {
-        int64_t i = atomic_fetch_add_explicit(&j->next_item, 1, memory_order_relaxed);
-        if (i >= j->n_items)
-            return;
-        int64_t t0 = i / n_chunks * PREFILL_TOK_BLOCK, c = i % n_chunks;
-        int m = 0;
-        while (c >= j->chunk_begin[m + 1])
-            m++;
-        int64_t r0 = (c - j->chunk_begin[m]) * j->row_chunk, rows = j->w[m]->rows;
-        int64_t nt = j->n_tok - t0 < PREFILL_TOK_BLOCK ? j->n_tok - t0 : PREFILL_TOK_BLOCK;
-        int64_t nr = rows - r0 < j->row_chunk ? rows - r0 : j->row_chunk;
-        run_tile(j, m, r0, (int)nr, t0, (int)nt);
-    }
+    int64_t t0 = i / n_chunks * PREFILL_TOK_BLOCK, c = i % n_chunks;
+    int m = 0;
+    while (c >= j->chunk_begin[m + 1])
+        m++;
+    int64_t r0 = (c - j->chunk_begin[m]) * j->row_chunk, rows = j->w[m]->rows;
+    int64_t nt = j->n_tok - t0 < PREFILL_TOK_BLOCK ? j->n_tok - t0 : PREFILL_TOK_BLOCK;
+    int64_t nr = rows - r0 < j->row_chunk ? rows - r0 : j->row_chunk;
+    run_tile(j, m, r0, (int)nr, t0, (int)nt);
 }
 
 /* Decode grains, and prefill row chunks small enough for every thread to get about four
@@ -229,7 +228,12 @@ static void plan(matmul_job *j, int nth)
     for (int m = 0; m < j->n; m++)
         j->chunk_begin[m + 1] = j->chunk_begin[m] + (j->w[m]->rows + chunk - 1) / chunk;
     j->n_items = j->chunk_begin[j->n] * n_tblk;
-    atomic_store_explicit(&j->next_item, 0, memory_order_relaxed);
+    if (j->n_tok < PREFILL_MIN_TOK) {
+        /* decode: about eight shares per thread (a thread the OS runs late finds the rest
+         * taken), none smaller than one grain */
+        int64_t total = j->grain_begin[j->n];
+        j->n_items = 8 * (int64_t)nth < total ? 8 * (int64_t)nth : total;
+    }
 }
 
 size_t srt_cpu_matmul_multi_scratch_bytes(int n, const srt_weight *const *w, int64_t n_tok)
@@ -279,10 +283,12 @@ int srt_cpu_matmul_multi(srt_threadpool *tp, int n, const srt_weight *const *w,
             quantize_task(&j, 0, 1);
     }
     plan(&j, parallel ? srt_threadpool_size(tp) : 1);
+    void (*item)(void *, int64_t, int) = n_tok < PREFILL_MIN_TOK ? decode_item : prefill_item;
     if (parallel)
-        srt_threadpool_run(tp, matmul_task, &j);
+        srt_threadpool_run_items(tp, item, &j, j.n_items);
     else
-        matmul_task(&j, 0, 1);
+        for (int64_t i = 0; i < j.n_items; i++)
+            item(&j, i, 0);
     return SRT_OK;
 }
 

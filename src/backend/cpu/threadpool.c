@@ -1,6 +1,18 @@
 /* Persistent worker threads. A run publishes (fn, arg) and bumps a generation counter;
  * workers spin on it briefly, then sleep on a futex, so back-to-back kernels in a decode
- * step cost no syscalls while an idle pool costs no CPU. The caller runs slice 0. */
+ * step cost no syscalls while an idle pool costs no CPU. The caller runs slice 0.
+ *
+ * Two kinds of run. srt_threadpool_run hands every thread its slice and waits for all of
+ * them. srt_threadpool_run_items lets the threads claim items from a shared counter and
+ * closes the job once every item is claimed: a worker that has not entered it by then
+ * (descheduled on a busy host, still waking from its futex) never does, and the caller
+ * waits only for workers inside it. On a host with more runnable threads than cores a
+ * decode step's ~250 kernels then do not each wait for the OS to run every worker.
+ *
+ * Entering a job (worker): active++, then re-read gen (a newer job: leave and take that
+ * one) and closed (this job closed: leave without touching fn/arg). Closing (caller):
+ * closed = gen, then wait for active == 0. Both sides are seq_cst, so either the caller
+ * sees the worker's active++ and waits for it, or the worker sees closed and leaves. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <linux/futex.h>
@@ -32,6 +44,14 @@ struct srt_threadpool {
     _Alignas(64) _Atomic uint32_t pending; /* workers still running this generation */
     _Atomic int  caller_sleeping;
     long spin_ns;
+
+    /* items mode (srt_threadpool_run_items) */
+    int items;                            /* the current job is an items job */
+    void (*item_fn)(void *arg, int64_t item, int ith);
+    int64_t n_items;
+    _Alignas(64) _Atomic int64_t next_item;
+    _Alignas(64) _Atomic uint32_t active; /* workers inside the current job; futex word */
+    _Atomic uint32_t closed;              /* gen of the last closed items job */
 };
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val)
@@ -85,6 +105,22 @@ static _Thread_local srt_threadpool *running_in;
 
 typedef struct { srt_threadpool *tp; int ith; } worker_arg;
 
+static void leave(srt_threadpool *tp)
+{
+    if (atomic_fetch_sub(&tp->active, 1) == 1 && atomic_load(&tp->caller_sleeping))
+        futex(&tp->active, FUTEX_WAKE_PRIVATE, 1);
+}
+
+static void claim_items(srt_threadpool *tp, int ith)
+{
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&tp->next_item, 1, memory_order_relaxed);
+        if (i >= tp->n_items)
+            return;
+        tp->item_fn(tp->arg, i, ith);
+    }
+}
+
 static void *worker_main(void *p)
 {
     srt_threadpool *tp = ((worker_arg *)p)->tp;
@@ -105,10 +141,22 @@ static void *worker_main(void *p)
         seen = atomic_load_explicit(&tp->gen, memory_order_acquire);
         if (atomic_load(&tp->stop))
             return NULL;
-        tp->fn(tp->arg, ith, tp->n_threads);
-        if (atomic_fetch_sub(&tp->pending, 1) == 1 &&
-            atomic_load(&tp->caller_sleeping))
-            futex(&tp->pending, FUTEX_WAKE_PRIVATE, 1);
+        atomic_fetch_add(&tp->active, 1);
+        if (atomic_load(&tp->gen) != seen || atomic_load(&tp->closed) == seen) {
+            /* a newer job was published (the next turn takes it at once: gen != seen) or
+             * this items job is closed: fn/arg may no longer be this job's */
+            leave(tp);
+            continue;
+        }
+        if (tp->items) {
+            claim_items(tp, ith);
+        } else {
+            tp->fn(tp->arg, ith, tp->n_threads);
+            if (atomic_fetch_sub(&tp->pending, 1) == 1 &&
+                atomic_load(&tp->caller_sleeping))
+                futex(&tp->pending, FUTEX_WAKE_PRIVATE, 1);
+        }
+        leave(tp);
     }
 }
 
@@ -181,8 +229,11 @@ void srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int n
         fn(arg, 0, 1);
         return;
     }
+    tp->items = 0;
     tp->fn = fn;
     tp->arg = arg;
+    /* closed names a finished job, never this one, also after gen wraps around */
+    atomic_store(&tp->closed, atomic_load_explicit(&tp->gen, memory_order_relaxed));
     atomic_store_explicit(&tp->pending, (uint32_t)(tp->n_threads - 1), memory_order_relaxed);
     atomic_fetch_add(&tp->gen, 1);                 /* seq_cst: pairs with sleepers below */
     if (atomic_load(&tp->sleepers) > 0)
@@ -205,4 +256,46 @@ void srt_threadpool_run(srt_threadpool *tp, void (*fn)(void *arg, int ith, int n
             futex(&tp->pending, FUTEX_WAIT_PRIVATE, left);
         atomic_store(&tp->caller_sleeping, 0);
     }
+}
+
+/* Waits until *word == 0: spins (re-spinning on every change), then sleeps on the futex. */
+static void wait_zero(srt_threadpool *tp, _Atomic uint32_t *word)
+{
+    for (;;) {
+        uint32_t left = atomic_load_explicit(word, memory_order_acquire);
+        if (left == 0)
+            return;
+        if (spin_until_changed(word, left, tp->spin_ns))
+            continue;
+        atomic_store(&tp->caller_sleeping, 1);     /* seq_cst: pairs with the worker's check */
+        left = atomic_load(word);
+        if (left != 0)
+            futex(word, FUTEX_WAIT_PRIVATE, left);
+        atomic_store(&tp->caller_sleeping, 0);
+    }
+}
+
+void srt_threadpool_run_items(srt_threadpool *tp, void (*fn)(void *arg, int64_t item, int ith), void *arg,
+                              int64_t n_items)
+{
+    if (!tp || tp->n_threads == 1 || running_in == tp || n_items <= 1) {
+        for (int64_t i = 0; i < n_items; i++)
+            fn(arg, i, 0);
+        return;
+    }
+    tp->items = 1;
+    tp->item_fn = fn;
+    tp->arg = arg;
+    tp->n_items = n_items;
+    atomic_store_explicit(&tp->next_item, 0, memory_order_relaxed);
+    uint32_t g = atomic_fetch_add(&tp->gen, 1) + 1;   /* seq_cst: publishes the fields above */
+    if (atomic_load(&tp->sleepers) > 0)
+        futex(&tp->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+
+    running_in = tp;
+    claim_items(tp, 0);
+    running_in = NULL;
+
+    atomic_store(&tp->closed, g);                      /* seq_cst: pairs with the workers' entry */
+    wait_zero(tp, &tp->active);
 }

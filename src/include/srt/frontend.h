@@ -16,6 +16,7 @@
 
 #include "srt/chat_template.h"
 #include "srt/common.h"
+#include "srt/output_parse.h"
 #include "srt/tokenizer.h"
 
 typedef struct srt_frontend {
@@ -23,6 +24,8 @@ typedef struct srt_frontend {
     srt_chat_template *tmpl;        /* NULL: the model has no chat template */
     char              *bos_token;   /* malloc'd; NULL when unknown */
     char              *eos_token;
+    srt_tool_format    tool_format; /* the tool-call format the template teaches (HERMES when unsure) */
+    int                tool_format_sure;
 } srt_frontend;
 
 /* Fills fe (zeroed first); on error frees what it made. template_file may be NULL or "". */

@@ -186,9 +186,10 @@ typedef struct srt_runner_graph_stats {
     int     enabled;          /* graphs are in use (backend has them, tp == 1, not turned off) */
     int64_t captures;         /* graphs captured (once per padded batch size, again after a clear) */
     int64_t replays;          /* decode steps replayed from a graph */
-    int64_t eager_hooked;     /* decode steps run eagerly because a module had hooks */
+    int64_t eager_hooked;     /* decode steps run eagerly because of hooks (host code, or a failed capture) */
     int64_t clears;           /* times the graphs were dropped (hooks seen, another KV pool, on demand) */
-    int64_t capture_failures; /* captures that failed (graphs then turned off, logged) */
+    int64_t capture_failures; /* captures that failed (logged; graphs then turned off, or with device
+                               * hooks: eager until the hooks change) */
 } srt_runner_graph_stats;
 SRT_API void srt_runner_graph_stats_get(const srt_runner *r, srt_runner_graph_stats *out);
 /* Drops every captured graph; the next decode step of each size captures again. For a caller

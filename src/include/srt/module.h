@@ -29,6 +29,17 @@ typedef int (*srt_module_fn)(void *self, const srt_batch_ctx *batch,
 SRT_API int srt_hooks_dispatch(srt_module *m, const srt_batch_ctx *batch, srt_module_fn fn,
                                void *self, srt_module_args *args, srt_tensor_view *output);
 
+/* Device hooks (srt_hooks.h ABI 1.1), for a runner that replays CUDA graphs.
+ * srt_hooks_graph_state: 0 when no module has hooks; 1 when every hook attached is called
+ * through its device entry on this engine (the forward may be captured into a graph);
+ * 2 when some hook needs host code (a host-only or per-request hook: run eagerly). *gen
+ * changes whenever the hooks change (0 with none): graphs captured under another value
+ * must be dropped. srt_hooks_device_step: before a forward pass on a device, the device copy
+ * of the step's positions (padding -1), the same address for every step of a graph, which
+ * device hooks get as call->positions; NULL after. Scheduler thread only. */
+SRT_API int  srt_hooks_graph_state(const srt_module *mods, int n, uint64_t *gen);
+SRT_API void srt_hooks_device_step(const int32_t *positions);
+
 static inline int srt_module_forward(srt_module *m, const srt_batch_ctx *batch,
                                      srt_module_fn fn, void *self,
                                      srt_module_args *args, srt_tensor_view *output)

@@ -57,5 +57,11 @@ SRT_API void srt_sampler_free(srt_sampler *s);
 /* Processes logits[vocab] in place, draws a token, appends it to the history and says
  * whether the request is finished. Fails only if the request had already finished. */
 SRT_API int  srt_sampler_sample(srt_sampler *s, srt_sampler_ws *ws, float *logits, srt_sample_result *res);
+/* Tokens the sampler did not draw: the last n_drop output tokens of the history are replaced by
+ * ids[0..n) (a grammar's forced continuation, retokenized together with the token drawn before
+ * it), so penalties, min_tokens and max_tokens see the output as it is. SRT_ERROR, nothing
+ * changed, when n_drop exceeds the output, an id is outside the vocabulary or max_tokens has no
+ * room for them. */
+SRT_API int  srt_sampler_replace_tail(srt_sampler *s, int32_t n_drop, const int32_t *ids, int32_t n);
 
 #endif

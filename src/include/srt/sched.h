@@ -18,6 +18,19 @@
  * step's prefill token budget and the KV budget allow; run one forward over decode tokens
  * and prefill chunks together; sample; stop on max tokens, EOS or stop ids.
  *
+ * Jump-forward (srt_sched_submit_args.jump_forward): after a constrained request draws a token,
+ * the bytes its grammar forces next (srt_grammar_matcher_forced_bytes) are tokenized together
+ * with the drawn token's bytes, whose KV is not computed yet, so the seam between drawn and
+ * forced text gets the tokenizer's own merges; the drawn token is replaced by that tokenization
+ * minus its last token, which is left to the model so that the seam between forced and free
+ * text is tokenized as the model chooses under the mask. The appended tokens reach the next
+ * step as one extend chunk (their KV is computed, no logits but the last), count as output
+ * (max_tokens, usage), go through stop ids and stream as ordinary tokens. The output stays in
+ * the grammar, but its tokenization, and so a greedy output, may differ from a step-by-step
+ * decode's: that is why it is an option. Forced tokens have no probability the model
+ * computed, so a request that asks for logprobs decodes step by step. It applies only where
+ * the tokenizer round-trips the text (the tokens' bytes equal it) and the text is whole UTF-8.
+ *
  * Not thread-safe: one thread owns a srt_sched. */
 #ifndef SRT_SCHED_H
 #define SRT_SCHED_H
@@ -134,6 +147,12 @@ typedef struct srt_sched_submit_args {
     int                        own_prefix; /* compute every prompt token: no prefix from the cache
                                               or an n > 1 sibling (returned activations of every
                                               position); cache_ns is then ignored */
+    const struct srt_tokenizer *jump_forward; /* NULL, or (with a grammar) where the grammar allows
+                                            exactly one continuation, its bytes are appended
+                                            without a forward step per token (SGLang's
+                                            jump-forward), tokenized with this tokenizer (the
+                                            model's own; it must outlive the request). See
+                                            "Jump-forward" above. */
 } srt_sched_submit_args;
 
 typedef enum srt_sched_submit_status {
