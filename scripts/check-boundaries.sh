@@ -24,6 +24,7 @@ sched/serve.h              src/ngx src/cli
 sched/tp_group.h           src/cli
 hooks/registry.h           src/ngx src/sched src/cli
 hooks/admin.h              src/sched
+hooks/activations.h        src/sched
 cache/kv_alloc.h           src/sched
 cache/radix_cache.h        src/sched
 model/gguf.h               src/tok src/hooks

@@ -329,3 +329,12 @@ location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_reasoning_parser on; }
 --- must_die
 --- error_log
 "srt_reasoning_parser" must be "off", "qwen3" or "deepseek-r1", not "on"
+
+
+
+=== TEST 32: srt_max_activation_bytes takes off or a size up to 1g
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_max_activation_bytes 2g; }
+--- must_die
+--- error_log
+"srt_max_activation_bytes" must be "off" or a size from 1 to 1g, not "2g"

@@ -23,6 +23,28 @@ BEGIN {
           hook_factory => "$lib/libsrt_hook_actlog.so:srt_actlog_factory",
           config => { path => "$dir/act.jsonl" } } ] });
     close $fh;
+    # returned activations: every rank dumps its model.layers.10 rows to a file of its own
+    unlink glob "$dir/l10.jsonl.*";
+    $ENV{TEST_NGINX_TP_DUMP_HOOKS} = "$dir/dump.json";
+    $ENV{TEST_NGINX_TP_DUMP} = "$dir/l10.jsonl";
+    open $fh, '>', "$dir/dump.json" or die "$dir/dump.json: $!";
+    print $fh JSON::PP->new->canonical->encode({ forward_hooks => [
+        { name => 'dump', target_modules => ['model.layers.10'],
+          hook_factory => "$lib/libsrt_hook_capture.so:srt_capture_factory",
+          config => { path => "$dir/l10.jsonl", per_rank => JSON::PP::true } } ] });
+    close $fh;
+}
+
+# rank r's rows of model.layers.10 as the dump hook saw them: { request_id => [packed f32 rows by position] }
+sub dump_rows {
+    my ($r) = @_;
+    my %rows;
+    open my $fh, '<', "$ENV{TEST_NGINX_TP_DUMP}.$r" or return {};
+    while (my $l = <$fh>) {
+        my $j = JSON::PP::decode_json($l);
+        $rows{$j->{request_id}}[$j->{position}] //= pack('f<*', @{ $j->{values} });
+    }
+    return \%rows;
 }
 
 # (status, body) of one request
@@ -210,3 +232,46 @@ POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
 --- response_body_like chomp
 "text":" 7, 8, 9, 10","logprobs":null,"finish_reason":"length"
+
+
+
+=== TEST 8: return_activations at tp=3: model.layers.10's output is replicated after the all-reduces; rank 0's rows come back, byte for byte
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 1;
+    srt_tp_size 3;
+    srt_context_length 512;
+    srt_max_total_tokens 4096;
+    srt_max_queued_requests 8;
+    srt_forward_hooks $TEST_NGINX_TP_DUMP_HOOKS;
+    srt_max_activation_bytes 1m;
+    srt_wait_ready 120s;
+}
+--- init
+package main;   # the real Test::Nginx evals init in its own package
+use MIME::Base64 ();
+Test::Srt::wait_ready(undef, 120);
+my ($st, $b) = main::http('POST', '/v1/completions', JSON::PP->new->encode({ prompt => "def add(a, b):\n    return",
+    max_tokens => 4, temperature => 0, return_activations => [
+        { module => 'model.layers.10', reduce => 'all', dtype => 'f32' },
+        { module => 'model.layers.10', reduce => 'last', dtype => 'f32' } ] }));
+Test::More::is($st, 200, "return_activations at tp=3") or Test::More::diag($b);
+my $j = eval { JSON::PP::decode_json($b) } || {};
+my ($all, $last) = @{ $j->{choices}[0]{activations} || [] };
+my $rows = $j->{usage}{prompt_tokens} + $j->{usage}{completion_tokens} - 1;
+Test::More::is_deeply($all->{shape}, [$rows, 576], "all: [prompt + completion - 1, 576]");
+my @d = map { main::dump_rows($_) } 0 .. 2;
+my ($rid) = grep { @{ $d[0]{$_} } == $rows } keys %{ $d[0] };
+Test::More::ok(defined $rid, "rank 0's hook saw the request's $rows positions");
+my $r0 = join '', @{ $d[0]{$rid} || [] };
+Test::More::ok(length $r0 && $r0 eq join('', @{ $d[1]{$rid} || [] }) && $r0 eq join('', @{ $d[2]{$rid} || [] }),
+               "ranks 1 and 2 saw the same bytes as rank 0 (replicated)");
+Test::More::ok(MIME::Base64::decode_base64($all->{data} // '') eq $r0, "all = rank 0's rows, byte for byte");
+Test::More::ok(MIME::Base64::decode_base64($last->{data} // '') eq ($d[0]{$rid}[-1] // 'x'), "last = its last row");
+--- request
+POST /v1/completions
+{"prompt": "def add(a, b):\n    return", "max_tokens": 12, "temperature": 0, "return_activations": [{"module": "model.layers.29"}]}
+--- response_body_like chomp
+"text":" a \+ b\\n\\n# Example usage:\\nadd_","logprobs":null,"activations":\[\{"module":"model.layers.29","reduce":"last","dtype":"f32","shape":\[576\]

@@ -1,6 +1,8 @@
 # Never say yes to what we do not do: request fields of OpenAI, SGLang, vLLM and llama.cpp
 # that would change the output and are not implemented get a 400 naming them; their no-op
 # values and the harmless fields (conf/README.md lists both sets) pass validation.
+# Our own opt-in fields are refused only where their directive is off: "hooks" without
+# srt_request_hooks, "return_activations" without srt_max_activation_bytes (t/093 tests them on).
 # No scheduler (master_process off): what passes validation gets 503, what does not 400.
 use Test::Nginx::Socket 'no_plan';
 use FindBin (); use lib "$FindBin::Bin/lib";
@@ -25,8 +27,7 @@ our @F = (['audio', '{"voice": "alloy", "format": "wav"}'], ['reasoning_effort',
          ['documents', '[{"text": "x"}]'], ['chat_template', '"x"'], ['logits_processors', '["x"]'],
          ['grammar', '"root ::= \"a\""'], ['typical_p', '0.5'], ['mirostat', '2'],
          ['dry_multiplier', '0.8'], ['xtc_probability', '0.5'], ['dynatemp_range', '0.5'],
-         ['n_probs', '3'], ['samplers', '["top_k"]'], ['modalities', '["text", "audio"]'],
-         ['return_activations', '[{"module": "model.layers.10", "reduce": "last"}]']);
+         ['n_probs', '3'], ['samplers', '["top_k"]'], ['modalities', '["text", "audio"]']);
 
 run_tests();
 
@@ -184,3 +185,34 @@ POST /v1/completions
 --- error_code: 400
 --- response_body
 {"error":{"message":"'hooks' is not enabled here: the location has no srt_request_hooks","type":"invalid_request_error","param":"hooks","code":400}}
+
+
+
+=== TEST 16: "return_activations" is refused where srt_max_activation_bytes is off
+--- request
+POST /v1/completions
+{"prompt": "hi", "return_activations": [{"module": "model.layers.10", "reduce": "last"}]}
+--- error_code: 400
+--- response_body
+{"error":{"message":"'return_activations' is not enabled here: the location has no srt_max_activation_bytes","type":"invalid_request_error","param":"return_activations","code":400}}
+
+
+
+=== TEST 17: where srt_max_activation_bytes is on, "return_activations" passes validation (503: no scheduler here) and a bad spec is still a 400
+The first location serving the model sizes its slots' areas, so /act comes first; /v1 (off) still refuses.
+--- config
+location /act/v1 { srt_model $TEST_NGINX_SRT_MODEL name=smol; srt_retry_after 3s; srt_max_activation_bytes 64k; }
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL name=smol; srt_retry_after 3s; }
+--- request eval
+[ "POST /act/v1/completions\n" . '{"prompt": "hi", "return_activations": [{"module": "model.layers.10", "reduce": "last"}]}',
+  "POST /act/v1/chat/completions\n" . '{"messages": [{"role": "user", "content": "hi"}], "return_activations": [{"module": "model.norm", "reduce": "mean", "dtype": "f16"}]}',
+  "POST /act/v1/completions\n" . '{"prompt": "hi", "return_activations": [{"module": "model.layers.10", "reduce": "max"}]}',
+  "POST /act/v1/completions\n" . '{"prompt": "hi", "stop": ["\\n"], "return_activations": [{"module": "model.layers.10"}]}',
+  "POST /v1/completions\n" . '{"prompt": "hi", "return_activations": [{"module": "model.layers.10"}]}' ]
+--- error_code eval
+[503, 503, 400, 400, 400]
+--- response_body_like eval
+[ '"code":"model_unavailable"', '"code":"model_unavailable"',
+  'return_activations\\[0\\]\\.reduce must be .*"param":"return_activations"',
+  '"message":"\'stop\' strings cannot be combined with \'return_activations\' \\(stop_token_ids can\\)","type":"invalid_request_error","param":"stop"',
+  '"message":"\'return_activations\' is not enabled here: the location has no srt_max_activation_bytes"' ]

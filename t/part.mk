@@ -7,6 +7,7 @@ UNIT_TESTS += $(addprefix $(BUILD)/t/, \
     test_grammar test_grammar_xgr \
     test_comm test_nccl_comm \
     test_hooks test_hooks_examples test_hooks_model test_hook_admin test_hooks_per_request \
+    test_hooks_activations \
     test_ipc \
     test_golden test_loader_gguf test_loader_safetensors test_model_runner test_model_tp \
     test_model_precise test_runner_devpath test_runner_graphs \

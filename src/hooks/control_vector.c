@@ -230,16 +230,11 @@ int srt_hook_control_vector_load(srt_hook_registry *reg, const srt_control_vecto
 
         if (!c->has[il])
             continue;
-        h = calloc(1, sizeof *h);
+        h = srt_hook_builtin_new(cv_forward, c, cv_destroy);
         if (h == NULL) {
             cv_free(c);
             return srt_err_set(err, "out of memory");
         }
-        h->abi_version = SRT_HOOK_ABI_VERSION;
-        h->struct_size = sizeof *h;
-        h->forward = cv_forward;
-        h->user = c;
-        h->destroy = cv_destroy;
         c->refs++;
         snprintf(mod, sizeof mod, "model.layers.%d", il);
         if (srt_hook_attach(reg, mod, h, &ao, err) < 0)

@@ -47,6 +47,11 @@ int64_t srt_hook_view_numel(const srt_tensor_view *v);
 size_t  srt_hook_dtype_size(int32_t dtype);
 int     srt_hook_view_same_layout(const srt_tensor_view *a, const srt_tensor_view *b);
 int     srt_hook_view_is_contiguous(const srt_tensor_view *v);
+/* A built-in forward hook object (control vectors, returned activations): calloc'd, the
+ * current ABI, NULL when out of memory. */
+srt_hook *srt_hook_builtin_new(srt_hook_fwd_fn forward, void *user, void (*destroy)(srt_hook *));
+/* f32 -> f16, round to nearest even (host.c; also the "f16" of returned activations). */
+uint16_t srt_hook_f32_to_f16(float f);
 /* Copy src into dst element by element honouring both views' strides (CPU views only). */
 int     srt_hook_view_copy_cpu(srt_tensor_view *dst, const srt_tensor_view *src);
 

@@ -109,7 +109,7 @@ static float f16_to_f32(uint16_t h)
     return f;
 }
 
-static uint16_t f32_to_f16(float f)
+uint16_t srt_hook_f32_to_f16(float f)
 {
     uint32_t x, sign, man;
     int32_t exp;
@@ -171,7 +171,7 @@ static void store_elem(void *p, int32_t dtype, float f)
 {
     switch (dtype) {
     case SRT_HOOK_DTYPE_F32:  memcpy(p, &f, 4); break;
-    case SRT_HOOK_DTYPE_F16:  { uint16_t v = f32_to_f16(f); memcpy(p, &v, 2); break; }
+    case SRT_HOOK_DTYPE_F16:  { uint16_t v = srt_hook_f32_to_f16(f); memcpy(p, &v, 2); break; }
     case SRT_HOOK_DTYPE_BF16: { uint16_t v = f32_to_bf16(f); memcpy(p, &v, 2); break; }
     default:                  { int32_t v = (int32_t)f; memcpy(p, &v, 4); break; }
     }
@@ -294,4 +294,17 @@ void srt_hook_host_fini(srt_hook_host_state *st)
     if (st->config)
         yajl_tree_free((yajl_val)st->config);
     st->config = NULL;
+}
+
+srt_hook *srt_hook_builtin_new(srt_hook_fwd_fn forward, void *user, void (*destroy)(srt_hook *))
+{
+    srt_hook *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return NULL;
+    h->abi_version = SRT_HOOK_ABI_VERSION;
+    h->struct_size = sizeof *h;
+    h->forward = forward;
+    h->user = user;
+    h->destroy = destroy;
+    return h;
 }

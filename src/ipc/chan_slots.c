@@ -101,6 +101,7 @@ srt_chan_submit_status srt_chan_submit(srt_chan *c, const int32_t *prompt, uint3
         s->stop_id = -1;
         s->cached_tokens = 0;
         s->top_n = 0;
+        s->act_len = 0;
         s->errmsg[0] = 0;
         s->t_pop_ns = 0;
         s->t_done_ns = 0;
@@ -401,4 +402,39 @@ void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why)
     if (atomic_compare_exchange_strong(&c->h->sched_pid, &owner, 0)
         && atomic_load(&c->h->sched_state) != SRT_CHAN_SCHED_FAILED)
         srt_chan_sched_set_state(c, SRT_CHAN_SCHED_DOWN, msg, NULL);
+}
+
+/* ---- returned activations (srt_max_activation_bytes) ---- */
+
+void *srt_chan_sched_act_area(srt_chan *c, uint32_t slot, uint32_t gen, size_t *cap)
+{
+    chan_slot *s;
+    *cap = 0;
+    if (c->h->cfg.act_bytes == 0 || slot_check(c, slot, gen, &s) != SRT_OK ||
+        (atomic_load_explicit(&s->state, memory_order_acquire) & ST_MASK) != ST_RUNNING)
+        return NULL;
+    *cap = (size_t)c->h->cfg.act_bytes;
+    return slot_act(c, s);
+}
+
+int srt_chan_sched_act_done(srt_chan *c, uint32_t slot, uint32_t gen, size_t len)
+{
+    chan_slot *s;
+    if (len > c->h->cfg.act_bytes || slot_check(c, slot, gen, &s) != SRT_OK)
+        return SRT_ERROR;
+    s->act_len = len;   /* published by srt_chan_sched_finish's release */
+    return SRT_OK;
+}
+
+const void *srt_chan_read_act(srt_chan *c, uint32_t slot, uint32_t gen, size_t *len)
+{
+    chan_slot *s;
+    *len = 0;
+    if (slot_check(c, slot, gen, &s) != SRT_OK ||
+        (atomic_load_explicit(&s->state, memory_order_acquire) & ST_MASK) != ST_DONE)
+        return NULL;
+    *len = (size_t)s->act_len;
+    if (*len > c->h->cfg.act_bytes)
+        *len = (size_t)c->h->cfg.act_bytes;
+    return slot_act(c, s);
 }

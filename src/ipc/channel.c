@@ -12,7 +12,7 @@
 #include <sys/un.h>
 
 #define CHAN_MAGIC   0x314e414843545253ULL   /* "SRTCHAN1" */
-#define CHAN_VERSION 3u
+#define CHAN_VERSION 4u
 
 uint64_t srt_chan_now_ns(void)
 {
@@ -21,11 +21,12 @@ uint64_t srt_chan_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static size_t slot_stride_for(uint32_t T)
+static size_t slot_stride_for(uint32_t T, uint64_t act_bytes)
 {
     size_t n = align64(sizeof(chan_slot));
     n += align64((size_t)T * 4) * 3;
     n += align64((size_t)SRT_CHAN_TOP_RING * SRT_REQ_MAX_TOP_LOGPROBS * 4) * 2;
+    n += align64((size_t)act_bytes);
     return n;
 }
 
@@ -38,7 +39,8 @@ size_t srt_chan_size(const srt_chan_config *cfg)
 {
     if (cfg->slots <= 0 || cfg->slot_tokens <= 0)
         return 0;
-    return align64(sizeof(chan_header)) + (size_t)cfg->slots * slot_stride_for((uint32_t)cfg->slot_tokens);
+    return align64(sizeof(chan_header)) + (size_t)cfg->slots * slot_stride_for((uint32_t)cfg->slot_tokens,
+                                                                           cfg->act_bytes);
 }
 
 int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err *err)
@@ -47,7 +49,8 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     size_t need = srt_chan_size(cfg);
     uint64_t id = 0;
 
-    if (need == 0 || cfg->slots > 1000000 || cfg->slot_tokens > (1 << 24))
+    if (need == 0 || cfg->slots > 1000000 || cfg->slot_tokens > (1 << 24) ||
+        cfg->act_bytes > SRT_CHAN_ACT_MAX)
         return srt_err_set(err, "channel: bad geometry (slots %d, slot_tokens %d)",
                            (int)cfg->slots, (int)cfg->slot_tokens);
     if (mem == NULL || size < need)
@@ -55,7 +58,13 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     if (cfg->sock_dir[0] != '/' || memchr(cfg->sock_dir, 0, sizeof(cfg->sock_dir)) == NULL)
         return srt_err_set(err, "channel: sock_dir must be an absolute path of at most %d bytes "
                            "(a 0700 directory for the doorbells and locks)", SRT_CHAN_SOCK_DIR_MAX - 1);
-    memset(mem, 0, need);
+    /* everything but the slots' activation areas, which are read only up to an act_len
+     * written first: a large srt_max_activation_bytes costs memory only when used */
+    memset(mem, 0, align64(sizeof(chan_header)));
+    for (size_t i = 0; i < (size_t)cfg->slots; i++)
+        memset((char *)mem + align64(sizeof(chan_header)) + i * slot_stride_for((uint32_t)cfg->slot_tokens,
+                                                                                 cfg->act_bytes),
+               0, slot_stride_for((uint32_t)cfg->slot_tokens, 0));
     if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
         id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)mem;
     h->magic = CHAN_MAGIC;
@@ -64,7 +73,7 @@ int srt_chan_format(void *mem, size_t size, const srt_chan_config *cfg, srt_err 
     h->size = need;
     h->chan_id = id;
     h->slots_off = align64(sizeof(chan_header));
-    h->slot_stride = slot_stride_for((uint32_t)cfg->slot_tokens);
+    h->slot_stride = slot_stride_for((uint32_t)cfg->slot_tokens, cfg->act_bytes);
     h->slot_tokens = (uint32_t)cfg->slot_tokens;
     h->cfg = *cfg;
     h->cfg.model_path[SRT_CHAN_PATH_MAX - 1] = 0;
@@ -90,7 +99,8 @@ srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err)
         return NULL;
     }
     if (h->size > size || h->slots_off < sizeof(chan_header)
-        || h->slot_stride < slot_stride_for(h->slot_tokens)
+        || h->cfg.act_bytes > SRT_CHAN_ACT_MAX
+        || h->slot_stride < slot_stride_for(h->slot_tokens, h->cfg.act_bytes)
         || h->slots_off + (uint64_t)h->n_slots * h->slot_stride > h->size) {
         srt_err_set(err, "channel: corrupt header");
         return NULL;
@@ -143,9 +153,12 @@ _Static_assert(offsetof(srt_chan_config, sock_dir) + SRT_CHAN_SOCK_DIR_MAX == si
 int srt_chan_reconfigure(srt_chan *c, const srt_chan_config *cfg, srt_err *err)
 {
     chan_header *h = c->h;
-    if (cfg->slots != h->cfg.slots || cfg->slot_tokens != h->cfg.slot_tokens)
-        return srt_err_set(err, "channel: reconfigure: geometry changed (slots %d -> %d, slot_tokens %d -> %d)",
-                           h->cfg.slots, cfg->slots, h->cfg.slot_tokens, cfg->slot_tokens);
+    if (cfg->slots != h->cfg.slots || cfg->slot_tokens != h->cfg.slot_tokens ||
+        cfg->act_bytes != h->cfg.act_bytes)
+        return srt_err_set(err, "channel: reconfigure: geometry changed (slots %d -> %d, slot_tokens %d -> %d, "
+                           "activation bytes %llu -> %llu)", h->cfg.slots, cfg->slots, h->cfg.slot_tokens,
+                           cfg->slot_tokens, (unsigned long long)h->cfg.act_bytes,
+                           (unsigned long long)cfg->act_bytes);
     snprintf(h->cfg.model_path, sizeof h->cfg.model_path, "%s", cfg->model_path);
     snprintf(h->cfg.served_name, sizeof h->cfg.served_name, "%s", cfg->served_name);
     snprintf(h->cfg.hooks_path, sizeof h->cfg.hooks_path, "%s", cfg->hooks_path);

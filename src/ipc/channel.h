@@ -7,7 +7,8 @@
  *   slots[n]    one per in-flight request: a lock-free state word, a generation counter,
  *               the owner worker's pid, the request (srt_request: sampling parameters and
  *               whatever srt/request.h adds), and a slot-owned token area
- *               (prompt ids, then generated ids + logprobs, then a small top-logprob ring)
+ *               (prompt ids, then generated ids + logprobs, then a small top-logprob ring,
+ *               then an activation area of cfg.act_bytes, 0 unless srt_max_activation_bytes)
  *
  * Life of a slot (every transition is one CAS on the state word):
  *
@@ -58,6 +59,7 @@
 #define SRT_CHAN_METRICS_MAX       32768 /* Prometheus text published by the scheduler */
 #define SRT_CHAN_ADMIN_REQ_MAX     1024  /* one admin command (srt_admin) */
 #define SRT_CHAN_ADMIN_RESP_MAX    65536 /* its JSON answer */
+#define SRT_CHAN_ACT_MAX           (1ull << 30) /* srt_max_activation_bytes: a slot's area */
 
 /* ---- configuration: directive values, written by nginx, read by the scheduler ---- */
 
@@ -116,6 +118,10 @@ typedef struct srt_chan_config {
     float    cvec_scale;
     int32_t  cvec_layer_start, cvec_layer_end;/* inclusive; 0 = llama.cpp's defaults */
     int32_t  cvec_per_request;
+    int32_t  pad_act;
+    /* srt_max_activation_bytes: each slot's activation area ("return_activations"), 0 = off.
+     * Part of the geometry, like slots and slot_tokens. */
+    uint64_t act_bytes;
     /* Doorbells and locks: filesystem sockets and lock files in this directory, which must
      * be mode 0700 and owned by the user of the workers and schedulers, so that no other
      * local user can bind a name first (nginx: srt_temp_path; tests and tools:
@@ -144,6 +150,8 @@ typedef struct srt_chan_model_info {
     int32_t  eos_ids[8];
     char     arch[64];               /* "llama", "qwen2", ... */
     char     device[32];             /* "cpu", "cuda:0" */
+    int32_t  hidden_size;            /* rows of returned activations */
+    int32_t  n_layers;               /* model.layers.0..n_layers-1 */
 } srt_chan_model_info;
 
 /* A request as the scheduler sees it after srt_chan_sched_pop_request(). The pointers are into
@@ -374,6 +382,14 @@ int srt_chan_read(srt_chan *c, uint32_t slot, uint32_t gen, srt_chan_output *out
  * or already overwritten because the worker fell SRT_CHAN_TOP_RING tokens behind). */
 uint32_t srt_chan_read_top(srt_chan *c, uint32_t slot, uint32_t gen, uint32_t i,
                            int32_t *ids, float *lps, uint32_t cap);
+
+/* Returned activations. Scheduler: the slot's area (NULL, *cap 0 when act_bytes is 0 or the
+ * handle is stale), filled with srt_act_record + data before srt_chan_sched_act_done(len)
+ * and srt_chan_sched_finish(), whose release publishes both. Worker: after the finish, the
+ * area and its length (*len 0: none); valid until srt_chan_release(). */
+void *srt_chan_sched_act_area(srt_chan *c, uint32_t slot, uint32_t gen, size_t *cap);
+int   srt_chan_sched_act_done(srt_chan *c, uint32_t slot, uint32_t gen, size_t len);
+const void *srt_chan_read_act(srt_chan *c, uint32_t slot, uint32_t gen, size_t *len);
 
 /* The worker is done with the slot: after DONE it frees it; before DONE it marks it aborted
  * (the scheduler frees it when it notices). Either way the handle is dead afterwards. */

@@ -2,7 +2,8 @@
  * channel.h is the contract (and the state machine it describes); the files, by job:
  *
  *   channel.c        layout (format, attach, reconfigure), scheduler state, counters
- *   chan_slots.c     the slot state machine: submit, pop, push, finish, read, release, reclaim
+ *   chan_slots.c     the slot state machine: submit, pop, push, finish, read, release, reclaim;
+ *                    the activation area (return_activations)
  *   chan_doorbell.c  doorbells: naming, ringing, draining; the scheduler's wait
  *   chan_lock.c      the owner lock: one scheduler per model, stop and hand-over
  *   chan_metrics.c   the metrics text (seqlock: one writer, readers retry)
@@ -106,8 +107,10 @@ typedef struct chan_slot {
     uint64_t          t_pop_ns;
     uint64_t          t_done_ns;
     char              errmsg[160];
+    uint64_t          act_len;   /* bytes in the activation area, set before finish */
     /* then: int32 prompt[T], int32 out_ids[T], float out_lp[T],
-     *       int32 top_ids[RING*MAXTOP], float top_lps[RING*MAXTOP] */
+     *       int32 top_ids[RING*MAXTOP], float top_lps[RING*MAXTOP],
+     *       activation area[cfg.act_bytes] (srt_act_record + data, srt/request.h) */
 } chan_slot;
 
 #define PENDING_MAX 256
@@ -164,6 +167,12 @@ static inline float *slot_top_lps(const srt_chan *c, chan_slot *s)
 {
     return (float *)((char *)slot_top_ids(c, s)
                      + align64((size_t)SRT_CHAN_TOP_RING * SRT_REQ_MAX_TOP_LOGPROBS * 4));
+}
+
+static inline unsigned char *slot_act(const srt_chan *c, chan_slot *s)
+{
+    return (unsigned char *)slot_top_lps(c, s)
+           + align64((size_t)SRT_CHAN_TOP_RING * SRT_REQ_MAX_TOP_LOGPROBS * 4);
 }
 
 static inline pid_t self_pid(const srt_chan *c) { return c->self > 0 ? c->self : getpid(); }

@@ -39,6 +39,8 @@ static char *ngx_http_srt_set_num(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_request_hooks(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_srt_max_act_bytes(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_srt_control_vector(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_srt_set_handler(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -376,6 +378,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       0,
       NULL },
 
+    { ngx_string("srt_max_activation_bytes"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_srt_max_act_bytes,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("srt_admin"),
       NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_http_srt_set_handler,
@@ -488,6 +497,7 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     slcf->retry_after = NGX_CONF_UNSET_MSEC;
     slcf->wait_ready = NGX_CONF_UNSET_MSEC;
     slcf->request_hooks = NGX_CONF_UNSET_PTR;
+    slcf->max_act_bytes = NGX_CONF_UNSET_SIZE;
     slcf->watchdog = NGX_CONF_UNSET_MSEC;
     slcf->queue_timeout = NGX_CONF_UNSET_MSEC;
     slcf->request_timeout = NGX_CONF_UNSET_MSEC;
@@ -570,6 +580,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_str_value(conf->hooks, prev->hooks, "");
     ngx_conf_merge_str_value(conf->hooks_search, prev->hooks_search, "");
     ngx_conf_merge_ptr_value(conf->request_hooks, prev->request_hooks, NULL);
+    ngx_conf_merge_size_value(conf->max_act_bytes, prev->max_act_bytes, 0);
 
     if (conf->cvec_path.data == NULL) {
         conf->cvec_path = prev->cvec_path;
@@ -669,7 +680,20 @@ ngx_http_srt_use_model(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf)
                 return NGX_CONF_ERROR;
             }
 
-            /* the same model served at several locations: one scheduler */
+            /* the same model served at several locations: one scheduler,
+             * whose slots' activation areas were sized by the first */
+            if ((uint64_t) conf->max_act_bytes > mp[i]->cfg.act_bytes) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "\"srt_max_activation_bytes\" %uz is more "
+                                   "than the %uL of the first location "
+                                   "serving srt_model \"%V\" (%V:%ui), "
+                                   "which sizes its slots",
+                                   conf->max_act_bytes, mp[i]->cfg.act_bytes,
+                                   &conf->model_name, &mp[i]->conf_file,
+                                   mp[i]->line);
+                return NGX_CONF_ERROR;
+            }
+
             conf->model = mp[i];
             return ngx_http_srt_check_request_hooks(cf, conf, &mp[i]->cfg);
         }
@@ -763,6 +787,7 @@ ngx_http_srt_model_config(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf,
         return NGX_ERROR;
     }
 
+    m->cfg.act_bytes = (uint64_t) conf->max_act_bytes;
     m->cfg.device = (int32_t) conf->device;
     m->cfg.numerics = (int32_t) conf->numerics;
     m->cfg.kv_cache_dtype = (int32_t) conf->kv_cache_dtype;
@@ -842,9 +867,11 @@ ngx_http_srt_add_zone(ngx_conf_t *cf, ngx_http_srt_model_t *m)
     }
     ngx_sprintf(zname.data, "srt_model_%V", &m->name);
 
-    /* room for the slab allocator's own pages beside the channel */
+    /* room for the slab allocator's own pages beside the channel, and its
+     * page descriptors (24 bytes per 4k page) */
     m->zone = ngx_shared_memory_add(cf, &zname,
-                                    m->chan_size + 64 * ngx_pagesize,
+                                    m->chan_size + m->chan_size / 128
+                                    + 64 * ngx_pagesize,
                                     &ngx_http_srt_module);
     if (m->zone == NULL) {
         return NGX_ERROR;
@@ -1136,6 +1163,42 @@ invalid:
                        "(scale=S, layers=A-B with 1 <= A <= B, name=N, "
                        "per_request)", &value[i]);
     return NGX_CONF_ERROR;
+}
+
+
+/* srt_max_activation_bytes SIZE | off: "return_activations" allowed here, up to
+ * SIZE bytes per request (all choices); each slot of the model gets an area of
+ * SIZE in the shared zone (pages are touched only when used). */
+static char *
+ngx_http_srt_max_act_bytes(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_srt_loc_conf_t *slcf = conf;
+
+    ssize_t     n;
+    ngx_str_t  *value;
+
+    if (slcf->max_act_bytes != NGX_CONF_UNSET_SIZE) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        slcf->max_act_bytes = 0;
+        return NGX_CONF_OK;
+    }
+
+    n = ngx_parse_size(&value[1]);
+    if (n <= 0 || (uint64_t) n > SRT_CHAN_ACT_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"srt_max_activation_bytes\" must be \"off\" or "
+                           "a size from 1 to 1g, not \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    slcf->max_act_bytes = (size_t) n;
+
+    return NGX_CONF_OK;
 }
 
 

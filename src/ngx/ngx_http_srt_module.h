@@ -105,6 +105,7 @@ typedef struct {
     ngx_int_t                  cvec_start;
     ngx_int_t                  cvec_end;
     ngx_flag_t                 cvec_per_request;
+    size_t                     max_act_bytes; /* srt_max_activation_bytes, 0 = off */
     ngx_str_t                  chat_template;
     ngx_int_t                  tool_parser;  /* srt_tool_call_parser */
     ngx_int_t                  reasoning_parser; /* srt_reasoning_parser */
@@ -190,6 +191,8 @@ typedef struct {
     ngx_flag_t                 role_sent;
     struct ngx_http_srt_parsed_s  *parsed;  /* reasoning/content/calls split */
     ngx_flag_t                 error;
+    u_char                    *act;         /* returned activations: records */
+    size_t                     act_len;     /* (srt_act_record + data), copied */
     ngx_uint_t                 timed_out;   /* 0, or 503 (queue) / 504 (total) */
     const char                *errmsg;
     uint64_t                   t_submit_ns; /* srt_chan_output stamps, and when */

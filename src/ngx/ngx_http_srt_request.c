@@ -79,6 +79,8 @@ static ngx_int_t ngx_http_srt_reasoning_fields(ngx_http_srt_parse_t *ps,
     yajl_val sep, const ngx_http_srt_field_t *f);
 static ngx_int_t ngx_http_srt_request_hooks(ngx_http_srt_parse_t *ps,
     yajl_val v, const ngx_http_srt_field_t *f);
+static ngx_int_t ngx_http_srt_activations(ngx_http_srt_parse_t *ps,
+    yajl_val v, const ngx_http_srt_field_t *f);
 static ngx_int_t ngx_http_srt_modalities(ngx_http_srt_parse_t *ps,
     yajl_val v, const ngx_http_srt_field_t *f);
 static ngx_int_t ngx_http_srt_model(ngx_http_srt_parse_t *ps, yajl_val v,
@@ -151,6 +153,10 @@ static const ngx_http_srt_field_t  ngx_http_srt_fields[] = {
 
     /* read by hooks' handler: both make the prefix-cache namespace */
     { "cache_salt", 0, NULL, NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
+
+    /* the module range and the size: ngx_http_srt_activations_bound */
+    { "return_activations", 0, ngx_http_srt_activations,
+      NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
 
     { "modalities", 0, ngx_http_srt_modalities,
       NGX_HTTP_SRT_NO_OFFSET, 0, 0, 0 },
@@ -755,6 +761,14 @@ ngx_http_srt_stop(ngx_http_srt_parse_t *ps, yajl_val v,
         p->n_stop++;
     }
 
+    if (p->n_stop > 0 && p->rq.acts.n > 0) {
+        /* a stop string ends the text in the worker, after the scheduler ran
+         * past it: the rows would not match the text returned */
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "stop",
+                                 "'stop' strings cannot be combined with "
+                                 "'return_activations' (stop_token_ids can)");
+    }
+
     return NGX_OK;
 }
 
@@ -1012,7 +1026,6 @@ static const ngx_http_srt_unsup_t  ngx_http_srt_unsupported[] = {
     { "chat_template_kwargs",      NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "continue_final_message",    NGX_HTTP_SRT_UNSUP_TRUE },
     { "return_hidden_states",      NGX_HTTP_SRT_UNSUP_TRUE },
-    { "return_activations",        NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "no_stop_trim",              NGX_HTTP_SRT_UNSUP_TRUE },
     { "stop_regex",                NGX_HTTP_SRT_UNSUP_NONEMPTY },
     { "skip_special_tokens",       NGX_HTTP_SRT_UNSUP_FALSE },
@@ -1581,6 +1594,218 @@ ngx_http_srt_reasoning_fields(ngx_http_srt_parse_t *ps, yajl_val sep,
     }
 
     ps->p->hold_reasoning = YAJL_IS_FALSE(stream);
+
+    return NGX_OK;
+}
+
+
+/*
+ * Returned activations (src/hooks/README.md, "Activations over the API"):
+ * "return_activations": [{"module": "model.layers.N", "reduce": "last" |
+ * "mean" | "all", "dtype": "f32" | "f16"}], in locations with
+ * srt_max_activation_bytes. The module's range is checked against the
+ * model's layer count, and the size against the limit, once the prompt and
+ * max_tokens are known (ngx_http_srt_activations_bound).
+ */
+
+static ngx_int_t
+ngx_http_srt_activations(ngx_http_srt_parse_t *ps, yajl_val v,
+    const ngx_http_srt_field_t *f)
+{
+    size_t                    i, j;
+    yajl_val                  e, mv;
+    const char               *key;
+    srt_act_spec             *sp;
+    srt_request_activations  *ra;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    ra = &ps->p->rq.acts;
+    ngx_memzero(ra, sizeof(srt_request_activations));
+
+    if (v == NULL || YAJL_IS_NULL(v)
+        || (YAJL_IS_ARRAY(v) && v->u.array.len == 0))
+    {
+        return NGX_DECLINED;
+    }
+
+    slcf = ngx_http_get_module_loc_conf(ps->r, ngx_http_srt_module);
+
+    if (slcf->max_act_bytes == 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                 "return_activations",
+                                 "'return_activations' is not enabled here: "
+                                 "the location has no "
+                                 "srt_max_activation_bytes");
+    }
+
+    if (!YAJL_IS_ARRAY(v)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                 "return_activations",
+                                 "'return_activations' must be an array of "
+                                 "{\"module\": ..., \"reduce\": ..., "
+                                 "\"dtype\": ...} objects");
+    }
+
+    if (v->u.array.len > SRT_REQ_MAX_ACTIVATIONS) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                 "return_activations",
+                                 "'return_activations' has %uz entries; "
+                                 "at most %d", v->u.array.len,
+                                 SRT_REQ_MAX_ACTIVATIONS);
+    }
+
+    for (i = 0; i < v->u.array.len; i++) {
+        e = v->u.array.values[i];
+        sp = &ra->spec[i];
+        sp->reduce = -1;
+        sp->dtype = -1;
+
+        if (!YAJL_IS_OBJECT(e)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "return_activations",
+                                     "return_activations[%uz] must be an "
+                                     "object", i);
+        }
+
+        for (j = 0; j < e->u.object.len; j++) {
+            key = e->u.object.keys[j];
+            mv = e->u.object.values[j];
+
+            if (ngx_strcmp(key, "module") == 0) {
+                if (!YAJL_IS_STRING(mv)
+                    || ngx_strlen(mv->u.string) >= SRT_REQ_ACT_MODULE_MAX
+                    || srt_act_module_index(mv->u.string, 1 << 24) < 0)
+                {
+                    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                   "return_activations",
+                                   "return_activations[%uz].module must be "
+                                   "\"model.embed_tokens\", "
+                                   "\"model.layers.N\" or \"model.norm\"", i);
+                }
+                ngx_cpystrn((u_char *) sp->module, (u_char *) mv->u.string,
+                            SRT_REQ_ACT_MODULE_MAX);
+
+            } else if (ngx_strcmp(key, "reduce") == 0) {
+                if (YAJL_IS_STRING(mv)) {
+                    sp->reduce = ngx_strcmp(mv->u.string, "last") == 0
+                                 ? SRT_ACT_LAST
+                                 : ngx_strcmp(mv->u.string, "mean") == 0
+                                 ? SRT_ACT_MEAN
+                                 : ngx_strcmp(mv->u.string, "all") == 0
+                                 ? SRT_ACT_ALL : -1;
+                }
+                if (sp->reduce < 0) {
+                    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                   "return_activations",
+                                   "return_activations[%uz].reduce must be "
+                                   "\"last\", \"mean\" or \"all\"", i);
+                }
+
+            } else if (ngx_strcmp(key, "dtype") == 0) {
+                if (YAJL_IS_STRING(mv)) {
+                    sp->dtype = ngx_strcmp(mv->u.string, "f32") == 0
+                                ? SRT_ACT_F32
+                                : ngx_strcmp(mv->u.string, "f16") == 0
+                                ? SRT_ACT_F16 : -1;
+                }
+                if (sp->dtype < 0) {
+                    return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                   "return_activations",
+                                   "return_activations[%uz].dtype must be "
+                                   "\"f32\" or \"f16\"", i);
+                }
+
+            } else {
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                         "return_activations",
+                                         "return_activations[%uz] has an "
+                                         "unknown field '%s' (module, "
+                                         "reduce, dtype)", i, key);
+            }
+        }
+
+        if (sp->module[0] == '\0') {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "return_activations",
+                                     "return_activations[%uz].module is "
+                                     "required", i);
+        }
+
+        /* defaults: the last position, in f32 */
+        if (sp->reduce < 0) {
+            sp->reduce = SRT_ACT_LAST;
+        }
+        if (sp->dtype < 0) {
+            sp->dtype = SRT_ACT_F32;
+        }
+
+        ra->n = (int32_t) (i + 1);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * With the prompt and max_tokens known: every module in the model's range,
+ * and the size of every choice's tensors (rows of "all": the prompt's
+ * positions and every generated token's but the last) within
+ * srt_max_activation_bytes, else 413.
+ */
+
+static ngx_int_t
+ngx_http_srt_activations_bound(ngx_http_srt_parse_t *ps, size_t max_new)
+{
+    int32_t                   i;
+    uint64_t                  one, total;
+    srt_chan_model_info       info;
+    srt_request_activations  *ra;
+    ngx_http_srt_loc_conf_t  *slcf;
+
+    ra = &ps->p->rq.acts;
+
+    if (ra->n == 0) {
+        return NGX_OK;
+    }
+
+    if (srt_chan_model_info_get(ps->m->chan, &info) != SRT_OK
+        || info.hidden_size <= 0 || info.n_layers <= 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < ra->n; i++) {
+        if (srt_act_module_index(ra->spec[i].module, info.n_layers) < 0) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST,
+                                     "return_activations",
+                                     "return_activations[%d].module: this "
+                                     "model has model.layers.0 to "
+                                     "model.layers.%d, not \"%s\"", (int) i,
+                                     (int) info.n_layers - 1,
+                                     ra->spec[i].module);
+        }
+    }
+
+    slcf = ngx_http_get_module_loc_conf(ps->r, ngx_http_srt_module);
+
+    one = srt_request_activations_bytes(ra,
+                                        (int64_t) (ps->p->n_prompt + max_new
+                                                   - 1),
+                                        info.hidden_size);
+    total = one * ps->p->n;
+
+    if (total > (uint64_t) slcf->max_act_bytes) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                 "return_activations",
+                                 "'return_activations' may need %uL bytes "
+                                 "(%uz choices, %uz prompt tokens, "
+                                 "max_tokens %uz, hidden size %d); this "
+                                 "location allows %uz "
+                                 "(srt_max_activation_bytes)",
+                                 total, ps->p->n, ps->p->n_prompt, max_new,
+                                 (int) info.hidden_size,
+                                 slcf->max_act_bytes);
+    }
 
     return NGX_OK;
 }
@@ -2307,6 +2532,11 @@ ngx_http_srt_budget(ngx_http_srt_parse_t *ps, size_t ctx_len)
     }
 
     p->rq.sampling.max_tokens = (int32_t) max_new;
+
+    /* NGX_DECLINED: the model's shape is not published; not checked here */
+    if (ngx_http_srt_activations_bound(ps, max_new) == NGX_ERROR) {
+        return NGX_ERROR;
+    }
 
     rc = ngx_http_srt_get_int(ps, ngx_http_srt_arg(ps, "min_tokens"),
                               "min_tokens", 0, (long long) max_new, &n);

@@ -632,11 +632,24 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
     switch (o.finish) {
 
     case SRT_FINISH_STOP:
-        ch->finish = "stop";
-        break;
-
     case SRT_FINISH_LENGTH:
-        ch->finish = "length";
+        ch->finish = o.finish == SRT_FINISH_STOP ? "stop" : "length";
+
+        if (ctx->p.rq.acts.n > 0) {
+            /* copied now: the slot goes back when the choice is done */
+            const void  *a = srt_chan_read_act(m->chan, ch->slot, ch->gen,
+                                               &n);
+
+            ch->act = (a && n) ? ngx_pnalloc(r->pool, n) : NULL;
+            if (ch->act == NULL) {
+                ch->error = 1;
+                ch->errmsg = (a && n) ? "out of memory"
+                                      : "the activations did not arrive";
+                break;
+            }
+            ngx_memcpy(ch->act, a, n);
+            ch->act_len = n;
+        }
         break;
 
     case SRT_FINISH_ABORT:
@@ -659,6 +672,89 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
         }
         break;
     }
+
+    return NGX_OK;
+}
+
+
+/* ---- returned activations ---- */
+
+/*
+ * "activations": [{"module", "reduce", "dtype", "shape", "data"}] of one
+ * choice, from the records the scheduler wrote (srt_act_record + data, in
+ * the order of the request's "return_activations"); data is base64 of the
+ * little-endian tensor, row-major.
+ */
+static ngx_int_t
+ngx_http_srt_gen_activations(ngx_http_srt_ctx_t *ctx,
+    ngx_http_srt_choice_t *ch, yajl_gen g)
+{
+    size_t                    off;
+    ngx_str_t                 src, dst;
+    srt_act_record            rec;
+    const srt_act_spec       *sp;
+    srt_request_activations  *ra;
+
+    static const char  *reduce[] = { "last", "mean", "all" };
+
+    ra = &ctx->p.rq.acts;
+
+    if (ra->n == 0) {
+        return NGX_OK;
+    }
+
+    ngx_http_srt_gen_str(g, "activations");
+    yajl_gen_array_open(g);
+
+    for (off = 0; ch->act && off + sizeof(rec) <= ch->act_len; ) {
+        ngx_memcpy(&rec, ch->act + off, sizeof(rec));
+        off += sizeof(rec);
+
+        if (rec.spec < 0 || rec.spec >= ra->n
+            || rec.bytes > ch->act_len - off
+            || rec.rows < 0 || rec.cols <= 0
+            || rec.bytes != (uint64_t) rec.rows * (uint64_t) rec.cols
+                            * (rec.dtype == SRT_ACT_F16 ? 2 : 4))
+        {
+            ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                          "srt: malformed activation record");
+            return NGX_ERROR;
+        }
+
+        sp = &ra->spec[rec.spec];
+
+        yajl_gen_map_open(g);
+        ngx_http_srt_gen_str(g, "module");
+        ngx_http_srt_gen_str(g, sp->module);
+        ngx_http_srt_gen_str(g, "reduce");
+        ngx_http_srt_gen_str(g, reduce[sp->reduce]);
+        ngx_http_srt_gen_str(g, "dtype");
+        ngx_http_srt_gen_str(g, rec.dtype == SRT_ACT_F16 ? "f16" : "f32");
+        ngx_http_srt_gen_str(g, "shape");
+        yajl_gen_array_open(g);
+        if (sp->reduce == SRT_ACT_ALL) {
+            yajl_gen_integer(g, rec.rows);
+        }
+        yajl_gen_integer(g, rec.cols);
+        yajl_gen_array_close(g);
+
+        src.data = ch->act + off;
+        src.len = (size_t) rec.bytes;
+        dst.len = ngx_base64_encoded_length(src.len);
+        dst.data = ngx_pnalloc(ctx->request->pool, dst.len ? dst.len : 1);
+        if (dst.data == NULL) {
+            return NGX_ERROR;
+        }
+        ngx_encode_base64(&dst, &src);
+
+        ngx_http_srt_gen_str(g, "data");
+        yajl_gen_string(g, dst.data, dst.len);
+        yajl_gen_map_close(g);
+
+        off += (size_t) ((rec.bytes + 7) & ~(uint64_t) 7);
+    }
+
+    yajl_gen_array_close(g);
 
     return NGX_OK;
 }
@@ -1221,6 +1317,11 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
 
     ngx_http_srt_gen_logprobs(ctx, ch, g, ch->lp_emitted, lp_to);
 
+    if (send_finish && ngx_http_srt_gen_activations(ctx, ch, g) != NGX_OK) {
+        yajl_gen_free(g);
+        return NGX_ERROR;
+    }
+
     ngx_http_srt_gen_str(g, "finish_reason");
     if (send_finish) {
         ngx_http_srt_gen_str(g, ch->finish ? ch->finish : "stop");
@@ -1460,6 +1561,11 @@ ngx_http_srt_json_response(ngx_http_srt_ctx_t *ctx)
         }
 
         ngx_http_srt_gen_logprobs(ctx, ch, g, 0, ch->lp ? ch->lp->nelts : 0);
+
+        if (ngx_http_srt_gen_activations(ctx, ch, g) != NGX_OK) {
+            yajl_gen_free(g);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
 
         ngx_http_srt_gen_str(g, "finish_reason");
         ngx_http_srt_gen_str(g, ngx_http_srt_finish_reason(ch));

@@ -41,6 +41,7 @@ typedef struct sreq {
     srt_cache_req     cr;
     int32_t           cached_tokens;
     int               admitted_once;
+    int               own_prefix;    /* computes its whole prompt (submit's own_prefix) */
     srt_sampling_params sp;          /* clamped; min_tokens capped at max_new */
     srt_sampler       smp;           /* built-in sampler state (prompt + output history) */
     srt_grammar_matcher *gm;         /* structured output: where the output is in its grammar */
@@ -330,6 +331,12 @@ srt_sched_submit_status srt_sched_submit(srt_sched *s, const srt_sched_submit_ar
     r->row = -1;
     r->cr.last_node = SRT_RADIX_NONE;
     r->cr.ns = a->cache_ns;
+    if (a->own_prefix) {
+        /* a namespace of its own: nothing cached by another request matches, only what it
+         * computed itself before a retraction */
+        r->own_prefix = 1;
+        r->cr.ns = (a->id * 0x9e3779b97f4a7c15ull) ^ (s->arrival_counter << 1) ^ 0x8000000000000001ull;
+    }
     memcpy(r->tokens, a->prompt, sizeof(int32_t) * (size_t)a->n_prompt);
     r->n_prompt = a->n_prompt;
     r->sp = sp;
@@ -599,7 +606,7 @@ static int32_t continue_prefills(srt_sched *s, int32_t budget)
 /* A sibling of r (same n > 1 group) still computing the shared prompt: r waits for it. */
 static sreq *group_sibling(srt_sched *s, const sreq *r, int want_prefilling)
 {
-    if (!r->group)
+    if (!r->group || r->own_prefix)
         return NULL;
     for (int32_t i = 0; i < s->n_running; i++) {
         sreq *g = &s->pool[s->running[i]];

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cache/kv_alloc.h"
+#include "hooks/activations.h"
 #include "hooks/registry.h"
 #include "sched/tp_group.h"
 #include "hooks/admin.h"
@@ -208,6 +209,24 @@ typedef struct live_req {
 
 static uint64_t req_id(uint32_t slot, uint32_t gen) { return ((uint64_t)gen << 32) | slot; }
 
+/* A finishing request's captured activations into its slot: NULL, or why they could not be
+ * returned (the request then fails rather than answer without them). */
+static const char *put_activations(srt_chan *c, srt_act_capture *acts, const srt_sched_event *e,
+                                   srt_err *err)
+{
+    uint64_t id = e->id;
+    uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
+    size_t cap, len;
+    void *area = srt_chan_sched_act_area(c, slot, gen, &cap);
+
+    if (area == NULL)
+        return "return_activations: the slot has no activation area";
+    if (srt_act_capture_write(acts, id, (int64_t)e->n_prompt + e->n_output - 2, area, cap, &len, err) != SRT_OK)
+        return err->msg;
+    srt_chan_sched_act_done(c, slot, gen, len);
+    return NULL;
+}
+
 /* A request's hook selection dropped, on every rank at tp > 1. */
 static void request_end(srt_tp_group *tp, srt_hook_registry *hooks, uint64_t id)
 {
@@ -218,7 +237,7 @@ static void request_end(srt_tp_group *tp, srt_hook_registry *hooks, uint64_t id)
 }
 
 static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live,
-                           srt_hook_registry *hooks, srt_tp_group *tp)
+                           srt_hook_registry *hooks, srt_act_capture *acts, srt_tp_group *tp)
 {
     int n;
     const srt_sched_event *ev = srt_sched_events(s, &n);
@@ -233,9 +252,15 @@ static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live
             srt_sched_abort(s, e->id);   /* stale handle or output area full */
         }
         if (e->finish != SRT_FINISH_NONE) {
+            srt_finish_reason fin = e->finish;
+            const char *why = fin == SRT_FINISH_ERROR ? "the model failed on this batch" : NULL;
+            srt_err ae = { { 0 } };
             request_end(tp, hooks, e->id);
-            srt_chan_sched_finish(c, slot, gen, e->finish, e->stop_id, (uint32_t)e->cached_tokens,
-                                  e->finish == SRT_FINISH_ERROR ? "the model failed on this batch" : NULL);
+            if ((fin == SRT_FINISH_STOP || fin == SRT_FINISH_LENGTH) && srt_act_capture_has(acts, e->id) &&
+                (why = put_activations(c, acts, e, &ae)) != NULL)
+                fin = SRT_FINISH_ERROR;
+            srt_act_capture_end(acts, e->id);
+            srt_chan_sched_finish(c, slot, gen, fin, e->stop_id, (uint32_t)e->cached_tokens, why);
             for (int k = 0; k < n_live; k++)
                 if (live[k].used && live[k].id == e->id) {
                     live[k].used = 0;
@@ -262,7 +287,7 @@ static int tp_group_lost(srt_chan *c, live_req *live, int n_live, srt_err *err)
 }
 
 static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hook_registry *hooks,
-                 srt_tp_group *tp, grammar_cache *gc, metrics_out *mo, srt_err *err)
+                 srt_act_capture *acts, srt_tp_group *tp, grammar_cache *gc, metrics_out *mo, srt_err *err)
 {
     int n_live = cfg->max_running_requests + cfg->max_queued_requests;
     int cc_jump_forward = srt_chan_get_config(c)->grammar_jump_forward != 0;
@@ -281,7 +306,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                     srt_sched_abort(s, live[k].id);
             while (srt_sched_has_work(s)) {
                 srt_sched_step(s, err);
-                publish_events(c, s, live, n_live, hooks, tp);
+                publish_events(c, s, live, n_live, hooks, acts, tp);
             }
             srt_chan_sched_flush(c);
             break;
@@ -307,12 +332,25 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
             }
+            /* returned activations: captured on rank 0 (model.layers.N's output is replicated
+             * after the all-reduces); "all" and "mean" compute every prompt position */
+            srt_request_activations ra = rq.rq->acts;   /* one read of shared memory */
+            srt_request_activations_clamp(&ra);
+            if (srt_act_capture_begin(acts, a.id, &ra, &e2) != SRT_OK) {
+                request_end(tp, hooks, a.id);
+                srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
+                continue;
+            }
+            for (int k = 0; k < ra.n; k++)
+                if (ra.spec[k].reduce != SRT_ACT_LAST)
+                    a.own_prefix = 1;
             if (rq.rq->grammar.kind != SRT_GRAMMAR_NONE) {
                 a.grammar = gc ? grammar_cache_get(gc, &rq.rq->grammar, &e2) : NULL;
                 if (a.grammar == NULL) {
                     if (!gc)
                         srt_err_set(&e2, "out of memory for structured output");
                     request_end(tp, hooks, a.id);
+                    srt_act_capture_end(acts, a.id);
                     srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                     continue;
                 }
@@ -321,9 +359,9 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                 a.jump_forward = grammar_cache_tokenizer(gc);
             srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
             srt_grammar_free(a.grammar);     /* the request's matcher holds its own reference */
-            if (st != SRT_SCHED_SUBMIT_OK)
-                request_end(tp, hooks, a.id);
             if (st != SRT_SCHED_SUBMIT_OK) {
+                request_end(tp, hooks, a.id);
+                srt_act_capture_end(acts, a.id);
                 srt_chan_sched_finish(c, rq.slot, rq.gen, SRT_FINISH_ERROR, -1, 0, e2.msg);
                 continue;
             }
@@ -342,7 +380,7 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
         if (srt_sched_has_work(s)) {
             if (srt_sched_step(s, err) < 0)
                 srt_log(SRT_LOG_ERROR, "scheduler step: %s", err->msg);
-            publish_events(c, s, live, n_live, hooks, tp);
+            publish_events(c, s, live, n_live, hooks, acts, tp);
             if (tp && srt_tp_group_check(tp, err) != SRT_OK)
                 return tp_group_lost(c, live, n_live, err);
             srt_chan_sched_flush(c);
@@ -388,6 +426,7 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     srt_sched_model_runner *mr = NULL;
     srt_sched *s = NULL;
     srt_hook_registry *hooks = NULL;
+    srt_act_capture *acts = NULL;
     srt_tp_group *tp = NULL;
     srt_sched_config cfg;
     int rc = SRT_ERROR;
@@ -449,6 +488,16 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
         if (srt_hook_control_vector_load(hooks, &co, srt_model_config_of(m)->n_layers, err) != SRT_OK)
             goto fail;
     }
+    if (cc->act_bytes > 0) {
+        /* srt_max_activation_bytes: the capture's hooks go on this process's (rank 0's) modules */
+        int n_mod;
+        srt_module *mods = srt_model_modules(m, &n_mod);
+        const srt_model_config *mcfg = srt_model_config_of(m);
+        if (!hooks && !(hooks = srt_hook_registry_create(mods, n_mod, err)))
+            goto fail;
+        if (!(acts = srt_act_capture_new(hooks, mcfg->hidden_size, mcfg->n_layers, cc->act_bytes, err)))
+            goto fail;
+    }
     if (!cuda && cc->kv_cache_dtype == SRT_CHAN_KV_BF16) {
         srt_err_set(err, "srt_kv_cache_dtype bf16: the CPU backend keeps the KV cache in f16 or f32");
         goto fail;
@@ -475,14 +524,17 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     memcpy(info.eos_ids, cfg.eos_ids, sizeof info.eos_ids);
     snprintf(info.arch, sizeof info.arch, "%s", mc->architecture);
     snprintf(info.device, sizeof info.device, cuda ? "cuda" : "cpu");
+    info.hidden_size = mc->hidden_size;
+    info.n_layers = mc->n_layers;
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, NULL, &info);
     srt_log(SRT_LOG_INFO, "scheduler ready: %s, context %d, %d running, KV %lld tokens (page %d), chunk %d, radix %s, %s, on %s",
             cc->model_path, cfg.context_length, cfg.max_running_requests, (long long)cfg.max_total_tokens,
             cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
             cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs", info.device);
     grammar_cache *gc = grammar_cache_new(cc->model_path, cfg.vocab_size, cfg.eos_ids, cfg.n_eos);
-    rc = serve(c, s, &cfg, hooks, tp, gc, &mo, err);
+    rc = serve(c, s, &cfg, hooks, acts, tp, gc, &mo, err);
     grammar_cache_free(gc);
+    srt_act_capture_free(acts);
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
     srt_tp_group_stop(tp);
@@ -494,6 +546,7 @@ fail:
     srt_sched_free(s);
     srt_sched_model_runner_free(mr);
     srt_tp_group_stop(tp);
+    srt_act_capture_free(acts);
     if (hooks)
         srt_hook_registry_free(hooks);
     if (m)

@@ -11,7 +11,9 @@
  *    "hook_factory": "libsrt_hook_capture.so:srt_capture_factory",
  *    "config": {"path": "/tmp/hidden.jsonl", "request_ids": [17], "max_tokens": 4096}}
  * config.path (required); config.request_ids: capture only these (default: all);
- * config.max_tokens: stop after this many token rows (default: no limit). */
+ * config.max_tokens: stop after this many token rows (default: no limit);
+ * config.per_rank: true: each tensor-parallel rank writes PATH.<rank> (ranks are processes:
+ * lines of one file would interleave). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +117,8 @@ srt_hook *srt_capture_factory(const char *config_json, const srt_hook_host *host
     srt_hook *hook = calloc(1, sizeof *hook);
     capture *c = calloc(1, sizeof *c);
     const char *path;
+    char ranked[4096];
+    int per_rank = 0;
     double max_tokens = -1, *tmp = NULL;
 
     (void)config_json;
@@ -139,6 +143,10 @@ srt_hook *srt_capture_factory(const char *config_json, const srt_hook_host *host
     }
     host->config_number(host, "max_tokens", &max_tokens);
     c->max_tokens = max_tokens < 0 ? -1 : (int64_t)max_tokens;
+    if (host->config_bool(host, "per_rank", &per_rank) == 0 && per_rank) {
+        snprintf(ranked, sizeof ranked, "%s.%d", path, (int)host->tp_rank);
+        path = ranked;
+    }
     c->out = fopen(path, "a");
     if (c->out == NULL) {
         host->log(0, "capture (spec '%s'): cannot open '%s'", host->spec_name, path);

@@ -33,6 +33,8 @@
 #define SRT_REQ_MAX_HOOKS         4     /* "hooks": per-request hook selections */
 #define SRT_REQ_HOOK_NAME_MAX     64    /* a selected spec's name, NUL included */
 #define SRT_REQ_HOOK_CONFIG_MAX   8192  /* all selections' "config" JSON texts together */
+#define SRT_REQ_MAX_ACTIVATIONS   8     /* "return_activations" entries */
+#define SRT_REQ_ACT_MODULE_MAX    64    /* a module name, NUL included */
 
 /* How a request ended. The sampler sets NONE/STOP/LENGTH; the scheduler adds ABORT and
  * ERROR; the channel carries the value to the worker unchanged. */
@@ -99,6 +101,56 @@ typedef struct srt_request_hooks {
     char     config_text[SRT_REQ_HOOK_CONFIG_MAX];
 } srt_request_hooks;
 
+/* "return_activations": [{"module": M, "reduce": R, "dtype": D}]: the output of module M
+ * (model.embed_tokens, model.layers.N or model.norm: rows of [tokens, hidden], replicated on
+ * every tensor-parallel rank) for this request's positions, captured by the scheduler after
+ * the module's forward hooks (src/hooks/activations.c) and returned per choice through the
+ * slot's activation area (ipc/channel.h, srt_max_activation_bytes). Positions: the prompt's,
+ * then each generated token's but the last (which is never fed back); "all" keeps every row
+ * in position order, "mean" their mean (summed in double), "last" the row of the highest
+ * position (the one that produced the last token). A request with "all" or "mean" never
+ * reuses a cached prefix (its prompt is computed again, so every row is seen). */
+typedef enum srt_act_reduce {
+    SRT_ACT_LAST = 0,
+    SRT_ACT_MEAN = 1,
+    SRT_ACT_ALL  = 2,
+} srt_act_reduce;
+
+typedef enum srt_act_dtype {
+    SRT_ACT_F32 = 0,
+    SRT_ACT_F16 = 1,
+} srt_act_dtype;
+
+typedef struct srt_act_spec {
+    char    module[SRT_REQ_ACT_MODULE_MAX];   /* NUL-terminated */
+    int32_t reduce;                           /* srt_act_reduce */
+    int32_t dtype;                            /* srt_act_dtype */
+} srt_act_spec;
+
+typedef struct srt_request_activations {
+    int32_t      n;                           /* 0: none asked */
+    srt_act_spec spec[SRT_REQ_MAX_ACTIVATIONS];
+} srt_request_activations;
+
+/* What the scheduler writes into the slot's activation area: for each spec, in request
+ * order, one record header then `bytes` of little-endian data (rows x cols, row-major),
+ * padded to 8 bytes. rows is 1 for "last" and "mean" (a [cols] tensor). */
+typedef struct srt_act_record {
+    int32_t  spec;       /* index into srt_request_activations.spec */
+    int32_t  dtype;      /* srt_act_dtype */
+    int64_t  rows;
+    int64_t  cols;
+    uint64_t bytes;      /* rows * cols * element size */
+} srt_act_record;
+
+/* Which capturable module a name is: 0 for model.embed_tokens, 1 + N for model.layers.N
+ * (N < n_layers, decimal without leading zeros), n_layers + 1 for model.norm; -1 otherwise. */
+SRT_API int32_t srt_act_module_index(const char *name, int32_t n_layers);
+
+/* Bytes of one choice's area for these specs: records and data, rows_all rows for "all". */
+SRT_API uint64_t srt_request_activations_bytes(const srt_request_activations *a, int64_t rows_all,
+                                               int64_t hidden);
+
 /* One request as the channel slot holds it (the prompt travels beside it, in the slot's
  * token area). New per-request data goes here: see the rules at the top of this file. */
 typedef struct srt_request {
@@ -106,6 +158,7 @@ typedef struct srt_request {
     srt_grammar_spec    grammar;
     srt_request_hooks   hooks;
     uint64_t            cache_ns;
+    srt_request_activations acts;   /* "return_activations" */
 } srt_request;
 
 /* Defaults: temperature 1, top_p 1, top_k off, min_p 0, penalties neutral, max_tokens 16. */
@@ -118,5 +171,8 @@ SRT_API void srt_sampling_params_clamp(srt_sampling_params *p);
 /* The same for a hook selection: n in range, names and configs NUL-terminated inside their
  * arrays (a config that does not fit is dropped: length 0 reads as "{}"). */
 SRT_API void srt_request_hooks_clamp(srt_request_hooks *h);
+/* The same for activations: n in range, names NUL-terminated, unknown reduce/dtype -> n = 0
+ * is not done here: the scheduler refuses those with a message (srt_act_capture_begin). */
+SRT_API void srt_request_activations_clamp(srt_request_activations *a);
 
 #endif

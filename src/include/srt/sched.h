@@ -144,6 +144,9 @@ typedef struct srt_sched_submit_args {
                                             while the request lives; its vocab's ids are this
                                             model's, its stop ids include cfg.eos_ids */
     uint64_t                   cache_ns; /* radix-cache namespace (srt_request.cache_ns), 0 = shared */
+    int                        own_prefix; /* compute every prompt token: no prefix from the cache
+                                              or an n > 1 sibling (returned activations of every
+                                              position); cache_ns is then ignored */
     const struct srt_tokenizer *jump_forward; /* NULL, or (with a grammar) where the grammar allows
                                             exactly one continuation, its bytes are appended
                                             without a forward step per token (SGLang's
