@@ -114,3 +114,35 @@ location /b/v1 {
 --- must_die
 --- error_log
 "srt_max_activation_bytes" 2097152 is more than the 1048576 of the first location serving srt_model "smol"
+
+
+
+=== TEST 5: under srt_grammar_jump_forward a constrained request returning activations gets every position and its grammar
+--- config
+location /v1 {
+    srt_model $TEST_NGINX_SRT_MODEL name=smol;
+    srt_device cpu;
+    srt_threads 2;
+    srt_context_length 512;
+    srt_wait_ready 60s;
+    srt_grammar_jump_forward on;
+    srt_max_activation_bytes 2m;
+}
+--- init
+package main;
+Test::Srt::wait_ready();
+my $js = JSON::PP->new->canonical;
+my $body = $js->encode({ prompt => "A record:", max_tokens => 48, temperature => 0,
+    regex => '\{"name_of_the_person_in_question": "[a-z]{1,6}", "their_favourite_colour": "[a-z]{1,6}"\}',
+    return_activations => [{ module => 'model.layers.3', reduce => 'all', dtype => 'f32' }] });
+my ($st, $b) = Test::Srt::http_request('POST', '/v1/completions', $body);
+Test::More::is($st, 200, "constrained request with activations answered") or Test::More::diag($b);
+my $r = eval { $js->decode($b) } || {};
+my $a = $r->{choices}[0]{activations}[0] || {};
+my ($p, $g) = ($r->{usage}{prompt_tokens} // -1, $r->{usage}{completion_tokens} // -1);
+Test::More::is_deeply($a->{shape}, [$p + $g - 1, 576], "all positions: prompt $p + output $g - 1 rows");
+Test::More::like($r->{choices}[0]{text} // '', qr/^\{"name_of_the_person_in_question": "[a-z]{1,6}", "their_favourite_colour": "[a-z]{1,6}"\}$/, "the text follows the regex");
+--- request eval
+"POST /v1/completions\n" . JSON::PP->new->canonical->encode({ prompt => "Hi", max_tokens => 2, temperature => 0 })
+--- response_body_like eval
+qr/"finish_reason":"length"/

@@ -355,7 +355,9 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
                     continue;
                 }
             }
-            if (a.grammar && cc_jump_forward)
+            /* a request returning activations decodes step by step: its "last" row is the one
+             * its last token was sampled from, and a forced token is not sampled */
+            if (a.grammar && cc_jump_forward && ra.n == 0)
                 a.jump_forward = grammar_cache_tokenizer(gc);
             srt_sched_submit_status st = srt_sched_submit(s, &a, &e2);
             srt_grammar_free(a.grammar);     /* the request's matcher holds its own reference */
