@@ -236,6 +236,16 @@ static void request_end(srt_tp_group *tp, srt_hook_registry *hooks, uint64_t id)
         srt_hook_request_end(hooks, id);
 }
 
+static int any_finished(const srt_sched *s)
+{
+    int n;
+    const srt_sched_event *ev = srt_sched_events(s, &n);
+    for (int i = 0; i < n; i++)
+        if (ev[i].finish != SRT_FINISH_NONE)
+            return 1;
+    return 0;
+}
+
 static void publish_events(srt_chan *c, srt_sched *s, live_req *live, int n_live,
                            srt_hook_registry *hooks, srt_act_capture *acts, srt_tp_group *tp)
 {
@@ -382,11 +392,13 @@ static int serve(srt_chan *c, srt_sched *s, const srt_sched_config *cfg, srt_hoo
         if (srt_sched_has_work(s)) {
             if (srt_sched_step(s, err) < 0)
                 srt_log(SRT_LOG_ERROR, "scheduler step: %s", err->msg);
+            /* the metrics that count a finished request go out before its finish does: a
+             * client that got its answer and then reads /metrics finds it there */
+            publish_metrics(s, mo, any_finished(s));
             publish_events(c, s, live, n_live, hooks, acts, tp);
             if (tp && srt_tp_group_check(tp, err) != SRT_OK)
                 return tp_group_lost(c, live, n_live, err);
             srt_chan_sched_flush(c);
-            publish_metrics(s, mo, 0);
             /* Busy: drain doorbells and reclaim dead workers' slots now and then, without blocking. */
             if (++stepped_since_wait >= 16) {
                 srt_chan_sched_wait(c, 0);
