@@ -11,7 +11,11 @@ see the same machine, medians of the rounds reported with the load average aroun
 srt prefills the prompt in one batch and then decodes greedily (its own timing lines).
 llama-bench runs pp<prompt> and tg<decode> at depth <prompt> (-d: decode after a prompt of that
 length, like srt), one repetition per round. Ratios are srt / llama.cpp: >= 1.0 means srt is
-faster. On a shared machine the absolute figures move with the load; the same-round ratios are
+faster. Each round also measures the DRAM read bandwidth of the same thread count
+(srt-bench-matmul -B 1024) and prints the decode roofline, bandwidth / the weight bytes a decode
+step reads (every tensor of the GGUF once, the token embedding as the tied lm_head): no engine
+decodes faster than that, so a ratio against llama.cpp is bounded by roofline / llama.cpp.
+On a shared machine the absolute figures move with the load; the same-round ratios are
 the figures to quote, and they should be re-taken on a quiet machine.
 """
 import argparse
@@ -57,6 +61,17 @@ def run_llama_bench(binary, model, n_prompt, n_decode, threads):
     return res["pp"], res["tg"]
 
 
+def weight_bytes(model):
+    import gguf
+    return sum(int(t.n_bytes) for t in gguf.GGUFReader(model).tensors)
+
+
+def run_bandwidth(threads):
+    binary = os.path.join(ROOT, "build/bin/srt-bench-matmul")
+    out = subprocess.run([binary, "-t", str(threads), "-B", "1024"], capture_output=True, text=True, check=True)
+    return float(re.search(r"read bandwidth: ([\d.]+) GB/s", out.stdout).group(1))
+
+
 def load():
     return open("/proc/loadavg").read().split()[0]
 
@@ -80,8 +95,9 @@ def main():
         print(f"bench_engine: {a.llama_bench} missing (scripts/install-bench-deps.sh); srt figures only")
     ids = prompt_ids(a.prompt_tokens)
     rows = {"srt exact": [], "srt fast": [], "llama.cpp": []}
-    loads = [load()]
+    loads, bws = [load()], []
     for _ in range(a.rounds):
+        bws.append(run_bandwidth(a.threads))
         rows["srt exact"].append(run_srt(a.srt, a.model, ids, a.decode_tokens, a.threads, "exact"))
         rows["srt fast"].append(run_srt(a.srt, a.model, ids, a.decode_tokens, a.threads, "fast"))
         if have_llama:
@@ -97,6 +113,12 @@ def main():
         if "llama.cpp" in med and k != "llama.cpp":
             rel = f"{p / med['llama.cpp'][0]:.2f}x / {d / med['llama.cpp'][1]:.2f}x"
         print(f"{k:<10} {p:>14.1f} {d:>13.1f} {rel:>22}")
+    wb = weight_bytes(a.model)
+    bw = statistics.median(bws)
+    roof = bw * 1e9 / wb
+    print(f"decode roofline: read bandwidth {' '.join(f'{x:.2f}' for x in bws)} GB/s (median {bw:.2f}) / "
+          f"{wb / 1e6:.1f} MB of weights per token = {roof:.1f} tok/s; "
+          + ", ".join(f"{k} {d / roof:.0%}" for k, (_, d) in med.items()))
     if "llama.cpp" in med:
         # per-round ratios: the same machine state for both
         for k in ("srt exact", "srt fast"):

@@ -1,7 +1,7 @@
 /* Times srt_cpu_matmul on SmolLM2-135M shapes: decode (1 token) and prefill (128 tokens).
  *
  *   srt-bench-matmul [-t threads] [-s portable|avx2|avx512] [-d q4_1,q8_0,...] [-n tok,...]
- *                    [-m ms-per-case] [-c 0|1]
+ *                    [-m ms-per-case] [-c 0|1] [-B MB]
  *
  * -M 1 instead times the matmuls of whole SmolLM2-135M forward passes (30 layers of
  * Q4_1 q/k/v/o/gate/up/down with q|k|v and gate|up fused, and the Q8_0 lm_head on the
@@ -10,6 +10,11 @@
  * -c 1 ("cold") cycles through enough copies of each weight (>= 256 MB) that every call
  * reads W from DRAM, as a real decode step does (a 135M model is ~100 MB); -c 0 measures
  * a weight that stays in cache.
+ *
+ * -B MB measures the DRAM read bandwidth of the thread pool instead: every thread sums its
+ * share of an MB-megabyte buffer (AVX2 loads where the CPU has them), best of 5 passes. A
+ * decode step reads every weight once, so bandwidth / weight bytes is the decode roofline
+ * (scripts/bench_engine.py reports each engine against it).
  *
  * -e 1 times the exact kernels (f32 activations, srt_cpu_exact_matmul) instead of the fast
  * 8-bit-activation ones; fused q|k|v and gate|up become one call per weight.
@@ -171,8 +176,71 @@ static int model_sweep(srt_threadpool *tp, int ms)
     return 0;
 }
 
+struct stream { const float *p; size_t n; double sum[64]; };
+
+/* Reads its share with four independent 8-lane accumulators: enough loads in flight that
+ * the figure is the memory's, not one add chain's latency. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2")))
+#endif
+static void stream_part(void *arg, int ith, int nth)
+{
+    struct stream *s = arg;
+    size_t per = s->n / (size_t)nth / 64 * 64, lo = per * (size_t)ith, hi = ith == nth - 1 ? s->n : lo + per;
+#if defined(__x86_64__)
+    if (srt_cpu_simd_name()[0] == 'a') {   /* avx2 or avx512 */
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t i = lo; i + 32 <= hi; i += 32) {
+            a0 = _mm256_add_ps(a0, _mm256_load_ps(s->p + i));
+            a1 = _mm256_add_ps(a1, _mm256_load_ps(s->p + i + 8));
+            a2 = _mm256_add_ps(a2, _mm256_load_ps(s->p + i + 16));
+            a3 = _mm256_add_ps(a3, _mm256_load_ps(s->p + i + 24));
+        }
+        float t[8];
+        _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        s->sum[ith & 63] = (double)t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+        return;
+    }
+#endif
+    float a[4] = { 0, 0, 0, 0 };
+    for (size_t i = lo; i + 4 <= hi; i += 4) {
+        a[0] += s->p[i];
+        a[1] += s->p[i + 1];
+        a[2] += s->p[i + 2];
+        a[3] += s->p[i + 3];
+    }
+    s->sum[ith & 63] = (double)a[0] + a[1] + a[2] + a[3];
+}
+
+static int bandwidth(srt_threadpool *tp, int mb)
+{
+    size_t n = (size_t)mb << 18;   /* floats */
+    float *p = aligned_alloc(64, n * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)(i & 7);
+    struct stream s = { p, n, { 0 } };
+    double best = 0;
+    for (int k = 0; k < 5; k++) {
+        double t0 = now_s();
+        srt_threadpool_run(tp, stream_part, &s);
+        double gbs = (double)n * sizeof(float) / (now_s() - t0) / 1e9;
+        if (gbs > best)
+            best = gbs;
+    }
+    printf("read bandwidth: %.2f GB/s (threads=%d, %d MB, best of 5; checksum %.0f)\n", best,
+           srt_threadpool_size(tp), mb, s.sum[0]);
+    free(p);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    int bw_mb = 0;
     int threads = 1, ms = 300, cold = 0, model = 0;
     const char *dlist = "q4_1,q8_0", *nlist = "1,128";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -188,8 +256,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-c")) cold = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-M")) model = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-e")) exact = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-B")) bw_mb = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms] [-c 0|1] [-M 0|1] [-e 0|1]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms] [-c 0|1] [-M 0|1] [-e 0|1] [-B MB]\n", argv[0]);
             return 1;
         }
     }
@@ -197,6 +266,11 @@ int main(int argc, char **argv)
     if (!tp) {
         fprintf(stderr, "cannot create thread pool\n");
         return 1;
+    }
+    if (bw_mb > 0) {
+        int rc = bandwidth(tp, bw_mb);
+        srt_threadpool_free(tp);
+        return rc;
     }
     if (model) {
         printf("simd=%s threads=%d SmolLM2-135M matmuls (Q4_1 layers, Q8_0 lm_head on the last token)\n",
