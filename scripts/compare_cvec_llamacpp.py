@@ -16,12 +16,19 @@ of both at that step: a divergence at a step where a margin is tiny is a near-ti
 different (equally valid) float summation orders flip; one at a large margin would be a
 different computation. A case "matches" when no token differs.
 
-    scripts/compare_cvec_llamacpp.py [--tokens 32] [--threads 2] [--port 2403]
-                                     [--fixture t/fixtures/cvec_llamacpp.json]
+    scripts/compare_cvec_llamacpp.py [--tokens 32] [--threads 2] [--port 2403] [--f32]
+                                     [--fixture FILE.json]
 
---fixture writes the cases, llama.cpp's tokens and margins, and ngx_srt's, as JSON (the input of
-t/unit/test_cvec_llamacpp: the CI run compares srt-generate with llama.cpp's recorded tokens and
-needs no llama.cpp)."""
+--f32 first rewrites the model with every tensor dequantized to F32 (scripts/gguf_to_f32.py; the
+same weights) and compares on that file: llama.cpp then keeps its activations in f32 as ngx_srt
+does, so only summation order is left between the two and the tokens should be equal but for
+near ties. On the quantized file llama.cpp's CPU path rounds activations to 8 bits, which
+moves its logits by up to ~0.2 from f32 (see BENCHMARKS.md).
+
+--fixture writes the cases, llama.cpp's tokens and margins, and ngx_srt's, as JSON, plus per
+case the raw bytes llama.cpp's tokens decode to up to its first step with a margin below
+NEAR_TIE (the whole text when there is none): t/094-cvec-llamacpp.t serves the F32 file through
+nginx and compares the texts with those bytes, with no llama.cpp in the test environment."""
 import argparse
 import json
 import os
@@ -39,6 +46,36 @@ PROMPTS = [
 ]
 # (scale, layer start, layer end): llama.cpp's defaults are 1 and n_layer for 0 0 (here: "all")
 CASES = [(0.0, 3, 12), (0.5, 3, 12), (1.0, 3, 12), (2.0, 3, 12), (0.5, 0, 0)]
+NEAR_TIE = 0.005   # a llama.cpp top-1 minus top-2 logit below this: summation order may flip it
+
+
+def token_bytes():
+    """id -> raw bytes (byte-level BPE: the vocab's strings map back through GPT-2's byte table)"""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
+        list(range(ord("\xae"), ord("\xff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    inv = {chr(c): b for b, c in zip(bs, cs)}
+    vocab = json.load(open(os.path.join(ROOT, "t/fixtures/tokenizers/smollm2/tokenizer.json")))["model"]["vocab"]
+    return {i: bytes(inv[ch] for ch in t) for t, i in vocab.items()}
+
+
+def expected_bytes(tb, tokens, margins):
+    """the bytes of the tokens before the first near tie, cut at the last whole UTF-8 character"""
+    n = next((i for i, m in enumerate(margins) if m < NEAR_TIE), len(tokens))
+    b = b"".join(tb[t] for t in tokens[:n])
+    while b:
+        try:
+            b.decode("utf-8")
+            break
+        except UnicodeDecodeError as e:
+            b = b[:e.start]
+    return n, b
 
 
 def tokenize(texts):
@@ -121,7 +158,13 @@ def main():
     ap.add_argument("--llama-server", default=os.environ.get(
         "LLAMA_SERVER", os.path.join(ROOT, ".cache/llama.cpp/build/bin/llama-server")))
     ap.add_argument("--fixture")
+    ap.add_argument("--f32", action="store_true")
+    ap.add_argument("--llama-only", action="store_true", help="record llama.cpp's side only (for --fixture)")
     o = ap.parse_args()
+    if o.f32:
+        f32 = os.path.join(tempfile.mkdtemp(prefix="srt-f32-"), os.path.basename(o.model).rsplit(".", 2)[0] + ".F32.gguf")
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts/gguf_to_f32.py"), o.model, f32], check=True)
+        o.model = f32
     cvdir = tempfile.mkdtemp(prefix="srt-cvec-")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts/make_control_vector.py"), cvdir, "1", "1", "29"],
                    check=True)
@@ -131,14 +174,18 @@ def main():
           f"EOS ignored; {o.threads} threads; load average {open('/proc/loadavg').read().split()[0]}")
     ver = subprocess.run([o.llama_server, "--version"], capture_output=True, text=True)
     print(f"# llama.cpp: {o.llama_server}: {' '.join((ver.stdout + ver.stderr).split())}")
-    rows, fixture = [], {"model": os.path.basename(o.model), "tokens": o.tokens, "prompts": ids, "cases": []}
+    tb = token_bytes()
+    rows, fixture = [], {"model": os.path.basename(o.model), "tokens": o.tokens, "prompts": ids,
+                         "near_tie": NEAR_TIE, "cases": []}
     for scale, a, b in CASES:
         srv = LlamaServer(o.llama_server, o.model, cv, scale, a, b, o.port, o.threads)
         try:
             for pi, pid in enumerate(ids):
                 lt, lm = srv.complete(pid, o.tokens)
                 case = {"scale": scale, "layers": [a, b], "prompt": pi, "llama_tokens": lt, "llama_margins": lm}
-                for num in ("exact", "fast"):
+                case["expect_steps"], eb = expected_bytes(tb, lt, lm)
+                case["expect_hex"] = eb.hex()
+                for num in () if o.llama_only else ("exact", "fast"):
                     st, sm = srt(o.model, pid, cv, scale, a, b, num, o.tokens, o.threads)
                     d = first_diff(st, lt)
                     case[f"srt_{num}_tokens"], case[f"srt_{num}_margins"], case[f"srt_{num}_first_diff"] = st, sm, d
