@@ -56,20 +56,10 @@ sub text { return (complete('/v1/completions', @_))[0] }
 
 master_on();
 
-srt_defaults(timeout => 120, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_max_running_requests 8;
-    srt_chunked_prefill_size 4;
-    srt_wait_ready 60s;
-    srt_forward_hooks $TEST_NGINX_REQHOOKS_DIR/hooks.json;
-    srt_hooks_path $TEST_NGINX_SRT_HOOK_LIB;
-    srt_request_hooks steer steer_any;
-}
+srt_defaults(timeout => 120, config => srt_location('/v1', srt_max_running_requests => 8, srt_chunked_prefill_size => 4,
+                                                   srt_forward_hooks => '$TEST_NGINX_REQHOOKS_DIR/hooks.json',
+                                                   srt_hooks_path => '$TEST_NGINX_SRT_HOOK_LIB',
+                                                   srt_request_hooks => 'steer steer_any') . <<'EOF2');
 location /plain/v1 {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_wait_ready 60s;

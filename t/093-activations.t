@@ -25,21 +25,11 @@ BEGIN {
 
 master_on();
 
-srt_defaults(timeout => 300, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_max_running_requests 8;
-    srt_max_queued_requests 16;
-    srt_chunked_prefill_size 4;
-    srt_wait_ready 60s;
-    srt_forward_hooks $TEST_NGINX_ACT_DIR/hooks.json;
-    srt_hooks_path $TEST_NGINX_SRT_HOOK_LIB;
-    srt_max_activation_bytes 2m;
-}
+srt_defaults(timeout => 300, config => srt_location('/v1', srt_max_running_requests => 8, srt_max_queued_requests => 16,
+                                                   srt_chunked_prefill_size => 4,
+                                                   srt_forward_hooks => '$TEST_NGINX_ACT_DIR/hooks.json',
+                                                   srt_hooks_path => '$TEST_NGINX_SRT_HOOK_LIB',
+                                                   srt_max_activation_bytes => '2m') . <<'EOF2');
 location /small/v1 {
     srt_model $TEST_NGINX_SRT_MODEL name=smol;
     srt_wait_ready 60s;
@@ -118,16 +108,9 @@ location /b/v1 {
 
 
 === TEST 5: under srt_grammar_jump_forward a constrained request returning activations gets every position and its grammar
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_wait_ready 60s;
-    srt_grammar_jump_forward on;
-    srt_max_activation_bytes 2m;
-}
+--- config eval
+Test::Srt::srt_location('/v1', srt_max_total_tokens => undef, srt_grammar_jump_forward => 'on',
+                        srt_max_activation_bytes => '2m')
 --- init
 package main;
 Test::Srt::wait_ready();

@@ -29,7 +29,7 @@ use File::Basename ();
 use File::Path ();
 
 our @ISA = ('Exporter');
-our @EXPORT = qw(srt_defaults srt_dir http_get http_request wait_ready wait_model_status
+our @EXPORT = qw(srt_defaults srt_location srt_dir http_get http_request wait_ready wait_model_status
                  wait_scheduler_failed error_log wait_log count_log scheduler_pid alive
                  master_pid child_pids kill_scheduler_after start_clients wait_clients
                  abort_after tap_lines private_nginx);
@@ -87,6 +87,29 @@ sub srt_defaults {
             $block->set_value($sec, $d{$sec}) unless defined $block->$sec;
         }
     });
+}
+
+# The location most suites serve SmolLM2 from, as `--- config` text: the model named "smol"
+# on the CPU with 2 threads, a 512-token context, 4096 tokens of KV cache, requests waiting
+# 60 s for the model. @set (directive => value pairs, in order) replaces a default's value
+# (undef drops it) or adds a directive after them:
+#   srt_location('/v1/', srt_max_total_tokens => 2048, srt_server_timing => 'on')
+# `--- config eval` of a block calls it as Test::Srt::srt_location(...): the real harness
+# evals sections in a package of its own.
+my @Served = (srt_model => '$TEST_NGINX_SRT_MODEL name=smol', srt_device => 'cpu', srt_threads => 2,
+              srt_context_length => 512, srt_max_total_tokens => 4096, srt_wait_ready => '60s');
+
+sub srt_location {
+    my ($prefix, @set) = @_;
+    my (@names, %value);
+    for my $pairs (\@Served, \@set) {
+        for (my $i = 0; $i < @$pairs; $i += 2) {
+            push @names, $pairs->[$i] unless exists $value{ $pairs->[$i] };
+            $value{ $pairs->[$i] } = $pairs->[$i + 1];
+        }
+    }
+    return "location $prefix {\n" . join('', map { "    $_ $value{$_};\n" } grep { defined $value{$_} } @names)
+         . "}\n";
 }
 
 # One HTTP/1.0 exchange with the test server:
