@@ -48,11 +48,8 @@ sub scheduler_dies_mid_request {
 
 srt_defaults(timeout => 60, config => srt_location('/v1', srt_context_length => 1024,
                                                   srt_max_running_requests => 4,
-                                                  srt_max_queued_requests => 4) . <<'EOF2');
-location /nowait {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-}
-EOF2
+                                                  srt_max_queued_requests => 4)
+                                     . srt_location_also('/nowait', srt_wait_ready => undef));
 
 run_tests();
 

@@ -17,13 +17,7 @@ __DATA__
 
 === TEST 1: the openai client against constrained decoding
 --- init
-package main;   # the real Test::Nginx evals init in its own package
-Test::Srt::wait_ready();
-my $port = server_port();
-my @lines = `python3 $FindBin::Bin/lib/structured_e2e.py http://127.0.0.1:$port/v1 smollm2 2>&1`;
-Test::More::is($?, 0, "structured_e2e.py ran") or Test::More::diag(join '', @lines);
-my $n = tap_lines('structured', @lines);
-Test::More::ok($n == 17, "structured: all checks reported ($n)");
+Test::Srt::client_checks('structured', 17, 'structured_e2e.py', '{base}/v1', 'smollm2');
 --- request
 POST /v1/completions
 {"prompt": "The answer is", "max_tokens": 8, "temperature": 0, "regex": "[0-9]{3}"}

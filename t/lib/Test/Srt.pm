@@ -29,10 +29,10 @@ use File::Basename ();
 use File::Path ();
 
 our @ISA = ('Exporter');
-our @EXPORT = qw(srt_defaults srt_location srt_dir http_get http_request wait_ready wait_model_status
+our @EXPORT = qw(srt_defaults srt_location srt_location_also srt_dir http_get http_request wait_ready wait_model_status
                  wait_scheduler_failed error_log wait_log count_log scheduler_pid alive
                  master_pid child_pids kill_scheduler_after start_clients wait_clients
-                 abort_after tap_lines private_nginx);
+                 abort_after tap_lines client_checks private_nginx);
 
 # the repository: this file is t/lib/Test/Srt.pm
 my $Root = Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../../..');
@@ -110,6 +110,14 @@ sub srt_location {
     }
     return "location $prefix {\n" . join('', map { "    $_ $value{$_};\n" } grep { defined $value{$_} } @names)
          . "}\n";
+}
+
+# Another location of the model an earlier srt_location serves: srt_model and srt_wait_ready
+# only (the model's settings are its first location's), then @set.
+sub srt_location_also {
+    my ($prefix, @set) = @_;
+    return srt_location($prefix, (map { $_ => undef } qw(srt_device srt_threads srt_context_length
+                                                         srt_max_total_tokens)), @set);
 }
 
 # One HTTP/1.0 exchange with the test server:
@@ -322,6 +330,22 @@ sub tap_lines {
         if (/^ok (.*)/) { Test::More::pass("$prefix: $1"); $n++ }
         elsif (/^not ok (.*)/) { Test::More::fail("$prefix: $1"); $n++ }
     }
+    return $n;
+}
+
+# Once the model behind /v1 is ready, run a client script of t/lib (python3) with @args, in
+# which {base} stands for the test server's http://127.0.0.1:PORT; it must exit 0 and report
+# exactly $want checks as "ok"/"not ok" lines, each an assertion named "$label: ...".
+#   client_checks('openai', 14, 'openai_e2e.py', '{base}/v1', 'smollm2');
+sub client_checks {
+    my ($label, $want, $script, @args) = @_;
+    wait_ready();
+    my $base = 'http://127.0.0.1:' . port();
+    s/\{base\}/$base/g for @args;
+    my @lines = `python3 $Root/t/lib/$script @args 2>&1`;
+    Test::More::is($?, 0, "$script ran") or Test::More::diag(join '', @lines);
+    my $n = tap_lines($label, @lines);
+    Test::More::ok($n == $want, "$label: all checks reported ($n)");
     return $n;
 }
 
