@@ -10,16 +10,7 @@ use Test::Srt;
 master_on();
 log_level('info');
 
-srt_defaults(timeout => 60, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-}
-EOF2
+srt_defaults(timeout => 60, config => srt_location('/v1'));
 
 run_tests();
 

@@ -46,21 +46,10 @@ sub scheduler_dies_mid_request {
     # successor loads, it is served either way (srt_wait_ready)
 }
 
-srt_defaults(timeout => 60, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 1024;
-    srt_max_running_requests 4;
-    srt_max_queued_requests 4;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-}
-location /nowait {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-}
-EOF2
+srt_defaults(timeout => 60, config => srt_location('/v1', srt_context_length => 1024,
+                                                  srt_max_running_requests => 4,
+                                                  srt_max_queued_requests => 4)
+                                     . srt_location_also('/nowait', srt_wait_ready => undef));
 
 run_tests();
 

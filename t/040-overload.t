@@ -29,19 +29,11 @@ sub fill_slots {
     die "the background requests never filled the slots";
 }
 
-srt_defaults(timeout => 60, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_running_requests 1;
-    srt_max_queued_requests 1;
-    srt_max_total_tokens 2048;
-    srt_wait_ready 60s;
-    srt_retry_after 2s;
-}
-EOF2
+# one request runs, one waits
+our @Overload = (srt_max_running_requests => 1, srt_max_queued_requests => 1, srt_max_total_tokens => 2048,
+                 srt_retry_after => '2s');
+
+srt_defaults(timeout => 60, config => srt_location('/v1', @Overload));
 
 run_tests();
 
@@ -93,18 +85,8 @@ GET /v1/health
 
 
 === TEST 4: srt_max_queued_requests 0 means that no request waits (it used to mean 16)
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_running_requests 1;
-    srt_max_queued_requests 0;
-    srt_max_total_tokens 2048;
-    srt_wait_ready 60s;
-    srt_retry_after 2s;
-}
+--- config eval
+Test::Srt::srt_location('/v1', @main::Overload, srt_max_queued_requests => 0)
 --- init
 package main;
 Test::Srt::wait_ready();

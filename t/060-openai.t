@@ -8,16 +8,8 @@ use Test::Srt;
 master_on();
 log_level('info');
 
-srt_defaults(timeout => 120, config => <<'EOF2');
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smollm2;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 2048;
-    srt_wait_ready 60s;
-}
-EOF2
+srt_defaults(timeout => 120, config => srt_location('/v1/', srt_model => '$TEST_NGINX_SRT_MODEL name=smollm2',
+                                                    srt_max_total_tokens => 2048));
 
 run_tests();
 
@@ -34,13 +26,7 @@ POST /v1/completions
 
 === TEST 2: the openai client: chat, streamed chat, completions, models, errors
 --- init
-package main;   # the real Test::Nginx evals init in its own package
-Test::Srt::wait_ready();
-my $port = server_port();
-my @lines = `python3 $FindBin::Bin/lib/openai_e2e.py http://127.0.0.1:$port/v1 smollm2 2>&1`;
-Test::More::is($?, 0, "openai_e2e.py ran") or Test::More::diag(join '', @lines);
-my $n = tap_lines('openai', @lines);
-Test::More::ok($n == 14, "openai: all checks reported ($n)");
+Test::Srt::client_checks('openai', 14, 'openai_e2e.py', '{base}/v1', 'smollm2');
 --- request
 GET /v1/models
 --- response_body_like chomp

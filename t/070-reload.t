@@ -35,16 +35,7 @@ sub reload_during_stream {
     return $pids[0];
 }
 
-srt_defaults(timeout => 90, config => <<'EOF2');
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 2048;
-    srt_wait_ready 60s;
-}
-EOF2
+srt_defaults(timeout => 90, config => srt_location('/v1/', srt_max_total_tokens => 2048));
 
 run_tests();
 

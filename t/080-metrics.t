@@ -8,15 +8,7 @@ use Test::Srt;
 master_on();
 log_level('info');
 
-srt_defaults(timeout => 60, config => <<'EOF2');
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 2048;
-    srt_wait_ready 60s;
-}
+srt_defaults(timeout => 60, config => srt_location('/v1/', srt_max_total_tokens => 2048) . <<'EOF2');
 location = /metrics {
     srt_metrics on;
 }

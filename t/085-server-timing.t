@@ -8,16 +8,7 @@ use Test::Srt;
 master_on();
 log_level('info');
 
-srt_defaults(timeout => 60, config => <<'EOF2');
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_wait_ready 60s;
-    srt_server_timing on;
-}
-EOF2
+srt_defaults(timeout => 60, config => srt_location('/v1/', srt_max_total_tokens => undef, srt_server_timing => 'on'));
 
 run_tests();
 
@@ -44,14 +35,8 @@ Server-Timing: ^srt-parse;dur=(?!0\.000)\d+\.\d{3}, srt-handoff;dur=\d+\.\d{3}, 
 
 
 === TEST 3: off by default: no timing is disclosed
---- config
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_wait_ready 60s;
-}
+--- config eval
+Test::Srt::srt_location('/v1/', srt_max_total_tokens => undef)
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 1, "temperature": 0}
@@ -72,16 +57,8 @@ POST /v1/completions
 
 
 === TEST 5: srt_scheduler_spin: requests in a row are served while the scheduler spins, and greedy output is unchanged
---- config
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_wait_ready 60s;
-    srt_scheduler_spin 2ms;
-    srt_server_timing on;
-}
+--- config eval
+Test::Srt::srt_location('/v1/', srt_max_total_tokens => undef, srt_scheduler_spin => '2ms', srt_server_timing => 'on')
 --- request eval
 ["POST /v1/completions\n" . '{"prompt": [1, 9690, 28], "max_tokens": 4, "temperature": 0}',
  "POST /v1/completions\n" . '{"prompt": [1, 9690, 28], "max_tokens": 4, "temperature": 0}',

@@ -86,17 +86,8 @@ sub admin_json {
 master_on();
 log_level('info');
 
-srt_defaults(timeout => 60, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-    srt_forward_hooks $TEST_NGINX_HOOKS_DIR/served.json;
-    srt_hooks_path $TEST_NGINX_SRT_HOOK_LIB;
-}
+srt_defaults(timeout => 60, config => srt_location('/v1', srt_forward_hooks => '$TEST_NGINX_HOOKS_DIR/served.json',
+                                                  srt_hooks_path => '$TEST_NGINX_SRT_HOOK_LIB') . <<'EOF2');
 location /admin/hooks { srt_admin on; }
 EOF2
 

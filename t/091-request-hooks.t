@@ -56,25 +56,11 @@ sub text { return (complete('/v1/completions', @_))[0] }
 
 master_on();
 
-srt_defaults(timeout => 120, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_max_running_requests 8;
-    srt_chunked_prefill_size 4;
-    srt_wait_ready 60s;
-    srt_forward_hooks $TEST_NGINX_REQHOOKS_DIR/hooks.json;
-    srt_hooks_path $TEST_NGINX_SRT_HOOK_LIB;
-    srt_request_hooks steer steer_any;
-}
-location /plain/v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_wait_ready 60s;
-}
-EOF2
+srt_defaults(timeout => 120, config => srt_location('/v1', srt_max_running_requests => 8, srt_chunked_prefill_size => 4,
+                                                   srt_forward_hooks => '$TEST_NGINX_REQHOOKS_DIR/hooks.json',
+                                                   srt_hooks_path => '$TEST_NGINX_SRT_HOOK_LIB',
+                                                   srt_request_hooks => 'steer steer_any')
+                                      . srt_location_also('/plain/v1'));
 
 run_tests();
 
@@ -199,13 +185,7 @@ qr/"cached_tokens":[1-9]/
 
 === TEST 8: the worked example of src/hooks/README.md: per-request steering from the openai client
 --- init
-package main;
-Test::Srt::wait_ready();
-my $port = server_port();
-my @lines = `python3 $FindBin::Bin/lib/steer_example.py http://127.0.0.1:$port/v1 smol 2>&1`;
-Test::More::is($?, 0, "steer_example.py ran") or Test::More::diag(join '', @lines);
-my $n = tap_lines('steer_example', @lines);
-Test::More::ok($n == 6, "steer_example: all checks reported ($n)");
+Test::Srt::client_checks('steer_example', 6, 'steer_example.py', '{base}/v1', 'smol');
 --- request eval
 "POST /v1/completions\n" . main::body()
 --- response_body_like eval

@@ -32,20 +32,10 @@ sub text {
 
 master_on();
 
-srt_defaults(timeout => 120, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-    srt_forward_hooks $TEST_NGINX_CVEC_DIR/ref.json;
-    srt_hooks_path $TEST_NGINX_SRT_HOOK_LIB;
-    srt_control_vector $TEST_NGINX_CVEC_DIR/cv.gguf scale=2 layers=3-12 name=cvec per_request;
-    srt_request_hooks cvec ref;
-}
-EOF2
+srt_defaults(timeout => 120, config => srt_location('/v1', srt_forward_hooks => '$TEST_NGINX_CVEC_DIR/ref.json',
+    srt_hooks_path => '$TEST_NGINX_SRT_HOOK_LIB',
+    srt_control_vector => '$TEST_NGINX_CVEC_DIR/cv.gguf scale=2 layers=3-12 name=cvec per_request',
+    srt_request_hooks => 'cvec ref'));
 
 run_tests();
 

@@ -25,31 +25,13 @@ BEGIN {
 
 master_on();
 
-srt_defaults(timeout => 300, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_max_running_requests 8;
-    srt_max_queued_requests 16;
-    srt_chunked_prefill_size 4;
-    srt_wait_ready 60s;
-    srt_forward_hooks $TEST_NGINX_ACT_DIR/hooks.json;
-    srt_hooks_path $TEST_NGINX_SRT_HOOK_LIB;
-    srt_max_activation_bytes 2m;
-}
-location /small/v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_wait_ready 60s;
-    srt_max_activation_bytes 8k;
-}
-location /plain/v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_wait_ready 60s;
-}
-EOF2
+srt_defaults(timeout => 300, config => srt_location('/v1', srt_max_running_requests => 8, srt_max_queued_requests => 16,
+                                                   srt_chunked_prefill_size => 4,
+                                                   srt_forward_hooks => '$TEST_NGINX_ACT_DIR/hooks.json',
+                                                   srt_hooks_path => '$TEST_NGINX_SRT_HOOK_LIB',
+                                                   srt_max_activation_bytes => '2m')
+                                      . srt_location_also('/small/v1', srt_max_activation_bytes => '8k')
+                                      . srt_location_also('/plain/v1'));
 
 run_tests();
 
@@ -57,14 +39,8 @@ __DATA__
 
 === TEST 1: returned tensors equal a forward hook's view of the module, in every form
 --- init
-package main;
-Test::Srt::wait_ready();
-my $port = server_port();
-my $b = "http://127.0.0.1:$port";
-my @lines = `python3 $FindBin::Bin/lib/activations_check.py $b/v1 smol $main::DIR/dump.jsonl $b/small/v1 $b/plain/v1 2>&1`;
-Test::More::is($?, 0, "activations_check.py ran") or Test::More::diag(join '', @lines);
-my $n = tap_lines('activations', @lines);
-Test::More::ok($n == 31, "activations: all checks reported ($n)");
+Test::Srt::client_checks('activations', 31, 'activations_check.py', '{base}/v1', 'smol', "$main::DIR/dump.jsonl",
+                         '{base}/small/v1', '{base}/plain/v1');
 --- request eval
 "POST /v1/completions\n" . JSON::PP->new->canonical->encode({ prompt => "Hi", max_tokens => 2, temperature => 0,
     return_activations => [{ module => "model.layers.0", reduce => "last", dtype => "f32" }] })
@@ -75,13 +51,7 @@ qr/"activations":\[\{"module":"model.layers.0","reduce":"last","dtype":"f32","sh
 
 === TEST 2: the worked example of src/hooks/README.md: a layer's residual stream for a set of prompts into numpy
 --- init
-package main;
-Test::Srt::wait_ready();
-my $port = server_port();
-my @lines = `python3 $FindBin::Bin/lib/residual_example.py http://127.0.0.1:$port/v1 smol 2>&1`;
-Test::More::is($?, 0, "residual_example.py ran") or Test::More::diag(join '', @lines);
-my $n = tap_lines('residual_example', @lines);
-Test::More::ok($n == 7, "residual_example: all checks reported ($n)");
+Test::Srt::client_checks('residual_example', 7, 'residual_example.py', '{base}/v1', 'smol');
 --- request eval
 "POST /v1/completions\n" . JSON::PP->new->canonical->encode({ prompt => "Hi", max_tokens => 2, temperature => 0 })
 --- response_body_like eval
@@ -118,16 +88,9 @@ location /b/v1 {
 
 
 === TEST 5: under srt_grammar_jump_forward a constrained request returning activations gets every position and its grammar
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_wait_ready 60s;
-    srt_grammar_jump_forward on;
-    srt_max_activation_bytes 2m;
-}
+--- config eval
+Test::Srt::srt_location('/v1', srt_max_total_tokens => undef, srt_grammar_jump_forward => 'on',
+                        srt_max_activation_bytes => '2m')
 --- init
 package main;
 Test::Srt::wait_ready();

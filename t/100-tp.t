@@ -42,17 +42,9 @@ sub kill_rank_mid_request {
     Test::More::like($body, qr/"message":"Generation failed: [^"]+","type":"server_error"/, "... with the reason");
 }
 
-srt_defaults(timeout => 60, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_TINY name=tiny;
-    srt_device cpu;
-    srt_threads 1;
-    srt_tp_size 2;
-    srt_context_length 2048;
-    srt_max_total_tokens 8192;
-    srt_wait_ready 60s;
-}
-EOF2
+srt_defaults(timeout => 60, config => srt_location('/v1', srt_model => '$TEST_NGINX_SRT_TINY name=tiny', srt_threads => 1,
+                                                  srt_tp_size => 2, srt_context_length => 2048,
+                                                  srt_max_total_tokens => 8192));
 
 run_tests();
 

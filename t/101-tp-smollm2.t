@@ -62,17 +62,10 @@ sub act_count { my @l = act_lines(); return scalar @l }
 master_on();
 log_level('info');
 
-srt_defaults(timeout => 120, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 1;
-    srt_tp_size 3;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 120s;
-}
-EOF2
+# three ranks on the CPU, one thread each; the group takes longer to load
+our @TP3 = (srt_threads => 1, srt_tp_size => 3, srt_wait_ready => '120s');
+
+srt_defaults(timeout => 120, config => srt_location('/v1', @TP3));
 
 run_tests();
 
@@ -108,15 +101,8 @@ POST /v1/completions
 
 
 === TEST 4: srt_tp_size 2 does not divide 3 KV heads: a clear refusal in the log, 503 for requests, no hang
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 1;
-    srt_tp_size 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-}
+--- config eval
+Test::Srt::srt_location('/v1', @main::TP3, srt_tp_size => 2, srt_wait_ready => undef)
 --- init
 package main;   # the real Test::Nginx evals init in its own package
 Test::Srt::wait_scheduler_failed("smol");
@@ -132,17 +118,8 @@ POST /v1/completions
 
 
 === TEST 5: forward hooks at tp=3: every rank loads them and sees its shard, with its rank
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 1;
-    srt_tp_size 3;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_forward_hooks $TEST_NGINX_TP_HOOKS;
-    srt_wait_ready 120s;
-}
+--- config eval
+Test::Srt::srt_location('/v1', @main::TP3, srt_forward_hooks => '$TEST_NGINX_TP_HOOKS')
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 3, "temperature": 0}
@@ -154,17 +131,8 @@ POST /v1/completions
 
 
 === TEST 6: ... the activation log has each rank's lines: q_proj 192 wide, the MLP 576 and equal on all ranks
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 1;
-    srt_tp_size 3;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_forward_hooks $TEST_NGINX_TP_HOOKS;
-    srt_wait_ready 120s;
-}
+--- config eval
+Test::Srt::srt_location('/v1', @main::TP3, srt_forward_hooks => '$TEST_NGINX_TP_HOOKS')
 --- init
 package main;   # the real Test::Nginx evals init in its own package
 my $from = -s $ENV{TEST_NGINX_TP_ACT} || 0;
@@ -197,18 +165,9 @@ GET /v1/models
 
 
 === TEST 7: srt_admin at tp=3: removing the hook removes it on every rank (no rank logs any more)
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 1;
-    srt_tp_size 3;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_forward_hooks $TEST_NGINX_TP_HOOKS;
-    srt_wait_ready 120s;
-}
-location /admin/hooks { srt_admin on; }
+--- config eval
+Test::Srt::srt_location('/v1', @main::TP3, srt_forward_hooks => '$TEST_NGINX_TP_HOOKS')
+    . "location /admin/hooks { srt_admin on; }\n"
 --- init
 package main;   # the real Test::Nginx evals init in its own package
 my $req = '{"prompt": [33, 28, 216], "max_tokens": 2, "temperature": 0}';
@@ -236,19 +195,9 @@ POST /v1/completions
 
 
 === TEST 8: return_activations at tp=3: model.layers.10's output is replicated after the all-reduces; rank 0's rows come back, byte for byte
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 1;
-    srt_tp_size 3;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_max_queued_requests 8;
-    srt_forward_hooks $TEST_NGINX_TP_DUMP_HOOKS;
-    srt_max_activation_bytes 1m;
-    srt_wait_ready 120s;
-}
+--- config eval
+Test::Srt::srt_location('/v1', @main::TP3, srt_max_queued_requests => 8,
+                        srt_forward_hooks => '$TEST_NGINX_TP_DUMP_HOOKS', srt_max_activation_bytes => '1m')
 --- init
 package main;   # the real Test::Nginx evals init in its own package
 use MIME::Base64 ();

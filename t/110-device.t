@@ -19,14 +19,8 @@ run_tests();
 __DATA__
 
 === TEST 1: srt_device cuda without a usable GPU: refused at startup with the probe's reason, 503
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cuda;
-    srt_threads 1;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-}
+--- config eval
+Test::Srt::srt_location('/v1', srt_device => 'cuda', srt_threads => 1, srt_wait_ready => undef)
 --- init
 Test::Srt::wait_scheduler_failed("smol");
 --- request
@@ -43,14 +37,8 @@ scheduler ready
 
 
 === TEST 2: srt_device auto without a usable GPU: serves on the CPU and logs why
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_threads 1;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-}
+--- config eval
+Test::Srt::srt_location('/v1', srt_device => undef, srt_threads => 1)
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
@@ -62,15 +50,8 @@ POST /v1/completions
 
 
 === TEST 3: srt_device cpu never probes the GPU
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 1;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-}
+--- config eval
+Test::Srt::srt_location('/v1', srt_threads => 1)
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}
@@ -83,15 +64,10 @@ cannot load the CUDA backend plugin
 
 
 === TEST 4: srt_device cuda with srt_tp_size 2 without a usable GPU: the rank group starts, then the probe's reason fails the model
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_TINY name=tiny;
-    srt_device cuda;
-    srt_tp_size 2;
-    srt_threads 1;
-    srt_context_length 256;
-    srt_max_total_tokens 2048;
-}
+--- config eval
+Test::Srt::srt_location('/v1', srt_model => '$TEST_NGINX_SRT_TINY name=tiny', srt_device => 'cuda', srt_tp_size => 2,
+                        srt_threads => 1, srt_context_length => 256, srt_max_total_tokens => 2048,
+                        srt_wait_ready => undef)
 --- init
 Test::Srt::wait_scheduler_failed("tiny");
 --- request
@@ -108,16 +84,8 @@ scheduler ready
 
 
 === TEST 5: srt_cuda_graph off is accepted (CPU: nothing to turn off), and serves
---- config
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_cuda_graph off;
-    srt_threads 1;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-}
+--- config eval
+Test::Srt::srt_location('/v1', srt_threads => 1, srt_cuda_graph => 'off')
 --- request
 POST /v1/completions
 {"prompt": [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28, 216, 37, 28, 216, 38, 28], "max_tokens": 12, "temperature": 0}

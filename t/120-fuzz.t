@@ -41,17 +41,7 @@ sub fuzz {
     Test::More::ok(Test::Srt::alive($worker), "the same worker process served it all");
 }
 
-srt_defaults(timeout => 120, config => <<'EOF2');
-location /v1 {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-    client_max_body_size 16k;
-}
-EOF2
+srt_defaults(timeout => 120, config => srt_location('/v1', client_max_body_size => '16k'));
 
 run_tests();
 

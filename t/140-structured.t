@@ -9,16 +9,7 @@ use Test::Srt;
 master_on();
 log_level('info');
 
-srt_defaults(timeout => 300, config => <<'EOF2');
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smollm2;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 4096;
-    srt_wait_ready 60s;
-}
-EOF2
+srt_defaults(timeout => 300, config => srt_location('/v1/', srt_model => '$TEST_NGINX_SRT_MODEL name=smollm2'));
 
 run_tests();
 
@@ -26,13 +17,7 @@ __DATA__
 
 === TEST 1: the openai client against constrained decoding
 --- init
-package main;   # the real Test::Nginx evals init in its own package
-Test::Srt::wait_ready();
-my $port = server_port();
-my @lines = `python3 $FindBin::Bin/lib/structured_e2e.py http://127.0.0.1:$port/v1 smollm2 2>&1`;
-Test::More::is($?, 0, "structured_e2e.py ran") or Test::More::diag(join '', @lines);
-my $n = tap_lines('structured', @lines);
-Test::More::ok($n == 17, "structured: all checks reported ($n)");
+Test::Srt::client_checks('structured', 17, 'structured_e2e.py', '{base}/v1', 'smollm2');
 --- request
 POST /v1/completions
 {"prompt": "The answer is", "max_tokens": 8, "temperature": 0, "regex": "[0-9]{3}"}

@@ -13,19 +13,9 @@ log_level('info');
 
 our $Dir = srt_dir();
 
-srt_defaults(timeout => 60, config => <<'EOF2');
-location /v1/ {
-    srt_model $TEST_NGINX_SRT_MODEL name=smol;
-    srt_device cpu;
-    srt_threads 2;
-    srt_context_length 512;
-    srt_max_total_tokens 2048;
-    srt_max_running_requests 1;
-    srt_wait_ready 60s;
-    srt_watchdog_timeout 2s;
-    srt_queue_timeout 1500ms;
-    srt_request_timeout 3s;
-}
+srt_defaults(timeout => 60, config => srt_location('/v1/', srt_max_total_tokens => 2048, srt_max_running_requests => 1,
+                                                   srt_watchdog_timeout => '2s', srt_queue_timeout => '1500ms',
+                                                   srt_request_timeout => '3s') . <<'EOF2');
 location = /metrics {
     srt_metrics on;
 }

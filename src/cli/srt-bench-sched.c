@@ -18,7 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <sys/stat.h>
 
 #include "srt/grammar.h"
 #include "srt/model.h"
@@ -65,23 +64,16 @@ static int trace_forward(void *self, const srt_forward_batch *b, float *logits, 
     return rc;
 }
 
-/* The schema's grammar against the model's tokenizer (a GGUF's own, or a directory's tokenizer.json). */
+/* The schema's grammar against the model's tokenizer, loaded as the server loads it. */
 static int load_schema(const char *model, const char *file, int32_t vocab, srt_tokenizer **tok,
                        srt_grammar_vocab **v, srt_grammar **g, int32_t *eos, srt_err *err)
 {
-    struct stat st;
-    char tj[4200], *text = NULL;
+    char *text = NULL;
     long n;
     FILE *f;
     int rc;
 
-    if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(tj, sizeof tj, "%s/tokenizer.json", model);
-        rc = srt_tokenizer_load_json(tj, NULL, tok, err);
-    } else {
-        rc = srt_tokenizer_from_gguf(model, tok, err);
-    }
-    if (rc != SRT_OK)
+    if ((rc = srt_tokenizer_load_model(model, NULL, 0, tok, err)) != SRT_OK)
         return rc;
     *eos = srt_tokenizer_eos_id(*tok);
     if (!(f = fopen(file, "rb")) || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||

@@ -2,8 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "srt/frontend.h"
 
@@ -24,25 +22,16 @@ static void config_tokens(const char *cfg_path, srt_frontend *fe)
 
 int srt_frontend_load(const char *model_path, const char *template_file, srt_frontend *fe, srt_err *err)
 {
-    struct stat st;
-    char tok_path[4096], cfg_path[4096];
+    char cfg_path[4096];
     char *src = NULL;
     size_t len = 0;
 
     memset(fe, 0, sizeof *fe);
     fe->tool_format = SRT_TOOLS_HERMES;
-    if (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        if (snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", model_path) >= (int)sizeof tok_path
-            || snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", model_path) >= (int)sizeof cfg_path)
-            return srt_err_set(err, "%s: path too long", model_path);
-        int have_cfg = access(cfg_path, R_OK) == 0;
-        if (srt_tokenizer_load_json(tok_path, have_cfg ? cfg_path : NULL, &fe->tok, err) != SRT_OK)
-            goto fail;
-        if (have_cfg)
-            config_tokens(cfg_path, fe);
-    } else if (srt_tokenizer_from_gguf(model_path, &fe->tok, err) != SRT_OK) {
+    if (srt_tokenizer_load_model(model_path, cfg_path, sizeof cfg_path, &fe->tok, err) != SRT_OK)
         goto fail;
-    }
+    if (cfg_path[0])
+        config_tokens(cfg_path, fe);
 
     if (fe->bos_token == NULL && srt_tokenizer_bos_token(fe->tok) && !(fe->bos_token = strdup(srt_tokenizer_bos_token(fe->tok))))
         goto oom;

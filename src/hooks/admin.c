@@ -131,20 +131,17 @@ int srt_hook_admin_apply(srt_hook_registry *reg, const char *cmd, char **body, s
     return admin_listing(reg, action, changed, body, len);
 }
 
-int srt_chan_sched_admin_serve(srt_chan *c, srt_hook_registry *reg)
+void srt_hook_admin_answer(srt_chan *c, srt_hook_registry *reg, const char *cmd)
 {
-    char cmd[SRT_CHAN_ADMIN_REQ_MAX];
     char *body = NULL;
     size_t len = 0;
-
-    if (srt_chan_sched_admin_take(c, cmd, sizeof cmd) == 0)
-        return 0;
     int status = srt_hook_admin_apply(reg, cmd, &body, &len);
+
     if (!body) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                                   "\"param\":null,\"code\":500}}";
         srt_chan_sched_admin_reply(c, 500, oom, sizeof oom - 1);
-        return 1;
+        return;
     }
     if (len > SRT_CHAN_ADMIN_RESP_MAX) {
         free(body);
@@ -153,5 +150,14 @@ int srt_chan_sched_admin_serve(srt_chan *c, srt_hook_registry *reg)
     }
     srt_chan_sched_admin_reply(c, status, body ? body : "", body ? len : 0);
     free(body);
+}
+
+int srt_chan_sched_admin_serve(srt_chan *c, srt_hook_registry *reg)
+{
+    char cmd[SRT_CHAN_ADMIN_REQ_MAX];
+
+    if (srt_chan_sched_admin_take(c, cmd, sizeof cmd) == 0)
+        return 0;
+    srt_hook_admin_answer(c, reg, cmd);
     return 1;
 }

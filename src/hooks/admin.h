@@ -20,6 +20,10 @@
  * *body is malloc'd JSON (NULL only when out of memory), *len its length. */
 int srt_hook_admin_apply(srt_hook_registry *reg, const char *cmd, char **body, size_t *len);
 
+/* Apply cmd and send its answer through c's admin mailbox (500 with an error object when out
+ * of memory or when the listing does not fit the mailbox). */
+void srt_hook_admin_answer(srt_chan *c, srt_hook_registry *reg, const char *cmd);
+
 /* Scheduler loop: answer the pending admin command, if any. Returns 1 if one was served. */
 int srt_chan_sched_admin_serve(srt_chan *c, srt_hook_registry *reg);
 

@@ -104,6 +104,16 @@ static void cv_destroy(srt_hook *hook)
     free(hook);
 }
 
+/* The tensor's name in name; whether it is a "direction.*" tensor (a longer name is not). */
+static int cv_direction_name(const srt_gguf_tensor_info *t, char name[64])
+{
+    if (t->name.len >= 64)
+        return 0;
+    memcpy(name, t->name.ptr, t->name.len);
+    name[t->name.len] = '\0';
+    return strncmp(name, "direction.", 10) == 0;
+}
+
 /* The file's directions, summed per layer (llama.cpp's common_control_vector_load_one). */
 static cvec *cv_read(const char *path, float scale, srt_err *err)
 {
@@ -125,11 +135,7 @@ static cvec *cv_read(const char *path, float scale, srt_err *err)
         char name[64], *end;
         long il;
 
-        if (t->name.len >= sizeof name)
-            continue;
-        memcpy(name, t->name.ptr, t->name.len);
-        name[t->name.len] = '\0';
-        if (strncmp(name, "direction.", 10) != 0)
+        if (!cv_direction_name(t, name))
             continue;
         il = strtol(name + 10, &end, 10);
         if (name[10] == '\0' || *end != '\0' || il < 0 || il >= CV_MAX_LAYERS) {
@@ -177,11 +183,7 @@ static cvec *cv_read(const char *path, float scale, srt_err *err)
         char name[64];
         float src;
 
-        if (t->name.len >= sizeof name)
-            continue;
-        memcpy(name, t->name.ptr, t->name.len);
-        name[t->name.len] = '\0';
-        if (strncmp(name, "direction.", 10) != 0)
+        if (!cv_direction_name(t, name))
             continue;
         int il = (int)strtol(name + 10, NULL, 10);
         const uint8_t *data = (const uint8_t *)g->file.data + g->data_offset + t->offset;

@@ -299,12 +299,6 @@ void srt_hook_host_fini(srt_hook_host_state *st)
 srt_hook *srt_hook_builtin_new(srt_hook_fwd_fn forward, void *user, void (*destroy)(srt_hook *))
 {
     srt_hook *h = calloc(1, sizeof *h);
-    if (h == NULL)
-        return NULL;
-    h->abi_version = SRT_HOOK_ABI_VERSION;
-    h->struct_size = sizeof *h;
-    h->forward = forward;
-    h->user = user;
-    h->destroy = destroy;
-    return h;
+
+    return h == NULL ? NULL : srt_hook_fill(h, NULL, forward, user, destroy);
 }

@@ -599,19 +599,27 @@ static char *dir_of(const char *path)
     return d;
 }
 
+/* The spec file at path, read and parsed into l (freed by the caller on SRT_OK). */
+static int parse_file(const char *path, srt_hook_spec_list *l, srt_err *err)
+{
+    size_t len;
+    char *text = read_file(path, &len, err);
+    int rc;
+
+    if (text == NULL)
+        return SRT_ERROR;
+    rc = srt_hook_spec_parse(text, len, path, l, err);
+    free(text);
+    return rc == SRT_OK ? SRT_OK : SRT_ERROR;
+}
+
 int srt_hook_registry_load_file(srt_hook_registry *reg, const char *path, srt_err *err)
 {
     srt_hook_spec_list l;
-    size_t len;
-    char *text, *dir;
+    char *dir;
     int rc;
 
-    text = read_file(path, &len, err);
-    if (text == NULL)
-        return SRT_ERROR;
-    rc = srt_hook_spec_parse(text, len, path, &l, err);
-    free(text);
-    if (rc != SRT_OK)
+    if (parse_file(path, &l, err) != SRT_OK)
         return SRT_ERROR;
     dir = dir_of(path);
     if (dir == NULL) {
@@ -628,16 +636,10 @@ int srt_hook_spec_check_file(const char *path, const char *search_path, srt_err 
 {
     srt_hook_spec_list l;
     srt_hook_resolved res;
-    size_t len;
-    char *text, *dir, what[512];
+    char *dir, what[512];
     int rc = SRT_OK;
 
-    text = read_file(path, &len, err);
-    if (text == NULL)
-        return SRT_ERROR;
-    rc = srt_hook_spec_parse(text, len, path, &l, err);
-    free(text);
-    if (rc != SRT_OK)
+    if (parse_file(path, &l, err) != SRT_OK)
         return SRT_ERROR;
     dir = dir_of(path);
     for (int i = 0; i < l.n && rc == SRT_OK; i++) {
@@ -657,18 +659,10 @@ int srt_hook_spec_check_file(const char *path, const char *search_path, srt_err 
 int srt_hook_spec_file_has_per_request(const char *path, const char *name, srt_err *err)
 {
     srt_hook_spec_list l;
-    size_t len;
-    char *text;
     int found = 0;
 
-    text = read_file(path, &len, err);
-    if (text == NULL)
+    if (parse_file(path, &l, err) != SRT_OK)
         return SRT_ERROR;
-    if (srt_hook_spec_parse(text, len, path, &l, err) != SRT_OK) {
-        free(text);
-        return SRT_ERROR;
-    }
-    free(text);
     for (int i = 0; i < l.n && !found; i++)
         found = l.specs[i].per_request && strcmp(l.specs[i].name, name) == 0;
     srt_hook_spec_list_free(&l);

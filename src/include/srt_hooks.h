@@ -261,6 +261,18 @@ typedef struct srt_hook {
 #define SRT_HOOK_HAS(hook, field) \
     ((hook)->struct_size >= (uint32_t)((char *)&(hook)->field - (char *)(hook)) + sizeof((hook)->field))
 
+/* Fills what every factory sets: this header's ABI version and srt_hook size, the host entries
+ * (either may be NULL), user and destroy; the device entries are cleared (set them after).
+ * Returns hook. */
+static inline srt_hook *srt_hook_fill(srt_hook *hook, srt_hook_pre_fn forward_pre, srt_hook_fwd_fn forward,
+                                      void *user, void (*destroy)(struct srt_hook *hook))
+{
+    srt_hook h = { SRT_HOOK_ABI_VERSION, (uint32_t)sizeof h, forward_pre, forward, user, destroy, NULL, NULL };
+
+    *hook = h;
+    return hook;
+}
+
 /* Services the engine offers to hook libraries. One per spec; valid until the hook's
  * destroy returns. */
 typedef struct srt_hook_host {

@@ -77,7 +77,6 @@ ngx_http_srt_handler(ngx_http_request_t *r)
     ngx_http_cleanup_t       *cln;
     ngx_http_srt_loc_conf_t  *slcf;
     ngx_http_srt_endpoint_e   ep;
-    ngx_table_elt_t          *allow;
 
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
 
@@ -99,13 +98,9 @@ ngx_http_srt_handler(ngx_http_request_t *r)
 
     if (ep == NGX_HTTP_SRT_EP_CHAT || ep == NGX_HTTP_SRT_EP_COMPLETIONS) {
         if (r->method != NGX_HTTP_POST) {
-            allow = ngx_list_push(&r->headers_out.headers);
-            if (allow == NULL) {
+            if (ngx_http_srt_add_header(r, "Allow", "POST") == NULL) {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }
-            allow->hash = 1;
-            ngx_str_set(&allow->key, "Allow");
-            ngx_str_set(&allow->value, "POST");
 
             (void) ngx_http_discard_request_body(r);
             return ngx_http_srt_send_error(r, NGX_HTTP_NOT_ALLOWED, NULL,
@@ -163,13 +158,9 @@ ngx_http_srt_handler(ngx_http_request_t *r)
     }
 
     if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) {
-        allow = ngx_list_push(&r->headers_out.headers);
-        if (allow == NULL) {
+        if (ngx_http_srt_add_header(r, "Allow", "GET, HEAD") == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-        allow->hash = 1;
-        ngx_str_set(&allow->key, "Allow");
-        ngx_str_set(&allow->value, "GET, HEAD");
 
         (void) ngx_http_discard_request_body(r);
         return ngx_http_srt_send_error(r, NGX_HTTP_NOT_ALLOWED, NULL,
@@ -830,13 +821,10 @@ ngx_http_srt_add_retry_after(ngx_http_request_t *r)
 
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_srt_module);
 
-    h = ngx_list_push(&r->headers_out.headers);
+    h = ngx_http_srt_add_header(r, "Retry-After", NULL);
     if (h == NULL) {
         return NGX_ERROR;
     }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Retry-After");
 
     h->value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
     if (h->value.data == NULL) {

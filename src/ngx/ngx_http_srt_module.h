@@ -277,6 +277,8 @@ yajl_val ngx_http_srt_member(yajl_val obj, const char *key);
 ngx_int_t ngx_http_srt_pump(ngx_http_srt_ctx_t *ctx);
 ngx_int_t ngx_http_srt_send_json(ngx_http_request_t *r, ngx_uint_t status,
     yajl_gen g);
+ngx_table_elt_t *ngx_http_srt_add_header(ngx_http_request_t *r, char *key,
+    char *value);
 void ngx_http_srt_gen_str(yajl_gen g, const char *s);
 yajl_gen_status ngx_http_srt_gen_val(yajl_gen g, yajl_val v);
 void ngx_http_srt_gen_ngx_str(yajl_gen g, ngx_str_t *s);

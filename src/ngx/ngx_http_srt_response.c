@@ -130,6 +130,37 @@ ngx_http_srt_send_json(ngx_http_request_t *r, ngx_uint_t status, yajl_gen g)
 }
 
 
+/*
+ * A response header; key and value are static strings or the request pool's
+ * (value NULL: empty, for the caller to fill).
+ */
+
+ngx_table_elt_t *
+ngx_http_srt_add_header(ngx_http_request_t *r, char *key, char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NULL;
+    }
+
+    h->hash = 1;
+    h->key.len = ngx_strlen(key);
+    h->key.data = (u_char *) key;
+
+    if (value == NULL) {
+        ngx_str_null(&h->value);
+
+    } else {
+        h->value.len = ngx_strlen(value);
+        h->value.data = (u_char *) value;
+    }
+
+    return h;
+}
+
+
 /* ---- decoding ---- */
 
 static ngx_int_t
@@ -937,7 +968,6 @@ static ngx_int_t
 ngx_http_srt_send_stream_header(ngx_http_srt_ctx_t *ctx)
 {
     ngx_int_t            rc;
-    ngx_table_elt_t     *h;
     ngx_http_request_t  *r = ctx->request;
 
     r->headers_out.status = NGX_HTTP_OK;
@@ -946,21 +976,11 @@ ngx_http_srt_send_stream_header(ngx_http_srt_ctx_t *ctx)
     r->headers_out.content_type_lowcase = NULL;
     ngx_http_clear_content_length(r);
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    if (ngx_http_srt_add_header(r, "Cache-Control", "no-cache") == NULL
+        || ngx_http_srt_add_header(r, "X-Accel-Buffering", "no") == NULL)
+    {
         return NGX_ERROR;
     }
-    h->hash = 1;
-    ngx_str_set(&h->key, "Cache-Control");
-    ngx_str_set(&h->value, "no-cache");
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-    h->hash = 1;
-    ngx_str_set(&h->key, "X-Accel-Buffering");
-    ngx_str_set(&h->value, "no");
 
     rc = ngx_http_send_header(r);
     ctx->header_sent = 1;
@@ -1022,10 +1042,12 @@ ngx_http_srt_send_chunk(ngx_http_srt_ctx_t *ctx, yajl_gen g,
 }
 
 
-/* One chunk of a parsed chat stream: open up to the delta's map, close after it. */
+/* One chunk of a stream (object "chat.completion.chunk" or "text_completion"):
+ * opened up to choice i's map. */
 
 static yajl_gen
-ngx_http_srt_delta_open(ngx_http_srt_ctx_t *ctx, ngx_uint_t i)
+ngx_http_srt_chunk_open(ngx_http_srt_ctx_t *ctx, const char *object,
+    ngx_uint_t i)
 {
     yajl_gen  g;
 
@@ -1035,12 +1057,29 @@ ngx_http_srt_delta_open(ngx_http_srt_ctx_t *ctx, ngx_uint_t i)
     }
 
     yajl_gen_map_open(g);
-    ngx_http_srt_gen_head(ctx, g, "chat.completion.chunk");
+    ngx_http_srt_gen_head(ctx, g, object);
     ngx_http_srt_gen_str(g, "choices");
     yajl_gen_array_open(g);
     yajl_gen_map_open(g);
     ngx_http_srt_gen_str(g, "index");
     yajl_gen_integer(g, (long long) i);
+
+    return g;
+}
+
+
+/* One chunk of a parsed chat stream: open up to the delta's map, close after it. */
+
+static yajl_gen
+ngx_http_srt_delta_open(ngx_http_srt_ctx_t *ctx, ngx_uint_t i)
+{
+    yajl_gen  g;
+
+    g = ngx_http_srt_chunk_open(ctx, "chat.completion.chunk", i);
+    if (g == NULL) {
+        return NULL;
+    }
+
     ngx_http_srt_gen_str(g, "delta");
     yajl_gen_map_open(g);
 
@@ -1110,6 +1149,33 @@ ngx_http_srt_gen_call_delta(ngx_http_srt_ctx_t *ctx, ngx_uint_t i, yajl_gen g,
     }
     yajl_gen_map_close(g);
     yajl_gen_map_close(g);
+}
+
+
+/*
+ * One chunk with call k's delta: its head and arguments "" (first) or its
+ * arguments so far; finish: the chunk ends the choice with its finish_reason.
+ */
+
+static ngx_int_t
+ngx_http_srt_send_call(ngx_http_srt_ctx_t *ctx, ngx_uint_t i, ngx_uint_t k,
+    ngx_flag_t first, ngx_uint_t lp_to, ngx_flag_t finish, ngx_chain_t ***last)
+{
+    yajl_gen                g;
+    ngx_http_srt_choice_t  *ch = &ctx->choices[i];
+
+    g = ngx_http_srt_delta_open(ctx, i);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_srt_gen_call_delta(ctx, i, g, k, first, 1);
+    yajl_gen_array_close(g);
+
+    return ngx_http_srt_delta_close(ctx, ch, g, lp_to,
+                                    finish ? ngx_http_srt_finish_reason(ch)
+                                           : NULL,
+                                    last);
 }
 
 
@@ -1202,36 +1268,18 @@ ngx_http_srt_stream_parsed(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
     for (k = pd->calls_sent; k < n; k++) {
         pd->calls_sent++;
 
-        g = ngx_http_srt_delta_open(ctx, i);
-        if (g == NULL) {
-            return NGX_ERROR;
-        }
-        ngx_http_srt_gen_call_delta(ctx, i, g, k, 1, 1);
-        yajl_gen_array_close(g);
-        if (ngx_http_srt_delta_close(ctx, ch, g, lp_to,
-                                     finish && k + 1 == n && tc[k].args.len == 0
-                                     ? ngx_http_srt_finish_reason(ch) : NULL,
-                                     last)
+        if (ngx_http_srt_send_call(ctx, i, k, 1, lp_to,
+                                   finish && k + 1 == n
+                                   && tc[k].args.len == 0, last)
             != NGX_OK)
         {
             return NGX_ERROR;
         }
 
-        if (tc[k].args.len == 0) {
-            continue;
-        }
-
-        g = ngx_http_srt_delta_open(ctx, i);
-        if (g == NULL) {
-            return NGX_ERROR;
-        }
-        ngx_http_srt_gen_call_delta(ctx, i, g, k, 0, 1);
-        yajl_gen_array_close(g);
-        if (ngx_http_srt_delta_close(ctx, ch, g, lp_to,
-                                     finish && k + 1 == n
-                                     ? ngx_http_srt_finish_reason(ch) : NULL,
-                                     last)
-            != NGX_OK)
+        if (tc[k].args.len > 0
+            && ngx_http_srt_send_call(ctx, i, k, 0, lp_to, finish && k + 1 == n,
+                                      last)
+               != NGX_OK)
         {
             return NGX_ERROR;
         }
@@ -1287,19 +1335,11 @@ ngx_http_srt_stream_choice(ngx_http_srt_ctx_t *ctx, ngx_uint_t i,
         return NGX_OK;
     }
 
-    g = yajl_gen_alloc(NULL);
+    g = ngx_http_srt_chunk_open(ctx, chat ? "chat.completion.chunk"
+                                          : "text_completion", i);
     if (g == NULL) {
         return NGX_ERROR;
     }
-
-    yajl_gen_map_open(g);
-    ngx_http_srt_gen_head(ctx, g, chat ? "chat.completion.chunk"
-                                       : "text_completion");
-    ngx_http_srt_gen_str(g, "choices");
-    yajl_gen_array_open(g);
-    yajl_gen_map_open(g);
-    ngx_http_srt_gen_str(g, "index");
-    yajl_gen_integer(g, (long long) i);
 
     if (chat) {
         ngx_http_srt_gen_str(g, "delta");
@@ -1461,7 +1501,7 @@ ngx_http_srt_server_timing(ngx_http_srt_ctx_t *ctx)
     d[2] = ch->t_done_ns - ch->t_pop_ns;
     d[3] = ch->t_seen_ns - ch->t_done_ns;
 
-    h = ngx_list_push(&ctx->request->headers_out.headers);
+    h = ngx_http_srt_add_header(ctx->request, "Server-Timing", NULL);
     if (h == NULL) {
         return NGX_ERROR;
     }
@@ -1472,8 +1512,6 @@ ngx_http_srt_server_timing(ngx_http_srt_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    h->hash = 1;
-    ngx_str_set(&h->key, "Server-Timing");
     h->value.data = p;
 
     for (i = 0; i < 4; i++) {

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "sched/grammar_cache.h"
 #include "srt/tokenizer.h"
@@ -88,9 +87,7 @@ grammar_cache_free(grammar_cache *gc)
 static int
 load_vocab(grammar_cache *gc, srt_err *err)
 {
-    struct stat  st;
-    char         tj[4096], tc[4096];
-    int          rc;
+    int  rc;
 
     if (gc->vocab) {
         return SRT_OK;
@@ -98,13 +95,8 @@ load_vocab(grammar_cache *gc, srt_err *err)
     if (gc->load_failed) {
         return srt_err_set(err, "%s", gc->load_err);
     }
-    if (stat(gc->model_path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(tj, sizeof(tj), "%s/tokenizer.json", gc->model_path);
-        snprintf(tc, sizeof(tc), "%s/tokenizer_config.json", gc->model_path);
-        rc = srt_tokenizer_load_json(tj, stat(tc, &st) == 0 ? tc : NULL, &gc->tok, err);
-    } else {
-        rc = srt_tokenizer_from_gguf(gc->model_path, &gc->tok, err);
-    }
+    /* the front's tokenizer: the same files, so the same ids */
+    rc = srt_tokenizer_load_model(gc->model_path, NULL, 0, &gc->tok, err);
     if (rc == SRT_OK) {
         rc = srt_grammar_vocab_from_tokenizer(gc->tok, (size_t) gc->vocab_size, gc->eos,
                                               (size_t) gc->n_eos, &gc->vocab, err);

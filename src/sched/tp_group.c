@@ -562,10 +562,7 @@ void srt_tp_group_request_end(srt_tp_group *g, srt_hook_registry *reg, uint64_t 
 int srt_tp_group_admin_serve(srt_tp_group *g, srt_chan *c, srt_hook_registry *reg)
 {
     char cmd[SRT_CHAN_ADMIN_REQ_MAX];
-    char *body = NULL;
-    size_t len = 0;
     srt_err err;
-    int status;
 
     size_t n = srt_chan_sched_admin_take(c, cmd, sizeof cmd);
     if (n == 0)
@@ -582,20 +579,6 @@ int srt_tp_group_admin_serve(srt_tp_group *g, srt_chan *c, srt_hook_registry *re
         srt_chan_sched_admin_reply(c, 503, down, sizeof down - 1);
         return 1;
     }
-    status = srt_hook_admin_apply(reg, cmd, &body, &len);
-    if (!body) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                                  "\"param\":null,\"code\":500}}";
-        srt_chan_sched_admin_reply(c, 500, oom, sizeof oom - 1);
-        return 1;
-    }
-    if (len > SRT_CHAN_ADMIN_RESP_MAX) {
-        static const char big[] = "{\"error\":{\"message\":\"the hook listing is too large\","
-                                  "\"type\":\"server_error\",\"param\":null,\"code\":500}}";
-        srt_chan_sched_admin_reply(c, 500, big, sizeof big - 1);
-    } else {
-        srt_chan_sched_admin_reply(c, status, body, len);
-    }
-    free(body);
+    srt_hook_admin_answer(c, reg, cmd);
     return 1;
 }

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tok/tok_internal.h"
 
@@ -1137,3 +1139,23 @@ const char *srt_tokenizer_bos_token(const srt_tokenizer *t) { return t->bos_str;
 const char *srt_tokenizer_eos_token(const srt_tokenizer *t) { return t->eos_str; }
 int srt_tokenizer_adds_bos(const srt_tokenizer *t) { return t->adds_bos; }
 const char *srt_tokenizer_chat_template(const srt_tokenizer *t) { return t->chat_template; }
+
+int srt_tokenizer_load_model(const char *model_path, char *config_path, size_t cap, srt_tokenizer **out,
+                             srt_err *err)
+{
+    struct stat st;
+    char tok_path[4096], cfg_path[4096];
+
+    if (config_path && cap)
+        config_path[0] = '\0';
+    if (stat(model_path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return srt_tokenizer_from_gguf(model_path, out, err);
+    if (snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", model_path) >= (int)sizeof tok_path
+        || snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", model_path) >= (int)sizeof cfg_path)
+        return srt_err_set(err, "%s: path too long", model_path);
+    if (access(cfg_path, R_OK) != 0)
+        return srt_tokenizer_load_json(tok_path, NULL, out, err);
+    if (config_path && snprintf(config_path, cap, "%s", cfg_path) >= (int)cap)
+        return srt_err_set(err, "%s: path too long", model_path);
+    return srt_tokenizer_load_json(tok_path, cfg_path, out, err);
+}

@@ -3,6 +3,7 @@
 #define SRT_TAP_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -41,6 +42,17 @@ static int tap_done(void)
 {
     printf("1..%d\n", tap_count);
     return tap_failed ? 1 : 0;
+}
+
+/* Test data from a fixed seed (xorshift64): the same sequence on every run. */
+static uint64_t tap_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t tap_rand(void) __attribute__((unused));
+static uint32_t tap_rand(void)
+{
+    tap_rng ^= tap_rng << 13;
+    tap_rng ^= tap_rng >> 7;
+    tap_rng ^= tap_rng << 17;
+    return (uint32_t)(tap_rng >> 11);
 }
 
 #define ok(cond, ...) tap_ok(!!(cond), __VA_ARGS__)

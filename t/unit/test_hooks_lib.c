@@ -132,12 +132,7 @@ srt_hook *th_factory(const char *config_json, const srt_hook_host *host)
     host->config_bool(host, "fail", &u->fail);
     host->config_bool(host, "replace", &u->replace);
     note("factory:%s:%s;", u->tag, config_json);
-    h->abi_version = SRT_HOOK_ABI_VERSION;
-    h->struct_size = sizeof *h;
-    h->forward_pre = th_pre;
-    h->forward = th_fwd;
-    h->user = u;
-    h->destroy = th_destroy;
+    srt_hook_fill(h, th_pre, th_fwd, u, th_destroy);
     created++;
     return h;
 }

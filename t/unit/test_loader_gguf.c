@@ -20,51 +20,28 @@ static int precise;
 /* prefill of 7 tokens, then 3 decode steps: 4 rows of logits */
 static int run_logits(const char *path, float *out, int vocab, char *msg)
 {
-    srt_model *m = NULL;
-    srt_runner *r = NULL;
-    srt_kv_pool *kv = NULL;
-    srt_err err = { { 0 } };
-    int rc = SRT_ERROR;
+    tw_run t;
     int32_t ids[10] = { 1, 17, 33, 5, 80, 2, 64, 9, 41, 77 }, pos[10], slots[10], start[2], len;
     for (int i = 0; i < 10; i++)
         pos[i] = i, slots[i] = 9 - i;
     const int32_t *ss[1] = { slots };
-    if (srt_model_load(path, &m, &err) != SRT_OK)
-        goto out;
     srt_runner_opts o = { .max_batch_tokens = 16, .max_seqs = 2, .n_threads = 2, .precise_matmul = precise };
-    if (srt_runner_create(m, &o, &r, &err) != SRT_OK ||
-        srt_kv_pool_create(srt_model_config_of(m), 10, SRT_F32, &kv, &err) != SRT_OK)
-        goto out;
+    if (tw_run_open(&t, path, &o, 10) != SRT_OK)
+        return tw_run_close(&t, SRT_ERROR, msg);
     start[0] = 0, start[1] = 7, len = 7;
     srt_forward_batch b = { .n_tokens = 7, .token_ids = ids, .positions = pos, .out_slots = slots, .n_seqs = 1,
                             .seq_start = start, .seq_len = &len, .seq_slots = ss };
-    if (srt_runner_forward(r, kv, &b, out, &err) != SRT_OK)
-        goto out;
+    if (srt_runner_forward(t.r, t.kv, &b, out, &t.err) != SRT_OK)
+        return tw_run_close(&t, SRT_ERROR, msg);
     for (int s = 0; s < 3; s++) {
         start[1] = 1, len = 8 + s;
         srt_forward_batch d = { .n_tokens = 1, .token_ids = ids + 7 + s, .positions = pos + 7 + s,
                                 .out_slots = slots + 7 + s, .n_seqs = 1, .seq_start = start, .seq_len = &len,
                                 .seq_slots = ss, .forward_mode = SRT_FORWARD_DECODE };
-        if (srt_runner_forward(r, kv, &d, out + (size_t)(s + 1) * vocab, &err) != SRT_OK)
-            goto out;
+        if (srt_runner_forward(t.r, t.kv, &d, out + (size_t)(s + 1) * vocab, &t.err) != SRT_OK)
+            return tw_run_close(&t, SRT_ERROR, msg);
     }
-    rc = SRT_OK;
-out:
-    if (msg)
-        snprintf(msg, 1024, "%s", err.msg);
-    srt_kv_pool_free(kv);
-    srt_runner_free(r);
-    srt_model_free(m);
-    return rc;
-}
-
-static double max_diff(const float *a, const float *b, int n)
-{
-    double d = 0;
-    for (int i = 0; i < n; i++)
-        if (fabs((double)a[i] - b[i]) > d || isnan(a[i]) || isnan(b[i]))
-            d = isnan(a[i]) || isnan(b[i]) ? INFINITY : fabs((double)a[i] - b[i]);
-    return d;
+    return tw_run_close(&t, SRT_OK, msg);
 }
 
 static unsigned char *slurp(const char *p, long *n)
@@ -128,15 +105,15 @@ static void equivalence(const char *arch)
     int rb = run_logits(gg, b, V, msg);
     if (rb != SRT_OK)
         tap_diag("%s", msg);
-    double d = max_diff(a, b, 4 * V);
+    double d = tw_max_diff(a, b, 4 * V);
     ok(ra == SRT_OK && rb == SRT_OK && d < 1e-4,
        "%s: GGUF%s and safetensors of the same weights give the same logits (max diff %.2g)", arch,
        is_llama ? " (q/k permuted by the converter)" : "", d);
     if (is_llama) {
         /* the un-permutation is what makes them equal: a GGUF written in HF row order differs */
         int rc = run_logits(gg_plain, b, V, msg);
-        ok(rc == SRT_OK && max_diff(a, b, 4 * V) > 1e-3,
-           "llama: a GGUF whose q/k rows were not permuted gives different logits (diff %.3g)", max_diff(a, b, 4 * V));
+        ok(rc == SRT_OK && tw_max_diff(a, b, 4 * V) > 1e-3,
+           "llama: a GGUF whose q/k rows were not permuted gives different logits (diff %.3g)", tw_max_diff(a, b, 4 * V));
         /* srt_model_weight exposes the HF row order */
         srt_model *mm = NULL;
         srt_err err;
@@ -215,14 +192,14 @@ static void quantized_model(void)
     precise = 0;
     if (rb2 != SRT_OK)
         tap_diag("%s", msg);
-    double d = max_diff(a, b, 4 * V), scale = 0;
+    double d = tw_max_diff(a, b, 4 * V), scale = 0;
     for (int i = 0; i < 4 * V; i++)
         scale = fabs(a[i]) > scale ? fabs(a[i]) : scale;
     ok(ra == SRT_OK && rb2 == SRT_OK && d < 1e-4 * (scale > 1 ? scale : 1),
        "GGUF with Q4_K/Q6_K/Q8_0/Q4_0/Q4_1/F16/BF16 weights (%d/%d/%d/%d/%d/%d/%d tensors) == F32 of their dequantized values (diff %.2g, logits up to %.3g)",
        used[0], used[1], used[2], used[3], used[4], used[5], used[6], d, scale);
     int rc = run_logits(gg, b, V, msg);
-    d = max_diff(a, b, 4 * V);
+    d = tw_max_diff(a, b, 4 * V);
     ok(rc == SRT_OK && d < 0.05 * (scale > 1 ? scale : 1), "the same on the fast path (8-bit activations): diff %.3g", d);
     free(a);
     free(b);
@@ -262,10 +239,10 @@ static void llama3_rope(void)
     int V = m.vocab;
     float *a = calloc((size_t)4 * V, sizeof(float)), *b = calloc((size_t)4 * V, sizeof(float));
     int ra = run_logits(dir, a, V, msg), rb = run_logits(gg, b, V, msg);
-    double d = max_diff(a, b, 4 * V);
+    double d = tw_max_diff(a, b, 4 * V);
     ok(ra == SRT_OK && rb == SRT_OK && d < 1e-4, "llama3 rope: GGUF rope_freqs.weight == HF rope_scaling (diff %.2g)", d);
     rb = run_logits(gg_none, b, V, msg);
-    d = max_diff(a, b, 4 * V);
+    d = tw_max_diff(a, b, 4 * V);
     ok(rb == SRT_OK && d > 1e-3, "without rope_freqs.weight the logits differ (diff %.3g): the scaling is applied", d);
     free(a);
     free(b);

@@ -16,41 +16,16 @@ static char tmpdir[256];
 
 static int logits_of(const char *path, float *out, char *msg)
 {
-    srt_model *m = NULL;
-    srt_runner *r = NULL;
-    srt_kv_pool *kv = NULL;
-    srt_err err = { { 0 } };
-    int rc = SRT_ERROR;
+    tw_run t;
     int32_t ids[6] = { 3, 50, 7, 91, 12, 1 }, pos[6] = { 0, 1, 2, 3, 4, 5 }, slots[6] = { 0, 1, 2, 3, 4, 5 };
     int32_t start[2] = { 0, 6 }, len = 6;
     const int32_t *ss[1] = { slots };
-    if (srt_model_load(path, &m, &err) != SRT_OK)
-        goto out;
     srt_runner_opts o = { .max_batch_tokens = 8, .max_seqs = 1, .n_threads = 1 };
-    if (srt_runner_create(m, &o, &r, &err) != SRT_OK ||
-        srt_kv_pool_create(srt_model_config_of(m), 8, SRT_F32, &kv, &err) != SRT_OK)
-        goto out;
+    if (tw_run_open(&t, path, &o, 8) != SRT_OK)
+        return tw_run_close(&t, SRT_ERROR, msg);
     srt_forward_batch b = { .n_tokens = 6, .token_ids = ids, .positions = pos, .out_slots = slots, .n_seqs = 1,
                             .seq_start = start, .seq_len = &len, .seq_slots = ss };
-    rc = srt_runner_forward(r, kv, &b, out, &err);
-out:
-    if (msg)
-        snprintf(msg, 1024, "%s", err.msg);
-    srt_kv_pool_free(kv);
-    srt_runner_free(r);
-    srt_model_free(m);
-    return rc;
-}
-
-static double max_diff(const float *a, const float *b, int n)
-{
-    double d = 0;
-    for (int i = 0; i < n; i++) {
-        double x = fabs((double)a[i] - b[i]);
-        if (!(x <= d))
-            d = isnan(x) ? INFINITY : x;
-    }
-    return d;
+    return tw_run_close(&t, srt_runner_forward(t.r, t.kv, &b, out, &t.err), msg);
 }
 
 static void write_file(const char *path, const void *data, size_t n)
@@ -104,8 +79,8 @@ static void formats(void)
     int rb = logits_of(d2, b, msg);
     if (rb)
         tap_diag("%s", msg);
-    ok(ra == SRT_OK && rb == SRT_OK && max_diff(a, b, 96) == 0, "3 shards through the index == one file (diff %g)",
-       max_diff(a, b, 96));
+    ok(ra == SRT_OK && rb == SRT_OK && tw_max_diff(a, b, 96) == 0, "3 shards through the index == one file (diff %g)",
+       tw_max_diff(a, b, 96));
 
     for (int k = 0; k < 2; k++) {
         const char *dt = k ? "F16" : "BF16";
@@ -133,8 +108,8 @@ static void formats(void)
         rb = logits_of(d3, b, msg);
         if (rb)
             tap_diag("%s", msg);
-        ok(ra == SRT_OK && rb == SRT_OK && max_diff(a, b, 96) < 2e-4,
-           "%s safetensors (qwen2: biases, tied embeddings) == F32 of the same values (diff %.2g)", dt, max_diff(a, b, 96));
+        ok(ra == SRT_OK && rb == SRT_OK && tw_max_diff(a, b, 96) < 2e-4,
+           "%s safetensors (qwen2: biases, tied embeddings) == F32 of the same values (diff %.2g)", dt, tw_max_diff(a, b, 96));
         tw_free(&r);
     }
     tw_free(&m);

@@ -64,27 +64,18 @@ int posix_memalign(void **p, size_t a, size_t n)
 static srt_model *model;
 static int VOC;
 
-static double maxdiff(const float *a, const float *b, int n)
-{
-    double d = 0;
-    for (int i = 0; i < n; i++) {
-        double x = fabs((double)a[i] - b[i]);
-        if (!(x <= d))
-            d = isnan(x) ? INFINITY : x;
-    }
-    return d;
-}
-
 typedef struct seqdesc {
     const int32_t *ids;   /* tokens of this step */
     int32_t n, pos0;      /* first position of this step */
     const int32_t *slots; /* slots of positions 0.. */
 } seqdesc;
 
-/* one forward step over several sequences; logits of each sequence's last token */
+/* one forward step over up to 16 sequences of 512 tokens in all; logits of each sequence's last token
+ * ([ns][voc]) */
 static int step(srt_runner *r, srt_kv_pool *kv, const seqdesc *sd, int ns, float *logits, srt_err *err)
 {
-    int32_t tok[256], pos[256], outs[256], start[17], len[16];
+    static int32_t tok[512], pos[512], outs[512];
+    int32_t start[17], len[16];
     const int32_t *ss[16];
     int t = 0;
     for (int s = 0; s < ns; s++) {
@@ -104,29 +95,6 @@ static int step(srt_runner *r, srt_kv_pool *kv, const seqdesc *sd, int ns, float
 }
 
 /* ---- bit-exact batch invariance (a token's logits are the same bits in any batch) ---- */
-
-/* one step like step(), for up to 512 tokens; logits [ns][voc] */
-static int step_big(srt_runner *r, srt_kv_pool *kv, const seqdesc *sd, int ns, float *logits, srt_err *err)
-{
-    static int32_t tok[512], pos[512], outs[512];
-    int32_t start[9], len[8];
-    const int32_t *ss[8];
-    int t = 0;
-    for (int s = 0; s < ns; s++) {
-        start[s] = t;
-        for (int i = 0; i < sd[s].n; i++, t++) {
-            tok[t] = sd[s].ids[i];
-            pos[t] = sd[s].pos0 + i;
-            outs[t] = sd[s].slots[pos[t]];
-        }
-        len[s] = sd[s].pos0 + sd[s].n;
-        ss[s] = sd[s].slots;
-    }
-    start[ns] = t;
-    srt_forward_batch b = { .n_tokens = t, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = ns,
-                            .seq_start = start, .seq_len = len, .seq_slots = ss, .forward_mode = SRT_FORWARD_MIXED };
-    return srt_runner_forward(r, kv, &b, logits, err);
-}
 
 static int same(const float *a, const float *b, int n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
 
@@ -166,13 +134,13 @@ static void bit_invariance(const char *label, srt_model *m, int precise, int L)
     float *alone = malloc(sizeof(float) * 3 * (size_t)voc);
 
     seqdesc whole = { ids, L, 0, slots[0] };
-    int rc = step_big(r, kv, &whole, 1, ref, &err);
+    int rc = step(r, kv, &whole, 1, ref, &err);
 
     /* three chunks over the cached prefix */
     int okc = rc == SRT_OK;
     for (int c = 0; c < 3; c++) {
         seqdesc ch = { ids + cuts[c], cuts[c + 1] - cuts[c], cuts[c], slots[1] };
-        okc &= step_big(r, kv, &ch, 1, got, &err) == SRT_OK;
+        okc &= step(r, kv, &ch, 1, got, &err) == SRT_OK;
     }
     ok(okc && same(ref, got, voc), "%s %s: chunked prefill (%d+%d+%d) == one prefill of %d, bit for bit", label,
        path, cuts[1], cuts[2] - cuts[1], L - cuts[2], L);
@@ -181,27 +149,27 @@ static void bit_invariance(const char *label, srt_model *m, int precise, int L)
     for (int i = 0; i < hit; i++)
         slots[2][i] = slots[0][i];
     seqdesc tail = { ids + hit, L - hit, hit, slots[2] };
-    ok(step_big(r, kv, &tail, 1, got, &err) == SRT_OK && same(ref, got, voc),
+    ok(step(r, kv, &tail, 1, got, &err) == SRT_OK && same(ref, got, voc),
        "%s %s: prefill over a cached prefix == one prefill, bit for bit", label, path);
 
     /* decode of the last position after a prefill of the others */
     seqdesc pre = { ids, L - 1, 0, slots[3] }, dec = { ids + L - 1, 1, L - 1, slots[3] };
-    ok(step_big(r, kv, &pre, 1, got, &err) == SRT_OK && step_big(r, kv, &dec, 1, got, &err) == SRT_OK &&
+    ok(step(r, kv, &pre, 1, got, &err) == SRT_OK && step(r, kv, &dec, 1, got, &err) == SRT_OK &&
        same(ref, got, voc), "%s %s: decode of a position == its logits in a prefill, bit for bit", label, path);
 
     /* mixed batch: decode for sequence 0 at L, an n_new-token prefill of a new sequence, decode
      * for sequence 1 (same tokens as 0, other slots) at L; each alone, then together */
     seqdesc a1 = { ids + L, 1, L, slots[0] }, e1 = { ids + 5, n_new, 0, slots[4] }, b1 = { ids + L, 1, L, slots[1] };
-    int okm = step_big(r, kv, &a1, 1, alone, &err) == SRT_OK &&
-              step_big(r, kv, &e1, 1, alone + voc, &err) == SRT_OK &&
-              step_big(r, kv, &b1, 1, alone + 2 * (size_t)voc, &err) == SRT_OK;
+    int okm = step(r, kv, &a1, 1, alone, &err) == SRT_OK &&
+              step(r, kv, &e1, 1, alone + voc, &err) == SRT_OK &&
+              step(r, kv, &b1, 1, alone + 2 * (size_t)voc, &err) == SRT_OK;
     seqdesc mix[3] = { a1, e1, b1 };
-    okm &= step_big(r, kv, mix, 3, got, &err) == SRT_OK;
+    okm &= step(r, kv, mix, 3, got, &err) == SRT_OK;
     ok(okm && same(alone, got, voc) && same(alone + voc, got + voc, voc) &&
        same(alone + 2 * (size_t)voc, got + 2 * (size_t)voc, voc) && same(alone, alone + 2 * (size_t)voc, voc),
        "%s %s: mixed batch (decode + %d-token prefill + decode) == each alone, bit for bit", label, path, n_new);
     seqdesc mix2[2] = { e1, a1 };
-    okm = step_big(r, kv, mix2, 2, got, &err) == SRT_OK;
+    okm = step(r, kv, mix2, 2, got, &err) == SRT_OK;
     ok(okm && same(alone + voc, got, voc) && same(alone, got + voc, voc),
        "%s %s: the same sequences in another order and batch, bit for bit", label, path);
     free(ref);
@@ -250,15 +218,15 @@ int main(void)
         seqdesc ch = { ids + c0, c0 + 16 <= 40 ? 16 : 40 - c0, c0, slotsB };
         okc &= step(r, kv, &ch, 1, got, &err) == SRT_OK;
     }
-    ok(okc && maxdiff(ref, got, VOC) < 1e-4, "chunked prefill (16+16+8) over a cached prefix == one prefill (diff %.2g)",
-       maxdiff(ref, got, VOC));
+    ok(okc && tw_max_diff(ref, got, VOC) < 1e-4, "chunked prefill (16+16+8) over a cached prefix == one prefill (diff %.2g)",
+       tw_max_diff(ref, got, VOC));
 
     /* radix sharing: C reuses A's slots for positions 0..29, then prefills its own 30..39 */
     for (int i = 0; i < 30; i++)
         slotsC[i] = slotsA[i];
     seqdesc tail = { ids + 30, 10, 30, slotsC };
     int rct = step(r, kv, &tail, 1, got, &err);
-    double dt = maxdiff(ref, got, VOC);
+    double dt = tw_max_diff(ref, got, VOC);
     ok(rct == SRT_OK && dt < 1e-4, "a sequence whose prefix slots are shared with another (prefix cache hit) == full prefill (diff %.2g)",
        dt);
 
@@ -272,8 +240,8 @@ int main(void)
               step(r, kv, &b1, 1, alone[2], &err) == SRT_OK;
     seqdesc mix[3] = { a1, d1, b1 };
     okm &= step(r, kv, mix, 3, got, &err) == SRT_OK;
-    ok(okm && maxdiff(alone[0], got, VOC) < 1e-4 && maxdiff(alone[1], got + VOC, VOC) < 1e-4 &&
-       maxdiff(alone[2], got + 2 * VOC, VOC) < 1e-4,
+    ok(okm && tw_max_diff(alone[0], got, VOC) < 1e-4 && tw_max_diff(alone[1], got + VOC, VOC) < 1e-4 &&
+       tw_max_diff(alone[2], got + 2 * VOC, VOC) < 1e-4,
        "mixed batch (decode + prefill chunk + decode) == each sequence alone");
 
     /* logit_rows: logits of token 9 of a prefill == last-token logits of a 10-token prefill */
@@ -289,13 +257,13 @@ int main(void)
         float ten[96];
         seqdesc p10 = { ids, 10, 0, slotsC };
         int okr = srt_runner_forward(r, kv, &b, got, &err) == SRT_OK && step(r, kv, &p10, 1, ten, &err) == SRT_OK;
-        ok(okr && maxdiff(ten, got, VOC) < 1e-4 && maxdiff(ref, got + VOC, VOC) < 1e-4, "logit_rows give any token's logits");
+        ok(okr && tw_max_diff(ten, got, VOC) < 1e-4 && tw_max_diff(ref, got + VOC, VOC) < 1e-4, "logit_rows give any token's logits");
     }
 
     /* F16 KV */
     seqdesc one16 = { ids, 40, 0, slotsA };
     int rc16 = step(r, kv16, &one16, 1, got, &err);
-    double d16 = maxdiff(ref, got, VOC);
+    double d16 = tw_max_diff(ref, got, VOC);
     ok(rc16 == SRT_OK && d16 < 2e-2 && d16 > 0, "F16 KV pool: logits within 2e-2 of F32 (diff %.2g)", d16);
 
     /* slow path: every module has a (hook-less) hooks block, so all go through srt_hooks_dispatch */
@@ -312,7 +280,7 @@ int main(void)
             mods[i].hooks = NULL;
         ok(rc == SRT_OK && memcmp(ref, got, VOC * sizeof(float)) == 0,
            "dispatch through the hook engine on every module (unfused act_fn) == fast path, bit for bit (diff %.2g)",
-           maxdiff(ref, got, VOC));
+           tw_max_diff(ref, got, VOC));
     }
 
     /* decode over a long context: attention splits the keys across threads (and merges);
@@ -342,7 +310,7 @@ int main(void)
                                  .n_seqs = 1, .seq_start = st, .seq_len = &len2, .seq_slots = ss2,
                                  .n_logit_rows = 1, .logit_rows = rows2 };
         okl &= srt_runner_forward(r, big, &b2, whole, &err) == SRT_OK;
-        double dl = maxdiff(split, whole, VOC);
+        double dl = tw_max_diff(split, whole, VOC);
         ok(okl && dl < 1e-4, "decode over 641 keys (keys split across threads) == the same token in a 2-token step (diff %.2g)", dl);
         srt_kv_pool_free(big);
     }

@@ -269,17 +269,6 @@ static int run_ranks(const char *path, int size, int n_prompt, const int32_t *id
     return all ? SRT_OK : SRT_ERROR;
 }
 
-static double maxdiff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = fabs((double)a[i] - b[i]);
-        if (!(x <= d))
-            d = isnan(x) ? INFINITY : x;
-    }
-    return d;
-}
-
 static void check(const char *label, const char *path, int size, int n_prompt, const int32_t *ids, double tol)
 {
     srt_model *m = NULL;
@@ -318,7 +307,7 @@ static void check(const char *label, const char *path, int size, int n_prompt, c
         rank_buf rk = block(shared, k, V);
         const probe *p = rk.pr;
         int64_t lo = k * vp, n = V - lo < vp ? V - lo : vp;
-        double d = maxdiff(ref.logits, rk.logits, (size_t)STEPS * V);
+        double d = tw_max_diff(ref.logits, rk.logits, (size_t)STEPS * V);
         worst = d > worst ? d : worst;
         same &= memcmp(r0.logits, rk.logits, (size_t)STEPS * V * sizeof(float)) == 0;
         for (int s = 0; s < STEPS; s++)
@@ -339,7 +328,7 @@ static void check(const char *label, const char *path, int size, int n_prompt, c
         for (int s = 0; s < STEPS; s++)
             memcpy(lmall + (size_t)s * V + lo, rk.lmcap + (size_t)s * V + lo, (size_t)n * sizeof(float));
     }
-    worst_hook = maxdiff(ref.logits, lmall, (size_t)STEPS * V);
+    worst_hook = tw_max_diff(ref.logits, lmall, (size_t)STEPS * V);
     ok(rc == SRT_OK && worst < tol, "%s: every rank's logits match tp=1 within %g (worst %.3g)", label, tol, worst);
     ok(rc == SRT_OK && greedy, "%s: every rank's greedy tokens = tp=1's", label);
     ok(rc == SRT_OK && same, "%s: all ranks return bit-identical logits", label);
@@ -356,23 +345,6 @@ static void check(const char *label, const char *path, int size, int n_prompt, c
     srt_model_free(m);
 }
 
-/* the writer's vocabulary changed to V rows (embedding, and lm_head when untied) */
-static void set_vocab(tw_model *tm, int V)
-{
-    tm->vocab = V;
-    for (int i = 0; i < tm->n; i++) {
-        tw_tensor *t = &tm->t[i];
-        int emb = strcmp(t->name, "model.embed_tokens.weight") == 0, lm = strcmp(t->name, "lm_head.weight") == 0;
-        if (!emb && !lm)
-            continue;
-        free(t->data);
-        t->shape[0] = V;
-        t->data = malloc((size_t)V * t->shape[1] * sizeof(float));
-        for (int64_t j = 0; j < (int64_t)V * t->shape[1]; j++)
-            t->data[j] = (emb ? 2.0f : 0.5f) * tw_rand();
-    }
-}
-
 static void writer_case(const char *label, const char *arch, int hidden, int ffn, int heads, int kv, int hd, int V,
                         int size)
 {
@@ -380,7 +352,7 @@ static void writer_case(const char *label, const char *arch, int hidden, int ffn
     tw_model tm;
     snprintf(dir, sizeof dir, "/tmp/srt_test_tp_%d_%d_%d", (int)getpid(), V, size);
     tw_make_dims(&tm, arch, 31 + size, hidden, ffn, heads, kv, hd);
-    set_vocab(&tm, V);
+    tw_set_vocab(&tm, V);
     tw_write_hf(&tm, dir, 1, "F32");
     int32_t ids[12];
     for (int i = 0; i < 12; i++)
@@ -479,7 +451,7 @@ int main(void)
         char vdir[256];
         snprintf(vdir, sizeof vdir, "/tmp/srt_test_tp_v5_%d", (int)getpid());
         tw_make_dims(&tv, "llama", 5, 64, 128, 8, 4, 8);
-        set_vocab(&tv, 5);
+        tw_set_vocab(&tv, 5);
         tw_write_hf(&tv, vdir, 1, "F32");
         m = NULL;
         if (srt_model_load(vdir, &m, &err) == SRT_OK) {

@@ -78,60 +78,72 @@ static void check(srt_tool_format f, srt_reasoning_format r, int think_open, con
            "  fed in pieces: the same (%s | %s)", esc(bytes.out, e3, sizeof e3), esc(threes.out, e4, sizeof e4));
 }
 
+/* one case: the formats, whether the prompt left <think> open, the model's text, what comes out */
+typedef struct {
+    srt_tool_format f;
+    srt_reasoning_format r;
+    int think_open;
+    const char *text, *want;
+} parse_case;
+
 int main(void)
 {
     const srt_tool_format H = SRT_TOOLS_HERMES, L = SRT_TOOLS_LLAMA3, M = SRT_TOOLS_MISTRAL;
     const srt_reasoning_format Q = SRT_REASONING_QWEN3, D = SRT_REASONING_DEEPSEEK_R1, O = SRT_REASONING_OFF;
+    const parse_case cases[] = {
+        /* no tools, no reasoning: the text byte for byte */
+        { SRT_TOOLS_OFF, O, 0, "  hello <tool_call>\n", "C[  hello <tool_call>\n]" },
+        { H, O, 0, "plain text \n", "C[plain text \n]" },
+
+        /* Hermes */
+        { H, O, 0, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+          "N[get_weather]A[{\"city\": \"Paris\"}]" },
+        { H, O, 0, "Let me look.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"}{\\\"\"}}\n</tool_call>\n"
+                   "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\nDone.",
+          "C[Let me look.]N[a]A[{\"x\": \"}{\\\"\"}]N[b]A[{}]C[Done.]" },
+        { H, O, 0, "<tool_call>{\"arguments\": {\"q\": [1, 2]}, \"name\": \"s\"}</tool_call>",
+          "N[s]A[{\"q\": [1, 2]}]" },
+        { H, O, 0, "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"q\\\": 1}\"}</tool_call>",
+          "N[s]A[{\"q\": 1}]" },
+        { H, O, 0, "I would use <tool_call>{\"nam\": 1}</tool_call> here",
+          "C[I would use <tool_call>{\"nam\": 1}</tool_call> here]" },
+        { H, O, 0, "<tool_call>not json", "C[<tool_call>not json]" },
+        { H, O, 0, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1", "N[f]A[{\"a\": 1]" },
+        { H, O, 0, "text ending in <tool_c", "C[text ending in <tool_c]" },
+        /* found by fuzz_output_parse: a block that is no call, then a call */
+        { H, O, 0, "a <tool_call>2 b <tool_call>{\"name\": \"s\"}</tool_call>",
+          "C[a <tool_call>2 b]N[s]A[{}]" },
+
+        /* Llama 3.1 JSON */
+        { L, O, 0, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+          "N[get_weather]A[{\"city\": \"Oslo\"}]" },
+        { L, O, 0, "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"k\": 2}}",
+          "N[a]A[{}]N[b]A[{\"k\": 2}]" },
+        { L, O, 0, "{not a call} and more", "C[{not a call} and more]" },
+        { L, O, 0, "The JSON {\"name\": \"x\", \"parameters\": {}} is mentioned",
+          "C[The JSON {\"name\": \"x\", \"parameters\": {}} is mentioned]" },
+
+        /* Mistral */
+        { M, O, 0, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"v\": true}}, {\"name\": \"b\", \"arguments\": {}}]",
+          "N[a]A[{\"v\": true}]N[b]A[{}]" },
+        { M, O, 0, "[{\"name\": \"a\", \"arguments\": {}}]", "N[a]A[{}]" },
+        { M, O, 0, "[1] is a citation", "C[[1] is a citation]" },
+
+        /* reasoning */
+        { H, Q, 0, "<think>\nhmm\n</think>\n\nThe answer.", "R[\nhmm\n]C[The answer.]" },
+        { H, Q, 0, "No thinking here.", "C[No thinking here.]" },
+        { H, Q, 1, "still thinking</think>\n\nok", "R[still thinking]C[ok]" },
+        { H, D, 0, "pondering</think>answer", "R[pondering]C[answer]" },
+        { H, D, 0, "<think>pondering</think>answer", "R[pondering]C[answer]" },
+        { SRT_TOOLS_OFF, D, 0, "never closed", "R[never closed]" },
+        { H, Q, 0, "<think>call it</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+          "R[call it]N[f]A[{}]" },
+        { H, Q, 0, "<think>x</think> <tool_call>\n</think>", "R[x]C[<tool_call>\n</think>]" },
+    };
     int unamb;
 
-    /* no tools, no reasoning: the text byte for byte */
-    check(SRT_TOOLS_OFF, O, 0, "  hello <tool_call>\n", "C[  hello <tool_call>\n]");
-    check(H, O, 0, "plain text \n", "C[plain text \n]");
-
-    /* Hermes */
-    check(H, O, 0, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
-          "N[get_weather]A[{\"city\": \"Paris\"}]");
-    check(H, O, 0, "Let me look.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"}{\\\"\"}}\n</tool_call>\n"
-                   "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\nDone.",
-          "C[Let me look.]N[a]A[{\"x\": \"}{\\\"\"}]N[b]A[{}]C[Done.]");
-    check(H, O, 0, "<tool_call>{\"arguments\": {\"q\": [1, 2]}, \"name\": \"s\"}</tool_call>",
-          "N[s]A[{\"q\": [1, 2]}]");
-    check(H, O, 0, "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"q\\\": 1}\"}</tool_call>",
-          "N[s]A[{\"q\": 1}]");
-    check(H, O, 0, "I would use <tool_call>{\"nam\": 1}</tool_call> here",
-          "C[I would use <tool_call>{\"nam\": 1}</tool_call> here]");
-    check(H, O, 0, "<tool_call>not json", "C[<tool_call>not json]");
-    check(H, O, 0, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1", "N[f]A[{\"a\": 1]");
-    check(H, O, 0, "text ending in <tool_c", "C[text ending in <tool_c]");
-    /* found by fuzz_output_parse: a block that is no call, then a call */
-    check(H, O, 0, "a <tool_call>2 b <tool_call>{\"name\": \"s\"}</tool_call>",
-          "C[a <tool_call>2 b]N[s]A[{}]");
-
-    /* Llama 3.1 JSON */
-    check(L, O, 0, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
-          "N[get_weather]A[{\"city\": \"Oslo\"}]");
-    check(L, O, 0, "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"k\": 2}}",
-          "N[a]A[{}]N[b]A[{\"k\": 2}]");
-    check(L, O, 0, "{not a call} and more", "C[{not a call} and more]");
-    check(L, O, 0, "The JSON {\"name\": \"x\", \"parameters\": {}} is mentioned",
-          "C[The JSON {\"name\": \"x\", \"parameters\": {}} is mentioned]");
-
-    /* Mistral */
-    check(M, O, 0, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"v\": true}}, {\"name\": \"b\", \"arguments\": {}}]",
-          "N[a]A[{\"v\": true}]N[b]A[{}]");
-    check(M, O, 0, "[{\"name\": \"a\", \"arguments\": {}}]", "N[a]A[{}]");
-    check(M, O, 0, "[1] is a citation", "C[[1] is a citation]");
-
-    /* reasoning */
-    check(H, Q, 0, "<think>\nhmm\n</think>\n\nThe answer.", "R[\nhmm\n]C[The answer.]");
-    check(H, Q, 0, "No thinking here.", "C[No thinking here.]");
-    check(H, Q, 1, "still thinking</think>\n\nok", "R[still thinking]C[ok]");
-    check(H, D, 0, "pondering</think>answer", "R[pondering]C[answer]");
-    check(H, D, 0, "<think>pondering</think>answer", "R[pondering]C[answer]");
-    check(SRT_TOOLS_OFF, D, 0, "never closed", "R[never closed]");
-    check(H, Q, 0, "<think>call it</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
-          "R[call it]N[f]A[{}]");
-    check(H, Q, 0, "<think>x</think> <tool_call>\n</think>", "R[x]C[<tool_call>\n</think>]");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check(cases[i].f, cases[i].r, cases[i].think_open, cases[i].text, cases[i].want);
 
     /* detection from the template text */
     tap_ok(srt_tool_format_detect("{{ '<tool_call>' }}", &unamb) == H && unamb, "detect: hermes");

@@ -242,23 +242,6 @@ static int run(srt_runner *r, srt_kv_pool *kv, float *out, srt_err *err)
     return srt_runner_forward(r, kv, &d, out + 2 * (size_t)VOC, err);
 }
 
-/* the writer's vocabulary changed to V rows (embedding, and lm_head when untied) */
-static void set_vocab(tw_model *tm, int V)
-{
-    tm->vocab = V;
-    for (int i = 0; i < tm->n; i++) {
-        tw_tensor *t = &tm->t[i];
-        int emb = strcmp(t->name, "model.embed_tokens.weight") == 0, lm = strcmp(t->name, "lm_head.weight") == 0;
-        if (!emb && !lm)
-            continue;
-        free(t->data);
-        t->shape[0] = V;
-        t->data = malloc((size_t)V * t->shape[1] * sizeof(float));
-        for (int64_t j = 0; j < (int64_t)V * t->shape[1]; j++)
-            t->data[j] = (emb ? 2.0f : 0.5f) * tw_rand();
-    }
-}
-
 /* What a tensor-parallel rank on the host-device backend reports. */
 typedef struct tp_report {
     int  ran, violations, n_upload, n_begin, n_gather, n_download, left;
@@ -484,7 +467,7 @@ int main(void)
     for (int ai = 0; ai < 3; ai++) {
         snprintf(dir, sizeof dir, "/tmp/srt_test_devpath_%d_%d", (int)getpid(), ai);
         tw_make(&tm, archs[ai], 40 + ai);
-        set_vocab(&tm, 97);   /* odd: the last vocab shard at tp=2 is one row short */
+        tw_set_vocab(&tm, 97);   /* odd: the last vocab shard at tp=2 is one row short */
         tw_write_hf(&tm, dir, 1, "F32");
         srt_model *m = NULL;
         if (!ok(srt_model_load(dir, &m, &err) == SRT_OK, "%s: tiny model loads", archs[ai])) {

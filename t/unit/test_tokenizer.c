@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "srt/tokenizer.h"
 #include "tap.h"
@@ -387,21 +388,28 @@ static void check_specials(void)
     srt_tokenizer_free(t);
 }
 
+/* Whether the model at path (a file or a directory) is there: when not, a failure under
+ * SRT_REQUIRE_MODELS=1, else a note that `what` was not run. */
+static int have_model(const char *path, const char *what)
+{
+    const char *req = getenv("SRT_REQUIRE_MODELS");
+
+    if (access(path, R_OK) == 0)
+        return 1;
+    if (req && !strcmp(req, "1"))
+        ok(0, "model %s is present (SRT_REQUIRE_MODELS=1); run scripts/fetch-model.sh", path);
+    else
+        tap_diag("%s not present: %s not run (set SRT_REQUIRE_MODELS=1 to fail)", path, what);
+    return 0;
+}
+
 static void check_gguf(void)
 {
     const char *dir = getenv("SRT_MODEL_DIR") ? getenv("SRT_MODEL_DIR") : ".cache/models";
     char path[1024];
     snprintf(path, sizeof(path), "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        const char *req = getenv("SRT_REQUIRE_MODELS");
-        if (req && !strcmp(req, "1"))
-            ok(0, "model %s is present (SRT_REQUIRE_MODELS=1); run scripts/fetch-model.sh", path);
-        else
-            tap_diag("%s not present: GGUF tokenizer test not run (set SRT_REQUIRE_MODELS=1 to fail)", path);
+    if (!have_model(path, "GGUF tokenizer test"))
         return;
-    }
-    fclose(f);
     srt_tokenizer *tok = NULL;
     srt_err err = {{0}};
     if (!ok(srt_tokenizer_from_gguf(path, &tok, &err) == SRT_OK, "load the SmolLM2 tokenizer from GGUF metadata"))
@@ -415,19 +423,40 @@ static void check_gguf(void)
     srt_tokenizer_free(tok);
 }
 
+/* srt_tokenizer_load_model: a model directory's tokenizer.json with its tokenizer_config.json, a
+ * GGUF's own tokenizer, and a clear error for a path that is neither. */
+static void check_load_model(void)
+{
+    const char *dir = getenv("SRT_MODEL_DIR") ? getenv("SRT_MODEL_DIR") : ".cache/models";
+    char path[1024], cfg[1024], want[1100], gguf[1024];
+    srt_tokenizer *tok = NULL;
+    srt_err err = {{0}};
+
+    snprintf(path, sizeof path, "%s/tiny-llama", dir);
+    snprintf(gguf, sizeof gguf, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    if (!have_model(path, "load_model test") || !have_model(gguf, "load_model test"))
+        return;
+    snprintf(want, sizeof want, "%s/tokenizer_config.json", path);
+    ok(srt_tokenizer_load_model(path, cfg, sizeof cfg, &tok, &err) == SRT_OK && strcmp(cfg, want) == 0
+       && srt_tokenizer_bos_token(tok) != NULL,
+       "load_model: a directory's tokenizer.json with its tokenizer_config.json (%s) %s", cfg, err.msg);
+    srt_tokenizer_free(tok);
+    tok = NULL;
+    ok(srt_tokenizer_load_model(gguf, cfg, sizeof cfg, &tok, &err) == SRT_OK && cfg[0] == '\0'
+       && srt_tokenizer_eos_id(tok) == 2, "load_model: a GGUF's own tokenizer, no config %s", err.msg);
+    srt_tokenizer_free(tok);
+    tok = NULL;
+    snprintf(path, sizeof path, "%s/no-such-model", dir);
+    ok(srt_tokenizer_load_model(path, cfg, sizeof cfg, &tok, &err) == SRT_ERROR && tok == NULL
+       && strstr(err.msg, "no-such-model"), "load_model: a missing path fails naming it: %s", err.msg);
+}
+
 /* Random text over the whole Unicode range (incl. astral, unassigned and combining code points) and
  * random id sequences: no crash, every streamed chunk is valid UTF-8, and decode(encode(x)) is x
  * (mode 1: lossless byte-level) or a fixed point of decode(encode()) (mode 0: normalizing byte-level;
  * mode 2: byte fallback) wherever no byte lacks a token (a trained byte-level vocab may lack rare lead
  * bytes, which HF drops as well). */
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
+#define rnd tap_rand
 
 /* Byte-level: does every byte of s have a token (GPT-2's byte alphabet spelling)? */
 static int all_bytes_known(const srt_tokenizer *t, const str *s)
@@ -679,5 +708,6 @@ int main(void)
     check_gguf_fixture("spm-gguf", 0);
     check_gguf_fixture("bpe-gguf", 1);
     check_gguf();
+    check_load_model();
     return tap_done();
 }

@@ -341,23 +341,6 @@ static void test_death_in_step(const char *dir)
     srt_model_free(m);
 }
 
-/* the writer's vocabulary changed to V rows (embedding and lm_head) */
-static void set_vocab(tw_model *tm, int V)
-{
-    tm->vocab = V;
-    for (int i = 0; i < tm->n; i++) {
-        tw_tensor *t = &tm->t[i];
-        int emb = strcmp(t->name, "model.embed_tokens.weight") == 0, lm = strcmp(t->name, "lm_head.weight") == 0;
-        if (!emb && !lm)
-            continue;
-        free(t->data);
-        t->shape[0] = V;
-        t->data = malloc((size_t)V * t->shape[1] * sizeof(float));
-        for (int64_t j = 0; j < (int64_t)V * t->shape[1]; j++)
-            t->data[j] = (emb ? 2.0f : 0.5f) * tw_rand();
-    }
-}
-
 int main(void)
 {
     test_wire();
@@ -366,7 +349,7 @@ int main(void)
     tw_model tm;
     snprintf(dir, sizeof dir, "/tmp/srt_test_tp_group_%d", (int)getpid());
     tw_make_dims(&tm, "llama", 47, 64, 128, 8, 4, 8);
-    set_vocab(&tm, 97);   /* vocab parallel with a short last shard at tp=2 and tp=4 */
+    tw_set_vocab(&tm, 97);   /* vocab parallel with a short last shard at tp=2 and tp=4 */
     tw_write_hf(&tm, dir, 1, "F32");
 
     srt_model *m = NULL;

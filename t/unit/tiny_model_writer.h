@@ -1,7 +1,9 @@
 /* Test helper: writes small random Llama/Qwen2/Qwen3 checkpoints as an HF directory
  * (config.json + safetensors, single or sharded) and as GGUF (llama.cpp names, q/k rows
  * permuted for llama as llama.cpp's converter does), from the same weights.
- * It records where each GGUF field lies so tests can corrupt exactly one of them. */
+ * It records where each GGUF field lies so tests can corrupt exactly one of them, and has what
+ * the tests that run the written models share: a model opened with a runner and a KV pool, and
+ * the largest difference between two rows of logits. */
 #ifndef TINY_MODEL_WRITER_H
 #define TINY_MODEL_WRITER_H
 
@@ -13,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "srt/model.h"
 
 typedef struct tw_tensor {
     char     name[128];      /* HF name */
@@ -115,6 +119,23 @@ static void tw_free(tw_model *m)
         free(m->t[i].raw);
     }
     m->n = 0;
+}
+
+/* the writer's vocabulary changed to V rows (embedding, and lm_head when untied), new random values */
+static void tw_set_vocab(tw_model *tm, int V)
+{
+    tm->vocab = V;
+    for (int i = 0; i < tm->n; i++) {
+        tw_tensor *t = &tm->t[i];
+        int emb = strcmp(t->name, "model.embed_tokens.weight") == 0, lm = strcmp(t->name, "lm_head.weight") == 0;
+        if (!emb && !lm)
+            continue;
+        free(t->data);
+        t->shape[0] = V;
+        t->data = malloc((size_t)V * t->shape[1] * sizeof(float));
+        for (int64_t j = 0; j < (int64_t)V * t->shape[1]; j++)
+            t->data[j] = (emb ? 2.0f : 0.5f) * tw_rand();
+    }
 }
 
 static int64_t tw_numel(const tw_tensor *t) { return t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0]; }
@@ -356,6 +377,48 @@ static void tw_write_gguf(const tw_model *m, const char *path, int permute, cons
     }
     lay->size = ftell(f);
     fclose(f);
+}
+
+/* ---- running what was written ---- */
+
+/* The largest |a[i] - b[i]|; infinity when either holds a NaN. */
+static double tw_max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = fabs((double)a[i] - b[i]);
+        if (!(x <= d))
+            d = isnan(x) ? INFINITY : x;
+    }
+    return d;
+}
+
+/* A model file loaded with a runner and a KV pool of kv_tokens F32 slots. */
+typedef struct tw_run {
+    srt_model *m;
+    srt_runner *r;
+    srt_kv_pool *kv;
+    srt_err err;
+} tw_run;
+
+static int tw_run_open(tw_run *t, const char *path, const srt_runner_opts *o, int kv_tokens)
+{
+    memset(t, 0, sizeof *t);
+    if (srt_model_load(path, &t->m, &t->err) != SRT_OK || srt_runner_create(t->m, o, &t->r, &t->err) != SRT_OK ||
+        srt_kv_pool_create(srt_model_config_of(t->m), kv_tokens, SRT_F32, &t->kv, &t->err) != SRT_OK)
+        return SRT_ERROR;
+    return SRT_OK;
+}
+
+/* Frees what tw_run_open made; the error, if any, goes to msg (1024 bytes, may be NULL). Returns rc. */
+static int tw_run_close(tw_run *t, int rc, char *msg)
+{
+    if (msg)
+        snprintf(msg, 1024, "%s", t->err.msg);
+    srt_kv_pool_free(t->kv);
+    srt_runner_free(t->r);
+    srt_model_free(t->m);
+    return rc;
 }
 
 #endif

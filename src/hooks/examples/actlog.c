@@ -183,13 +183,7 @@ srt_hook *srt_actlog_factory(const char *config_json, const srt_hook_host *host)
             goto fail;
         }
     }
-    hook->abi_version = SRT_HOOK_ABI_VERSION;
-    hook->struct_size = sizeof *hook;
-    hook->forward_pre = actlog_pre;
-    hook->forward = actlog_fwd;
-    hook->user = a;
-    hook->destroy = actlog_destroy;
-    return hook;
+    return srt_hook_fill(hook, actlog_pre, actlog_fwd, a, actlog_destroy);
 fail:
     free(a);
     free(hook);

@@ -152,12 +152,7 @@ srt_hook *srt_capture_factory(const char *config_json, const srt_hook_host *host
         host->log(0, "capture (spec '%s'): cannot open '%s'", host->spec_name, path);
         goto fail;
     }
-    hook->abi_version = SRT_HOOK_ABI_VERSION;
-    hook->struct_size = sizeof *hook;
-    hook->forward = capture_fwd;
-    hook->user = c;
-    hook->destroy = capture_destroy;
-    return hook;
+    return srt_hook_fill(hook, NULL, capture_fwd, c, capture_destroy);
 fail:
     free(tmp);
     if (c)

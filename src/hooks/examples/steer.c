@@ -203,13 +203,7 @@ srt_hook *srt_steer_factory(const char *config_json, const srt_hook_host *host)
     } else {
         s->n_rids = 0;
     }
-    hook->abi_version = SRT_HOOK_ABI_VERSION;
-    hook->struct_size = sizeof *hook;
-    hook->forward_pre = steer_pre;
-    hook->forward = steer_fwd;
-    hook->user = s;
-    hook->destroy = steer_destroy;
-    return hook;
+    return srt_hook_fill(hook, steer_pre, steer_fwd, s, steer_destroy);
 fail:
     free(tmp);
     if (s) {

@@ -162,12 +162,8 @@ __attribute__((visibility("default"))) srt_hook *srt_steer_cuda_factory(const ch
     free(tmp);
     s->dim = n;
     s->scale = (float)scale;
-    h->abi_version = SRT_HOOK_ABI_VERSION;
-    h->struct_size = sizeof *h;
-    h->forward = steer_host;
+    srt_hook_fill(h, NULL, steer_host, s, steer_destroy);
     h->forward_device = steer_device;
-    h->user = s;
-    h->destroy = steer_destroy;
     return h;
 }
 

@@ -32,6 +32,11 @@ SRT_API int srt_tokenizer_load_json_mem(const char *json, size_t len, const char
                                         const char *name, srt_tokenizer **out, srt_err *err);
 /* From the tokenizer.* keys of a GGUF file (tokenizer.ggml.model gpt2 or llama). */
 SRT_API int srt_tokenizer_from_gguf(const char *gguf_path, srt_tokenizer **out, srt_err *err);
+/* The tokenizer of a model path as the server serves it: a directory's tokenizer.json, with its
+ * tokenizer_config.json when that is readable, else a GGUF file's own. config_path (cap bytes; may be
+ * NULL) receives the tokenizer_config.json read, "" when none. */
+SRT_API int srt_tokenizer_load_model(const char *model_path, char *config_path, size_t cap, srt_tokenizer **out,
+                                     srt_err *err);
 SRT_API void srt_tokenizer_free(srt_tokenizer *tok);
 
 /* Encodes text[0..len) (must be valid UTF-8). Writes up to cap ids; *n_out is always the full count.

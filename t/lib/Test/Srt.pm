@@ -29,10 +29,10 @@ use File::Basename ();
 use File::Path ();
 
 our @ISA = ('Exporter');
-our @EXPORT = qw(srt_defaults srt_dir http_get http_request wait_ready wait_model_status
+our @EXPORT = qw(srt_defaults srt_location srt_location_also srt_dir http_get http_request wait_ready wait_model_status
                  wait_scheduler_failed error_log wait_log count_log scheduler_pid alive
                  master_pid child_pids kill_scheduler_after start_clients wait_clients
-                 abort_after tap_lines private_nginx);
+                 abort_after tap_lines client_checks private_nginx);
 
 # the repository: this file is t/lib/Test/Srt.pm
 my $Root = Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../../..');
@@ -87,6 +87,37 @@ sub srt_defaults {
             $block->set_value($sec, $d{$sec}) unless defined $block->$sec;
         }
     });
+}
+
+# The location most suites serve SmolLM2 from, as `--- config` text: the model named "smol"
+# on the CPU with 2 threads, a 512-token context, 4096 tokens of KV cache, requests waiting
+# 60 s for the model. @set (directive => value pairs, in order) replaces a default's value
+# (undef drops it) or adds a directive after them:
+#   srt_location('/v1/', srt_max_total_tokens => 2048, srt_server_timing => 'on')
+# `--- config eval` of a block calls it as Test::Srt::srt_location(...): the real harness
+# evals sections in a package of its own.
+my @Served = (srt_model => '$TEST_NGINX_SRT_MODEL name=smol', srt_device => 'cpu', srt_threads => 2,
+              srt_context_length => 512, srt_max_total_tokens => 4096, srt_wait_ready => '60s');
+
+sub srt_location {
+    my ($prefix, @set) = @_;
+    my (@names, %value);
+    for my $pairs (\@Served, \@set) {
+        for (my $i = 0; $i < @$pairs; $i += 2) {
+            push @names, $pairs->[$i] unless exists $value{ $pairs->[$i] };
+            $value{ $pairs->[$i] } = $pairs->[$i + 1];
+        }
+    }
+    return "location $prefix {\n" . join('', map { "    $_ $value{$_};\n" } grep { defined $value{$_} } @names)
+         . "}\n";
+}
+
+# Another location of the model an earlier srt_location serves: srt_model and srt_wait_ready
+# only (the model's settings are its first location's), then @set.
+sub srt_location_also {
+    my ($prefix, @set) = @_;
+    return srt_location($prefix, (map { $_ => undef } qw(srt_device srt_threads srt_context_length
+                                                         srt_max_total_tokens)), @set);
 }
 
 # One HTTP/1.0 exchange with the test server:
@@ -299,6 +330,22 @@ sub tap_lines {
         if (/^ok (.*)/) { Test::More::pass("$prefix: $1"); $n++ }
         elsif (/^not ok (.*)/) { Test::More::fail("$prefix: $1"); $n++ }
     }
+    return $n;
+}
+
+# Once the model behind /v1 is ready, run a client script of t/lib (python3) with @args, in
+# which {base} stands for the test server's http://127.0.0.1:PORT; it must exit 0 and report
+# exactly $want checks as "ok"/"not ok" lines, each an assertion named "$label: ...".
+#   client_checks('openai', 14, 'openai_e2e.py', '{base}/v1', 'smollm2');
+sub client_checks {
+    my ($label, $want, $script, @args) = @_;
+    wait_ready();
+    my $base = 'http://127.0.0.1:' . port();
+    s/\{base\}/$base/g for @args;
+    my @lines = `python3 $Root/t/lib/$script @args 2>&1`;
+    Test::More::is($?, 0, "$script ran") or Test::More::diag(join '', @lines);
+    my $n = tap_lines($label, @lines);
+    Test::More::ok($n == $want, "$label: all checks reported ($n)");
     return $n;
 }
 
