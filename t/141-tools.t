@@ -46,6 +46,16 @@ location /mistral/v1/ {
     srt_chat_template $TEST_NGINX_TPL_DIR/mistral-v0.3.jinja;
     srt_tool_call_parser auto;
 }
+location /dsv3/v1/ {
+    srt_model $TEST_NGINX_TINY_QWEN2 name=deepseekv3;
+    srt_chat_template $TEST_NGINX_TPL_DIR/qwen2.5.jinja;
+    srt_tool_call_parser deepseekv3;
+}
+location /pythonic/v1/ {
+    srt_model $TEST_NGINX_TINY_QWEN2 name=pythonic;
+    srt_chat_template $TEST_NGINX_TPL_DIR/qwen2.5.jinja;
+    srt_tool_call_parser pythonic;
+}
 location /think/v1/ {
     srt_model $TEST_NGINX_TINY_QWEN2 name=think;
     srt_chat_template $TEST_NGINX_TPL_DIR/qwen3.jinja;
@@ -67,13 +77,13 @@ __DATA__
 --- init
 package main;   # the real Test::Nginx evals init in its own package
 my $port = server_port();
-for my $loc (qw(hermes llama mistral think r1)) {
+for my $loc (qw(hermes llama mistral dsv3 pythonic think r1)) {
     Test::Srt::wait_ready("/$loc/v1", 120);
 }
 my @lines = `python3 $FindBin::Bin/lib/tools_e2e.py http://127.0.0.1:$port $ENV{TEST_NGINX_TINY_QWEN2} $ENV{TEST_NGINX_TPL_DIR} 2>&1`;
 Test::More::is($?, 0, "tools_e2e.py ran") or Test::More::diag(join '', @lines);
 my $n = tap_lines('tools', @lines);
-Test::More::ok($n == 30, "tools: all checks reported ($n)");
+Test::More::ok($n == 53, "tools: all checks reported ($n)");
 --- request
 GET /hermes/v1/models
 --- response_body_like chomp

@@ -6,6 +6,9 @@
 #include <sys/types.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include "srt/grammar.h"
 #include "srt/output_parse.h"
 #include "tap.h"
 
@@ -111,6 +114,68 @@ static void check_one(srt_tool_format f, const char *text, size_t want_cut, cons
            "one call: %s -> stops at %zd, %s", esc(text, e1, sizeof e1), (ssize_t)want_cut, esc(want, e2, sizeof e2));
     if (cut != want_cut || strcmp(cutw.out, want) != 0 || strcmp(whole.out, want) != 0)
         tap_diag("stopped at %zd, cut %s, whole %s", (ssize_t)cut, esc(cutw.out, e3, sizeof e3), whole.out);
+}
+
+/* srt_gbnf_prefix_rules: a schema's grammar under a prefix, with Python's literals, inside a larger one */
+static void check_prefix_rules(void)
+{
+    const char *schema = "{\"type\": \"object\", \"properties\": {\"b\": {\"type\": \"boolean\"}, "
+                         "\"n\": {\"type\": \"null\"}, \"e\": {\"enum\": [\"true\", 2]}}, "
+                         "\"required\": [\"b\", \"n\", \"e\"]}";
+    const char *bytes[257];
+    size_t lens[257];
+    uint8_t special[257];
+    char tok[256][2], *body = NULL, *pre, *pre2, *full;
+    int32_t stop = 256;
+    srt_grammar_vocab *v = NULL;
+    srt_grammar *g = NULL;
+    srt_err err;
+
+    for (int i = 0; i < 256; i++) {
+        tok[i][0] = (char)i;
+        bytes[i] = tok[i];
+        lens[i] = 1;
+        special[i] = 0;
+    }
+    bytes[256] = "</s>";
+    lens[256] = 4;
+    special[256] = 1;
+    if (srt_grammar_vocab_new(257, bytes, lens, special, &stop, 1, &v, &err) != SRT_OK
+        || srt_grammar_json_schema_to_gbnf(schema, strlen(schema), NULL, &body, &err) != SRT_OK) {
+        tap_ok(0, "prefix rules: setup: %s", err.msg);
+        return;
+    }
+    /* two pieces: the first keeps the shared rules, the second uses them */
+    pre = srt_gbnf_prefix_rules(body, "t0-p1-", SRT_GBNF_PYTHON_LITERALS | SRT_GBNF_SHARED_KEEP);
+    pre2 = srt_gbnf_prefix_rules(body, "t1-", SRT_GBNF_PYTHON_LITERALS | SRT_GBNF_SHARED_DROP);
+    full = malloc(strlen(pre) + strlen(pre2) + 64);
+    sprintf(full, "root ::= \"f(\" t0-p1-root \")\" | \"g(\" t1-root \")\"\n%s%s", pre, pre2);
+    tap_ok(strstr(pre, "t0-p1-root ::=") != NULL && strstr(pre, "\"True\"") && !strstr(pre, "\"true\"")
+           && strstr(pre, "\nbasic_string ::=") && !strstr(pre2, "basic_string ::=") && strstr(pre2, " ws "),
+           "prefix rules: root renamed, true written True, shared rules once");
+    tap_ok(srt_grammar_compile_gbnf(v, full, strlen(full), &g, &err) == SRT_OK, "prefix rules: compiles (%s)",
+           g ? "" : err.msg);
+    if (g) {
+        srt_grammar_matcher *m = srt_grammar_matcher_new(g);
+        const char *s = "f({\"b\": True, \"n\": None, \"e\": \"true\"})";
+        tap_ok(m && srt_grammar_matcher_accept_bytes(m, s, strlen(s)) && srt_grammar_matcher_can_end(m),
+               "prefix rules: Python's literals accepted, the string \"true\" kept");
+        srt_grammar_matcher_free(m);
+        m = srt_grammar_matcher_new(g);
+        tap_ok(m && !srt_grammar_matcher_accept_bytes(m, "f({\"b\": true", 13), "prefix rules: JSON's true refused");
+        srt_grammar_matcher_free(m);
+        m = srt_grammar_matcher_new(g);
+        s = "g({\"b\": False, \"n\": None, \"e\": 2})";
+        tap_ok(m && srt_grammar_matcher_accept_bytes(m, s, strlen(s)) && srt_grammar_matcher_can_end(m),
+               "prefix rules: the second piece");
+        srt_grammar_matcher_free(m);
+        srt_grammar_free(g);
+    }
+    free(full);
+    free(pre);
+    free(pre2);
+    free(body);
+    srt_grammar_vocab_free(v);
 }
 
 int main(void)
@@ -223,6 +288,8 @@ int main(void)
            "detect: pythonic (llama 3.2)");
     tap_ok(srt_prompt_think_open("<|im_start|>assistant\n<think>\n", 30) == 1
            && srt_prompt_think_open("<think>\n\n</think>\n\n", 19) == 0, "a prompt that opened <think>");
+
+    check_prefix_rules();
 
     printf("1..%d\n", tap_count);
     return tap_failed ? 1 : 0;

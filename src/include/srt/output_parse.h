@@ -102,6 +102,17 @@ SRT_API int srt_outparse_in_reasoning(const srt_outparse *p);
  * more than one. */
 SRT_API srt_tool_format srt_tool_format_detect(const char *tmpl_src, int *unambiguous);
 
+/* The GBNF text gbnf (one JSON schema's grammar, srt_grammar_json_schema_to_gbnf) with every rule name
+ * given prefix (root becomes <prefix>root), so that the grammars of several schemas can live in one
+ * tool-call grammar. Flags: PYTHON_LITERALS writes the literals true, false and null as Python's True,
+ * False and None (pythonic calls); the rules every such grammar has alike (ws, basic_*) keep their
+ * names with SHARED_KEEP (the first piece) and lose their definitions too with SHARED_DROP (the others),
+ * so that they are defined once. Returns malloc'ed text, NULL when out of memory. */
+#define SRT_GBNF_PYTHON_LITERALS 1
+#define SRT_GBNF_SHARED_KEEP     2
+#define SRT_GBNF_SHARED_DROP     4
+SRT_API char *srt_gbnf_prefix_rules(const char *gbnf, const char *prefix, int flags);
+
 /* 1 when a rendered prompt ends inside an open <think> (whitespace after the tag allowed). */
 SRT_API int srt_prompt_think_open(const char *prompt, size_t len);
 
