@@ -111,6 +111,19 @@ static int json_step(int *depth, int *in_str, int *esc, char c)
     return 0;
 }
 
+/* An arguments object at t[i] after whitespace: MATCH with *args at its '{'. */
+static int object_at(const char *t, size_t len, size_t i, size_t *args)
+{
+    while (i < len && is_ws(t[i]))
+        i++;
+    if (i >= len)
+        return PARTIAL;
+    if (t[i] != '{')
+        return NO;
+    *args = i;
+    return MATCH;
+}
+
 /* {"name": "N", "arguments"|"parameters": {  -- the form whose arguments can be passed through */
 static int match_header(const char *t, size_t len, size_t from, size_t *name, size_t *name_len, size_t *args)
 {
@@ -142,14 +155,7 @@ static int match_header(const char *t, size_t len, size_t from, size_t *name, si
     }
     if ((r = lit_at(t, len, &i, ":")) != MATCH)
         return r;
-    while (i < len && is_ws(t[i]))
-        i++;
-    if (i >= len)
-        return PARTIAL;
-    if (t[i] != '{')
-        return NO;
-    *args = i;
-    return MATCH;
+    return object_at(t, len, i, args);
 }
 
 /* End of the JSON value starting at t[i] (after whitespace), within [i, end); end when it does not close. */
@@ -271,14 +277,7 @@ static int match_ds_header(const char *t, size_t len, size_t from, size_t *name,
     *name_len = i - s;
     if ((r = lit_at(t, len, &i, "```json")) != MATCH)
         return r;
-    while (i < len && is_ws(t[i]))
-        i++;
-    if (i >= len)
-        return PARTIAL;
-    if (t[i] != '{')
-        return NO;
-    *args = i;
-    return MATCH;
+    return object_at(t, len, i, args);
 }
 
 /* ---- pythonic calls: f(k=<Python literal>, ...) ---- */
@@ -600,6 +599,25 @@ int srt_outparse_limit_reached(const srt_outparse *p, size_t *end)
             return SRT_ERROR;                                                                    \
     } while (0)
 
+/* r: the literal lit at t[i..] after whitespace (MATCH advances i); wait for more text while it may be. */
+#define LIT(i, lit)                                                                              \
+    do {                                                                                         \
+        r = lit_at(t, len, &(i), (lit));                                                         \
+        if (r == PARTIAL && !done)                                                               \
+            return SRT_OK;                                                                       \
+    } while (0)
+
+/* A block's fate from r: wait for more text, go on (MATCH), or revert it to content (the whole rest when
+ * the text ended inside it). */
+#define DECIDE(r)                                                                                \
+    do {                                                                                         \
+        if ((r) == PARTIAL && !done)                                                             \
+            return SRT_OK;                                                                       \
+        upto = (r) == PARTIAL ? len : p->pos;                                                    \
+        if ((r) != MATCH)                                                                        \
+            goto revert;                                                                         \
+    } while (0)
+
 int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_out_sink sink, void *user)
 {
     const char *tag = trigger(p->tools), *hit;
@@ -615,9 +633,7 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
                 break;
             }
             i = p->pos;
-            r = lit_at(t, len, &i, THINK_OPEN);
-            if (r == PARTIAL && !done)
-                return SRT_OK;
+            LIT(i, THINK_OPEN);
             if (r == MATCH && (p->reasoning == SRT_REASONING_DEEPSEEK_R1 || !p->think_open)) {
                 p->pos = i;
                 p->state = S_REASON;
@@ -718,22 +734,16 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
             }
             i = p->pos;
             r = lit_at(t, len, &i, "[");
-            if (r == PARTIAL && !done)
-                return SRT_OK;
-            upto = r == PARTIAL ? len : p->pos;
-            if (r != MATCH)
-                goto revert;
+            DECIDE(r);
             p->pos = i;
             p->state = p->tools == SRT_TOOLS_PYTHONIC ? S_PYCALL : S_OBJ;
             break;
 
         case S_DSCALL:
             r = match_ds_header(t, len, p->pos, &name, &name_len, &args);
-            if (r == PARTIAL && !done)
-                return SRT_OK;
-            upto = r == PARTIAL ? len : p->pos;
-            if (r != MATCH)
-                goto revert;
+            DECIDE(r);
+        pass_args:
+            /* the call's name is known: its arguments are passed through as they come */
             p->n_calls++;
             EMIT(SRT_OUT_CALL_BEGIN, name, name + name_len);
             p->pos = args;
@@ -743,11 +753,7 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
 
         case S_PYCALL:
             r = scan_py_call(t, len, p->pos, &name, &name_len, &e);
-            if (r == PARTIAL && !done)
-                return SRT_OK;
-            upto = r == PARTIAL ? len : p->pos;
-            if (r != MATCH)
-                goto revert;
+            DECIDE(r);
             {
                 char *json = NULL;
                 size_t open = name + name_len;
@@ -772,14 +778,8 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
             r = match_header(t, len, p->pos, &name, &name_len, &args);
             if (r == PARTIAL && !done)
                 return SRT_OK;
-            if (r == MATCH) {
-                p->n_calls++;
-                EMIT(SRT_OUT_CALL_BEGIN, name, name + name_len);
-                p->pos = args;
-                p->depth = p->in_str = p->esc = 0;
-                p->state = S_ARGS;
-                break;
-            }
+            if (r == MATCH)
+                goto pass_args;
             /* not the pass-through form: hold the object until it is whole */
             for (i = p->pos; i < len && is_ws(t[i]); i++)
                 ;
@@ -842,18 +842,14 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
         case S_AFTER_CALL:
             i = p->pos;
             if (p->tools == SRT_TOOLS_HERMES) {
-                r = lit_at(t, len, &i, "</tool_call>");
-                if (r == PARTIAL && !done)
-                    return SRT_OK;
+                LIT(i, "</tool_call>");
                 if (r == MATCH)
                     p->pos = i;
             } else if (p->tools == SRT_TOOLS_DEEPSEEK_V3) {
                 /* \n```<｜tool▁call▁end｜> */
-                r = lit_at(t, len, &i, "```");
+                LIT(i, "```");
                 if (r == MATCH)
-                    r = lit_at(t, len, &i, DS_CALL_END);
-                if (r == PARTIAL && !done)
-                    return SRT_OK;
+                    LIT(i, DS_CALL_END);
                 if (r == MATCH)
                     p->pos = i;
             }
@@ -865,24 +861,18 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
             }
             if (p->tools == SRT_TOOLS_DEEPSEEK_V3) {
                 i = p->pos;
-                r = lit_at(t, len, &i, DS_CALL_BEGIN);
-                if (r == PARTIAL && !done)
-                    return SRT_OK;
+                LIT(i, DS_CALL_BEGIN);
                 if (r == MATCH) {
                     p->block = p->pos;
                     p->state = S_DSCALL;
                     break;
                 }
                 i = p->pos;
-                r = lit_at(t, len, &i, DS_CALLS_END);
-                if (r == PARTIAL && !done)
-                    return SRT_OK;
+                LIT(i, DS_CALLS_END);
                 if (r == MATCH)
                     p->pos = i;
             } else if (p->tools != SRT_TOOLS_HERMES) {
-                r = lit_at(t, len, &i, p->tools == SRT_TOOLS_LLAMA3 ? ";" : ",");
-                if (r == PARTIAL && !done)
-                    return SRT_OK;
+                LIT(i, p->tools == SRT_TOOLS_LLAMA3 ? ";" : ",");
                 if (r == MATCH) {
                     p->block = p->pos;
                     p->pos = i;
@@ -893,9 +883,7 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
                     && lit_at(t, len, &i, "]") == MATCH) {
                     e = i;
                     if (p->tools == SRT_TOOLS_PYTHONIC) {
-                        r = lit_at(t, len, &e, PY_END);
-                        if (r == PARTIAL && !done)
-                            return SRT_OK;
+                        LIT(e, PY_END);
                         if (r != MATCH)
                             e = i;
                     }

@@ -1314,6 +1314,28 @@ static ngx_int_t ngx_http_srt_tools_grammar_split(ngx_http_srt_parse_t *ps,
     yajl_val tools, const char *only, ngx_flag_t parallel);
 
 
+/* tools[i]'s function name (a string, else a 400) and parameters */
+
+static ngx_int_t
+ngx_http_srt_tool_at(ngx_http_srt_parse_t *ps, yajl_val tools, size_t i,
+    yajl_val *name, yajl_val *params)
+{
+    yajl_val  fn;
+
+    fn = ngx_http_srt_member(tools->u.array.values[i], "function");
+    *name = ngx_http_srt_member(fn, "name");
+    *params = ngx_http_srt_member(fn, "parameters");
+
+    if (!YAJL_IS_STRING(*name)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                 "'tools[%uz].function.name' must be a "
+                                 "string", i);
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
     const char *only, ngx_flag_t parallel)
@@ -1321,7 +1343,7 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
     const char     *args_key, *root;
     size_t          i, len, n = 0;
     char           *gbnf, *body;
-    yajl_val        t, fn, name, params;
+    yajl_val        name, params;
     yajl_gen        g;
     srt_err         err;
     ngx_int_t       rc;
@@ -1366,16 +1388,9 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
     yajl_gen_array_open(g);
 
     for (i = 0; i < tools->u.array.len; i++) {
-        t = tools->u.array.values[i];
-        fn = ngx_http_srt_member(t, "function");
-        name = ngx_http_srt_member(fn, "name");
-        params = ngx_http_srt_member(fn, "parameters");
-
-        if (!YAJL_IS_STRING(name)) {
+        if (ngx_http_srt_tool_at(ps, tools, i, &name, &params) != NGX_OK) {
             yajl_gen_free(g);
-            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
-                                     "'tools[%uz].function.name' must be a "
-                                     "string", i);
+            return NGX_ERROR;
         }
 
         if (only && ngx_strcmp(name->u.string, only) != 0) {
@@ -1599,9 +1614,9 @@ ngx_http_srt_tools_grammar_split(ngx_http_srt_parse_t *ps, yajl_val tools,
     const char *only, ngx_flag_t parallel)
 {
     int           flags;
-    u_char        prefix[64], *text;
+    u_char        prefix[64], alt_a[64], alt_b[64], *text;
     size_t        i, j, k, n = 0;
-    yajl_val      t, fn, name, params, props, req, defs;
+    yajl_val      name, params, props, req, defs;
     ngx_flag_t    py, optional;
     ngx_array_t  *out, *rules;
 
@@ -1627,15 +1642,8 @@ ngx_http_srt_tools_grammar_split(ngx_http_srt_parse_t *ps, yajl_val tools,
     }
 
     for (i = 0; i < tools->u.array.len; i++) {
-        t = tools->u.array.values[i];
-        fn = ngx_http_srt_member(t, "function");
-        name = ngx_http_srt_member(fn, "name");
-        params = ngx_http_srt_member(fn, "parameters");
-
-        if (!YAJL_IS_STRING(name)) {
-            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
-                                     "'tools[%uz].function.name' must be a "
-                                     "string", i);
+        if (ngx_http_srt_tool_at(ps, tools, i, &name, &params) != NGX_OK) {
+            return NGX_ERROR;
         }
 
         if (only && ngx_strcmp(name->u.string, only) != 0) {
@@ -1723,24 +1731,16 @@ ngx_http_srt_tools_grammar_split(ngx_http_srt_parse_t *ps, yajl_val tools,
             }
 
             ngx_sprintf(prefix, "t%uz-p%uz-%Z", i, j);
+            ngx_sprintf(alt_b, optional ? " | t%uz-b%uz%Z" : "%Z", i, j + 1);
+            ngx_sprintf(alt_a, optional ? " | t%uz-a%uz%Z" : "%Z", i, j + 1);
             if (ngx_http_srt_gbnf_printf(rules,
                     "t%uz-v%uz ::= \"%s=\" t%uz-p%uz-root\n"
-                    "t%uz-b%uz ::= t%uz-v%uz t%uz-a%uz%s",
+                    "t%uz-b%uz ::= t%uz-v%uz t%uz-a%uz%s\n"
+                    "t%uz-a%uz ::= \", \" t%uz-v%uz t%uz-a%uz%s\n",
                     i, j, props->u.object.keys[j], i, j,
-                    i, j, i, j, i, j + 1, optional ? " | " : "\n")
+                    i, j, i, j, i, j + 1, alt_b,
+                    i, j, i, j, i, j + 1, alt_a)
                 != NGX_OK
-                || (optional
-                    && ngx_http_srt_gbnf_printf(rules, "t%uz-b%uz\n", i,
-                                                j + 1)
-                       != NGX_OK)
-                || ngx_http_srt_gbnf_printf(rules,
-                       "t%uz-a%uz ::= \", \" t%uz-v%uz t%uz-a%uz%s",
-                       i, j, i, j, i, j + 1, optional ? " | " : "\n")
-                   != NGX_OK
-                || (optional
-                    && ngx_http_srt_gbnf_printf(rules, "t%uz-a%uz\n", i,
-                                                j + 1)
-                       != NGX_OK)
                 || ngx_http_srt_schema_rules(ps, rules,
                                              props->u.object.values[j], defs,
                                              (char *) prefix, &flags)
