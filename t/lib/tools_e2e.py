@@ -5,10 +5,11 @@ reasoning_content, end to end with the official openai client; one line per chec
   tools_e2e.py BASE_URL MODEL_DIR TEMPLATE_DIR
 
 BASE_URL serves one location per template family (see t/141-tools.t): /hermes (Qwen2.5's template),
-/llama (Llama 3.1's), /mistral (Mistral v0.3's), all with srt_tool_call_parser auto, /dsv3 and /pythonic
-(Qwen2.5's template, srt_tool_call_parser deepseekv3 and pythonic: no DeepSeek V3 or pythonic Llama
-template is in the test data), /think (Qwen3's, srt_reasoning_parser qwen3) and /r1 (DeepSeek-R1's,
-srt_reasoning_parser deepseek-r1). The model is
+/llama (Llama 3.1's), /mistral (Mistral v0.3's), /dsv3 (DeepSeek-R1's, which teaches DeepSeek V3's
+format), all with srt_tool_call_parser auto, /pythonic (Qwen2.5's template, srt_tool_call_parser
+pythonic: no pythonic Llama template is in the test data), /own (tiny-qwen2-tools, whose own
+tokenizer_config.json carries Qwen2.5's template; auto), /think (Qwen3's, srt_reasoning_parser qwen3)
+and /r1 (DeepSeek-R1's, srt_reasoning_parser deepseek-r1). The model is
 tiny-qwen2 (random weights): calls are made either under tool_choice "required" (the grammar of the
 location's format) or by an SGLang `regex` that forces a known raw text, which the location's parser
 must then split (tool_choice "auto"). Prompts are compared with jinja2 configured as transformers'
@@ -51,7 +52,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 SCHEMAS = {"get_weather": WEATHER_PARAMS, "search": SEARCH_PARAMS}
 MSGS = [{"role": "user", "content": "What is the weather in Paris?"}]
 FORMATS = [("hermes", "/hermes", "qwen2.5"), ("llama3", "/llama", "llama-3.1"),
-           ("mistral", "/mistral", "mistral-v0.3"), ("deepseekv3", "/dsv3", "qwen2.5"),
+           ("mistral", "/mistral", "mistral-v0.3"), ("deepseekv3", "/dsv3", "deepseek-r1"),
            ("pythonic", "/pythonic", "qwen2.5")]
 
 # A raw call in each format, forced by a regex; the city is left to the model.
@@ -201,6 +202,9 @@ def roundtrip(fmt, loc, tpl, calls):
              "function": {"name": t.function.name, "arguments": t.function.arguments}} for t in calls]}]
     msgs += [{"role": "tool", "tool_call_id": t.id, "name": t.function.name, "content": "18 degrees"}
              for t in calls]
+    if fmt == "deepseekv3":
+        # DeepSeek's template renders calls without text where content is none (not undefined)
+        msgs[1]["content"] = None
     if fmt == "mistral":
         # Mistral's template renders an assistant turn without content only where content is undefined
         msgs = [MSGS[0], {"role": "assistant"}, {"role": "user", "content": "And now?"}] + msgs[1:]
@@ -233,6 +237,22 @@ def pythonic_names():
 
 
 guard("pythonic: an argument name Python cannot take is a 400", pythonic_names)
+
+
+def own_template():
+    # tiny-qwen2-tools' tokenizer_config.json carries Qwen2.5's template: no srt_chat_template needed
+    c = client("/own")
+    r = c.chat.completions.create(model="own", messages=MSGS, tools=TOOLS, max_tokens=120, temperature=0,
+                                  extra_body={"regex": RAW["hermes"]})
+    ch = r.choices[0]
+    calls = ch.message.tool_calls or []
+    check("own template: the model's tokenizer_config template renders the tools and teaches hermes",
+          r.usage.prompt_tokens == render_tokens("qwen2.5", MSGS, TOOLS) and ch.finish_reason == "tool_calls"
+          and len(calls) == 1 and ARGS_RE.fullmatch(calls[0].function.arguments) is not None
+          and ch.message.content == "Checking.", "%r %r" % (r.usage, ch))
+
+
+guard("own template: the model's tokenizer_config template renders the tools and teaches hermes", own_template)
 
 THINK = '<think>\nfirst [a-z]{2,6} then [a-z]{2,6}\n</think>\n\nAnswer: [a-z]{2,6}'
 THINK_CALL = ('<think>\nI call [a-z]{2,6}\n</think>\n\n<tool_call>\n\\{"name": "search", "arguments": '
