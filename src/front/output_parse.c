@@ -257,7 +257,8 @@ static int emit_parsed_call(srt_outparse *p, const char *t, size_t from, size_t 
 }
 
 /* <｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{  -- a DeepSeek V3 call up to its arguments */
-static int match_ds_header(const char *t, size_t len, size_t from, size_t *name, size_t *name_len, size_t *args)
+static int match_ds_header(const char *t, size_t len, size_t from, size_t *name, size_t *name_len,
+                           size_t *args)
 {
     size_t i = from, s;
     int r;
@@ -321,8 +322,11 @@ static size_t skip_ws(const char *t, size_t i, size_t end)
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                                                                                         : -1;
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* A Python string literal ('...' or "...", the usual escapes) at t[*i] as a JSON string. */
@@ -471,7 +475,8 @@ static int py_value(const char *t, size_t *i, size_t end, pybuf *o, int depth)
     }
     for (n = 0; n < 3; n++) {
         size_t wl = strlen(words[n][0]);
-        if (end - k >= wl && memcmp(t + k, words[n][0], wl) == 0 && (k + wl == end || !is_ident(t[k + wl], 0))) {
+        if (end - k >= wl && memcmp(t + k, words[n][0], wl) == 0
+            && (k + wl == end || !is_ident(t[k + wl], 0))) {
             pb_put(o, words[n][1], strlen(words[n][1]));
             *i = k + wl;
             return 1;
@@ -676,7 +681,8 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
                     break;
             }
             if (i < len && ((p->tools == SRT_TOOLS_LLAMA3 && t[i] == '{')
-                            || ((p->tools == SRT_TOOLS_MISTRAL || p->tools == SRT_TOOLS_PYTHONIC) && t[i] == '['))) {
+                            || ((p->tools == SRT_TOOLS_MISTRAL || p->tools == SRT_TOOLS_PYTHONIC)
+                                && t[i] == '['))) {
                 p->block = p->pos;
                 p->pos = i;
                 p->state = p->tools == SRT_TOOLS_LLAMA3 ? S_OBJ : S_TRIGGER;

@@ -191,7 +191,7 @@ typedef struct {
     ngx_uint_t                 lp_emitted;
     ngx_flag_t                 role_sent;
     struct ngx_http_srt_parsed_s  *parsed;  /* reasoning/content/calls split */
-    srt_outparse              *watch;       /* one_call: where the first call ends */
+    srt_outparse              *watch;       /* one_call: where call 1 ends */
     ngx_flag_t                 error;
     u_char                    *act;         /* returned activations: records */
     size_t                     act_len;     /* (srt_act_record + data), copied */

@@ -96,10 +96,10 @@ SRT_API int srt_outparse_in_reasoning(const srt_outparse *p);
 
 /* The tool-call format a chat template teaches, from its source: HERMES for <tool_call>, MISTRAL for
  * [TOOL_CALLS], LLAMA3 for <|python_tag|> or ipython, DEEPSEEK_V3 for <｜tool▁sep｜> with a ```json
- * fence (DeepSeek V3.1's templates have no fence and another format: not this one), PYTHONIC for
- * <|python_start|> (Llama 4) or a template that asks for "[func_name1(params_name1=params_value1"
- * (Llama 3.2's pythonic templates); *unambiguous = 0 (and HERMES) when the text names none of them or
- * more than one. */
+ * fence (DeepSeek V3's and R1's templates; V3.1's have no fence and another format: not this one),
+ * PYTHONIC for <|python_start|> (Llama 4) or a template that asks for "[func_name1(params_name1=
+ * params_value1" (Llama 3.2's pythonic templates); *unambiguous = 0 (and HERMES) when the text names
+ * none of them or more than one. */
 SRT_API srt_tool_format srt_tool_format_detect(const char *tmpl_src, int *unambiguous);
 
 /* The GBNF text gbnf (one JSON schema's grammar, srt_grammar_json_schema_to_gbnf) with every rule name
