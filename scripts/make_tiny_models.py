@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write tiny random HF checkpoints for the fast tests: tiny-llama, tiny-qwen2, tiny-qwen3.
+"""Write tiny random HF checkpoints for the fast tests: tiny-llama, tiny-qwen2, tiny-qwen3, tiny-qwen2-tools.
 
 Each lands in $SRT_MODEL_DIR/<name>/ (default <repo>/.cache/models) as a directory that HF
 transformers loads as-is: config.json, generation_config.json, safetensors weights and the
@@ -17,6 +17,9 @@ the engine has to get right:
               it (rope_parameters).
   tiny-qwen3  Qwen3ForCausalLM, F16, per-head q_norm/k_norm, head_dim 24 != hidden/heads (64/8 = 8),
               GQA 8:2, config.json as transformers 5 writes it.
+  tiny-qwen2-tools  tiny-qwen2's weights with Qwen2.5's chat template (t/fixtures/templates/qwen2.5.json,
+              the real one, which teaches Hermes tool calls) in its own tokenizer_config.json: a model
+              whose template alone decides the tool-call format (t/141-tools.t, no srt_chat_template).
 
 rms_norm_eps and rope_theta are non-default so a loader that ignores them gets wrong logits.
 
@@ -51,6 +54,7 @@ TOKENIZER_DIR = os.environ.get("SRT_TOKENIZER_DIR",
                                os.path.join(ROOT, "t", "fixtures", "tokenizers", "smollm2"))
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json"]  # required
 TOKENIZER_OPTIONAL = ["special_tokens_map.json", "chat_template.jinja"]
+TEMPLATE_DIR = os.path.join(ROOT, "t", "fixtures", "templates")
 
 VOCAB = 49152
 BOS_ID, EOS_ID = 1, 2  # <|im_start|>, <|im_end|> in the SmolLM2 tokenizer
@@ -296,6 +300,7 @@ MODELS = {
                        rms_norm_eps=3e-6, rope_theta=20000.0, tied=False,
                        qkv_bias=False, qk_norm=True, logit_std=32.0, out_gain=1.0, row_spread=0.3),
 }
+MODELS["tiny-qwen2-tools"] = dict(MODELS["tiny-qwen2"], chat_template="qwen2.5")
 
 
 def dump_json(path, obj):
@@ -353,6 +358,17 @@ def write_model(name, spec):
         src = os.path.join(TOKENIZER_DIR, f)
         if os.path.exists(src):
             shutil.copyfile(src, os.path.join(out, f))
+    if spec.get("chat_template"):
+        # the template in tokenizer_config.json, and no chat_template.jinja to take precedence
+        with open(os.path.join(TEMPLATE_DIR, spec["chat_template"] + ".json"), encoding="utf-8") as f:
+            source = json.load(f)["source"]
+        cfg_path = os.path.join(out, "tokenizer_config.json")
+        with open(cfg_path, encoding="utf-8") as f:
+            cfg = json.load(f)
+        cfg["chat_template"] = source
+        dump_json(cfg_path, cfg)
+        if os.path.exists(os.path.join(out, "chat_template.jinja")):
+            os.remove(os.path.join(out, "chat_template.jinja"))
     nparams = sum(a.size for a in w.values())
     print(f"make_tiny_models: {out}: {dtype}, {len(groups)} file(s), {nparams} parameters")
 
@@ -360,8 +376,10 @@ def write_model(name, spec):
 def inputs_digest():
     """Everything a model's files depend on: this script and the tokenizer files."""
     h = hashlib.sha256()
+    templates = sorted({s["chat_template"] for s in MODELS.values() if s.get("chat_template")})
     for path in [os.path.abspath(__file__)] + [os.path.join(TOKENIZER_DIR, f)
-                                               for f in TOKENIZER_FILES + TOKENIZER_OPTIONAL]:
+                                               for f in TOKENIZER_FILES + TOKENIZER_OPTIONAL] \
+            + [os.path.join(TEMPLATE_DIR, t + ".json") for t in templates]:
         if os.path.exists(path):
             h.update(os.path.basename(path).encode())
             with open(path, "rb") as f:

@@ -314,12 +314,12 @@ location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_kv_cache_dtype fp8_e5m2; }
 
 
 
-=== TEST 30: srt_tool_call_parser takes auto|hermes|llama3|mistral
+=== TEST 30: srt_tool_call_parser takes auto|hermes|llama3|mistral|deepseekv3|pythonic
 --- config
 location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_tool_call_parser qwen25; }
 --- must_die
 --- error_log
-"srt_tool_call_parser" must be "auto", "hermes", "llama3" or "mistral", not "qwen25"
+"srt_tool_call_parser" must be "auto", "hermes", "llama3", "mistral", "deepseekv3" or "pythonic", not "qwen25"
 
 
 

@@ -1,5 +1,7 @@
 # Tool calls in the formats of the major template families (Hermes/Qwen2.5, Llama 3.1 JSON,
-# Mistral [TOOL_CALLS]) chosen by srt_tool_call_parser auto from each chat template, tool-call
+# Mistral [TOOL_CALLS], DeepSeek V3 as DeepSeek-R1's template teaches it; pythonic, set by the
+# directive: no pythonic template is in the test data) chosen by srt_tool_call_parser auto from
+# each chat template (tiny-qwen2-tools: from the model's own tokenizer_config.json), tool-call
 # deltas streamed as OpenAI streams them (joined = non-streamed), assistant tool_calls and tool
 # messages round-tripping through the real templates as transformers renders them, and
 # reasoning_content split off by srt_reasoning_parser (qwen3, deepseek-r1). The model is
@@ -46,6 +48,18 @@ location /mistral/v1/ {
     srt_chat_template $TEST_NGINX_TPL_DIR/mistral-v0.3.jinja;
     srt_tool_call_parser auto;
 }
+location /dsv3/v1/ {
+    srt_model $TEST_NGINX_TINY_QWEN2 name=deepseekv3;
+    srt_chat_template $TEST_NGINX_TPL_DIR/deepseek-r1.jinja;
+}
+location /pythonic/v1/ {
+    srt_model $TEST_NGINX_TINY_QWEN2 name=pythonic;
+    srt_chat_template $TEST_NGINX_TPL_DIR/qwen2.5.jinja;
+    srt_tool_call_parser pythonic;
+}
+location /own/v1/ {
+    srt_model $TEST_NGINX_SRT_MODEL_DIR/tiny-qwen2-tools name=own;
+}
 location /think/v1/ {
     srt_model $TEST_NGINX_TINY_QWEN2 name=think;
     srt_chat_template $TEST_NGINX_TPL_DIR/qwen3.jinja;
@@ -67,13 +81,13 @@ __DATA__
 --- init
 package main;   # the real Test::Nginx evals init in its own package
 my $port = server_port();
-for my $loc (qw(hermes llama mistral think r1)) {
+for my $loc (qw(hermes llama mistral dsv3 pythonic own think r1)) {
     Test::Srt::wait_ready("/$loc/v1", 120);
 }
 my @lines = `python3 $FindBin::Bin/lib/tools_e2e.py http://127.0.0.1:$port $ENV{TEST_NGINX_TINY_QWEN2} $ENV{TEST_NGINX_TPL_DIR} 2>&1`;
 Test::More::is($?, 0, "tools_e2e.py ran") or Test::More::diag(join '', @lines);
 my $n = tap_lines('tools', @lines);
-Test::More::ok($n == 30, "tools: all checks reported ($n)");
+Test::More::ok($n == 54, "tools: all checks reported ($n)");
 --- request
 GET /hermes/v1/models
 --- response_body_like chomp
@@ -81,3 +95,5 @@ GET /hermes/v1/models
 --- no_error_log
 [alert]
 [emerg]
+srt_model "own": the chat template names no single tool-call format
+srt_model "deepseekv3": the chat template names no single tool-call format

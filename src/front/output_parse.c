@@ -3,6 +3,7 @@
  * taken back; bytes that might still turn out to be a tag are held until they are known. */
 #include "srt/output_parse.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,12 +19,19 @@ enum {
     S_ARGS,         /* passing the arguments object through */
     S_OBJ_TAIL,     /* rest of the call object after its arguments */
     S_AFTER_CALL,   /* closing tag or separator */
+    S_DSCALL,       /* at a DeepSeek V3 call: <｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n */
+    S_PYCALL,       /* at a pythonic call: f(k=v, ...) */
+    S_LIMIT,        /* max_calls are complete: the rest is ignored */
     S_END
 };
 
 enum { NO, PARTIAL, MATCH };
 
 static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
+static const char DS_CALLS_BEGIN[] = "<｜tool▁calls▁begin｜>", DS_CALLS_END[] = "<｜tool▁calls▁end｜>",
+                  DS_CALL_BEGIN[] = "<｜tool▁call▁begin｜>", DS_CALL_END[] = "<｜tool▁call▁end｜>",
+                  DS_SEP[] = "<｜tool▁sep｜>";
+static const char PY_START[] = "<|python_start|>", PY_END[] = "<|python_end|>";
 
 static int is_ws(char c)
 {
@@ -36,6 +44,8 @@ static const char *trigger(srt_tool_format f)
     case SRT_TOOLS_HERMES:  return "<tool_call>";
     case SRT_TOOLS_LLAMA3:  return "<|python_tag|>";
     case SRT_TOOLS_MISTRAL: return "[TOOL_CALLS]";
+    case SRT_TOOLS_DEEPSEEK_V3: return DS_CALLS_BEGIN;
+    case SRT_TOOLS_PYTHONIC: return PY_START;
     default:                return NULL;
     }
 }
@@ -101,6 +111,19 @@ static int json_step(int *depth, int *in_str, int *esc, char c)
     return 0;
 }
 
+/* An arguments object at t[i] after whitespace: MATCH with *args at its '{'. */
+static int object_at(const char *t, size_t len, size_t i, size_t *args)
+{
+    while (i < len && is_ws(t[i]))
+        i++;
+    if (i >= len)
+        return PARTIAL;
+    if (t[i] != '{')
+        return NO;
+    *args = i;
+    return MATCH;
+}
+
 /* {"name": "N", "arguments"|"parameters": {  -- the form whose arguments can be passed through */
 static int match_header(const char *t, size_t len, size_t from, size_t *name, size_t *name_len, size_t *args)
 {
@@ -132,14 +155,7 @@ static int match_header(const char *t, size_t len, size_t from, size_t *name, si
     }
     if ((r = lit_at(t, len, &i, ":")) != MATCH)
         return r;
-    while (i < len && is_ws(t[i]))
-        i++;
-    if (i >= len)
-        return PARTIAL;
-    if (t[i] != '{')
-        return NO;
-    *args = i;
-    return MATCH;
+    return object_at(t, len, i, args);
 }
 
 /* End of the JSON value starting at t[i] (after whitespace), within [i, end); end when it does not close. */
@@ -240,6 +256,326 @@ static int emit_parsed_call(srt_outparse *p, const char *t, size_t from, size_t 
     return rc;
 }
 
+/* <｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{  -- a DeepSeek V3 call up to its arguments */
+static int match_ds_header(const char *t, size_t len, size_t from, size_t *name, size_t *name_len,
+                           size_t *args)
+{
+    size_t i = from, s;
+    int r;
+
+    if ((r = lit_at(t, len, &i, DS_CALL_BEGIN)) != MATCH || (r = lit_at(t, len, &i, "function")) != MATCH
+        || (r = lit_at(t, len, &i, DS_SEP)) != MATCH)
+        return r;
+    for (s = i; i < len && t[i] != '\n'; i++) {
+        if (t[i] == '<' || t[i] == '`' || t[i] == '"' || t[i] == '\\' || (unsigned char)t[i] < 0x20)
+            return NO;
+    }
+    if (i >= len)
+        return PARTIAL;
+    if (i == s)
+        return NO;
+    *name = s;
+    *name_len = i - s;
+    if ((r = lit_at(t, len, &i, "```json")) != MATCH)
+        return r;
+    return object_at(t, len, i, args);
+}
+
+/* ---- pythonic calls: f(k=<Python literal>, ...) ---- */
+
+typedef struct {
+    char  *buf;
+    size_t len, cap;
+    int    oom;
+} pybuf;
+
+static void pb_put(pybuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->len + n + 1) * 2 + 64;
+        char *nb = realloc(b->buf, cap);
+        if (nb == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, s, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+static int is_ident(char c, int first)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (!first && c >= '0' && c <= '9');
+}
+
+static size_t skip_ws(const char *t, size_t i, size_t end)
+{
+    while (i < end && is_ws(t[i]))
+        i++;
+    return i;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* A Python string literal ('...' or "...", the usual escapes) at t[*i] as a JSON string. */
+static int py_string(const char *t, size_t *i, size_t end, pybuf *o)
+{
+    char q = t[*i], esc[8];
+    size_t k;
+
+    pb_put(o, "\"", 1);
+    for (k = *i + 1; k < end && t[k] != q; k++) {
+        unsigned char c = (unsigned char)t[k];
+        if (c == '\n')
+            return 0;
+        if (c == '\\') {
+            if (++k >= end)
+                return 0;
+            switch (t[k]) {
+            case '\\': pb_put(o, "\\\\", 2); break;
+            case '"':  pb_put(o, "\\\"", 2); break;
+            case '\'': pb_put(o, "'", 1); break;
+            case '/':  pb_put(o, "/", 1); break;
+            case 'n':  pb_put(o, "\\n", 2); break;
+            case 't':  pb_put(o, "\\t", 2); break;
+            case 'r':  pb_put(o, "\\r", 2); break;
+            case 'b':  pb_put(o, "\\b", 2); break;
+            case 'f':  pb_put(o, "\\f", 2); break;
+            case 'u':
+                if (k + 4 >= end || hexval(t[k + 1]) < 0 || hexval(t[k + 2]) < 0 || hexval(t[k + 3]) < 0
+                    || hexval(t[k + 4]) < 0)
+                    return 0;
+                pb_put(o, t + k - 1, 6);
+                k += 4;
+                break;
+            case 'x':
+                if (k + 2 >= end || hexval(t[k + 1]) < 0 || hexval(t[k + 2]) < 0)
+                    return 0;
+                snprintf(esc, sizeof esc, "\\u00%c%c", t[k + 1], t[k + 2]);
+                pb_put(o, esc, 6);
+                k += 2;
+                break;
+            default:
+                return 0;
+            }
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            pb_put(o, esc, 6);
+        } else if (c == '"') {
+            pb_put(o, "\\\"", 2);
+        } else {
+            pb_put(o, t + k, 1);
+        }
+    }
+    if (k >= end)
+        return 0;
+    pb_put(o, "\"", 1);
+    *i = k + 1;
+    return 1;
+}
+
+/* A Python number: JSON's form, plus a leading '+' dropped and "1." written "1.0". */
+static int py_number(const char *t, size_t *i, size_t end, pybuf *o)
+{
+    size_t k = *i, s;
+
+    if (k < end && t[k] == '+')
+        k++;
+    s = k;
+    if (k < end && t[k] == '-')
+        k++;
+    if (k >= end || t[k] < '0' || t[k] > '9')
+        return 0;
+    if (t[k] == '0' && k + 1 < end && t[k + 1] >= '0' && t[k + 1] <= '9')
+        return 0;
+    while (k < end && t[k] >= '0' && t[k] <= '9')
+        k++;
+    if (k < end && t[k] == '.') {
+        k++;
+        if (k >= end || t[k] < '0' || t[k] > '9') {
+            pb_put(o, t + s, k - s);
+            pb_put(o, "0", 1);
+            s = k;
+        }
+        while (k < end && t[k] >= '0' && t[k] <= '9')
+            k++;
+    }
+    if (k < end && (t[k] == 'e' || t[k] == 'E')) {
+        k++;
+        if (k < end && (t[k] == '+' || t[k] == '-'))
+            k++;
+        if (k >= end || t[k] < '0' || t[k] > '9')
+            return 0;
+        while (k < end && t[k] >= '0' && t[k] <= '9')
+            k++;
+    }
+    pb_put(o, t + s, k - s);
+    *i = k;
+    return 1;
+}
+
+/* A Python literal at t[*i..end) (after whitespace) as JSON: str, int, float, True/False/None, list,
+ * dict with string keys. */
+static int py_value(const char *t, size_t *i, size_t end, pybuf *o, int depth)
+{
+    static const char *const words[][2] = { { "True", "true" }, { "False", "false" }, { "None", "null" } };
+    size_t k = skip_ws(t, *i, end), n;
+    char close;
+
+    if (k >= end || depth > 64)
+        return 0;
+    if (t[k] == '\'' || t[k] == '"') {
+        if (!py_string(t, &k, end, o))
+            return 0;
+        *i = k;
+        return 1;
+    }
+    if (t[k] == '[' || t[k] == '{') {
+        close = t[k] == '[' ? ']' : '}';
+        pb_put(o, t + k, 1);
+        k = skip_ws(t, k + 1, end);
+        for (n = 0; k < end && t[k] != close; n++) {
+            if (n)
+                pb_put(o, ", ", 2);
+            if (close == '}') {
+                k = skip_ws(t, k, end);
+                if (k >= end || (t[k] != '\'' && t[k] != '"') || !py_string(t, &k, end, o))
+                    return 0;
+                k = skip_ws(t, k, end);
+                if (k >= end || t[k] != ':')
+                    return 0;
+                pb_put(o, ": ", 2);
+                k++;
+            }
+            if (!py_value(t, &k, end, o, depth + 1))
+                return 0;
+            k = skip_ws(t, k, end);
+            if (k < end && t[k] == ',')
+                k = skip_ws(t, k + 1, end);
+            else if (k < end && t[k] != close)
+                return 0;
+        }
+        if (k >= end)
+            return 0;
+        pb_put(o, &close, 1);
+        *i = k + 1;
+        return 1;
+    }
+    for (n = 0; n < 3; n++) {
+        size_t wl = strlen(words[n][0]);
+        if (end - k >= wl && memcmp(t + k, words[n][0], wl) == 0
+            && (k + wl == end || !is_ident(t[k + wl], 0))) {
+            pb_put(o, words[n][1], strlen(words[n][1]));
+            *i = k + wl;
+            return 1;
+        }
+    }
+    if (!py_number(t, &k, end, o))
+        return 0;
+    *i = k;
+    return 1;
+}
+
+/* The end of the pythonic call that starts at t[from] (after whitespace): NO when it is not one,
+ * PARTIAL when it has not closed yet, MATCH with *name, *name_len and *end (after the ')'). */
+static int scan_py_call(const char *t, size_t len, size_t from, size_t *name, size_t *name_len, size_t *end)
+{
+    size_t i = skip_ws(t, from, len);
+    int depth = 0;
+    char q = 0;
+
+    if (i >= len)
+        return PARTIAL;
+    if (!is_ident(t[i], 1))
+        return NO;
+    *name = i;
+    while (i < len && (is_ident(t[i], 0) || t[i] == '.' || t[i] == '-'))
+        i++;
+    *name_len = i - *name;
+    i = skip_ws(t, i, len);
+    if (i >= len)
+        return PARTIAL;
+    if (t[i] != '(')
+        return NO;
+    for (; i < len; i++) {
+        if (q) {
+            if (t[i] == '\\')
+                i++;
+            else if (t[i] == q)
+                q = 0;
+            else if (t[i] == '\n')
+                return NO;
+        } else if (t[i] == '\'' || t[i] == '"') {
+            q = t[i];
+        } else if (t[i] == '(' || t[i] == '[' || t[i] == '{') {
+            depth++;
+        } else if (t[i] == ')' || t[i] == ']' || t[i] == '}') {
+            if (--depth == 0) {
+                if (t[i] != ')')
+                    return NO;
+                *end = i + 1;
+                return MATCH;
+            }
+        }
+    }
+    return PARTIAL;
+}
+
+/* The keyword arguments of the call t[open..close] ('(' and ')') as a JSON object; 0 when they are
+ * not all k=<literal>. *out is malloc'ed. */
+static int py_args_json(const char *t, size_t open, size_t close, char **out)
+{
+    pybuf o = { 0 };
+    size_t i = skip_ws(t, open + 1, close), k;
+    int n = 0;
+
+    pb_put(&o, "{", 1);
+    while (i < close) {
+        if (!is_ident(t[i], 1))
+            goto fail;
+        for (k = i; k < close && is_ident(t[k], 0); k++)
+            ;
+        if (n++)
+            pb_put(&o, ", ", 2);
+        pb_put(&o, "\"", 1);
+        pb_put(&o, t + i, k - i);
+        pb_put(&o, "\": ", 3);
+        k = skip_ws(t, k, close);
+        if (k >= close || t[k] != '=')
+            goto fail;
+        k++;
+        if (!py_value(t, &k, close, &o, 0))
+            goto fail;
+        i = skip_ws(t, k, close);
+        if (i < close) {
+            if (t[i] != ',')
+                goto fail;
+            i = skip_ws(t, i + 1, close);
+        }
+    }
+    pb_put(&o, "}", 1);
+    if (o.oom)
+        goto fail;
+    *out = o.buf;
+    return 1;
+
+fail:
+    free(o.buf);
+    return 0;
+}
+
 void srt_outparse_init(srt_outparse *p, srt_tool_format tools, srt_reasoning_format reasoning, int think_open)
 {
     memset(p, 0, sizeof *p);
@@ -249,10 +585,42 @@ void srt_outparse_init(srt_outparse *p, srt_tool_format tools, srt_reasoning_for
     p->state = S_RSTART;
 }
 
+void srt_outparse_limit(srt_outparse *p, size_t max_calls)
+{
+    p->max_calls = max_calls;
+}
+
+int srt_outparse_limit_reached(const srt_outparse *p, size_t *end)
+{
+    if (p->state != S_LIMIT)
+        return 0;
+    *end = p->end_at;
+    return 1;
+}
+
 #define EMIT(ev, from, to)                                                                       \
     do {                                                                                         \
         if ((to) > (from) && sink(user, (ev), t + (from), (to) - (from)) != SRT_OK)             \
             return SRT_ERROR;                                                                    \
+    } while (0)
+
+/* r: the literal lit at t[i..] after whitespace (MATCH advances i); wait for more text while it may be. */
+#define LIT(i, lit)                                                                              \
+    do {                                                                                         \
+        r = lit_at(t, len, &(i), (lit));                                                         \
+        if (r == PARTIAL && !done)                                                               \
+            return SRT_OK;                                                                       \
+    } while (0)
+
+/* A block's fate from r: wait for more text, go on (MATCH), or revert it to content (the whole rest when
+ * the text ended inside it). */
+#define DECIDE(r)                                                                                \
+    do {                                                                                         \
+        if ((r) == PARTIAL && !done)                                                             \
+            return SRT_OK;                                                                       \
+        upto = (r) == PARTIAL ? len : p->pos;                                                    \
+        if ((r) != MATCH)                                                                        \
+            goto revert;                                                                         \
     } while (0)
 
 int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_out_sink sink, void *user)
@@ -270,9 +638,7 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
                 break;
             }
             i = p->pos;
-            r = lit_at(t, len, &i, THINK_OPEN);
-            if (r == PARTIAL && !done)
-                return SRT_OK;
+            LIT(i, THINK_OPEN);
             if (r == MATCH && (p->reasoning == SRT_REASONING_DEEPSEEK_R1 || !p->think_open)) {
                 p->pos = i;
                 p->state = S_REASON;
@@ -315,7 +681,8 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
                     break;
             }
             if (i < len && ((p->tools == SRT_TOOLS_LLAMA3 && t[i] == '{')
-                            || (p->tools == SRT_TOOLS_MISTRAL && t[i] == '['))) {
+                            || ((p->tools == SRT_TOOLS_MISTRAL || p->tools == SRT_TOOLS_PYTHONIC)
+                                && t[i] == '['))) {
                 p->block = p->pos;
                 p->pos = i;
                 p->state = p->tools == SRT_TOOLS_LLAMA3 ? S_OBJ : S_TRIGGER;
@@ -363,33 +730,62 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
             return SRT_OK;
 
         case S_TRIGGER:
-            if (p->tools != SRT_TOOLS_MISTRAL) {
+            if (p->tools == SRT_TOOLS_DEEPSEEK_V3) {
+                p->state = S_DSCALL;
+                break;
+            }
+            if (p->tools != SRT_TOOLS_MISTRAL && p->tools != SRT_TOOLS_PYTHONIC) {
                 p->state = S_OBJ;
                 break;
             }
             i = p->pos;
             r = lit_at(t, len, &i, "[");
-            if (r == PARTIAL && !done)
-                return SRT_OK;
-            upto = r == PARTIAL ? len : p->pos;
-            if (r != MATCH)
-                goto revert;
+            DECIDE(r);
             p->pos = i;
-            p->state = S_OBJ;
+            p->state = p->tools == SRT_TOOLS_PYTHONIC ? S_PYCALL : S_OBJ;
+            break;
+
+        case S_DSCALL:
+            r = match_ds_header(t, len, p->pos, &name, &name_len, &args);
+            DECIDE(r);
+        pass_args:
+            /* the call's name is known: its arguments are passed through as they come */
+            p->n_calls++;
+            EMIT(SRT_OUT_CALL_BEGIN, name, name + name_len);
+            p->pos = args;
+            p->depth = p->in_str = p->esc = 0;
+            p->state = S_ARGS;
+            break;
+
+        case S_PYCALL:
+            r = scan_py_call(t, len, p->pos, &name, &name_len, &e);
+            DECIDE(r);
+            {
+                char *json = NULL;
+                size_t open = name + name_len;
+
+                while (t[open] != '(')
+                    open++;
+                if (!py_args_json(t, open, e - 1, &json))
+                    goto revert;
+                p->n_calls++;
+                r = sink(user, SRT_OUT_CALL_BEGIN, t + name, name_len);
+                if (r == SRT_OK)
+                    r = sink(user, SRT_OUT_CALL_ARGS, json, strlen(json));
+                free(json);
+                if (r != SRT_OK)
+                    return SRT_ERROR;
+            }
+            p->pos = e;
+            p->state = S_AFTER_CALL;
             break;
 
         case S_OBJ:
             r = match_header(t, len, p->pos, &name, &name_len, &args);
             if (r == PARTIAL && !done)
                 return SRT_OK;
-            if (r == MATCH) {
-                p->n_calls++;
-                EMIT(SRT_OUT_CALL_BEGIN, name, name + name_len);
-                p->pos = args;
-                p->depth = p->in_str = p->esc = 0;
-                p->state = S_ARGS;
-                break;
-            }
+            if (r == MATCH)
+                goto pass_args;
             /* not the pass-through form: hold the object until it is whole */
             for (i = p->pos; i < len && is_ws(t[i]); i++)
                 ;
@@ -439,7 +835,7 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
                     p->state = S_END;
                 return SRT_OK;
             }
-            if (p->state == S_ARGS) {
+            if (p->state == S_ARGS && p->tools != SRT_TOOLS_DEEPSEEK_V3) {
                 /* the call object itself is still open */
                 p->depth = 1;
                 p->in_str = p->esc = 0;
@@ -452,23 +848,53 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
         case S_AFTER_CALL:
             i = p->pos;
             if (p->tools == SRT_TOOLS_HERMES) {
-                r = lit_at(t, len, &i, "</tool_call>");
-                if (r == PARTIAL && !done)
-                    return SRT_OK;
+                LIT(i, "</tool_call>");
                 if (r == MATCH)
                     p->pos = i;
-            } else {
-                r = lit_at(t, len, &i, p->tools == SRT_TOOLS_LLAMA3 ? ";" : ",");
-                if (r == PARTIAL && !done)
-                    return SRT_OK;
+            } else if (p->tools == SRT_TOOLS_DEEPSEEK_V3) {
+                /* \n```<｜tool▁call▁end｜> */
+                LIT(i, "```");
+                if (r == MATCH)
+                    LIT(i, DS_CALL_END);
+                if (r == MATCH)
+                    p->pos = i;
+            }
+            if (p->max_calls && p->n_calls >= p->max_calls) {
+                /* a cut before text that an earlier decision looked at could change it */
+                p->end_at = p->pos > p->horizon ? p->pos : p->horizon;
+                p->state = S_LIMIT;
+                return SRT_OK;
+            }
+            if (p->tools == SRT_TOOLS_DEEPSEEK_V3) {
+                i = p->pos;
+                LIT(i, DS_CALL_BEGIN);
+                if (r == MATCH) {
+                    p->block = p->pos;
+                    p->state = S_DSCALL;
+                    break;
+                }
+                i = p->pos;
+                LIT(i, DS_CALLS_END);
+                if (r == MATCH)
+                    p->pos = i;
+            } else if (p->tools != SRT_TOOLS_HERMES) {
+                LIT(i, p->tools == SRT_TOOLS_LLAMA3 ? ";" : ",");
                 if (r == MATCH) {
                     p->block = p->pos;
                     p->pos = i;
-                    p->state = S_OBJ;
+                    p->state = p->tools == SRT_TOOLS_PYTHONIC ? S_PYCALL : S_OBJ;
                     break;
                 }
-                if (p->tools == SRT_TOOLS_MISTRAL && lit_at(t, len, &i, "]") == MATCH)
-                    p->pos = i;
+                if ((p->tools == SRT_TOOLS_MISTRAL || p->tools == SRT_TOOLS_PYTHONIC)
+                    && lit_at(t, len, &i, "]") == MATCH) {
+                    e = i;
+                    if (p->tools == SRT_TOOLS_PYTHONIC) {
+                        LIT(e, PY_END);
+                        if (r != MATCH)
+                            e = i;
+                    }
+                    p->pos = e;
+                }
             }
             p->skip_ws = 1;
             p->state = S_CONTENT;
@@ -484,6 +910,8 @@ int srt_outparse_feed(srt_outparse *p, const char *t, size_t len, int done, srt_
            inside it), and the text goes on after it */
         EMIT(SRT_OUT_CONTENT, p->block, upto);
         p->pos = upto;
+        if (len > p->horizon)
+            p->horizon = len;
         p->state = S_CONTENT;
     }
 }
@@ -497,13 +925,20 @@ srt_tool_format srt_tool_format_detect(const char *src, int *unambiguous)
 {
     int hermes = src && strstr(src, "<tool_call>") != NULL;
     int mistral = src && strstr(src, "[TOOL_CALLS]") != NULL;
-    int llama = src && (strstr(src, "<|python_tag|>") != NULL || strstr(src, "ipython") != NULL);
+    int pythonic = src && (strstr(src, PY_START) != NULL || strstr(src, "[func_name1(") != NULL);
+    /* Llama 4's pythonic templates also name the ipython role */
+    int llama = src && !pythonic && (strstr(src, "<|python_tag|>") != NULL || strstr(src, "ipython") != NULL);
+    int deepseek = src && strstr(src, DS_SEP) != NULL && strstr(src, "```json") != NULL;
 
-    *unambiguous = hermes + mistral + llama == 1;
+    *unambiguous = hermes + mistral + llama + pythonic + deepseek == 1;
     if (*unambiguous && mistral)
         return SRT_TOOLS_MISTRAL;
     if (*unambiguous && llama)
         return SRT_TOOLS_LLAMA3;
+    if (*unambiguous && pythonic)
+        return SRT_TOOLS_PYTHONIC;
+    if (*unambiguous && deepseek)
+        return SRT_TOOLS_DEEPSEEK_V3;
     return SRT_TOOLS_HERMES;
 }
 

@@ -84,6 +84,8 @@ static ngx_conf_enum_t  ngx_http_srt_tool_parsers[] = {
     { ngx_string("hermes"), SRT_TOOLS_HERMES },
     { ngx_string("llama3"), SRT_TOOLS_LLAMA3 },
     { ngx_string("mistral"), SRT_TOOLS_MISTRAL },
+    { ngx_string("deepseekv3"), SRT_TOOLS_DEEPSEEK_V3 },
+    { ngx_string("pythonic"), SRT_TOOLS_PYTHONIC },
     { ngx_null_string, 0 }
 };
 

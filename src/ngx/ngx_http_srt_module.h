@@ -158,6 +158,7 @@ typedef struct {
     ngx_flag_t                 logprobs;
     ngx_flag_t                 max_tokens_set;
     ngx_flag_t                 tools;       /* parse tool calls into tool_calls */
+    ngx_flag_t                 one_call;    /* parallel_tool_calls: false */
     srt_tool_format            tool_format; /* their format, when tools */
     srt_reasoning_format       reasoning;   /* srt_reasoning_parser (chat) */
     ngx_flag_t                 think_open;  /* the prompt ends inside <think> */
@@ -190,6 +191,7 @@ typedef struct {
     ngx_uint_t                 lp_emitted;
     ngx_flag_t                 role_sent;
     struct ngx_http_srt_parsed_s  *parsed;  /* reasoning/content/calls split */
+    srt_outparse              *watch;       /* one_call: where call 1 ends */
     ngx_flag_t                 error;
     u_char                    *act;         /* returned activations: records */
     size_t                     act_len;     /* (srt_act_record + data), copied */

@@ -1300,11 +1300,41 @@ ngx_http_srt_response_format(ngx_http_srt_parse_t *ps, yajl_val fmt)
  *   mistral  [{"name": "f", "arguments": {...}}, ...]  ([TOOL_CALLS] is a special
  *            token, which a grammar over text cannot produce; the parser takes the
  *            bare array at the start of the content)
+ *   deepseekv3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
+ *            \n```json\n{...}\n```<｜tool▁call▁end｜>, several joined by "\n",
+ *            then <｜tool▁calls▁end｜>
+ *   pythonic [f(a="x", b=1), g()]
  * "auto" leaves the output free and parses calls out of it (response side);
  * "required" and a named function constrain the output to calls of the allowed
  * functions, each's arguments following the function's parameter schema, by a
  * grammar built from those schemas. "none" offers no call.
  */
+
+static ngx_int_t ngx_http_srt_tools_grammar_split(ngx_http_srt_parse_t *ps,
+    yajl_val tools, const char *only, ngx_flag_t parallel);
+
+
+/* tools[i]'s function name (a string, else a 400) and parameters */
+
+static ngx_int_t
+ngx_http_srt_tool_at(ngx_http_srt_parse_t *ps, yajl_val tools, size_t i,
+    yajl_val *name, yajl_val *params)
+{
+    yajl_val  fn;
+
+    fn = ngx_http_srt_member(tools->u.array.values[i], "function");
+    *name = ngx_http_srt_member(fn, "name");
+    *params = ngx_http_srt_member(fn, "parameters");
+
+    if (!YAJL_IS_STRING(*name)) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                 "'tools[%uz].function.name' must be a "
+                                 "string", i);
+    }
+
+    return NGX_OK;
+}
+
 
 static ngx_int_t
 ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
@@ -1313,11 +1343,17 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
     const char     *args_key, *root;
     size_t          i, len, n = 0;
     char           *gbnf, *body;
-    yajl_val        t, fn, name, params;
+    yajl_val        name, params;
     yajl_gen        g;
     srt_err         err;
     ngx_int_t       rc;
     const u_char   *buf;
+
+    if (ps->p->tool_format == SRT_TOOLS_DEEPSEEK_V3
+        || ps->p->tool_format == SRT_TOOLS_PYTHONIC)
+    {
+        return ngx_http_srt_tools_grammar_split(ps, tools, only, parallel);
+    }
 
     switch (ps->p->tool_format) {
     case SRT_TOOLS_LLAMA3:
@@ -1352,16 +1388,9 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
     yajl_gen_array_open(g);
 
     for (i = 0; i < tools->u.array.len; i++) {
-        t = tools->u.array.values[i];
-        fn = ngx_http_srt_member(t, "function");
-        name = ngx_http_srt_member(fn, "name");
-        params = ngx_http_srt_member(fn, "parameters");
-
-        if (!YAJL_IS_STRING(name)) {
+        if (ngx_http_srt_tool_at(ps, tools, i, &name, &params) != NGX_OK) {
             yajl_gen_free(g);
-            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
-                                     "'tools[%uz].function.name' must be a "
-                                     "string", i);
+            return NGX_ERROR;
         }
 
         if (only && ngx_strcmp(name->u.string, only) != 0) {
@@ -1444,6 +1473,304 @@ ngx_http_srt_tools_grammar(ngx_http_srt_parse_t *ps, yajl_val tools,
 }
 
 
+/*
+ * The formats whose calls do not hold name and arguments in one JSON object
+ * (deepseekv3, pythonic) get a grammar per function, each from its schemas'
+ * grammars under a prefix of their own (srt_gbnf_prefix_rules), the rules all
+ * of those have alike defined once:
+ *   deepseekv3  the arguments follow the parameters schema;
+ *   pythonic    each keyword argument its property's schema, as a Python
+ *               literal, in the schema's order; optional ones may be left out.
+ * Names are written into the grammar as they are: they must be what OpenAI
+ * allows (letters, digits, '_', '-', '.'; at most 64), and Python names for
+ * pythonic calls (argument names without '-' and '.').
+ */
+
+static ngx_int_t
+ngx_http_srt_gbnf_printf(ngx_array_t *a, const char *fmt, ...)
+{
+    u_char   buf[512], *e, *p;
+    va_list  args;
+
+    va_start(args, fmt);
+    e = ngx_vslprintf(buf, buf + sizeof(buf), fmt, args);
+    va_end(args);
+
+    p = ngx_array_push_n(a, e - buf);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p, buf, e - buf);
+
+    return NGX_OK;
+}
+
+
+static ngx_flag_t
+ngx_http_srt_tool_name_ok(const char *s, ngx_flag_t python, ngx_flag_t arg)
+{
+    size_t  i;
+
+    for (i = 0; s[i]; i++) {
+        if (isalpha((u_char) s[i]) || s[i] == '_') {
+            continue;
+        }
+
+        if ((i > 0 || !python)
+            && (isdigit((u_char) s[i])
+                || (!arg && (s[i] == '-' || s[i] == '.'))))
+        {
+            continue;
+        }
+
+        return 0;
+    }
+
+    return i > 0 && i <= 64;
+}
+
+
+/* One schema's grammar, its rules prefixed, appended to a; flags as
+ * srt_gbnf_prefix_rules takes them, the shared rules kept the first time */
+
+static ngx_int_t
+ngx_http_srt_schema_rules(ngx_http_srt_parse_t *ps, ngx_array_t *a,
+    yajl_val schema, yajl_val defs, const char *prefix, int *flags)
+{
+    char           *body, *pre;
+    size_t          k, len;
+    u_char         *p;
+    yajl_gen        g;
+    srt_err         err;
+    ngx_int_t       rc;
+    const u_char   *buf;
+
+    g = yajl_gen_alloc(NULL);
+    if (g == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (YAJL_IS_OBJECT(schema)) {
+        /* a property's schema keeps the $defs of the parameters it is in */
+        yajl_gen_map_open(g);
+        if (schema->u.object.len == 0) {
+            ngx_http_srt_gen_str(g, "type");
+            ngx_http_srt_gen_str(g, "object");
+        }
+        for (k = 0; k < schema->u.object.len; k++) {
+            ngx_http_srt_gen_str(g, schema->u.object.keys[k]);
+            ngx_http_srt_gen_val(g, schema->u.object.values[k]);
+        }
+        if (defs && ngx_http_srt_member(schema, "$defs") == NULL) {
+            ngx_http_srt_gen_str(g, "$defs");
+            ngx_http_srt_gen_val(g, defs);
+        }
+        rc = yajl_gen_map_close(g) == yajl_gen_status_ok;
+
+    } else {
+        rc = ngx_http_srt_gen_val(g, schema) == yajl_gen_status_ok;
+    }
+
+    if (!rc) {
+        yajl_gen_free(g);
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                 "'tools' parameters cannot be serialized");
+    }
+
+    yajl_gen_get_buf(g, &buf, &len);
+
+    err.msg[0] = '\0';
+    rc = srt_grammar_json_schema_to_gbnf((const char *) buf, len, NULL,
+                                         &body, &err);
+    yajl_gen_free(g);
+
+    if (rc != SRT_OK) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                 "Invalid 'tools' parameters: %s", err.msg);
+    }
+
+    pre = srt_gbnf_prefix_rules(body, prefix, *flags);
+    free(body);
+    if (pre == NULL) {
+        return NGX_ERROR;
+    }
+
+    *flags = (*flags & ~SRT_GBNF_SHARED_KEEP) | SRT_GBNF_SHARED_DROP;
+
+    len = ngx_strlen(pre);
+    p = ngx_array_push_n(a, len);
+    if (p != NULL) {
+        ngx_memcpy(p, pre, len);
+    }
+    free(pre);
+
+    return p ? NGX_OK : NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_srt_tools_grammar_split(ngx_http_srt_parse_t *ps, yajl_val tools,
+    const char *only, ngx_flag_t parallel)
+{
+    int           flags;
+    u_char        prefix[64], alt_a[64], alt_b[64], *text;
+    size_t        i, j, k, n = 0;
+    yajl_val      name, params, props, req, defs;
+    ngx_flag_t    py, optional;
+    ngx_array_t  *out, *rules;
+
+    py = ps->p->tool_format == SRT_TOOLS_PYTHONIC;
+    flags = (py ? SRT_GBNF_PYTHON_LITERALS : 0) | SRT_GBNF_SHARED_KEEP;
+
+    out = ngx_array_create(ps->r->pool, 4096, 1);
+    rules = ngx_array_create(ps->r->pool, 4096, 1);
+    if (out == NULL || rules == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_srt_gbnf_printf(out, "%s\ncall ::=",
+            py ? (parallel ? "root ::= \"[\" call (\", \" call)* \"]\""
+                           : "root ::= \"[\" call \"]\"")
+               : (parallel ? "root ::= \"<｜tool▁calls▁begin｜>\" call "
+                             "(\"\\n\" call)* \"<｜tool▁calls▁end｜>\""
+                           : "root ::= \"<｜tool▁calls▁begin｜>\" call "
+                             "\"<｜tool▁calls▁end｜>\""))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < tools->u.array.len; i++) {
+        if (ngx_http_srt_tool_at(ps, tools, i, &name, &params) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (only && ngx_strcmp(name->u.string, only) != 0) {
+            continue;
+        }
+
+        if (!ngx_http_srt_tool_name_ok(name->u.string, py, 0)) {
+            return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                     "'tools[%uz].function.name' cannot be "
+                                     "called in the %s format: it must be "
+                                     "%s, at most 64", i,
+                                     py ? "pythonic" : "deepseekv3",
+                                     py ? "a Python name (dots and dashes "
+                                          "allowed after the first letter)"
+                                        : "letters, digits, '_', '-', '.'");
+        }
+
+        if (ngx_http_srt_gbnf_printf(out, "%s t%uz-call", n ? " |" : "", i)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        n++;
+
+        if (!YAJL_IS_OBJECT(params)) {
+            params = NULL;
+        }
+
+        if (!py) {
+            ngx_sprintf(prefix, "t%uz-%Z", i);
+            if (ngx_http_srt_gbnf_printf(rules,
+                    "t%uz-call ::= \"<｜tool▁call▁begin｜>function"
+                    "<｜tool▁sep｜>%s\\n```json\\n\" t%uz-root "
+                    "\"\\n```<｜tool▁call▁end｜>\"\n",
+                    i, name->u.string, i)
+                != NGX_OK
+                || ngx_http_srt_schema_rules(ps, rules, params, NULL,
+                                             (char *) prefix, &flags)
+                   != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+            continue;
+        }
+
+        props = ngx_http_srt_member(params, "properties");
+        req = ngx_http_srt_member(params, "required");
+        defs = ngx_http_srt_member(params, "$defs");
+        k = YAJL_IS_OBJECT(props) ? props->u.object.len : 0;
+
+        /* t-b<j>: the arguments from the j-th on, none written yet;
+           t-a<j>: the same after one */
+        if (ngx_http_srt_gbnf_printf(rules,
+                "t%uz-call ::= \"%s(\" t%uz-b0 \")\"\n"
+                "t%uz-b%uz ::= \"\"\nt%uz-a%uz ::= \"\"\n",
+                i, name->u.string, i, i, k, i, k)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        for (j = 0; j < k; j++) {
+            if (!ngx_http_srt_tool_name_ok(props->u.object.keys[j], 1, 1)) {
+                return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tools",
+                                         "'tools[%uz].function.parameters' "
+                                         "property \"%s\" cannot be a "
+                                         "pythonic keyword argument: it must "
+                                         "be a Python name, at most 64", i,
+                                         props->u.object.keys[j]);
+            }
+
+            optional = 1;
+            if (YAJL_IS_ARRAY(req)) {
+                size_t  q;
+
+                for (q = 0; q < req->u.array.len; q++) {
+                    if (YAJL_IS_STRING(req->u.array.values[q])
+                        && ngx_strcmp(req->u.array.values[q]->u.string,
+                                      props->u.object.keys[j]) == 0)
+                    {
+                        optional = 0;
+                    }
+                }
+            }
+
+            ngx_sprintf(prefix, "t%uz-p%uz-%Z", i, j);
+            ngx_sprintf(alt_b, optional ? " | t%uz-b%uz%Z" : "%Z", i, j + 1);
+            ngx_sprintf(alt_a, optional ? " | t%uz-a%uz%Z" : "%Z", i, j + 1);
+            if (ngx_http_srt_gbnf_printf(rules,
+                    "t%uz-v%uz ::= \"%s=\" t%uz-p%uz-root\n"
+                    "t%uz-b%uz ::= t%uz-v%uz t%uz-a%uz%s\n"
+                    "t%uz-a%uz ::= \", \" t%uz-v%uz t%uz-a%uz%s\n",
+                    i, j, props->u.object.keys[j], i, j,
+                    i, j, i, j, i, j + 1, alt_b,
+                    i, j, i, j, i, j + 1, alt_a)
+                != NGX_OK
+                || ngx_http_srt_schema_rules(ps, rules,
+                                             props->u.object.values[j], defs,
+                                             (char *) prefix, &flags)
+                   != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    if (n == 0) {
+        return ngx_http_srt_fail(ps, NGX_HTTP_BAD_REQUEST, "tool_choice",
+                                 "'tool_choice' names function \"%s\", "
+                                 "which is not in 'tools'", only);
+    }
+
+    text = ngx_array_push_n(out, rules->nelts + 2);
+    if (text == NULL) {
+        return NGX_ERROR;
+    }
+
+    *text++ = '\n';
+    ngx_memcpy(text, rules->elts, rules->nelts);
+    text[rules->nelts] = '\0';
+
+    return ngx_http_srt_grammar_set(ps, "tools", SRT_GRAMMAR_GBNF, out->elts,
+                                    out->nelts - 1);
+}
+
+
 /* The location's parsers of the output (srt_tool_call_parser, srt_reasoning_parser):
  * the tool-call format is used when tools are on, reasoning on chat completions. */
 
@@ -1506,6 +1833,8 @@ ngx_http_srt_output_format(ngx_http_srt_parse_t *ps, yajl_val fmt,
         }
         par = YAJL_IS_TRUE(parallel);
     }
+
+    ps->p->one_call = !par;
 
     if (fcall && !YAJL_IS_NULL(fcall)
         && !(YAJL_IS_STRING(fcall) && ngx_strcmp(fcall->u.string, "none") == 0))

@@ -367,6 +367,7 @@ ngx_http_srt_parse_output(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
         srt_outparse_init(&pd->op, ctx->p.tools ? ctx->p.tool_format
                                                 : SRT_TOOLS_OFF,
                           ctx->p.reasoning, (int) ctx->p.think_open);
+        srt_outparse_limit(&pd->op, ctx->p.one_call && ctx->p.tools ? 1 : 0);
         ch->parsed = pd;
     }
 
@@ -378,6 +379,54 @@ ngx_http_srt_parse_output(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch,
     }
 
     return NGX_OK;
+}
+
+
+static int
+ngx_http_srt_watch_sink(void *user, srt_out_event ev, const char *s, size_t n)
+{
+    return SRT_OK;
+}
+
+
+/*
+ * parallel_tool_calls false: a parser of its own follows the text token by
+ * token and says where the first call is complete; the text ends there, as at
+ * a stop string, so the model spends no tokens on a second call. The parser
+ * of the answer, under the same limit, reads the cut text the same way.
+ * 1 when the text was cut.
+ */
+
+static ngx_int_t
+ngx_http_srt_match_one_call(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
+{
+    size_t  end;
+
+    if (ch->watch == NULL) {
+        ch->watch = ngx_palloc(ctx->request->pool, sizeof(srt_outparse));
+        if (ch->watch == NULL) {
+            return NGX_ERROR;
+        }
+
+        srt_outparse_init(ch->watch, ctx->p.tool_format, ctx->p.reasoning,
+                          (int) ctx->p.think_open);
+        srt_outparse_limit(ch->watch, 1);
+    }
+
+    if (srt_outparse_feed(ch->watch, ch->text ? (const char *) ch->text : "",
+                          ch->text_len, 0, ngx_http_srt_watch_sink, NULL)
+        != SRT_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (!srt_outparse_limit_reached(ch->watch, &end)) {
+        return 0;
+    }
+
+    ch->text_len = end;
+
+    return 1;
 }
 
 
@@ -541,6 +590,7 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
     size_t                   n, before, cap;
     uint32_t                 k;
     srt_err                  err;
+    ngx_int_t                rc;
     srt_chan_output          o;
     ngx_http_request_t      *r;
     ngx_http_srt_model_t    *m;
@@ -626,7 +676,18 @@ ngx_http_srt_take_tokens(ngx_http_srt_ctx_t *ctx, ngx_http_srt_choice_t *ch)
             }
         }
 
-        if (ngx_http_srt_match_stop(ctx, ch, before)) {
+        rc = ngx_http_srt_match_stop(ctx, ch, before);
+
+        if (rc == 0 && ctx->p.one_call && ctx->p.tools
+            && ngx_http_srt_parsing(ctx))
+        {
+            rc = ngx_http_srt_match_one_call(ctx, ch);
+            if (rc == NGX_ERROR) {
+                return NGX_ERROR;
+            }
+        }
+
+        if (rc) {
             ch->consumed = k + 1;
             ch->finish = "stop";
             ch->done = 1;

@@ -5,8 +5,11 @@ reasoning_content, end to end with the official openai client; one line per chec
   tools_e2e.py BASE_URL MODEL_DIR TEMPLATE_DIR
 
 BASE_URL serves one location per template family (see t/141-tools.t): /hermes (Qwen2.5's template),
-/llama (Llama 3.1's), /mistral (Mistral v0.3's), all with srt_tool_call_parser auto, /think (Qwen3's,
-srt_reasoning_parser qwen3) and /r1 (DeepSeek-R1's, srt_reasoning_parser deepseek-r1). The model is
+/llama (Llama 3.1's), /mistral (Mistral v0.3's), /dsv3 (DeepSeek-R1's, which teaches DeepSeek V3's
+format), all with srt_tool_call_parser auto, /pythonic (Qwen2.5's template, srt_tool_call_parser
+pythonic: no pythonic Llama template is in the test data), /own (tiny-qwen2-tools, whose own
+tokenizer_config.json carries Qwen2.5's template; auto), /think (Qwen3's, srt_reasoning_parser qwen3)
+and /r1 (DeepSeek-R1's, srt_reasoning_parser deepseek-r1). The model is
 tiny-qwen2 (random weights): calls are made either under tool_choice "required" (the grammar of the
 location's format) or by an SGLang `regex` that forces a known raw text, which the location's parser
 must then split (tool_choice "auto"). Prompts are compared with jinja2 configured as transformers'
@@ -49,7 +52,8 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 SCHEMAS = {"get_weather": WEATHER_PARAMS, "search": SEARCH_PARAMS}
 MSGS = [{"role": "user", "content": "What is the weather in Paris?"}]
 FORMATS = [("hermes", "/hermes", "qwen2.5"), ("llama3", "/llama", "llama-3.1"),
-           ("mistral", "/mistral", "mistral-v0.3")]
+           ("mistral", "/mistral", "mistral-v0.3"), ("deepseekv3", "/dsv3", "deepseek-r1"),
+           ("pythonic", "/pythonic", "qwen2.5")]
 
 # A raw call in each format, forced by a regex; the city is left to the model.
 RAW = {
@@ -58,6 +62,19 @@ RAW = {
     "llama3": '\\{"name": "get_weather", "parameters": \\{"city": "[a-z]{2,6}", "unit": "celsius"\\}\\}',
     "mistral": '\\[TOOL_CALLS\\]\\[\\{"name": "get_weather", "arguments": '
                '\\{"city": "[a-z]{2,6}", "unit": "celsius"\\}\\}\\]',
+    "deepseekv3": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n'
+                  '\\{"city": "[a-z]{2,6}", "unit": "celsius"\\}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    "pythonic": '\\[get_weather\\(city="[a-z]{2,6}", unit="celsius"\\)\\]',
+}
+# Two calls in each format, the second a search: parallel_tool_calls false must end the answer at the
+# first (and the generation: fewer tokens).
+SEARCH_DS = '<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n\\{"query": "[a-z]{2,6}"\\}\n```<｜tool▁call▁end｜>'
+TWO = {
+    "hermes": RAW["hermes"] + '\n<tool_call>\n\\{"name": "search", "arguments": \\{"query": "[a-z]{2,6}"\\}\\}\n</tool_call>',
+    "llama3": RAW["llama3"] + '; \\{"name": "search", "parameters": \\{"query": "[a-z]{2,6}"\\}\\}',
+    "mistral": RAW["mistral"][:-2] + ', \\{"name": "search", "arguments": \\{"query": "[a-z]{2,6}"\\}\\}\\]',
+    "deepseekv3": RAW["deepseekv3"].replace("<｜tool▁calls▁end｜>", "\n" + SEARCH_DS + "<｜tool▁calls▁end｜>"),
+    "pythonic": RAW["pythonic"][:-2] + ', search\\(query="[a-z]{2,6}"\\)\\]',
 }
 ARGS_RE = re.compile(r'\{"city": "[a-z]{2,6}", "unit": "celsius"\}')
 
@@ -113,7 +130,9 @@ def required(fmt, loc, tpl):
 
     content, _, finish, scalls, deltas = stream(c, **kw)
     ok, frags = delta_shape(deltas)
-    check("%s: streamed deltas shaped as OpenAI's" % fmt, ok and frags >= 2, "%s %r" % (frags, deltas))
+    # pythonic arguments are converted: a call comes whole, in one arguments delta
+    check("%s: streamed deltas shaped as OpenAI's" % fmt, ok and frags >= (1 if fmt == "pythonic" else 2),
+          "%s %r" % (frags, deltas))
     check("%s: streamed deltas joined = non-streamed" % fmt,
           finish == "tool_calls" and content == "" and
           [(t.function.name, t.function.arguments) for t in scalls] ==
@@ -140,6 +159,25 @@ def auto_parsed(fmt, loc, tpl):
           [(t.function.name, t.function.arguments) for t in calls], "%r %r" % (content, scalls))
 
 
+def one_call(fmt, loc, tpl):
+    c = client(loc)
+    kw = dict(model=fmt, messages=MSGS, tools=TOOLS, max_tokens=200, temperature=0,
+              extra_body={"regex": TWO[fmt]})
+    both = c.chat.completions.create(**kw)
+    one = c.chat.completions.create(parallel_tool_calls=False, **kw)
+    calls2 = [(t.function.name, t.function.arguments) for t in both.choices[0].message.tool_calls or []]
+    calls1 = [(t.function.name, t.function.arguments) for t in one.choices[0].message.tool_calls or []]
+    check("%s: parallel_tool_calls false: one call, and generation ends there" % fmt,
+          both.choices[0].finish_reason == "tool_calls" and len(calls2) == 2 and calls2[1][0] == "search"
+          and one.choices[0].finish_reason == "tool_calls" and calls1 == calls2[:1]
+          and one.usage.completion_tokens < both.usage.completion_tokens,
+          "%r %r / %r %r" % (calls2, both.usage, calls1, one.usage))
+    content, _, finish, scalls, _ = stream(c, parallel_tool_calls=False, **kw)
+    check("%s: parallel_tool_calls false, streamed = non-streamed" % fmt,
+          finish == "tool_calls" and content == (one.choices[0].message.content or "")
+          and [(t.function.name, t.function.arguments) for t in scalls] == calls1, "%r %r" % (content, scalls))
+
+
 def other_format_is_content():
     # the Llama 3.1 raw call is not a call where the template teaches Hermes'
     r = client("/hermes").chat.completions.create(model="hermes", messages=MSGS, tools=TOOLS, max_tokens=120,
@@ -164,6 +202,9 @@ def roundtrip(fmt, loc, tpl, calls):
              "function": {"name": t.function.name, "arguments": t.function.arguments}} for t in calls]}]
     msgs += [{"role": "tool", "tool_call_id": t.id, "name": t.function.name, "content": "18 degrees"}
              for t in calls]
+    if fmt == "deepseekv3":
+        # DeepSeek's template renders calls without text where content is none (not undefined)
+        msgs[1]["content"] = None
     if fmt == "mistral":
         # Mistral's template renders an assistant turn without content only where content is undefined
         msgs = [MSGS[0], {"role": "assistant"}, {"role": "user", "content": "And now?"}] + msgs[1:]
@@ -179,7 +220,39 @@ for fmt, loc, tpl in FORMATS:
     guard("%s: required call validates" % fmt, lambda: box.update(calls=required(fmt, loc, tpl)))
     guard("%s: auto parses the raw call" % fmt, lambda: auto_parsed(fmt, loc, tpl))
     guard("%s: round trip" % fmt, lambda: roundtrip(fmt, loc, tpl, box["calls"]))
+    guard("%s: parallel_tool_calls false: one call, and generation ends there" % fmt,
+          lambda: one_call(fmt, loc, tpl))
 guard("the format follows the location's template", other_format_is_content)
+
+
+def pythonic_names():
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"bad-key": {"type": "string"}}}}}]
+    try:
+        client("/pythonic").chat.completions.create(model="pythonic", messages=MSGS, tools=bad,
+                                                    tool_choice="required", max_tokens=5)
+        check("pythonic: an argument name Python cannot take is a 400", False, "accepted")
+    except openai.BadRequestError as e:
+        check("pythonic: an argument name Python cannot take is a 400", "bad-key" in str(e), str(e))
+
+
+guard("pythonic: an argument name Python cannot take is a 400", pythonic_names)
+
+
+def own_template():
+    # tiny-qwen2-tools' tokenizer_config.json carries Qwen2.5's template: no srt_chat_template needed
+    c = client("/own")
+    r = c.chat.completions.create(model="own", messages=MSGS, tools=TOOLS, max_tokens=120, temperature=0,
+                                  extra_body={"regex": RAW["hermes"]})
+    ch = r.choices[0]
+    calls = ch.message.tool_calls or []
+    check("own template: the model's tokenizer_config template renders the tools and teaches hermes",
+          r.usage.prompt_tokens == render_tokens("qwen2.5", MSGS, TOOLS) and ch.finish_reason == "tool_calls"
+          and len(calls) == 1 and ARGS_RE.fullmatch(calls[0].function.arguments) is not None
+          and ch.message.content == "Checking.", "%r %r" % (r.usage, ch))
+
+
+guard("own template: the model's tokenizer_config template renders the tools and teaches hermes", own_template)
 
 THINK = '<think>\nfirst [a-z]{2,6} then [a-z]{2,6}\n</think>\n\nAnswer: [a-z]{2,6}'
 THINK_CALL = ('<think>\nI call [a-z]{2,6}\n</think>\n\n<tool_call>\n\\{"name": "search", "arguments": '

@@ -14,7 +14,13 @@
  *            several separated by ';'
  *   MISTRAL  [TOOL_CALLS][{"name": N, "arguments": {...}}, ...], or the bare array at the start of
  *            the content (the tokenizer's [TOOL_CALLS] is a special token the detokenizer drops)
- *   "arguments" and "parameters" are both accepted in every format. When "name" comes first and the
+ *   DEEPSEEK_V3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
+ *            <｜tool▁call▁end｜>, further calls each in their own begin/end pair, then
+ *            <｜tool▁calls▁end｜>; anywhere in the content
+ *   PYTHONIC [f(a="x", b=1), g()] at the start of the content (Llama 3.2/4), optionally inside
+ *            <|python_start|> ... <|python_end|>; the arguments are Python literals (str, int,
+ *            float, True/False/None, lists, dicts), converted to JSON; a call is reported whole
+ *   "arguments" and "parameters" are both accepted in every JSON format. When "name" comes first and the
  *   arguments are an object, the call is reported as soon as its name is known and the arguments are
  *   passed through as they are generated (their raw text is the call's arguments string); otherwise
  *   the call object is held until complete, parsed, and its arguments re-serialized. A block that is
@@ -35,7 +41,9 @@ typedef enum {
     SRT_TOOLS_OFF = 0,
     SRT_TOOLS_HERMES,
     SRT_TOOLS_LLAMA3,
-    SRT_TOOLS_MISTRAL
+    SRT_TOOLS_MISTRAL,
+    SRT_TOOLS_DEEPSEEK_V3,
+    SRT_TOOLS_PYTHONIC
 } srt_tool_format;
 
 typedef enum {
@@ -66,6 +74,9 @@ typedef struct srt_outparse {
     size_t               ws;           /* start of held trailing whitespace (content) */
     size_t               block;        /* where the current call block began (for a revert) */
     size_t               n_calls;
+    size_t               max_calls;    /* srt_outparse_limit; 0: any number */
+    size_t               end_at;       /* where the text ends once max_calls are complete */
+    size_t               horizon;      /* the text seen when a block was last found no call */
 } srt_outparse;
 
 SRT_API void srt_outparse_init(srt_outparse *p, srt_tool_format tools, srt_reasoning_format reasoning,
@@ -73,13 +84,34 @@ SRT_API void srt_outparse_init(srt_outparse *p, srt_tool_format tools, srt_reaso
 SRT_API int  srt_outparse_feed(srt_outparse *p, const char *text, size_t len, int done, srt_out_sink sink,
                                void *user);
 
+/* At most max_calls calls (parallel_tool_calls false: 1): once that many are complete (with their
+ * closing tag where the format has one), the parser ignores the rest of the text, and
+ * srt_outparse_limit_reached gives 1 and *end, the length the text may be cut to (generation can end
+ * there: feeding the text cut to *end with done = 1 gives the same events). Call after init. */
+SRT_API void srt_outparse_limit(srt_outparse *p, size_t max_calls);
+SRT_API int  srt_outparse_limit_reached(const srt_outparse *p, size_t *end);
+
 /* 1 while the parser may still produce reasoning (before or inside the think block). */
 SRT_API int srt_outparse_in_reasoning(const srt_outparse *p);
 
 /* The tool-call format a chat template teaches, from its source: HERMES for <tool_call>, MISTRAL for
- * [TOOL_CALLS], LLAMA3 for <|python_tag|> or ipython; *unambiguous = 0 (and HERMES) when the text
- * names none of them or more than one. */
+ * [TOOL_CALLS], LLAMA3 for <|python_tag|> or ipython, DEEPSEEK_V3 for <｜tool▁sep｜> with a ```json
+ * fence (DeepSeek V3's and R1's templates; V3.1's have no fence and another format: not this one),
+ * PYTHONIC for <|python_start|> (Llama 4) or a template that asks for "[func_name1(params_name1=
+ * params_value1" (Llama 3.2's pythonic templates); *unambiguous = 0 (and HERMES) when the text names
+ * none of them or more than one. */
 SRT_API srt_tool_format srt_tool_format_detect(const char *tmpl_src, int *unambiguous);
+
+/* The GBNF text gbnf (one JSON schema's grammar, srt_grammar_json_schema_to_gbnf) with every rule name
+ * given prefix (root becomes <prefix>root), so that the grammars of several schemas can live in one
+ * tool-call grammar. Flags: PYTHON_LITERALS writes the literals true, false and null as Python's True,
+ * False and None (pythonic calls); the rules every such grammar has alike (ws, basic_*) keep their
+ * names with SHARED_KEEP (the first piece) and lose their definitions too with SHARED_DROP (the others),
+ * so that they are defined once. Returns malloc'ed text, NULL when out of memory. */
+#define SRT_GBNF_PYTHON_LITERALS 1
+#define SRT_GBNF_SHARED_KEEP     2
+#define SRT_GBNF_SHARED_DROP     4
+SRT_API char *srt_gbnf_prefix_rules(const char *gbnf, const char *prefix, int flags);
 
 /* 1 when a rendered prompt ends inside an open <think> (whitespace after the tag allowed). */
 SRT_API int srt_prompt_think_open(const char *prompt, size_t len);
