@@ -356,7 +356,9 @@ sub client_checks {
 #   $ngx->start; $ngx->log; $ngx->signal('reload'); $ngx->write($new_body); $ngx->stop;
 sub private_nginx {
     my ($name, $port, $location, %opt) = @_;
-    my $self = bless { prefix => srt_dir($name), port => $port, user => $opt{user} }, 'Test::Srt::Nginx';
+    # more: further locations of the same server, as nginx.conf text
+    my $self = bless { prefix => srt_dir($name), port => $port, user => $opt{user},
+                       more => $opt{more} // '' }, 'Test::Srt::Nginx';
     system("rm -rf '$self->{prefix}'");
     File::Path::make_path("$self->{prefix}/conf", "$self->{prefix}/logs");
     $self->write($location);
@@ -394,6 +396,7 @@ http {
     server {
         listen 127.0.0.1:$self->{port};
         location /v1/ { $location }
+$self->{more}
     }
 }
 CONF
