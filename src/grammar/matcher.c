@@ -143,6 +143,7 @@ srt_grammar_free(srt_grammar *g)
     }
     pthread_mutex_destroy(&g->lock);
     free(g->cache);
+    free(g->rep);
     free(g->st);
     free(g->sets);
     free(g->rule_start);

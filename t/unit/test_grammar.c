@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar_internal.h"
 #include "srt/grammar.h"
 #include "tap.h"
 
@@ -298,6 +299,59 @@ test_masks(void)
 }
 
 
+/* States whose token caches are equal share one (equiv.c): the copies of a bounded repetition
+ * further than the longest token from its end are one class, and masks over shared caches still
+ * equal the oracle's, with every cache precomputed or filled on first use. */
+static void
+test_shared_caches(void)
+{
+    static const char *grammars[] = {
+        "root ::= [a-c]{0,40} \"!\"",
+        "root ::= (str \",\"){3} str\nstr ::= \"\\\"\" [a-z ]{0,20} \"\\\"\"",
+        "root ::= l\nl ::= \"[\" ([a-c]{0,12} | l) (\",\" l)? \"]\"",
+    };
+    size_t   i;
+    int32_t  s, n_byte, n_class, *rep;
+    int      ended, bad, pre;
+
+    for (i = 0; i < sizeof(grammars) / sizeof(grammars[0]); i++) {
+        for (pre = 0; pre < 2; pre++) {
+            srt_grammar *g = gbnf(grammars[i]);
+            if (g == NULL) {
+                tap_ok(0, "shared caches: grammar %zu compiles", i);
+                continue;
+            }
+            if (pre) {
+                srt_grammar_precompute(g);
+            }
+            ended = 0;
+            bad = walk_oracle(g, 20, 40, &ended);
+            tap_ok(bad == 0, "shared caches: masks = oracle, grammar %zu, %s (%d walks ended)", i,
+                   pre ? "precomputed" : "lazy", ended);
+            srt_grammar_free(g);
+        }
+    }
+
+    /* 40 copies of [a-c]: those at least max_len bytes from the "!" all behave alike */
+    srt_grammar *g = gbnf(grammars[0]);
+    rep = NULL;
+    n_byte = n_class = 0;
+    if (g && grammar_equiv(g, V->max_len, &rep) == 0) {
+        for (s = 0; s < g->n_st; s++) {
+            if (g->st[s].kind == ST_BYTE) {
+                n_byte++;
+                n_class += rep[s] == s;
+            }
+        }
+    }
+    tap_ok(n_byte > 40 && n_class > 0 && n_class <= (int32_t) V->max_len + 2,
+           "shared caches: [a-c]{0,40}\"!\": %d BYTE states, %d classes (longest token %u bytes)",
+           n_byte, n_class, V->max_len);
+    free(rep);
+    srt_grammar_free(g);
+}
+
+
 static void
 test_matcher_api(void)
 {
@@ -416,6 +470,7 @@ main(void)
     test_gbnf_matching();
     test_regex();
     test_masks();
+    test_shared_caches();
     test_matcher_api();
     test_fuzz();
     srt_grammar_vocab_free(V);
