@@ -20,7 +20,8 @@
  * Equal B_j means the same acceptance, death and popping for every string of at most j bytes,
  * whatever frame lies below; rounds stop at the longest token or when a round splits no class
  * (then the partition is a full bisimulation, the same at any depth). Positions of a long bounded
- * repetition further than the longest token from its end fall into one class.
+ * repetition further than the longest token from its end fall into one class. Last, states
+ * are split by what may follow their rule (below), which the walk uses too.
  */
 
 #include <stdlib.h>
@@ -220,6 +221,133 @@ closure_class(eq_ctx *e, int32_t q)
 }
 
 
+/* ---- what can follow a rule ----
+ *
+ * A cache walks a state over an unknown frame; a path that returns into it makes the tokens
+ * that go on "uncertain", checked against the real stack at every step (matcher.c). Most need
+ * not be: the byte after the return must start whatever follows the rule at one of its call
+ * sites (a JSON string is followed by ',', '}', ']', ':' or whitespace, never by ')' or '>'). So
+ * per rule, a superset of those bytes (every callee taken as possibly empty):
+ *
+ *   FB(q)      = the bytes the closure of q can start with: BYTE y -> its set; a call y ->
+ *                FB(start of its rule) and FB(its return state); the rule's end -> FOLLOW(q's rule)
+ *   FOLLOW(r)  = the union of FB(return state) over r's call sites (every byte if none)
+ *
+ * solved by iterating to the least fixpoint. A state's rule ("owner") is the rule from whose
+ * start it is reached without calls; a state reached from two is owned by none (every byte). */
+
+static int
+or_into(uint64_t *dst, const uint64_t *src)
+{
+    int changed = 0, k;
+
+    for (k = 0; k < 4; k++) {
+        if ((dst[k] | src[k]) != dst[k]) {
+            dst[k] |= src[k];
+            changed = 1;
+        }
+    }
+    return changed;
+}
+
+
+int
+grammar_follow(srt_grammar *g)
+{
+    static const uint64_t all[4] = { ~0ull, ~0ull, ~0ull, ~0ull };
+    int32_t   *owner, *stack, *seen, s, r, i, x, n;
+    uint64_t  *fol, *fb;
+    uint8_t   *called;
+    int        changed;
+
+    owner = malloc((size_t) g->n_st * sizeof(int32_t));
+    seen = calloc(g->n_st, sizeof(int32_t));
+    stack = malloc(((size_t) g->n_st + 1) * sizeof(int32_t));
+    called = calloc((size_t) g->n_rules + 1, 1);
+    fol = calloc((size_t) g->n_rules * 4 + 4, sizeof(uint64_t));
+    fb = calloc((size_t) g->n_st * 4, sizeof(uint64_t));
+    if (!owner || !seen || !stack || !called || !fol || !fb) {
+        free(owner); free(seen); free(stack); free(called); free(fol); free(fb);
+        return -1;
+    }
+    for (s = 0; s < g->n_st; s++) {
+        owner[s] = -1;
+    }
+    for (r = 0; r < g->n_rules; r++) {
+        if (g->rule_start[r] < 0) {
+            continue;
+        }
+        n = 0;
+        stack[n++] = g->rule_start[r];
+        seen[g->rule_start[r]] = r + 1;
+        while (n) {
+            const nfa_state *st = &g->st[s = stack[--n]];
+            int32_t          next[2] = { -1, -1 };
+            owner[s] = owner[s] == -1 || owner[s] == r ? r : -2;
+            if (st->kind == ST_BYTE) {
+                next[0] = st->a;
+            } else if (st->kind == ST_SPLIT) {
+                next[0] = st->a;
+                next[1] = st->b;
+            } else if (st->kind == ST_CALL) {
+                next[0] = st->b;
+            }
+            for (i = 0; i < 2; i++) {
+                if (next[i] >= 0 && seen[next[i]] != r + 1) {
+                    seen[next[i]] = r + 1;
+                    stack[n++] = next[i];
+                }
+            }
+        }
+    }
+    for (s = 0; s < g->n_st; s++) {
+        if (owner[s] == -2) {
+            owner[s] = -1;
+        }
+        if (g->st[s].kind == ST_CALL) {
+            called[g->st[s].a] = 1;
+        }
+    }
+    for (r = 0; r < g->n_rules; r++) {
+        if (!called[r]) {
+            memcpy(&fol[(size_t) r * 4], all, sizeof(all));
+        }
+    }
+    do {
+        changed = 0;
+        for (s = 0; s < g->n_st; s++) {
+            for (i = g->clo_off[s]; i < g->clo_off[s + 1]; i++) {
+                x = g->clo[i];
+                if (x == CLO_FINAL) {
+                    changed |= or_into(&fb[(size_t) s * 4],
+                                       owner[s] >= 0 ? &fol[(size_t) owner[s] * 4] : all);
+                } else if (g->st[x].kind == ST_BYTE) {
+                    changed |= or_into(&fb[(size_t) s * 4], &g->sets[(size_t) g->st[x].set * 4]);
+                } else {
+                    if (g->rule_start[g->st[x].a] >= 0) {
+                        changed |= or_into(&fb[(size_t) s * 4],
+                                           &fb[(size_t) g->rule_start[g->st[x].a] * 4]);
+                    }
+                    changed |= or_into(&fb[(size_t) s * 4], &fb[(size_t) g->st[x].b * 4]);
+                }
+            }
+        }
+        for (s = 0; s < g->n_st; s++) {
+            if (g->st[s].kind == ST_CALL) {
+                changed |= or_into(&fol[(size_t) g->st[s].a * 4], &fb[(size_t) g->st[s].b * 4]);
+            }
+        }
+    } while (changed);
+    free(seen);
+    free(stack);
+    free(called);
+    free(fb);
+    g->owner = owner;
+    g->follow = fol;
+    return 0;
+}
+
+
 int
 grammar_equiv(srt_grammar *g, uint32_t depth, int32_t **rep_out)
 {
@@ -308,16 +436,29 @@ grammar_equiv(srt_grammar *g, uint32_t depth, int32_t **rep_out)
         n_b = e.t.n_ids;
     }
 
+    /* a cache also depends on what may follow the state's rule (grammar_follow) */
+    vtab_reset(&e.t);
+    for (i = 0; i < n_bs; i++) {
+        uint64_t key[5];
+        s = bs[i];
+        key[0] = (uint64_t) e.b[s];
+        if (g->follow && g->owner[s] >= 0) {
+            memcpy(&key[1], &g->follow[(size_t) g->owner[s] * 4], 4 * sizeof(uint64_t));
+        }
+        if ((tmp[s] = vtab_intern(&e.t, key, g->follow && g->owner[s] >= 0 ? 5 : 1)) < 0) {
+            goto done;
+        }
+    }
     for (s = 0; s < g->n_st; s++) {
         first[s] = -1;
         rep[s] = s;
     }
     for (i = 0; i < n_bs; i++) {
         s = bs[i];
-        if (first[e.b[s]] < 0) {
-            first[e.b[s]] = s;
+        if (first[tmp[s]] < 0) {
+            first[tmp[s]] = s;
         }
-        rep[s] = first[e.b[s]];
+        rep[s] = first[tmp[s]];
     }
     *rep_out = rep;
     rep = NULL;

@@ -117,6 +117,10 @@ struct srt_grammar {
     int32_t                  *rep;       /* per state, the state whose token cache it shares
                                             (equiv.c); NULL until first needed, or if that failed */
     int                       rep_tried;
+    int32_t                  *owner;     /* per state, the rule whose frame it runs on (-1: not
+                                            one rule); NULL with follow */
+    uint64_t                 *follow;    /* per rule, 4 words: the bytes that can come right after
+                                            it returns (a superset); NULL: not known */
     int32_t                   root_end;  /* states below it were built for the root rule */
     int                       root_called;  /* some rule calls the root rule */
 };
@@ -139,6 +143,8 @@ void vtab_free(vtab *t);
 void vtab_reset(vtab *t);                  /* forget every vector, keep the memory */
 int32_t vtab_intern(vtab *t, const uint64_t *v, uint32_t n);  /* -1: out of memory */
 
+/* Fills g->owner and g->follow (equiv.c); -1 when out of memory (they stay NULL). */
+int grammar_follow(srt_grammar *g);
 /* *rep (malloc'd, the caller's): per state, the first state of its class of BYTE states that
  * behave the same on every byte string of at most depth bytes (itself for other states) */
 int grammar_equiv(srt_grammar *g, uint32_t depth, int32_t **rep);

@@ -290,6 +290,8 @@ typedef struct {
     uint64_t                *vec;
     size_t                   cap_vec;
     int32_t                 *lv;       /* the set at each depth */
+    const uint64_t          *follow;   /* bytes that may follow a return out of the frame, NULL:
+                                          any (grammar_follow) */
     int32_t                 *acc, *unc;
     size_t                   n_acc, n_unc;
     int                      oom;
@@ -398,41 +400,57 @@ add_range(walk *w, int32_t **list, size_t *n, int32_t from, int32_t to)
 }
 
 
+static inline int
+may_follow(const walk *w, unsigned byte)
+{
+    return w->follow == NULL || (int) ((w->follow[byte >> 6] >> (byte & 63)) & 1);
+}
+
+
+/* unc: a path that left the frame before node's byte may still be alive; popped: one left it on
+ * node's byte (it goes on only on a byte that may follow the frame's rule). */
 static void
-dfs(walk *w, int32_t node, uint32_t depth, int unc)
+dfs(walk *w, int32_t node, uint32_t depth, int unc, int popped)
 {
     const srt_grammar_vocab *v = w->v;
-    int32_t                  c, o, flags;
+    int32_t                  c, d, o, flags, from;
     int                      u;
 
     for (c = node + 1; c < v->t_end[node]; c = v->t_end[c]) {
+        u = unc || (popped && may_follow(w, v->t_byte[c]));
         o = walk_step(w, w->lv[depth], v->t_byte[c]);
         if (o < 0) {
             w->oom = 1;
             return;
         }
         flags = (int32_t) w->sets.pool[w->sets.off[o]];
-        u = unc || (flags & SET_UNCERTAIN);
-        if (w->sets.len[o] == 1) {
-            /* a token that ends exactly as its path leaves the frame is accepted: the frame
-               below is a valid place to stand (or, below the root, the grammar's end);
-               longer ones depend on the frame (or, below the root, are rejected) */
-            int32_t from = v->t_tok_begin[c];
-            if (flags) {
-                add_range(w, &w->acc, &w->n_acc, from, from + v->t_n_term[c]);
-                from += v->t_n_term[c];
-            }
-            if (u) {
-                add_range(w, &w->unc, &w->n_unc, from, v->t_tok_end[c]);
+        if (w->sets.len[o] > 1) {
+            add_range(w, &w->acc, &w->n_acc, v->t_tok_begin[c],
+                      v->t_tok_begin[c] + v->t_n_term[c]);
+            if (v->t_end[c] > c + 1) {
+                w->lv[depth + 1] = o;
+                dfs(w, c, depth + 1, u, flags & SET_UNCERTAIN);
+                if (w->oom) {
+                    return;
+                }
             }
             continue;
         }
-        add_range(w, &w->acc, &w->n_acc, v->t_tok_begin[c], v->t_tok_begin[c] + v->t_n_term[c]);
-        if (v->t_end[c] > c + 1) {
-            w->lv[depth + 1] = o;
-            dfs(w, c, depth + 1, u);
-            if (w->oom) {
-                return;
+        /* no thread left in the frame. A token that ends exactly as its path leaves the frame
+           is accepted: the frame below is a valid place to stand (or, below the root, the
+           grammar's end); longer ones depend on the frame (or, below the root, are rejected) */
+        from = v->t_tok_begin[c];
+        if (flags) {
+            add_range(w, &w->acc, &w->n_acc, from, from + v->t_n_term[c]);
+            from += v->t_n_term[c];
+        }
+        if (u) {
+            add_range(w, &w->unc, &w->n_unc, from, v->t_tok_end[c]);
+        } else if (flags & SET_UNCERTAIN) {
+            for (d = c + 1; d < v->t_end[c]; d = v->t_end[d]) {
+                if (may_follow(w, v->t_byte[d])) {
+                    add_range(w, &w->unc, &w->n_unc, v->t_tok_begin[d], v->t_tok_end[d]);
+                }
             }
         }
     }
@@ -466,7 +484,10 @@ compute_cache(const srt_grammar *g, int32_t state, int root)
     if ((w.lv[0] = walk_intern(&w, &w.out)) < 0) {
         goto done;
     }
-    dfs(&w, 0, 0, 0);
+    if (!root && g->follow && g->owner[state] >= 0) {
+        w.follow = &g->follow[(size_t) g->owner[state] * 4];
+    }
+    dfs(&w, 0, 0, 0, 0);
     if (w.oom) {
         goto done;
     }
@@ -537,6 +558,7 @@ grammar_rep(srt_grammar *g)
     }
     pthread_mutex_lock(&g->lock);
     if (!g->rep_tried) {
+        grammar_follow(g);          /* out of memory: no lookahead, fewer tokens decided */
         if (grammar_equiv(g, g->vocab->max_len, &rep) == 0) {
             g->rep = rep;
         }

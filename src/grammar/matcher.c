@@ -144,6 +144,8 @@ srt_grammar_free(srt_grammar *g)
     pthread_mutex_destroy(&g->lock);
     free(g->cache);
     free(g->rep);
+    free(g->owner);
+    free(g->follow);
     free(g->st);
     free(g->sets);
     free(g->rule_start);

@@ -352,6 +352,47 @@ test_shared_caches(void)
 }
 
 
+/* What may follow a rule (grammar_follow): s below is followed by ',' or ']' only, so in the
+ * cache of s's states over an unknown caller, "ba" and "abc" (which leave s and go on with 'a'
+ * or 'c') are rejected outright instead of being checked against the stack at every step. */
+static void
+test_follow(void)
+{
+    srt_grammar *g = gbnf("root ::= \"[\" s (\",\" s)* \"]\"\ns ::= \"a\" s | \"b\"");
+    int32_t      r_s = -1, s, i, x, n_unc = 0, n_states = 0, ok_set = 0;
+    int          ended = 0;
+
+    if (g == NULL) {
+        tap_ok(0, "follow: grammar compiles");
+        return;
+    }
+    /* the rule a call of which is followed by ',' or ']' */
+    for (s = 0; s < g->n_st; s++) {
+        if (g->st[s].kind == ST_CALL) {
+            r_s = g->st[s].a;
+        }
+    }
+    srt_grammar_precompute(g);
+    if (r_s >= 0 && g->follow) {
+        const uint64_t *f = &g->follow[(size_t) r_s * 4];
+        ok_set = f[0] == (1ull << ',') && f[1] == (1ull << (']' - 64)) && !f[2] && !f[3];
+        for (i = g->clo_off[g->rule_start[r_s]]; i < g->clo_off[g->rule_start[r_s] + 1]; i++) {
+            x = g->clo[i];
+            if (x != CLO_FINAL && g->st[x].kind == ST_BYTE) {
+                const state_cache *sc = grammar_state_cache(g, x, 0);
+                n_states++;
+                n_unc += sc ? sc->n_unc : 1000;
+            }
+        }
+    }
+    tap_ok(ok_set, "follow: the rule called for list items is followed by ',' or ']' only");
+    tap_ok(n_states == 2 && n_unc == 0, "follow: its %d start states have %d uncertain tokens",
+           n_states, n_unc);
+    tap_ok(walk_oracle(g, 20, 40, &ended) == 0, "follow: masks = oracle (%d walks ended)", ended);
+    srt_grammar_free(g);
+}
+
+
 static void
 test_matcher_api(void)
 {
@@ -471,6 +512,7 @@ main(void)
     test_regex();
     test_masks();
     test_shared_caches();
+    test_follow();
     test_matcher_api();
     test_fuzz();
     srt_grammar_vocab_free(V);
