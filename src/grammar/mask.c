@@ -595,8 +595,12 @@ grammar_state_cache(srt_grammar *g, int32_t state, int root)
  * over the root, states of called rules over a caller (the rest fill on first use), one walk per
  * class of equivalent states (equiv.c). The walks are independent, over immutable data, so up to
  * PRECOMPUTE_THREADS threads share them (as xgrammar's compiler does): each computes outside the
- * lock and publishes under it. */
-#define PRECOMPUTE_THREADS 8
+ * lock and publishes under it. A thread takes PRECOMPUTE_PER_THREAD walks at least: determinized
+ * walks are short (a fraction of a millisecond to a few), and on a loaded machine a new thread
+ * waits for a CPU longer than a few walks take (regexes and small grammars compiled 2-10x slower
+ * with 2 threads than with 1 at load ~16 on 2 CPUs). */
+#define PRECOMPUTE_THREADS    8
+#define PRECOMPUTE_PER_THREAD 16
 
 typedef struct {
     srt_grammar *g;
@@ -688,8 +692,8 @@ srt_grammar_precompute(srt_grammar *g)
         }
     }
     n_th = n_cpu < 1 ? 1 : n_cpu > PRECOMPUTE_THREADS ? PRECOMPUTE_THREADS : (int) n_cpu;
-    if (n_th > j.n) {
-        n_th = j.n;
+    if (n_th > j.n / PRECOMPUTE_PER_THREAD) {
+        n_th = j.n / PRECOMPUTE_PER_THREAD > 1 ? j.n / PRECOMPUTE_PER_THREAD : 1;
     }
     for (t = 1; t < n_th; t++) {
         if (pthread_create(&th[started], NULL, precompute_thread, &j) == 0) {
