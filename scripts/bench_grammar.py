@@ -22,7 +22,7 @@ SmolLM2's plus concatenations of random pairs of its tokens up to 151,665 (what 
 before a real one was at hand).
 
     /tmp/xgr/bin/python scripts/bench_grammar.py .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf \\
-        [--vocab 49k|152k|152k-synth] [--rounds 3] [--walks 2] [--steps 64]
+        [--vocab 49k|152k|152k-synth] [--rounds 3] [--walks 2] [--steps 64] [--baseline BIN]
 """
 import argparse
 import importlib.util
@@ -125,8 +125,8 @@ def xgr_round(info, cases, n, eos, a, rng, walks, out=None):
     return res
 
 
-def srt_round(a, vpath, wpath, n_cases):
-    r = subprocess.run([a.bin, vpath, wpath], capture_output=True, text=True, check=True)
+def srt_round(a, vpath, wpath, n_cases, binary=None):
+    r = subprocess.run([binary or a.bin, vpath, wpath], capture_output=True, text=True, check=True)
     res = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     assert len(res) == n_cases, (len(res), n_cases, r.stderr)
     return res
@@ -166,6 +166,8 @@ def main():
     ap.add_argument("--walks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin", "srt-bench-grammar"))
+    ap.add_argument("--baseline", help="another srt-bench-grammar (an older commit's), run right "
+                    "after --bin in every round: before and after in the same run")
     a = ap.parse_args()
 
     rng = random.Random(99)
@@ -187,7 +189,7 @@ def main():
         for t in vocab:
             f.write((t.hex() if t else "-") + "\n")
 
-    walks, xr, sr, notes = [], [], [], []
+    walks, xr, sr, br, notes = [], [], [], [], []
     for r in range(a.rounds):
         load0 = os.getloadavg()[0]
         if r == 0:
@@ -200,6 +202,8 @@ def main():
         else:
             xr.append(xgr_round(info, cases, n, eos, a, rng, walks))
             sr.append(srt_round(a, vpath, wpath, len(cases)))
+        if a.baseline:
+            br.append(srt_round(a, vpath, wpath, len(cases), a.baseline))
         notes.append((r, "xgr, srt" if r % 2 == 0 else "srt, xgr", load0, os.getloadavg()[0]))
 
     print("vocab %s (%d tokens), %d cases, %d walks x %d steps, %d rounds; xgrammar %s" %
@@ -218,6 +222,15 @@ def main():
           "then compile: median per case, srt's with every state's token cache (like xgrammar's) "
           "and lazy; mask: mean per step; total: median per case of compile + every mask of its "
           "walks, srt lazy)")
+    if a.baseline:
+        bm = per_case_median(br)
+        print("baseline %s (run after srt in each round):" % a.baseline)
+        for kind in ("schema", "regex", "gbnf", "all"):
+            xc, bc, _, xk, bk, _, _ = summary(xm, bm, kind)
+            sc, sk = summary(xm, sm, kind)[1], summary(xm, sm, kind)[4]
+            print("  %-7s compile %10.0fus (xgr/baseline %5.2fx, baseline/srt %5.2fx)  mask %8.1fus "
+                  "(xgr/baseline %6.2fx, baseline/srt %5.2fx)" % (
+                      kind, bc, xc / bc, bc / sc, bk, xk / bk, bk / sk))
     print("per round, compile ratio (schema regex gbnf) and mask ratio (all), load average 1 min "
           "at its start and end:")
     for r, order, l0, l1 in notes:
