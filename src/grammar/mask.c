@@ -10,7 +10,9 @@
  * few (those that run past the end of a recursive value). A step's mask is then the union of the
  * cached accepted sets of its threads plus a byte-by-byte check of their uncertain tokens only:
  * xgrammar's adaptive token mask cache, over a byte automaton. The walk prunes whole subtrees
- * of the trie as soon as a prefix dies.
+ * of the trie as soon as a prefix dies, and a path that left the frame goes on only on a byte
+ * that may follow the frame's rule (grammar_follow, equiv.c): the rest are rejected here, not
+ * checked per step. States whose caches are necessarily equal share one (equiv.c).
  */
 
 #include <pthread.h>
