@@ -114,11 +114,40 @@ struct srt_grammar {
                                             a step into it needs no work list (pda.c) */
     state_cache             **cache;     /* per state and frame kind (2 s + below-is-root), filled
                                             on first use */
+    int32_t                  *rep;       /* per state, the state whose token cache it shares
+                                            (equiv.c); NULL until first needed, or if that failed */
+    int                       rep_tried;
+    int32_t                  *owner;     /* per state, the rule whose frame it runs on (-1: not
+                                            one rule); NULL with follow */
+    uint64_t                 *follow;    /* per rule, 4 words: the bytes that can come right after
+                                            it returns (a superset); NULL: not known */
     int32_t                   root_end;  /* states below it were built for the root rule */
     int                       root_called;  /* some rule calls the root rule */
 };
 
 int nfa_compile(ast_grammar *ag, srt_grammar *g, srt_err *err);
+
+/* Interned vectors of 64-bit words (equiv.c): equal vectors get equal ids, 0, 1, 2, ... */
+typedef struct {
+    uint64_t  *pool;
+    size_t     n_pool, cap_pool;
+    uint32_t  *off, *len;   /* per id: its words, pool[off .. off + len) */
+    uint64_t  *hash;
+    int32_t    n_ids, cap_ids;
+    int32_t   *slots;
+    uint32_t   mask;
+} vtab;
+
+int vtab_init(vtab *t, int32_t hint);      /* -1: out of memory */
+void vtab_free(vtab *t);
+void vtab_reset(vtab *t);                  /* forget every vector, keep the memory */
+int32_t vtab_intern(vtab *t, const uint64_t *v, uint32_t n);  /* -1: out of memory */
+
+/* Fills g->owner and g->follow (equiv.c); -1 when out of memory (they stay NULL). */
+int grammar_follow(srt_grammar *g);
+/* *rep (malloc'd, the caller's): per state, the first state of its class of BYTE states that
+ * behave the same on every byte string of at most depth bytes (itself for other states) */
+int grammar_equiv(srt_grammar *g, uint32_t depth, int32_t **rep);
 
 static inline int byteset_has(const srt_grammar *g, int32_t set, unsigned c)
 {
@@ -169,6 +198,7 @@ void pda_truncate(pda *p, int32_t n);
 void pda_start(pda *p, int32_t state, int32_t parent, thread_set *out);
 void pda_advance(pda *p, const thread_set *in, unsigned byte, thread_set *out);
 int ts_reserve(thread_set *s, int32_t n);
+void pda_thread_done(void);
 void ts_free(thread_set *s);
 
 const state_cache *grammar_state_cache(srt_grammar *g, int32_t state, int root);

@@ -10,7 +10,9 @@
  * few (those that run past the end of a recursive value). A step's mask is then the union of the
  * cached accepted sets of its threads plus a byte-by-byte check of their uncertain tokens only:
  * xgrammar's adaptive token mask cache, over a byte automaton. The walk prunes whole subtrees
- * of the trie as soon as a prefix dies.
+ * of the trie as soon as a prefix dies, and a path that left the frame goes on only on a byte
+ * that may follow the frame's rule (grammar_follow, equiv.c): the rest are rejected here, not
+ * checked per step. States whose caches are necessarily equal share one (equiv.c).
  */
 
 #include <pthread.h>
@@ -269,14 +271,124 @@ state_cache_free(state_cache *sc)
     }
 }
 
+/* A walk determinizes as it goes: the thread sets it meets are interned (threads sorted, with
+ * the accept and uncertain flags) and each set's step on a byte is computed once, so a trie node
+ * costs a table look-up where the same set recurs (inside a string, at every depth, for most of
+ * the vocabulary). Rows of transitions are kept for the first WALK_ROWS sets; later sets step
+ * afresh each time (same result, no memory bound to exceed). */
+#define WALK_ROWS 4096
+#define SET_ACCEPT    1
+#define SET_UNCERTAIN 2
+
 typedef struct {
     const srt_grammar_vocab *v;
     pda                      p;
-    thread_set              *lv;       /* one per depth */
+    vtab                     sets;     /* [flags, thread node ids ascending] */
+    int32_t                 *row_of;   /* per set: its row in rows, -1 none */
+    int32_t                  cap_row_of;
+    int32_t                 *rows;     /* 256 next sets per row, -1 not computed yet */
+    int32_t                  n_rows;
+    thread_set               in, out;
+    uint64_t                *vec;
+    size_t                   cap_vec;
+    int32_t                 *lv;       /* the set at each depth */
+    const uint64_t          *follow;   /* bytes that may follow a return out of the frame, NULL:
+                                          any (grammar_follow) */
     int32_t                 *acc, *unc;
     size_t                   n_acc, n_unc;
     int                      oom;
 } walk;
+
+
+static int
+cmp_i32(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *) x, b = *(const int32_t *) y;
+    return a < b ? -1 : a > b;
+}
+
+
+static int
+cmp_u64_walk(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *) x, b = *(const uint64_t *) y;
+    return a < b ? -1 : a > b;
+}
+
+
+static int32_t
+walk_intern(walk *w, const thread_set *ts)
+{
+    int32_t i, id;
+
+    if ((size_t) ts->n + 1 > w->cap_vec) {
+        size_t    cap = ((size_t) ts->n + 1) * 2;
+        uint64_t *v = realloc(w->vec, cap * sizeof(uint64_t));
+        if (v == NULL) {
+            return -1;
+        }
+        w->vec = v;
+        w->cap_vec = cap;
+    }
+    w->vec[0] = (uint64_t) ((ts->accept ? SET_ACCEPT : 0) | (ts->uncertain ? SET_UNCERTAIN : 0));
+    for (i = 0; i < ts->n; i++) {
+        w->vec[i + 1] = (uint64_t) (uint32_t) ts->tops[i];
+    }
+    /* a set's threads in any order are the same set */
+    if (ts->n > 1) {
+        qsort(&w->vec[1], (size_t) ts->n, sizeof(uint64_t), cmp_u64_walk);
+    }
+    id = vtab_intern(&w->sets, w->vec, (uint32_t) ts->n + 1);
+    if (id >= w->cap_row_of) {
+        int32_t  cap = w->cap_row_of ? w->cap_row_of * 2 : 256;
+        int32_t *r = realloc(w->row_of, (size_t) cap * sizeof(int32_t));
+        if (r == NULL) {
+            return -1;
+        }
+        memset(r + w->cap_row_of, 0xff, (size_t) (cap - w->cap_row_of) * sizeof(int32_t));
+        w->row_of = r;
+        w->cap_row_of = cap;
+    }
+    return id;
+}
+
+
+static int32_t
+walk_step(walk *w, int32_t from, unsigned byte)
+{
+    const uint64_t *v;
+    int32_t         r = w->row_of[from], to, i, n;
+
+    if (r >= 0 && (to = w->rows[(size_t) r * 256 + byte]) >= 0) {
+        return to;
+    }
+    v = &w->sets.pool[w->sets.off[from]];
+    n = (int32_t) w->sets.len[from] - 1;
+    if (ts_reserve(&w->in, n) != 0) {
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        w->in.tops[i] = (int32_t) v[i + 1];
+    }
+    w->in.n = n;
+    pda_advance(&w->p, &w->in, byte, &w->out);
+    if (w->p.overflow || (to = walk_intern(w, &w->out)) < 0) {
+        return -1;
+    }
+    if (r < 0 && w->n_rows < WALK_ROWS) {
+        int32_t *rows = realloc(w->rows, ((size_t) w->n_rows + 1) * 256 * sizeof(int32_t));
+        if (rows == NULL) {
+            return -1;
+        }
+        w->rows = rows;
+        r = w->row_of[from] = w->n_rows++;
+        memset(&w->rows[(size_t) r * 256], 0xff, 256 * sizeof(int32_t));
+    }
+    if (r >= 0) {
+        w->rows[(size_t) r * 256 + byte] = to;
+    }
+    return to;
+}
 
 
 static void
@@ -290,51 +402,60 @@ add_range(walk *w, int32_t **list, size_t *n, int32_t from, int32_t to)
 }
 
 
-static void
-dfs(walk *w, int32_t node, uint32_t depth, int unc)
+static inline int
+may_follow(const walk *w, unsigned byte)
 {
-    const srt_grammar_vocab *v = w->v;
-    thread_set              *in = &w->lv[depth], *out = &w->lv[depth + 1];
-    int32_t                  c;
-    int                      u;
-
-    for (c = node + 1; c < v->t_end[node]; c = v->t_end[c]) {
-        pda_advance(&w->p, in, v->t_byte[c], out);
-        if (w->p.overflow) {
-            w->oom = 1;
-            return;
-        }
-        u = unc || out->uncertain;
-        if (out->n == 0) {
-            /* a token that ends exactly as its path leaves the frame is accepted: the frame
-               below is a valid place to stand (or, below the root, the grammar's end);
-               longer ones depend on the frame (or, below the root, are rejected) */
-            int32_t from = v->t_tok_begin[c];
-            if (out->uncertain || out->accept) {
-                add_range(w, &w->acc, &w->n_acc, from, from + v->t_n_term[c]);
-                from += v->t_n_term[c];
-            }
-            if (u) {
-                add_range(w, &w->unc, &w->n_unc, from, v->t_tok_end[c]);
-            }
-            continue;
-        }
-        add_range(w, &w->acc, &w->n_acc, v->t_tok_begin[c], v->t_tok_begin[c] + v->t_n_term[c]);
-        if (v->t_end[c] > c + 1) {
-            dfs(w, c, depth + 1, u);
-            if (w->oom) {
-                return;
-            }
-        }
-    }
+    return w->follow == NULL || (int) ((w->follow[byte >> 6] >> (byte & 63)) & 1);
 }
 
 
-static int
-cmp_i32(const void *x, const void *y)
+/* unc: a path that left the frame before node's byte may still be alive; popped: one left it on
+ * node's byte (it goes on only on a byte that may follow the frame's rule). */
+static void
+dfs(walk *w, int32_t node, uint32_t depth, int unc, int popped)
 {
-    int32_t a = *(const int32_t *) x, b = *(const int32_t *) y;
-    return a < b ? -1 : a > b;
+    const srt_grammar_vocab *v = w->v;
+    int32_t                  c, d, o, flags, from;
+    int                      u;
+
+    for (c = node + 1; c < v->t_end[node]; c = v->t_end[c]) {
+        u = unc || (popped && may_follow(w, v->t_byte[c]));
+        o = walk_step(w, w->lv[depth], v->t_byte[c]);
+        if (o < 0) {
+            w->oom = 1;
+            return;
+        }
+        flags = (int32_t) w->sets.pool[w->sets.off[o]];
+        if (w->sets.len[o] > 1) {
+            add_range(w, &w->acc, &w->n_acc, v->t_tok_begin[c],
+                      v->t_tok_begin[c] + v->t_n_term[c]);
+            if (v->t_end[c] > c + 1) {
+                w->lv[depth + 1] = o;
+                dfs(w, c, depth + 1, u, flags & SET_UNCERTAIN);
+                if (w->oom) {
+                    return;
+                }
+            }
+            continue;
+        }
+        /* no thread left in the frame. A token that ends exactly as its path leaves the frame
+           is accepted: the frame below is a valid place to stand (or, below the root, the
+           grammar's end); longer ones depend on the frame (or, below the root, are rejected) */
+        from = v->t_tok_begin[c];
+        if (flags) {
+            add_range(w, &w->acc, &w->n_acc, from, from + v->t_n_term[c]);
+            from += v->t_n_term[c];
+        }
+        if (u) {
+            add_range(w, &w->unc, &w->n_unc, from, v->t_tok_end[c]);
+        } else if (flags & SET_UNCERTAIN) {
+            for (d = c + 1; d < v->t_end[c]; d = v->t_end[d]) {
+                if (may_follow(w, v->t_byte[d])) {
+                    add_range(w, &w->unc, &w->n_unc, v->t_tok_begin[d], v->t_tok_end[d]);
+                }
+            }
+        }
+    }
 }
 
 
@@ -344,29 +465,34 @@ compute_cache(const srt_grammar *g, int32_t state, int root)
     const srt_grammar_vocab *v = g->vocab;
     walk                     w;
     state_cache             *sc = NULL;
-    uint32_t                 d;
     size_t                   i;
     int32_t                  top;
 
     memset(&w, 0, sizeof(w));
     w.v = v;
-    w.lv = calloc((size_t) v->max_len + 2, sizeof(thread_set));
+    w.lv = malloc(((size_t) v->max_len + 2) * sizeof(int32_t));
     w.acc = malloc((v->n_sorted + 1) * sizeof(int32_t));
     w.unc = malloc((v->n_sorted + 1) * sizeof(int32_t));
-    if (!w.lv || !w.acc || !w.unc || pda_init(&w.p, g) != 0) {
+    if (!w.lv || !w.acc || !w.unc || vtab_init(&w.sets, 256) != 0 || pda_init(&w.p, g) != 0) {
         goto done;
     }
     top = pda_node(&w.p, state, root ? NODE_ROOT : NODE_SENT);
-    if (top < 0 || ts_reserve(&w.lv[0], 1) != 0) {
+    if (top < 0 || ts_reserve(&w.out, 1) != 0) {
         goto done;
     }
-    w.lv[0].tops[0] = top;
-    w.lv[0].n = 1;
-    dfs(&w, 0, 0, 0);
+    w.out.tops[0] = top;
+    w.out.n = 1;
+    w.out.accept = w.out.uncertain = 0;
+    if ((w.lv[0] = walk_intern(&w, &w.out)) < 0) {
+        goto done;
+    }
+    if (!root && g->follow && g->owner[state] >= 0) {
+        w.follow = &g->follow[(size_t) g->owner[state] * 4];
+    }
+    dfs(&w, 0, 0, 0, 0);
     if (w.oom) {
         goto done;
     }
-
     sc = calloc(1, sizeof(*sc));
     if (sc == NULL) {
         goto done;
@@ -405,14 +531,15 @@ compute_cache(const srt_grammar *g, int32_t state, int root)
     sc->n_unc = (int32_t) w.n_unc;
 
 done:
-    if (w.lv) {
-        for (d = 0; d < v->max_len + 2; d++) {
-            ts_free(&w.lv[d]);
-        }
-    }
     free(w.lv);
     free(w.acc);
     free(w.unc);
+    free(w.vec);
+    free(w.row_of);
+    free(w.rows);
+    ts_free(&w.in);
+    ts_free(&w.out);
+    vtab_free(&w.sets);
     pda_free(&w.p);
     return sc;
 }
@@ -421,11 +548,35 @@ done:
 /* NULL only when out of memory: callers then fall back to checking every token (matcher.c).
  * root: the thread's frame sits on the root (a thread of the root rule, or reached from it by
  * tail calls): then nothing is uncertain, since what lies below is known to be the end. */
+/* Per state, the state whose cache it shares (equiv.c), computed once on first need; NULL (out
+ * of memory) leaves every state its own. */
+static const int32_t *
+grammar_rep(srt_grammar *g)
+{
+    int32_t *rep;
+
+    if (__atomic_load_n(&g->rep_tried, __ATOMIC_ACQUIRE)) {
+        return g->rep;
+    }
+    pthread_mutex_lock(&g->lock);
+    if (!g->rep_tried) {
+        grammar_follow(g);          /* out of memory: no lookahead, fewer tokens decided */
+        if (grammar_equiv(g, g->vocab->max_len, &rep) == 0) {
+            g->rep = rep;
+        }
+        __atomic_store_n(&g->rep_tried, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return g->rep;
+}
+
+
 const state_cache *
 grammar_state_cache(srt_grammar *g, int32_t state, int root)
 {
-    state_cache *sc;
-    size_t       k = (size_t) state * 2 + (root ? 1 : 0);
+    const int32_t *rep = grammar_rep(g);
+    state_cache   *sc;
+    size_t         k = (size_t) (rep ? rep[state] : state) * 2 + (root ? 1 : 0);
 
     sc = __atomic_load_n(&g->cache[k], __ATOMIC_ACQUIRE);
     if (sc) {
@@ -434,7 +585,7 @@ grammar_state_cache(srt_grammar *g, int32_t state, int root)
     pthread_mutex_lock(&g->lock);
     sc = g->cache[k];
     if (sc == NULL) {
-        sc = compute_cache(g, state, root);
+        sc = compute_cache(g, (int32_t) (k / 2), root);
         __atomic_store_n(&g->cache[k], sc, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&g->lock);
@@ -443,10 +594,15 @@ grammar_state_cache(srt_grammar *g, int32_t state, int root)
 
 
 /* Every state a thread can stand on, with the frame it will have: states of the root rule
- * over the root, states of called rules over a caller (the rest fill on first use). The states
- * are independent walks over immutable data, so up to PRECOMPUTE_THREADS threads share them
- * (as xgrammar's compiler does): each computes outside the lock and publishes under it. */
-#define PRECOMPUTE_THREADS 8
+ * over the root, states of called rules over a caller (the rest fill on first use), one walk per
+ * class of equivalent states (equiv.c). The walks are independent, over immutable data, so up to
+ * PRECOMPUTE_THREADS threads share them (as xgrammar's compiler does): each computes outside the
+ * lock and publishes under it. A thread takes PRECOMPUTE_PER_THREAD walks at least: determinized
+ * walks are short (a fraction of a millisecond to a few), and on a loaded machine a new thread
+ * waits for a CPU longer than a few walks take (regexes and small grammars compiled 2-10x slower
+ * with 2 threads than with 1 at load ~16 on 2 CPUs). */
+#define PRECOMPUTE_THREADS    8
+#define PRECOMPUTE_PER_THREAD 16
 
 typedef struct {
     srt_grammar *g;
@@ -485,19 +641,31 @@ precompute_worker(void *arg)
 }
 
 
+static void *
+precompute_thread(void *arg)
+{
+    precompute_worker(arg);
+    pda_thread_done();
+    return NULL;
+}
+
+
 void
 srt_grammar_precompute(srt_grammar *g)
 {
-    int32_t         s, i;
+    int32_t         s, i, k;
+    const int32_t  *rep = grammar_rep(g);
     uint8_t        *live = calloc(g->n_st, 1);
+    uint8_t        *want = calloc((size_t) g->n_st * 2, 1);
     precompute_job  j = { g, NULL, 0, 0 };
     pthread_t       th[PRECOMPUTE_THREADS];
     long            n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     int             n_th, started = 0, t;
 
     j.keys = malloc((size_t) g->n_st * 2 * sizeof(int32_t));
-    if (live == NULL || j.keys == NULL) {
+    if (live == NULL || want == NULL || j.keys == NULL) {
         free(live);
+        free(want);
         free(j.keys);
         return;
     }
@@ -512,19 +680,25 @@ srt_grammar_precompute(srt_grammar *g)
         if (!live[s]) {
             continue;
         }
+        k = rep ? rep[s] : s;
         if (s < g->root_end) {
-            j.keys[j.n++] = s * 2 + 1;
+            want[k * 2 + 1] = 1;
         }
         if (s >= g->root_end || g->root_called) {
-            j.keys[j.n++] = s * 2;
+            want[k * 2] = 1;
+        }
+    }
+    for (k = 0; k < g->n_st * 2; k++) {
+        if (want[k]) {
+            j.keys[j.n++] = k;
         }
     }
     n_th = n_cpu < 1 ? 1 : n_cpu > PRECOMPUTE_THREADS ? PRECOMPUTE_THREADS : (int) n_cpu;
-    if (n_th > j.n) {
-        n_th = j.n;
+    if (n_th > j.n / PRECOMPUTE_PER_THREAD) {
+        n_th = j.n / PRECOMPUTE_PER_THREAD > 1 ? j.n / PRECOMPUTE_PER_THREAD : 1;
     }
     for (t = 1; t < n_th; t++) {
-        if (pthread_create(&th[started], NULL, precompute_worker, &j) == 0) {
+        if (pthread_create(&th[started], NULL, precompute_thread, &j) == 0) {
             started++;
         }
     }
@@ -533,5 +707,6 @@ srt_grammar_precompute(srt_grammar *g)
         pthread_join(th[t], NULL);
     }
     free(live);
+    free(want);
     free(j.keys);
 }

@@ -143,6 +143,9 @@ srt_grammar_free(srt_grammar *g)
     }
     pthread_mutex_destroy(&g->lock);
     free(g->cache);
+    free(g->rep);
+    free(g->owner);
+    free(g->follow);
     free(g->st);
     free(g->sets);
     free(g->rule_start);
@@ -162,7 +165,9 @@ ts_copy(thread_set *dst, const thread_set *src)
     if (ts_reserve(dst, src->n) != 0) {
         return -1;
     }
-    memcpy(dst->tops, src->tops, src->n * sizeof(int32_t));
+    if (src->n > 0) {           /* an empty set may have no array: memcpy(NULL, ...) is UB */
+        memcpy(dst->tops, src->tops, src->n * sizeof(int32_t));
+    }
     dst->n = src->n;
     dst->accept = src->accept;
     dst->uncertain = 0;

@@ -347,6 +347,16 @@ run(pda *p, work *w, thread_set *out)
 static __thread work  tls_work;
 
 
+/* A thread that stepped automata and now exits (srt_grammar_precompute's helpers) frees its
+ * scratch: thread-local storage is not freed with the thread. */
+void
+pda_thread_done(void)
+{
+    free(tls_work.v);
+    memset(&tls_work, 0, sizeof(tls_work));
+}
+
+
 void
 pda_start(pda *p, int32_t state, int32_t parent, thread_set *out)
 {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar_internal.h"
 #include "srt/grammar.h"
 #include "tap.h"
 
@@ -298,6 +299,100 @@ test_masks(void)
 }
 
 
+/* States whose token caches are equal share one (equiv.c): the copies of a bounded repetition
+ * further than the longest token from its end are one class, and masks over shared caches still
+ * equal the oracle's, with every cache precomputed or filled on first use. */
+static void
+test_shared_caches(void)
+{
+    static const char *grammars[] = {
+        "root ::= [a-c]{0,40} \"!\"",
+        "root ::= (str \",\"){3} str\nstr ::= \"\\\"\" [a-z ]{0,20} \"\\\"\"",
+        "root ::= l\nl ::= \"[\" ([a-c]{0,12} | l) (\",\" l)? \"]\"",
+    };
+    size_t   i;
+    int32_t  s, n_byte, n_class, *rep;
+    int      ended, bad, pre;
+
+    for (i = 0; i < sizeof(grammars) / sizeof(grammars[0]); i++) {
+        for (pre = 0; pre < 2; pre++) {
+            srt_grammar *g = gbnf(grammars[i]);
+            if (g == NULL) {
+                tap_ok(0, "shared caches: grammar %zu compiles", i);
+                continue;
+            }
+            if (pre) {
+                srt_grammar_precompute(g);
+            }
+            ended = 0;
+            bad = walk_oracle(g, 20, 40, &ended);
+            tap_ok(bad == 0, "shared caches: masks = oracle, grammar %zu, %s (%d walks ended)", i,
+                   pre ? "precomputed" : "lazy", ended);
+            srt_grammar_free(g);
+        }
+    }
+
+    /* 40 copies of [a-c]: those at least max_len bytes from the "!" all behave alike */
+    srt_grammar *g = gbnf(grammars[0]);
+    rep = NULL;
+    n_byte = n_class = 0;
+    if (g && grammar_equiv(g, V->max_len, &rep) == 0) {
+        for (s = 0; s < g->n_st; s++) {
+            if (g->st[s].kind == ST_BYTE) {
+                n_byte++;
+                n_class += rep[s] == s;
+            }
+        }
+    }
+    tap_ok(n_byte > 40 && n_class > 0 && n_class <= (int32_t) V->max_len + 2,
+           "shared caches: [a-c]{0,40}\"!\": %d BYTE states, %d classes (longest token %u bytes)",
+           n_byte, n_class, V->max_len);
+    free(rep);
+    srt_grammar_free(g);
+}
+
+
+/* What may follow a rule (grammar_follow): s below is followed by ',' or ']' only, so in the
+ * cache of s's states over an unknown caller, "ba" and "abc" (which leave s and go on with 'a'
+ * or 'c') are rejected outright instead of being checked against the stack at every step. */
+static void
+test_follow(void)
+{
+    srt_grammar *g = gbnf("root ::= \"[\" s (\",\" s)* \"]\"\ns ::= \"a\" s | \"b\"");
+    int32_t      r_s = -1, s, i, x, n_unc = 0, n_states = 0, ok_set = 0;
+    int          ended = 0;
+
+    if (g == NULL) {
+        tap_ok(0, "follow: grammar compiles");
+        return;
+    }
+    /* the rule a call of which is followed by ',' or ']' */
+    for (s = 0; s < g->n_st; s++) {
+        if (g->st[s].kind == ST_CALL) {
+            r_s = g->st[s].a;
+        }
+    }
+    srt_grammar_precompute(g);
+    if (r_s >= 0 && g->follow) {
+        const uint64_t *f = &g->follow[(size_t) r_s * 4];
+        ok_set = f[0] == (1ull << ',') && f[1] == (1ull << (']' - 64)) && !f[2] && !f[3];
+        for (i = g->clo_off[g->rule_start[r_s]]; i < g->clo_off[g->rule_start[r_s] + 1]; i++) {
+            x = g->clo[i];
+            if (x != CLO_FINAL && g->st[x].kind == ST_BYTE) {
+                const state_cache *sc = grammar_state_cache(g, x, 0);
+                n_states++;
+                n_unc += sc ? sc->n_unc : 1000;
+            }
+        }
+    }
+    tap_ok(ok_set, "follow: the rule called for list items is followed by ',' or ']' only");
+    tap_ok(n_states == 2 && n_unc == 0, "follow: its %d start states have %d uncertain tokens",
+           n_states, n_unc);
+    tap_ok(walk_oracle(g, 20, 40, &ended) == 0, "follow: masks = oracle (%d walks ended)", ended);
+    srt_grammar_free(g);
+}
+
+
 static void
 test_matcher_api(void)
 {
@@ -416,6 +511,8 @@ main(void)
     test_gbnf_matching();
     test_regex();
     test_masks();
+    test_shared_caches();
+    test_follow();
     test_matcher_api();
     test_fuzz();
     srt_grammar_vocab_free(V);
