@@ -128,16 +128,10 @@ int srt_ggml_type_to_dtype(uint32_t t, srt_dtype *out)
     }
 }
 
-int srt_gguf_open(const char *path, srt_gguf **out, srt_err *err)
+/* The parser behind both entry points: g->file holds the bytes (mapped or borrowed). */
+static int parse(srt_gguf *g, srt_err *err)
 {
-    srt_gguf *g = calloc(1, sizeof *g);
-    if (!g)
-        return srt_err_set(err, "%s: out of memory", path);
-    g->file.fd = -1;
-    if (srt_map_file(path, &g->file, err) != SRT_OK) {
-        free(g);
-        return SRT_ERROR;
-    }
+    const char *path = g->file.path;
     cursor c = { g->file.data, g->file.size, 0, path, err };
     char magic[4];
     if (rd(&c, magic, 4, "magic") != SRT_OK)
@@ -270,11 +264,43 @@ int srt_gguf_open(const char *path, srt_gguf **out, srt_err *err)
             goto fail;
         }
     }
-    *out = g;
     return SRT_OK;
 fail:
-    srt_gguf_close(g);
     return SRT_ERROR;
+}
+
+static int finish_open(srt_gguf *g, srt_gguf **out, srt_err *err)
+{
+    if (parse(g, err) != SRT_OK) {
+        srt_gguf_close(g);
+        return SRT_ERROR;
+    }
+    *out = g;
+    return SRT_OK;
+}
+
+int srt_gguf_open(const char *path, srt_gguf **out, srt_err *err)
+{
+    srt_gguf *g = calloc(1, sizeof *g);
+    if (!g)
+        return srt_err_set(err, "%s: out of memory", path);
+    if (srt_map_file(path, &g->file, err) != SRT_OK) {
+        free(g);
+        return SRT_ERROR;
+    }
+    return finish_open(g, out, err);
+}
+
+int srt_gguf_open_buffer(const void *data, size_t size, const char *name, srt_gguf **out, srt_err *err)
+{
+    srt_gguf *g = calloc(1, sizeof *g);
+    if (!g)
+        return srt_err_set(err, "%s: out of memory", name);
+    if (srt_borrow_buffer(data, size, name, &g->file, err) != SRT_OK) {
+        free(g);
+        return SRT_ERROR;
+    }
+    return finish_open(g, out, err);
 }
 
 const srt_gguf_kv *srt_gguf_find(const srt_gguf *g, const char *key)
