@@ -108,11 +108,12 @@ $(FUZZ_BUILD)/fuzz/%: t/fuzz/%.c $(FUZZ_BUILD)/libsrt.a
 	    $(FUZZ_BUILD)/libsrt.a $(LDLIBS)
 
 fuzz-smoke: fuzz
-	@set -e; for f in $(FUZZ_NAMES); do \
+	@set -e; \
+	if [ -n "$$SRT_FUZZ_RUNS" ]; then limit=-runs=$$SRT_FUZZ_RUNS; \
+	else limit=-max_total_time=$${SRT_FUZZ_SECONDS:-10}; fi; \
+	for f in $(FUZZ_NAMES); do \
 	    mkdir -p $(FUZZ_BUILD)/work/$$f; \
-	    if ! $(FUZZ_BUILD)/fuzz/$$f -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-	        $${SRT_FUZZ_RUNS:+-runs=$$SRT_FUZZ_RUNS} \
-	        $${SRT_FUZZ_RUNS:--max_total_time=$${SRT_FUZZ_SECONDS:-10}} \
+	    if ! $(FUZZ_BUILD)/fuzz/$$f -max_len=65536 -timeout=10 -rss_limit_mb=2048 $$limit \
 	        -print_final_stats=1 $(FUZZ_BUILD)/work/$$f t/fuzz/corpus/$$f \
 	        > $(FUZZ_BUILD)/work/$$f.log 2>&1; then \
 	        tail -n 60 $(FUZZ_BUILD)/work/$$f.log; echo "fuzz: $$f FAILED"; exit 1; fi; \
