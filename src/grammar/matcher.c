@@ -162,7 +162,9 @@ ts_copy(thread_set *dst, const thread_set *src)
     if (ts_reserve(dst, src->n) != 0) {
         return -1;
     }
-    memcpy(dst->tops, src->tops, src->n * sizeof(int32_t));
+    if (src->n > 0) {    /* an empty set may have no array: memcpy from NULL is undefined */
+        memcpy(dst->tops, src->tops, src->n * sizeof(int32_t));
+    }
     dst->n = src->n;
     dst->accept = src->accept;
     dst->uncertain = 0;
