@@ -141,19 +141,27 @@ static void formats(void)
     tw_free(&m);
 }
 
+/* a one-file F32 checkpoint of tw_make(seed) in tmpdir/sub; returns the safetensors file's bytes */
+static unsigned char *write_checkpoint(tw_model *m, int seed, const char *sub, char *dir, char *st, long *n,
+                                       uint64_t *hlen)
+{
+    tw_make(m, "llama", seed);
+    snprintf(dir, 512, "%s/%s", tmpdir, sub);
+    snprintf(st, 600, "%s/model.safetensors", dir);
+    tw_write_hf(m, dir, 1, "F32");
+    unsigned char *orig = slurp(st, n);
+    memcpy(hlen, orig, 8);
+    return orig;
+}
+
 static void corrupt(void)
 {
     tw_model m;
     char dir[512], st[600], cfg[600], idx[600], msg[1024];
-    tw_make(&m, "llama", 17);
-    snprintf(dir, sizeof dir, "%s/bad", tmpdir);
-    snprintf(st, sizeof st, "%s/model.safetensors", dir);
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    tw_write_hf(&m, dir, 1, "F32");
     long n;
-    unsigned char *orig = slurp(st, &n);
     uint64_t hlen;
-    memcpy(&hlen, orig, 8);
+    unsigned char *orig = write_checkpoint(&m, 17, "bad", dir, st, &n, &hlen);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
 
     int all = 1, count = 0;
     for (long len = 0; len < n && all; len += len < (long)hlen + 16 ? 3 : 1999) {
@@ -282,14 +290,9 @@ static void buffer_entry(void)
 {
     tw_model m;
     char dir[512], st[600];
-    tw_make(&m, "llama", 19);
-    snprintf(dir, sizeof dir, "%s/buf", tmpdir);
-    snprintf(st, sizeof st, "%s/model.safetensors", dir);
-    tw_write_hf(&m, dir, 1, "F32");
     long n;
-    unsigned char *orig = slurp(st, &n);
     uint64_t hlen;
-    memcpy(&hlen, orig, 8);
+    unsigned char *orig = write_checkpoint(&m, 19, "buf", dir, st, &n, &hlen);
 
     srt_tensor_store sf = { 0 }, sb = { 0 };
     srt_err err = { { 0 } };
