@@ -127,7 +127,7 @@ FORCE_FUZZ_LIB:
 # unit tests and the fuzzers; then each fuzzer runs SRT_FUZZ_SECONDS (10) on its corpus.
 # `make asan-test` runs every unit test under gcc's ASan + UBSan instead (longer).
 SAN_UNIT_TESTS := test_ipc test_tokenizer_errors test_loader_safetensors test_loader_gguf \
-                  test_radix test_kvalloc test_chat_template test_sampling test_output_parse
+                  test_radix test_kvalloc test_chat_template test_sampling test_output_parse test_grammar
 
 .PHONY: sanitize-check
 sanitize-check: $(FUZZ_BUILD)/libsrt.a
