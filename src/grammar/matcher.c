@@ -162,7 +162,7 @@ ts_copy(thread_set *dst, const thread_set *src)
     if (ts_reserve(dst, src->n) != 0) {
         return -1;
     }
-    if (src->n > 0) {    /* an empty set may have no array: memcpy from NULL is undefined */
+    if (src->n > 0) {           /* an empty set may have no array: memcpy(NULL, ...) is UB */
         memcpy(dst->tops, src->tops, src->n * sizeof(int32_t));
     }
     dst->n = src->n;
