@@ -174,11 +174,15 @@ static int parse(srt_gguf *g, srt_err *err)
                         (unsigned long long)i, (unsigned long long)key.len);
             goto fail;
         }
-        kv->key = strndup(key.ptr, key.len);
+        /* a copy of exactly len bytes: strndup may look for a NUL past the key, and a key
+         * that ends the input has none (ASan's strict string checks stop there) */
+        kv->key = malloc(key.len + 1);
         if (!kv->key) {
             srt_err_set(err, "%s: out of memory", path);
             goto fail;
         }
+        memcpy(kv->key, key.ptr, key.len);
+        kv->key[key.len] = 0;
         snprintf(what, sizeof what, "type of metadata entry %llu", (unsigned long long)i);
         if (rd(&c, &type, 4, what) != SRT_OK)
             goto fail;
