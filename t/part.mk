@@ -85,8 +85,22 @@ gpu-tests: $(GPU_TESTS) $(if $(NVCC),$(CUDA_PLUGIN))
 # Soak at 3caa697 (build-fuzz/fuzz/$f -runs=1000000 -max_len=65536 -timeout=10 -rss_limit_mb=2048,
 # nice 5, load average 7-11 on 2 cores): fuzz_json 10^6 in 55 s, fuzz_hook_spec 10^6 in 94 s,
 # fuzz_chat_template 10^6 in 146 s, fuzz_tokenizer 10^6 in 337 s, all clean; fuzz_model_file
-# (a file written per input, ~310 exec/s here) stopped clean at 119,122 runs in 379 s: its 10^6
-# takes about an hour on this disk.
+# (a file written per input, ~310 exec/s here) stopped clean at 119,122 runs in 379 s.
+# Soak at 83e18c4..c53a93f (SRT_FUZZ_RUNS=1000000 nice -n 10 make fuzz-smoke FUZZ_NAMES=..., one
+# process per harness, load average 7-16 on 2 cores shared with other builds and tests):
+# fuzz_model_file, now parsing in memory, 10^6 in 132 s (7,575 exec/s), and again with the GGUF
+# getters at c53a93f 10^6 in 170 s (5,882 exec/s); fuzz_output_parse 10^6 in 3,827 s (261 exec/s:
+# its inputs grow to 2.8 KB); both clean. fuzz_grammar (new at 3b90b8b; c7de286's harness:
+# build-fuzz/fuzz/fuzz_grammar -max_len=65536 -timeout=10 -rss_limit_mb=2048 -max_total_time=4200,
+# nice -n 15) stopped clean at 192,749 runs in 3,686 s (52 exec/s: a fresh state's token mask walks
+# the whole vocabulary under ASan and coverage): its 10^6 is still to run, about 5 h at that rate.
+# make asan-test at 83e18c4 + db1cf1b (nice -n 10 make -j2 asan-test ASAN_TEST_JOBS=2, build
+# included, SRT_MODEL_DIR set, load average 7-16): 2,988 s, 33 files, 4,181 tests; 31 clean, two
+# not: test_loader_gguf (strndup of a key ending the input, under strict_string_checks: fixed in
+# c96894b, build-asan/t/test_loader_gguf then clean, 35/35) and test_grammar_xgr (LeakSanitizer:
+# the PDA's thread-local scratch of srt_grammar_precompute's helper threads, 4,352 bytes in 17
+# blocks; h-gcomp frees it in pda_thread_done, so the fix lands with that branch). No clean run
+# of the whole target in one go yet: the next one goes after h-gcomp's merge.
 FUZZ_CC      ?= clang
 FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -108,11 +122,12 @@ $(FUZZ_BUILD)/fuzz/%: t/fuzz/%.c $(FUZZ_BUILD)/libsrt.a
 	    $(FUZZ_BUILD)/libsrt.a $(LDLIBS)
 
 fuzz-smoke: fuzz
-	@set -e; for f in $(FUZZ_NAMES); do \
+	@set -e; \
+	if [ -n "$$SRT_FUZZ_RUNS" ]; then limit=-runs=$$SRT_FUZZ_RUNS; \
+	else limit=-max_total_time=$${SRT_FUZZ_SECONDS:-10}; fi; \
+	for f in $(FUZZ_NAMES); do \
 	    mkdir -p $(FUZZ_BUILD)/work/$$f; \
-	    if ! $(FUZZ_BUILD)/fuzz/$$f -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-	        $${SRT_FUZZ_RUNS:+-runs=$$SRT_FUZZ_RUNS} \
-	        $${SRT_FUZZ_RUNS:--max_total_time=$${SRT_FUZZ_SECONDS:-10}} \
+	    if ! $(FUZZ_BUILD)/fuzz/$$f -max_len=65536 -timeout=10 -rss_limit_mb=2048 $$limit \
 	        -print_final_stats=1 $(FUZZ_BUILD)/work/$$f t/fuzz/corpus/$$f \
 	        > $(FUZZ_BUILD)/work/$$f.log 2>&1; then \
 	        tail -n 60 $(FUZZ_BUILD)/work/$$f.log; echo "fuzz: $$f FAILED"; exit 1; fi; \
@@ -126,7 +141,7 @@ FORCE_FUZZ_LIB:
 # unit tests and the fuzzers; then each fuzzer runs SRT_FUZZ_SECONDS (10) on its corpus.
 # `make asan-test` runs every unit test under gcc's ASan + UBSan instead (longer).
 SAN_UNIT_TESTS := test_ipc test_tokenizer_errors test_loader_safetensors test_loader_gguf \
-                  test_radix test_kvalloc test_chat_template test_sampling test_output_parse
+                  test_radix test_kvalloc test_chat_template test_sampling test_output_parse test_grammar
 
 .PHONY: sanitize-check
 sanitize-check: $(FUZZ_BUILD)/libsrt.a

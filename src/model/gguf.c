@@ -128,16 +128,10 @@ int srt_ggml_type_to_dtype(uint32_t t, srt_dtype *out)
     }
 }
 
-int srt_gguf_open(const char *path, srt_gguf **out, srt_err *err)
+/* The parser behind both entry points: g->file holds the bytes (mapped or borrowed). */
+static int parse(srt_gguf *g, srt_err *err)
 {
-    srt_gguf *g = calloc(1, sizeof *g);
-    if (!g)
-        return srt_err_set(err, "%s: out of memory", path);
-    g->file.fd = -1;
-    if (srt_map_file(path, &g->file, err) != SRT_OK) {
-        free(g);
-        return SRT_ERROR;
-    }
+    const char *path = g->file.path;
     cursor c = { g->file.data, g->file.size, 0, path, err };
     char magic[4];
     if (rd(&c, magic, 4, "magic") != SRT_OK)
@@ -180,11 +174,15 @@ int srt_gguf_open(const char *path, srt_gguf **out, srt_err *err)
                         (unsigned long long)i, (unsigned long long)key.len);
             goto fail;
         }
-        kv->key = strndup(key.ptr, key.len);
+        /* a copy of exactly len bytes: strndup may look for a NUL past the key, and a key
+         * that ends the input has none (ASan's strict string checks stop there) */
+        kv->key = malloc(key.len + 1);
         if (!kv->key) {
             srt_err_set(err, "%s: out of memory", path);
             goto fail;
         }
+        memcpy(kv->key, key.ptr, key.len);
+        kv->key[key.len] = 0;
         snprintf(what, sizeof what, "type of metadata entry %llu", (unsigned long long)i);
         if (rd(&c, &type, 4, what) != SRT_OK)
             goto fail;
@@ -270,11 +268,43 @@ int srt_gguf_open(const char *path, srt_gguf **out, srt_err *err)
             goto fail;
         }
     }
-    *out = g;
     return SRT_OK;
 fail:
-    srt_gguf_close(g);
     return SRT_ERROR;
+}
+
+static int finish_open(srt_gguf *g, srt_gguf **out, srt_err *err)
+{
+    if (parse(g, err) != SRT_OK) {
+        srt_gguf_close(g);
+        return SRT_ERROR;
+    }
+    *out = g;
+    return SRT_OK;
+}
+
+int srt_gguf_open(const char *path, srt_gguf **out, srt_err *err)
+{
+    srt_gguf *g = calloc(1, sizeof *g);
+    if (!g)
+        return srt_err_set(err, "%s: out of memory", path);
+    if (srt_map_file(path, &g->file, err) != SRT_OK) {
+        free(g);
+        return SRT_ERROR;
+    }
+    return finish_open(g, out, err);
+}
+
+int srt_gguf_open_buffer(const void *data, size_t size, const char *name, srt_gguf **out, srt_err *err)
+{
+    srt_gguf *g = calloc(1, sizeof *g);
+    if (!g)
+        return srt_err_set(err, "%s: out of memory", name);
+    if (srt_borrow_buffer(data, size, name, &g->file, err) != SRT_OK) {
+        free(g);
+        return SRT_ERROR;
+    }
+    return finish_open(g, out, err);
 }
 
 const srt_gguf_kv *srt_gguf_find(const srt_gguf *g, const char *key)

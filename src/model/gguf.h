@@ -1,4 +1,4 @@
-/* GGUF v2/v3 reader: metadata and tensor directory of an mmapped file.
+/* GGUF v2/v3 reader: metadata and tensor directory of an mmapped file (or a caller's buffer).
  * Also usable by the tokenizer (tokenizer.ggml.* arrays) and tools. */
 #ifndef SRT_GGUF_H
 #define SRT_GGUF_H
@@ -49,6 +49,10 @@ typedef struct srt_gguf {
 
 /* Parses header, metadata and tensor directory; checks every tensor lies inside the file. */
 int  srt_gguf_open(const char *path, srt_gguf **out, srt_err *err);
+/* The same parser over a caller-owned buffer holding a whole GGUF file (fuzzing, tests):
+ * `name` stands for the path in messages; metadata and tensors point into `data`, which must
+ * outlive the srt_gguf and any store it moves into. */
+int  srt_gguf_open_buffer(const void *data, size_t size, const char *name, srt_gguf **out, srt_err *err);
 void srt_gguf_close(srt_gguf *g);
 
 const srt_gguf_kv *srt_gguf_find(const srt_gguf *g, const char *key);

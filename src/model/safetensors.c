@@ -72,29 +72,28 @@ static int add_tensor(srt_tensor_store *s, const srt_mapped_file *f, const uint8
     return srt_store_add(s, &e, err);
 }
 
-int srt_safetensors_load(const char *path, srt_tensor_store *s, srt_err *err)
+/* The parser behind both entry points: f holds the bytes (mapped or borrowed); the store takes
+ * it on success, and it is released on failure. */
+static int load_file(srt_mapped_file f, srt_tensor_store *s, srt_err *err)
 {
-    srt_mapped_file f;
+    const char *path = f.path;
     uint64_t hlen;
     char ebuf[256];
 
-    if (srt_map_file(path, &f, err) != SRT_OK)
-        return SRT_ERROR;
     if (f.size < 8) {
-        srt_unmap_file(&f);
-        return srt_err_set(err, "%s: truncated safetensors file (%zu bytes)", path, f.size);
+        srt_err_set(err, "%s: truncated safetensors file (%zu bytes)", path, f.size);
+        goto fail;
     }
     memcpy(&hlen, f.data, 8);
     if (hlen < 2 || hlen > f.size - 8 || hlen > ((uint64_t)1 << 30)) {
         srt_err_set(err, "%s: corrupt safetensors header length %llu (file is %zu bytes)", path,
                     (unsigned long long)hlen, f.size);
-        srt_unmap_file(&f);
-        return SRT_ERROR;
+        goto fail;
     }
     char *json = malloc(hlen + 1);
     if (!json) {
-        srt_unmap_file(&f);
-        return srt_err_set(err, "%s: out of memory", path);
+        srt_err_set(err, "%s: out of memory", path);
+        goto fail;
     }
     memcpy(json, (const char *)f.data + 8, hlen);
     json[hlen] = 0;
@@ -110,13 +109,12 @@ int srt_safetensors_load(const char *path, srt_tensor_store *s, srt_err *err)
             *nl = 0;
         srt_err_set(err, "%s: safetensors header is not a JSON object: %s", path, root ? "" : ebuf);
         yajl_tree_free(root);
-        srt_unmap_file(&f);
-        return SRT_ERROR;
+        goto fail;
     }
     if (srt_store_add_file(s, &f) != SRT_OK) {
+        srt_err_set(err, "%s: out of memory", path);
         yajl_tree_free(root);
-        srt_unmap_file(&f);
-        return srt_err_set(err, "%s: out of memory", path);
+        goto fail;
     }
     const srt_mapped_file *sf = &s->files[s->n_files - 1];
     const uint8_t *data = (const uint8_t *)sf->data + 8 + hlen;
@@ -130,6 +128,27 @@ int srt_safetensors_load(const char *path, srt_tensor_store *s, srt_err *err)
     }
     yajl_tree_free(root);
     return rc;
+fail:
+    /* path is f.path: every message is written before this frees it */
+    srt_unmap_file(&f);
+    return SRT_ERROR;
+}
+
+int srt_safetensors_load(const char *path, srt_tensor_store *s, srt_err *err)
+{
+    srt_mapped_file f;
+    if (srt_map_file(path, &f, err) != SRT_OK)
+        return SRT_ERROR;
+    return load_file(f, s, err);
+}
+
+int srt_safetensors_load_buffer(const void *data, size_t size, const char *name, srt_tensor_store *s,
+                                srt_err *err)
+{
+    srt_mapped_file f;
+    if (srt_borrow_buffer(data, size, name, &f, err) != SRT_OK)
+        return SRT_ERROR;
+    return load_file(f, s, err);
 }
 
 int srt_safetensors_load_index(const char *dir, const char *index_path, srt_tensor_store *s, srt_err *err)

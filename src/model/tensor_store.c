@@ -41,9 +41,22 @@ int srt_map_file(const char *path, srt_mapped_file *out, srt_err *err)
     return SRT_OK;
 }
 
+int srt_borrow_buffer(const void *data, size_t size, const char *name, srt_mapped_file *out, srt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    out->path = strdup(name);
+    if (!out->path)
+        return srt_err_set(err, "%s: out of memory", name);
+    out->data = data;
+    out->size = size;
+    out->borrowed = 1;
+    return SRT_OK;
+}
+
 void srt_unmap_file(srt_mapped_file *f)
 {
-    if (f->data)
+    if (f->data && !f->borrowed)
         munmap((void *)f->data, f->size);
     if (f->fd >= 0)
         close(f->fd);

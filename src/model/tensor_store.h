@@ -15,6 +15,7 @@ typedef struct srt_mapped_file {
     int         fd;
     const void *data;
     size_t      size;
+    int         borrowed;    /* data is the caller's buffer (a *_buffer entry point): never unmapped */
 } srt_mapped_file;
 
 typedef struct srt_tensor_entry {
@@ -36,6 +37,9 @@ typedef struct srt_tensor_store {
 } srt_tensor_store;
 
 int  srt_map_file(const char *path, srt_mapped_file *out, srt_err *err);
+/* A caller-owned buffer dressed as a mapped file: `name` stands for the path in messages
+ * (copied); `data` is borrowed and must outlive every user of the result. */
+int  srt_borrow_buffer(const void *data, size_t size, const char *name, srt_mapped_file *out, srt_err *err);
 void srt_unmap_file(srt_mapped_file *f);
 
 int  srt_store_add_file(srt_tensor_store *s, const srt_mapped_file *f);  /* takes ownership */
@@ -48,6 +52,11 @@ int  srt_tensor_nbytes(srt_dtype t, const int64_t *shape, int ndim, size_t *out)
 
 /* Loaders fill a store. Safetensors: one file, or every shard named by an index. */
 int srt_safetensors_load(const char *path, srt_tensor_store *s, srt_err *err);
+/* The same parser over a caller-owned buffer holding a whole safetensors file (fuzzing, tests):
+ * `name` stands for the path in messages; the store's tensors point into `data`, which must
+ * outlive the store. */
+int srt_safetensors_load_buffer(const void *data, size_t size, const char *name, srt_tensor_store *s,
+                                srt_err *err);
 int srt_safetensors_load_index(const char *dir, const char *index_path, srt_tensor_store *s,
                                srt_err *err);
 

@@ -415,6 +415,81 @@ static void corruption(void)
     tw_free(&m);
 }
 
+/* srt_gguf_open_buffer: the parser behind srt_gguf_open over a caller's buffer (the fuzzer's
+ * entry). Each truncation is copied into a buffer of exactly that size, so under ASan a read
+ * one byte past the end is caught (a file mapping rounds up to a page and would hide it). */
+static void buffer_entry(void)
+{
+    tw_model m;
+    tw_gguf_layout lay;
+    char path[512];
+    tw_make(&m, "llama", 7);
+    snprintf(path, sizeof path, "%s/buf.gguf", tmpdir);
+    tw_write_gguf(&m, path, 1, NULL, &lay);
+    long n;
+    unsigned char *orig = slurp(path, &n);
+
+    srt_gguf *gf = NULL, *gb = NULL;
+    srt_err err = { { 0 } };
+    int rf = srt_gguf_open(path, &gf, &err);
+    int rb = srt_gguf_open_buffer(orig, (size_t)n, "mem.gguf", &gb, &err);
+    if (rb != SRT_OK)
+        tap_diag("%s", err.msg);
+    int same = rf == SRT_OK && rb == SRT_OK && gf->n_kv == gb->n_kv && gf->n_tensors == gb->n_tensors &&
+               gf->data_offset == gb->data_offset;
+    for (uint64_t i = 0; same && i < gf->n_tensors; i++)
+        same = gf->tensors[i].name.len == gb->tensors[i].name.len &&
+               memcmp(gf->tensors[i].name.ptr, gb->tensors[i].name.ptr, gf->tensors[i].name.len) == 0 &&
+               gf->tensors[i].offset == gb->tensors[i].offset &&
+               gb->tensors[i].name.ptr >= (const char *)orig && gb->tensors[i].name.ptr < (const char *)orig + n;
+    ok(same, "a GGUF file's bytes in memory parse as the file does, pointing into the caller's buffer");
+    srt_gguf_close(gf);
+    if (rb == SRT_OK) {
+        srt_tensor_store s = { 0 };
+        int rs = srt_gguf_to_store(gb, &s, &err);
+        const srt_tensor_entry *e = rs == SRT_OK ? srt_store_find(&s, "model.embed_tokens.weight") : NULL;
+        srt_gguf_close(gb);
+        ok(e && (const unsigned char *)e->data >= orig && (const unsigned char *)e->data + e->nbytes <= orig + n,
+           "moved into a store, the tensors still point into the buffer (the store does not unmap it)");
+        srt_store_free(&s);   /* must not munmap or free the caller's buffer: ASan would say */
+    }
+
+    int all = 1, named = 1, count = 0;
+    for (long len = 0; len < lay.data_start + 64 && all; len += len < 600 ? 1 : 13) {
+        unsigned char *t = malloc(len ? (size_t)len : 1);
+        memcpy(t, orig, (size_t)len);
+        srt_gguf *g = NULL;
+        srt_err e2 = { { 0 } };
+        all = srt_gguf_open_buffer(t, (size_t)len, "mem.gguf", &g, &e2) == SRT_ERROR;
+        named = named && strstr(e2.msg, "mem.gguf") && (strstr(e2.msg, "truncated") || strstr(e2.msg, "corrupt") ||
+                                                        strstr(e2.msg, "outside the file"));
+        if (!all || !named)
+            tap_diag("buffer of %ld bytes: %s", len, all ? e2.msg : "parsed");
+        srt_gguf_close(g);
+        free(t);
+        count++;
+    }
+    ok(all && named, "%d truncated buffers each fail, the message naming the buffer and the truncation", count);
+    {
+        srt_gguf *g = NULL;
+        srt_err e2 = { { 0 } };
+        int rc = srt_gguf_open_buffer(orig, 20, "mem.gguf", &g, &e2);
+        ok(rc == SRT_ERROR && strstr(e2.msg, "mem.gguf: truncated or corrupt GGUF"),
+           "a 20-byte buffer: %s", e2.msg);
+        unsigned char *b = malloc((size_t)n);
+        memcpy(b, orig, (size_t)n);
+        memset(b + lay.first_key_len_off, 0x7f, 8);
+        rc = srt_gguf_open_buffer(b, (size_t)n, "mem.gguf", &g, &e2);
+        ok(rc == SRT_ERROR && strstr(e2.msg, "mem.gguf") && strstr(e2.msg, "metadata entry 0"),
+           "a corrupt key length in a buffer: %s", e2.msg);
+        rc = srt_gguf_open_buffer(NULL, 0, "empty", &g, &e2);
+        ok(rc == SRT_ERROR && strstr(e2.msg, "empty: truncated"), "an empty buffer: %s", e2.msg);
+        free(b);
+    }
+    free(orig);
+    tw_free(&m);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/srt_test_gguf_%d", (int)getpid());
@@ -426,6 +501,7 @@ int main(void)
     quantized_model();
     llama3_rope();
     corruption();
+    buffer_entry();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/tensor_store.h"
 #include "srt/model.h"
 #include "tap.h"
 #include "tiny_model_writer.h"
@@ -115,19 +116,27 @@ static void formats(void)
     tw_free(&m);
 }
 
+/* a one-file F32 checkpoint of tw_make(seed) in tmpdir/sub; returns the safetensors file's bytes */
+static unsigned char *write_checkpoint(tw_model *m, int seed, const char *sub, char *dir, char *st, long *n,
+                                       uint64_t *hlen)
+{
+    tw_make(m, "llama", seed);
+    snprintf(dir, 512, "%s/%s", tmpdir, sub);
+    snprintf(st, 600, "%s/model.safetensors", dir);
+    tw_write_hf(m, dir, 1, "F32");
+    unsigned char *orig = slurp(st, n);
+    memcpy(hlen, orig, 8);
+    return orig;
+}
+
 static void corrupt(void)
 {
     tw_model m;
     char dir[512], st[600], cfg[600], idx[600], msg[1024];
-    tw_make(&m, "llama", 17);
-    snprintf(dir, sizeof dir, "%s/bad", tmpdir);
-    snprintf(st, sizeof st, "%s/model.safetensors", dir);
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    tw_write_hf(&m, dir, 1, "F32");
     long n;
-    unsigned char *orig = slurp(st, &n);
     uint64_t hlen;
-    memcpy(&hlen, orig, 8);
+    unsigned char *orig = write_checkpoint(&m, 17, "bad", dir, st, &n, &hlen);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
 
     int all = 1, count = 0;
     for (long len = 0; len < n && all; len += len < (long)hlen + 16 ? 3 : 1999) {
@@ -249,12 +258,82 @@ static void corrupt(void)
     tw_free(&m);
 }
 
+/* srt_safetensors_load_buffer: the parser behind srt_safetensors_load over a caller's buffer
+ * (the fuzzer's entry). Truncations are copied into buffers of exactly their size, so under
+ * ASan a read past the end is caught. */
+static void buffer_entry(void)
+{
+    tw_model m;
+    char dir[512], st[600];
+    long n;
+    uint64_t hlen;
+    unsigned char *orig = write_checkpoint(&m, 19, "buf", dir, st, &n, &hlen);
+
+    srt_tensor_store sf = { 0 }, sb = { 0 };
+    srt_err err = { { 0 } };
+    int rf = srt_safetensors_load(st, &sf, &err);
+    int rb = srt_safetensors_load_buffer(orig, (size_t)n, "mem.safetensors", &sb, &err);
+    if (rb != SRT_OK)
+        tap_diag("%s", err.msg);
+    int same = rf == SRT_OK && rb == SRT_OK && sf.n_tensors == sb.n_tensors && sf.n_tensors > 0;
+    for (int32_t i = 0; same && i < sb.n_tensors; i++) {
+        const srt_tensor_entry *a = &sb.tensors[i], *f = srt_store_find(&sf, a->name);
+        same = f && f->dtype == a->dtype && f->nbytes == a->nbytes && memcmp(f->data, a->data, a->nbytes) == 0 &&
+               (const unsigned char *)a->data >= orig + 8 + hlen &&
+               (const unsigned char *)a->data + a->nbytes <= orig + n && strcmp(a->file, "mem.safetensors") == 0;
+    }
+    ok(same, "a safetensors file's bytes in memory load as the file does, tensors pointing into the buffer");
+    srt_store_free(&sf);
+    srt_store_free(&sb);   /* must not munmap or free the caller's buffer: ASan would say */
+
+    int all = 1, named = 1, count = 0;
+    for (long len = 0; len < n && all; len += len < (long)hlen + 16 ? 1 : 1999) {
+        unsigned char *t = malloc(len ? (size_t)len : 1);
+        memcpy(t, orig, (size_t)len);
+        srt_tensor_store s = { 0 };
+        srt_err e2 = { { 0 } };
+        all = srt_safetensors_load_buffer(t, (size_t)len, "mem.safetensors", &s, &e2) == SRT_ERROR;
+        named = named && strstr(e2.msg, "mem.safetensors") &&
+                (strstr(e2.msg, "truncated") || strstr(e2.msg, "corrupt") || strstr(e2.msg, "not a JSON object"));
+        if (!all || !named)
+            tap_diag("buffer of %ld bytes: %s", len, all ? e2.msg : "loaded");
+        srt_store_free(&s);
+        free(t);
+        count++;
+    }
+    ok(all && named, "%d truncated buffers each fail, the message naming the buffer and the damage", count);
+    {
+        srt_tensor_store s = { 0 };
+        srt_err e2 = { { 0 } };
+        unsigned char *b = malloc((size_t)n);
+        memcpy(b, orig, (size_t)n);
+        memset(b + 4, 0x7f, 4);   /* header length far past the end */
+        int rc = srt_safetensors_load_buffer(b, (size_t)n, "mem.safetensors", &s, &e2);
+        ok(rc == SRT_ERROR && strstr(e2.msg, "mem.safetensors: corrupt safetensors header length"),
+           "a corrupt header length in a buffer: %s", e2.msg);
+        srt_store_free(&s);
+        memcpy(b, orig, (size_t)n);
+        b[8] = '[';   /* the header JSON is no longer an object */
+        rc = srt_safetensors_load_buffer(b, (size_t)n, "mem.safetensors", &s, &e2);
+        ok(rc == SRT_ERROR && strstr(e2.msg, "mem.safetensors: safetensors header is not a JSON object"),
+           "a corrupt header in a buffer: %s", e2.msg);
+        srt_store_free(&s);
+        rc = srt_safetensors_load_buffer(NULL, 0, "empty", &s, &e2);
+        ok(rc == SRT_ERROR && strstr(e2.msg, "empty: truncated safetensors file (0 bytes)"),
+           "an empty buffer: %s", e2.msg);
+        free(b);
+    }
+    free(orig);
+    tw_free(&m);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/srt_test_st_%d", (int)getpid());
     mkdir(tmpdir, 0755);
     formats();
     corrupt();
+    buffer_entry();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)
