@@ -841,6 +841,46 @@ static void test_f16_heads(void)
     srt_cpu_force_simd("portable");   /* as main left it */
 }
 
+/* Attention over f32 K/V rows: dot_rows / axpy_rows give the bits of the chosen dot / axpy per
+ * row on the portable and AVX2 paths (on AVX2 they were the portable scalar loops). The
+ * AVX-512 pair sums in 64-float chunks, its own order, and is not held to this. */
+static void test_rows_kernels(void)
+{
+    static const char *paths[] = { "portable", "avx2" };
+    static const int64_t ns[] = { 8, 40, 64, 128, 100 };
+    static float q[128], rows[7][128], acc[128], acc2[128];
+    for (size_t p = 0; p < 2; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        int bad = 0;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            int64_t n = ns[ni];
+            const float *rp[7];
+            float pr[7], out[7];
+            for (int64_t i = 0; i < n; i++) {
+                q[i] = frand(-2, 2);
+                acc[i] = acc2[i] = frand(-1, 1);
+            }
+            for (int j = 0; j < 7; j++) {
+                for (int64_t i = 0; i < n; i++)
+                    rows[j][i] = frand(-3, 3);
+                rp[j] = rows[j];
+                pr[j] = frand(0, 1);
+            }
+            srt_cpu_dot_rows()(q, rp, 7, n, out);
+            srt_cpu_axpy_rows()(acc, pr, rp, 7, n);
+            for (int j = 0; j < 7; j++) {
+                float want = srt_cpu_dot_f32()(q, rows[j], n);
+                bad += memcmp(&want, &out[j], sizeof want) != 0;
+                srt_cpu_axpy_f32()(acc2, pr[j], rows[j], n);
+            }
+            bad += memcmp(acc, acc2, (size_t)n * sizeof(float)) != 0;
+        }
+        is_int(bad, 0, "%s: dot/axpy over f32 rows == dot/axpy row by row, bit for bit", paths[p]);
+    }
+    srt_cpu_force_simd("portable");   /* as main left it */
+}
+
 int main(void)
 {
     test_dtype_table();
@@ -860,6 +900,7 @@ int main(void)
        "portable path can be forced");
     test_threadpool();
     test_f16_heads();
+    test_rows_kernels();
     test_elementwise(tp);
     srt_threadpool_free(tp);
     return tap_done();

@@ -173,6 +173,43 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, con
         y[i] += a * x[i];
 }
 
+/* dot_avx2 of q with each row (attention's scores over f32 K rows) */
+__attribute__((target("avx2,fma"))) static void dot_rows_avx2(const float *q, const float *const *rows, int nb,
+                                                             int64_t n, float *out)
+{
+    for (int j = 0; j < nb; j++)
+        out[j] = dot_avx2(q, rows[j], n);
+}
+
+/* axpy_avx2 of each row in turn (attention's weighted sum of f32 V rows), acc held in four
+ * registers per 32 floats across the rows instead of loaded and stored per row: per element
+ * the same FMAs in the same order, so the same bits as axpy_avx2 row by row */
+__attribute__((target("avx2,fma"))) static void axpy_rows_avx2(float *acc, const float *p, const float *const *rows,
+                                                              int nb, int64_t n)
+{
+    if (n % 32) {
+        for (int j = 0; j < nb; j++)
+            axpy_avx2(acc, p[j], rows[j], n);
+        return;
+    }
+    for (int64_t c = 0; c < n; c += 32) {
+        __m256 a0 = _mm256_loadu_ps(acc + c), a1 = _mm256_loadu_ps(acc + c + 8);
+        __m256 a2 = _mm256_loadu_ps(acc + c + 16), a3 = _mm256_loadu_ps(acc + c + 24);
+        for (int j = 0; j < nb; j++) {
+            const float *v = rows[j] + c;
+            __m256 pj = _mm256_set1_ps(p[j]);
+            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v), a0);
+            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8), a1);
+            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 16), a2);
+            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 24), a3);
+        }
+        _mm256_storeu_ps(acc + c, a0);
+        _mm256_storeu_ps(acc + c + 8, a1);
+        _mm256_storeu_ps(acc + c + 16, a2);
+        _mm256_storeu_ps(acc + c + 24, a3);
+    }
+}
+
 #define LOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 
 /* dot_avx2 of each head's query with an f16 row converted in registers: the same FMAs in
@@ -358,8 +395,11 @@ srt_exp_sum_fn srt_cpu_exp_sum(void)
 srt_dot_rows_fn srt_cpu_dot_rows(void)
 {
 #if defined(__x86_64__)
-    if (use_level() == 2)
+    int l = use_level();
+    if (l == 2)
         return dot_rows_avx512;
+    if (l == 1)
+        return dot_rows_avx2;
 #endif
     return dot_rows_portable;
 }
@@ -367,8 +407,11 @@ srt_dot_rows_fn srt_cpu_dot_rows(void)
 srt_axpy_rows_fn srt_cpu_axpy_rows(void)
 {
 #if defined(__x86_64__)
-    if (use_level() == 2)
+    int l = use_level();
+    if (l == 2)
         return axpy_rows_avx512;
+    if (l == 1)
+        return axpy_rows_avx2;
 #endif
     return axpy_rows_portable;
 }
