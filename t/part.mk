@@ -101,6 +101,9 @@ gpu-tests: $(GPU_TESTS) $(if $(NVCC),$(CUDA_PLUGIN))
 # the PDA's thread-local scratch of srt_grammar_precompute's helper threads, 4,352 bytes in 17
 # blocks; h-gcomp frees it in pda_thread_done, so the fix lands with that branch). No clean run
 # of the whole target in one go yet: the next one goes after h-gcomp's merge.
+# make asan-test at b1c5d59 (all of h-gcomp, h-rel, h-tools2 and h-dups merged; nice -n 5 make -j2
+# asan-test ASAN_TEST_JOBS=2, build included, paused ~20 min for a benchmark window, then load
+# ~2-5): every unit test clean in one go, 33 files, 4,242 tests, 2,629 s wall.
 FUZZ_CC      ?= clang
 FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
