@@ -51,16 +51,9 @@ NEAR_TIE = 0.005   # a llama.cpp top-1 minus top-2 logit below this: summation o
 
 def token_bytes():
     """id -> raw bytes (byte-level BPE: the vocab's strings map back through GPT-2's byte table)"""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
-        list(range(ord("\xae"), ord("\xff") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    inv = {chr(c): b for b, c in zip(bs, cs)}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bytelevel import byte_decoder
+    inv = byte_decoder()
     vocab = json.load(open(os.path.join(ROOT, "t/fixtures/tokenizers/smollm2/tokenizer.json")))["model"]["vocab"]
     return {i: bytes(inv[ch] for ch in t) for t, i in vocab.items()}
 

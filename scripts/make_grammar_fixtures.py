@@ -22,6 +22,7 @@ Output format, one record per line (text fields are JSON strings):
 """
 import importlib.metadata
 import json
+import os
 import random
 import re
 import sys
@@ -31,22 +32,12 @@ import jsonschema
 import numpy as np
 import xgrammar as xgr
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bytelevel import byte_decoder  # noqa: E402
+
 WALKS = 3
 STEPS = 48
 MAX_WS = 4
-
-
-def byte_decoder():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
 
 
 def load_vocab(path):
