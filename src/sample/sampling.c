@@ -301,13 +301,34 @@ static int32_t select_mass(float *pr, int32_t *id, int32_t n, double need)
     return hi;
 }
 
+/*
+ * The first index of the largest value, NaNs never chosen (unless v[0] is
+ * one), as the plain "v[i] > best" loop gives.  That loop is a chain of
+ * dependent compares, about 4 cycles an element: over a 49k vocabulary it
+ * was a sixth of a tiny model's scheduler CPU.  Eight independent maxima
+ * first (no index to carry, so the compiler may use vector max), then the
+ * first element equal to their maximum.
+ */
 int32_t srt_argmax(const float *v, int32_t n)
 {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (v[i] > v[b])
-            b = i;
-    return b;
+    float m[8], best;
+    int32_t i;
+
+    if (n <= 1 || v[0] != v[0])
+        return 0;
+    for (int j = 0; j < 8; j++)
+        m[j] = v[0];
+    for (i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            m[j] = v[i + j] > m[j] ? v[i + j] : m[j];
+    for (; i < n; i++)
+        m[0] = v[i] > m[0] ? v[i] : m[0];
+    best = m[0];
+    for (int j = 1; j < 8; j++)
+        best = m[j] > best ? m[j] : best;
+    for (i = 0; v[i] != best; i++)
+        ;
+    return i;
 }
 
 int srt_sampler_sample(srt_sampler *s, srt_sampler_ws *ws, float *logits, srt_sample_result *res)
