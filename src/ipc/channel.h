@@ -56,7 +56,7 @@
 #define SRT_CHAN_SOCK_DIR_MAX      72     /* + "/<16 hex>-w<pid>" fits sun_path (108) */
 #define SRT_CHAN_NAME_MAX          128
 #define SRT_CHAN_MAX_WORKERS       128  /* worker doorbells rung on scheduler state changes */
-#define SRT_CHAN_METRICS_MAX       32768 /* Prometheus text published by the scheduler */
+#define SRT_CHAN_METRICS_MAX       32768 /* metrics published by the scheduler */
 #define SRT_CHAN_ADMIN_REQ_MAX     1024  /* one admin command (srt_admin) */
 #define SRT_CHAN_ADMIN_RESP_MAX    65536 /* its JSON answer */
 #define SRT_CHAN_ACT_MAX           (1ull << 30) /* srt_max_activation_bytes: a slot's area */
@@ -280,10 +280,11 @@ int srt_chan_sched_stopping(const srt_chan *c);
 /* Request a stop (async-signal-safe; used by the process's signal handlers). */
 void srt_chan_sched_request_stop(srt_chan *c, int how);
 
-/* Publish the scheduler's metrics as Prometheus text (e.g. from
- * srt_sched_metrics_prometheus()); served at locations with `srt_metrics on`. Truncated to
- * SRT_CHAN_METRICS_MAX - 1 bytes. Cheap (one memcpy); call it every step or on a timer. */
-void srt_chan_sched_publish_metrics(srt_chan *c, const char *text, size_t len);
+/* Publish the scheduler's metrics (the module publishes its srt_sched_metrics, plain
+ * data, and workers render the text when /metrics is read: rendering on every step that
+ * finishes a request cost the scheduler ~40 us each). Bytes, truncated to
+ * SRT_CHAN_METRICS_MAX - 1. Cheap (one memcpy); call it every step or on a timer. */
+void srt_chan_sched_publish_metrics(srt_chan *c, const void *data, size_t len);
 
 /* Release the scheduler role. After a graceful stop (1) it publishes HANDOVER, which keeps
  * accepting requests for a successor, only if a newer configuration adopted the channel
@@ -302,9 +303,9 @@ void srt_chan_sched_set_generation(srt_chan *c, uint32_t generation);
  * (no successor has taken over yet), also publishes DOWN, which fails the QUEUED slots too. */
 void srt_chan_sched_crashed(srt_chan *c, pid_t pid, const char *why);
 
-/* A consistent copy of the last published metrics text into buf (cap bytes, not
- * NUL-terminated); returns its length, 0 when none was published yet. */
-size_t srt_chan_metrics_read(const srt_chan *c, char *buf, size_t cap);
+/* A consistent copy of the last published metrics bytes into buf (at most cap); returns
+ * their length, 0 when none were published yet. */
+size_t srt_chan_metrics_read(const srt_chan *c, void *buf, size_t cap);
 
 /* ---- admin mailbox (srt_admin): one command at a time, worker -> scheduler ----
  *

@@ -6,7 +6,7 @@
  *                    the activation area (return_activations)
  *   chan_doorbell.c  doorbells: naming, ringing, draining; the scheduler's wait
  *   chan_lock.c      the owner lock: one scheduler per model, stop and hand-over
- *   chan_metrics.c   the metrics text (seqlock: one writer, readers retry)
+ *   chan_metrics.c   the metrics (seqlock: one writer, readers retry)
  *   chan_admin.c     the admin mailbox (srt_admin commands to the scheduler)
  */
 #ifndef SRT_IPC_CHANNEL_INTERNAL_H

@@ -11,6 +11,7 @@
  */
 
 #include "ngx_http_srt_module.h"
+#include "srt/sched.h"     /* srt_sched_metrics, rendered for /metrics */
 
 
 static void ngx_http_srt_body_handler(ngx_http_request_t *r);
@@ -1230,6 +1231,7 @@ ngx_http_srt_metrics_handler(ngx_http_request_t *r)
     ngx_uint_t                 i;
     ngx_chain_t                out;
     srt_chan_stats             stats;
+    srt_sched_metrics          mt;
     ngx_http_srt_model_t     **mp, *m;
     ngx_http_srt_main_conf_t  *smcf;
 
@@ -1345,12 +1347,16 @@ ngx_http_srt_metrics_handler(ngx_http_request_t *r)
     }
 
     for (i = 0; i < smcf->models.nelts; i++) {
-        if (mp[i]->chan == NULL) {
+        if (mp[i]->chan == NULL
+            || srt_chan_metrics_read(mp[i]->chan, &mt, sizeof(mt))
+               != sizeof(mt))
+        {
             continue;
         }
-        n = srt_chan_metrics_read(mp[i]->chan, (char *) p,
-                                  SRT_CHAN_METRICS_MAX);
-        p += n;
+
+        n = srt_sched_metrics_prometheus(&mt, mp[i]->cfg.served_name,
+                                         (char *) p, SRT_CHAN_METRICS_MAX);
+        p += ngx_min(n, SRT_CHAN_METRICS_MAX - 1);
     }
 
     b->last = p;

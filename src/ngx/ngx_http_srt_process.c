@@ -374,22 +374,15 @@ ngx_http_srt_log_sink(srt_log_level level, const char *msg, void *user)
 }
 
 
-/* The scheduler's metrics, as Prometheus text, into the channel for srt_metrics. */
+/* The scheduler's metrics into the channel for srt_metrics, as the plain struct: the
+ * worker that serves /metrics renders the text (ngx_http_srt_metrics_handler). */
 
 static void
 ngx_http_srt_metrics_sink(const srt_sched_metrics *mt, void *user)
 {
     ngx_http_srt_model_t *m = user;
 
-    size_t       n;
-    static char  buf[SRT_CHAN_METRICS_MAX];
-
-    n = srt_sched_metrics_prometheus(mt, m->cfg.served_name, buf, sizeof(buf));
-    if (n >= sizeof(buf)) {
-        n = sizeof(buf) - 1;    /* truncated, like snprintf */
-    }
-
-    srt_chan_sched_publish_metrics(m->chan, buf, n);
+    srt_chan_sched_publish_metrics(m->chan, mt, sizeof(srt_sched_metrics));
 }
 
 
