@@ -28,10 +28,10 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/common.h"
 
-#define DEC_ROWS 4          /* decode: rows dequantized together (independent FMA chains) */
+#define DEC_ROWS 8          /* decode: most rows dequantized together (independent FMA chains) */
 #define DEC_MAX_TOK 2       /* decode kernel up to this many tokens; the prefill one beyond */
 #define DEC_ITEM_MIN 16     /* decode: fewest rows per work item */
-#define PF_GROUPS 4         /* decode prefetch distance, in groups of DEC_ROWS rows */
+#define PF_ROWS 16          /* decode prefetch distance, in rows */
 #define PRE_ROWS 16         /* prefill: rows unpacked into scratch per work item */
 #define PRE_TOK 128         /* prefill: tokens per work item (a multiple of PRE_T) */
 #define PRE_T 8             /* prefill micro-kernel: one row x PRE_T tokens */
@@ -141,46 +141,57 @@ TGT static void block_sums(const float *x, int64_t nb, float *xs, int64_t ldt)
     }
 }
 
-/* Decode: DEC_ROWS rows (wr[r]; rows past nr are copies of row 0, not stored) x T tokens. */
-INLINE void kern_dec(int fmt, int T, const uint8_t *const *wr, int nr, size_t stride, const float *x,
+/* Rows a decode kernel call takes. One token of a 4-bit format takes eight: eight
+ * independent chains keep the FMA units fed while a block's dot waits on its four dependent
+ * FMAs (two tokens already have eight with four rows; Q8_0's unpack needs the registers:
+ * eight rows spilled and its lm_head ran 19% slower). */
+static inline int dec_rows(int fmt, int64_t n_tok) { return n_tok == 1 && fmt != FMT_Q8_0 ? 8 : 4; }
+
+/* Decode: NR rows (dec_rows; wr[r], rows past nr are copies of row 0, not stored) x T tokens. */
+INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, size_t stride, const float *x,
                      int64_t ldx, const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y,
                      int64_t ldy)
 {
     const size_t bb = fmt_bytes[fmt];
-    __m256 acc[DEC_ROWS][DEC_MAX_TOK], off[DEC_MAX_TOK];
-#pragma GCC unroll 4
-    for (int r = 0; r < DEC_ROWS; r++)
+    __m256 acc[DEC_ROWS][DEC_MAX_TOK], off[DEC_ROWS / 4][DEC_MAX_TOK];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++)
             acc[r][t] = _mm256_setzero_ps();
 #pragma GCC unroll 2
-    for (int t = 0; t < T; t++)
-        off[t] = _mm256_setzero_ps();
-    /* the next groups' rows are one contiguous run (the four rows here are four short
-     * interleaved streams, which the hardware prefetcher follows badly): prefetch it
-     * spread over this loop */
-    const char *pf = (const char *)wr[0] + PF_GROUPS * DEC_ROWS * stride;
-    /* per block, the group's share of that run: DEC_ROWS blocks' bytes (80 or 136), i.e.
-     * the lines at pf, pf + 64 (and pf + 128 for Q8_0) cover it with pf advancing by it */
-    const size_t pf_step = nr == DEC_ROWS ? DEC_ROWS * bb : 0;
-    for (int64_t b = 0; b < nb; b++, pf += pf_step) {
-        if (pf_step) {
-            _mm_prefetch(pf, _MM_HINT_T0);
-            _mm_prefetch(pf + 64, _MM_HINT_T0);
-            if (fmt == FMT_Q8_0)
-                _mm_prefetch(pf + 128, _MM_HINT_T0);
-        }
-        const uint8_t *blk[DEC_ROWS] = { wr[0] + b * bb, wr[1] + b * bb, wr[2] + b * bb, wr[3] + b * bb };
-        __m256 dm = scales4(fmt, blk[0], blk[1], blk[2], blk[3]);
-        _Alignas(32) float dms[8];   /* the scales go back to memory: a broadcast from there
-                                      * is one load, no shuffle, and no register held */
-        _mm256_store_ps(dms, dm);
-        if (fmt != FMT_Q8_0)
+    for (int g = 0; g < NR / 4; g++)
 #pragma GCC unroll 2
-            for (int t = 0; t < T; t++)
-                off[t] = _mm256_fmadd_ps(dm, _mm256_broadcast_ss(xs + b * ldt + t), off[t]);
-#pragma GCC unroll 4
-        for (int r = 0; r < DEC_ROWS; r++) {
+        for (int t = 0; t < T; t++)
+            off[g][t] = _mm256_setzero_ps();
+    /* the next rows are one contiguous run (the rows here are NR short interleaved
+     * streams, which the hardware prefetcher follows badly): prefetch it spread over this
+     * loop, PF_ROWS rows ahead, NR blocks' bytes per block */
+    const char *pf = (const char *)wr[0] + PF_ROWS * stride;
+    const size_t pf_step = nr == NR ? (size_t)NR * bb : 0;
+    for (int64_t b = 0; b < nb; b++, pf += pf_step) {
+        if (pf_step)
+#pragma GCC unroll 5
+            for (size_t o = 0; o < (size_t)NR * bb; o += 64)
+                _mm_prefetch(pf + o, _MM_HINT_T0);
+        const uint8_t *blk[DEC_ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++)
+            blk[r] = wr[r] + b * bb;
+        _Alignas(32) float dms[DEC_ROWS * 2];   /* the scales go back to memory: a broadcast
+                                                 * from there is one load, no shuffle, and
+                                                 * no register held */
+#pragma GCC unroll 2
+        for (int g = 0; g < NR / 4; g++) {
+            __m256 dm = scales4(fmt, blk[4 * g], blk[4 * g + 1], blk[4 * g + 2], blk[4 * g + 3]);
+            _mm256_store_ps(dms + 8 * g, dm);
+            if (fmt != FMT_Q8_0)
+#pragma GCC unroll 2
+                for (int t = 0; t < T; t++)
+                    off[g][t] = _mm256_fmadd_ps(dm, _mm256_broadcast_ss(xs + b * ldt + t), off[g][t]);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
             __m256 q[4];
             unpack_q(fmt, blk[r], q);
             __m256 dv = _mm256_broadcast_ss(&dms[2 * r]);
@@ -191,10 +202,12 @@ INLINE void kern_dec(int fmt, int T, const uint8_t *const *wr, int nr, size_t st
     }
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++) {
-        float o[8], v[DEC_ROWS];
-        _mm256_storeu_ps(o, off[t]);
-#pragma GCC unroll 4
-        for (int r = 0; r < DEC_ROWS; r++)
+        float o[DEC_ROWS * 2], v[DEC_ROWS];
+#pragma GCC unroll 2
+        for (int g = 0; g < NR / 4; g++)
+            _mm256_storeu_ps(o + 8 * g, off[g][t]);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++)
             v[r] = hsum(acc[r][t]);
         for (int r = 0; r < nr; r++) {
             if (fmt != FMT_Q8_0)
@@ -277,8 +290,9 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
                               const float *x, int64_t ldx, const float *xs, int64_t ldt,     \
                               int64_t nb, const float *bias, float *y, int64_t ldy)           \
     {                                                                                          \
-        if (T == 2) kern_dec(fmt, 2, wr, nr, stride, x, ldx, xs, ldt, nb, bias, y, ldy);       \
-        else kern_dec(fmt, 1, wr, nr, stride, x, ldx, xs, ldt, nb, bias, y, ldy);              \
+        if (T == 2) kern_dec(fmt, 2, 4, wr, nr, stride, x, ldx, xs, ldt, nb, bias, y, ldy);    \
+        else kern_dec(fmt, 1, dec_rows(fmt, 1), wr, nr, stride, x, ldx, xs, ldt, nb, bias, y,   \
+                      ldy);                                                                    \
     }                                                                                          \
     TGT static void unp_##fmt(const uint8_t *row, int64_t nb, float *q, float *dq, float *o)  \
     {                                                                                          \
@@ -326,10 +340,11 @@ static void dec_item(void *arg, int64_t item, int ith)
     exact_job *j = arg;
     const srt_weight *w = j->w;
     int64_t R = w->rows, r0 = item * j->item_rows, r1 = r0 + j->item_rows < R ? r0 + j->item_rows : R;
-    for (int64_t r = r0; r < r1; r += DEC_ROWS) {
-        int n = r1 - r < DEC_ROWS ? (int)(r1 - r) : DEC_ROWS;
+    int NR = dec_rows(j->fmt, j->n_tok);
+    for (int64_t r = r0; r < r1; r += NR) {
+        int n = r1 - r < NR ? (int)(r1 - r) : NR;
         const uint8_t *wr[DEC_ROWS];
-        for (int k = 0; k < DEC_ROWS; k++)
+        for (int k = 0; k < NR; k++)
             wr[k] = (const uint8_t *)w->data + (size_t)(r + (k < n ? k : 0)) * w->row_stride;
         j->dec((int)j->n_tok, wr, n, w->row_stride, j->x, w->cols, j->xs, j->ldt, j->nb,
                j->bias ? j->bias + r : NULL, j->y + r, R);
