@@ -283,7 +283,7 @@ void srt_chan_sched_request_stop(srt_chan *c, int how);
 /* Publish the scheduler's metrics (the module publishes its srt_sched_metrics, plain
  * data, and workers render the text when /metrics is read: rendering on every step that
  * finishes a request cost the scheduler ~40 us each). Bytes, truncated to
- * SRT_CHAN_METRICS_MAX - 1. Cheap (one memcpy); call it every step or on a timer. */
+ * SRT_CHAN_METRICS_MAX / 2. Cheap (one memcpy); call it every step or on a timer. */
 void srt_chan_sched_publish_metrics(srt_chan *c, const void *data, size_t len);
 
 /* Release the scheduler role. After a graceful stop (1) it publishes HANDOVER, which keeps

@@ -6,7 +6,7 @@
  *                    the activation area (return_activations)
  *   chan_doorbell.c  doorbells: naming, ringing, draining; the scheduler's wait
  *   chan_lock.c      the owner lock: one scheduler per model, stop and hand-over
- *   chan_metrics.c   the metrics (seqlock: one writer, readers retry)
+ *   chan_metrics.c   the metrics (two copies: readers never wait for the writer)
  *   chan_admin.c     the admin mailbox (srt_admin commands to the scheduler)
  */
 #ifndef SRT_IPC_CHANNEL_INTERNAL_H
@@ -65,9 +65,10 @@ typedef struct chan_header {
     _Atomic uint64_t  aborted;
     _Atomic uint64_t  rejected_full;
     _Atomic int32_t   workers[SRT_CHAN_MAX_WORKERS];  /* doorbells to ring on state changes */
-    _Atomic uint32_t  metrics_seq;                    /* seqlock: odd while being written */
-    _Atomic uint32_t  metrics_len;
-    char              metrics[SRT_CHAN_METRICS_MAX];
+    _Atomic uint32_t  metrics_gen;                    /* copies published; the newest is [gen & 1] */
+    _Atomic uint32_t  metrics_seq[2];                 /* per copy: odd while being written */
+    _Atomic uint32_t  metrics_len[2];
+    char              metrics[2][SRT_CHAN_METRICS_MAX / 2];
     _Atomic uint32_t  admin_state;                    /* AD_* | AD_CANCELLED (chan_admin.c) */
     _Atomic int32_t   admin_owner;                    /* worker pid */
     _Atomic uint64_t  admin_ticket;

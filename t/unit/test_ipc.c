@@ -612,7 +612,7 @@ static void test_metrics(void)
 {
     srt_chan *c = make_chan(2, 32, 0);
     char buf[4096];
-    int i, torn = 0, seen = 0;
+    int i, torn = 0, seen = 0, empty = 0;
     pid_t w;
     is_int(srt_chan_metrics_read(c, buf, sizeof(buf)), 0, "no metrics before the first publish");
     srt_chan_sched_publish_metrics(c, "srt:x 1\n", 8);
@@ -622,6 +622,7 @@ static void test_metrics(void)
     /* read for as long as the writer writes */
     for (i = 0; waitpid(w, NULL, WNOHANG) == 0; i++) {
         size_t n = srt_chan_metrics_read(c, buf, sizeof(buf)), k;
+        empty += n == 0;   /* something was published: a read must always find it */
         if (n == 0 || (n == 8 && memcmp(buf, "srt:x 1\n", 8) == 0))
             continue; /* nothing from the writer yet */
         seen++;
@@ -632,6 +633,7 @@ static void test_metrics(void)
             }
     }
     ok(seen > 0 && torn == 0, "%d reads concurrent with the writer, none torn", seen);
+    is_int(empty, 0, "no read came back empty while the writer wrote (a reader never waits on it)");
     srt_chan_detach(c);
 }
 
