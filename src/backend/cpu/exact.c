@@ -148,7 +148,7 @@ TGT static void block_sums(const float *x, int64_t nb, float *xs, int64_t ldt)
 static inline int dec_rows(int fmt, int64_t n_tok) { return n_tok == 1 && fmt != FMT_Q8_0 ? 8 : 4; }
 
 /* Decode: NR rows (dec_rows; wr[r], rows past nr are copies of row 0, not stored) x T tokens. */
-INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, size_t stride, const float *x,
+INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, const char *pf, const float *x,
                      int64_t ldx, const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y,
                      int64_t ldy)
 {
@@ -164,11 +164,10 @@ INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, s
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++)
             off[g][t] = _mm256_setzero_ps();
-    /* the next rows are one contiguous run (the rows here are NR short interleaved
-     * streams, which the hardware prefetcher follows badly): prefetch it spread over this
-     * loop, PF_ROWS rows ahead, NR blocks' bytes per block */
-    const char *pf = (const char *)wr[0] + PF_ROWS * stride;
-    const size_t pf_step = nr == NR ? (size_t)NR * bb : 0;
+    /* NR rows further on (pf, chosen by dec_item; NULL: none) are one contiguous run (the
+     * rows here are NR short interleaved streams, which the hardware prefetcher follows
+     * badly): prefetch it spread over this loop, NR blocks' bytes per block */
+    const size_t pf_step = pf && nr == NR ? (size_t)NR * bb : 0;
     for (int64_t b = 0; b < nb; b++, pf += pf_step) {
         if (pf_step)
 #pragma GCC unroll 5
@@ -286,12 +285,12 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
 #define PRE_CASE(T) \
     case T: kern_pre(T, q, dq, x, ldx, b0, b1, acc); return;
 #define FMT_FNS(fmt)                                                                          \
-    TGT static void dec_##fmt(int T, const uint8_t *const *wr, int nr, size_t stride,         \
+    TGT static void dec_##fmt(int T, const uint8_t *const *wr, int nr, const char *pf,        \
                               const float *x, int64_t ldx, const float *xs, int64_t ldt,     \
                               int64_t nb, const float *bias, float *y, int64_t ldy)           \
     {                                                                                          \
-        if (T == 2) kern_dec(fmt, 2, 4, wr, nr, stride, x, ldx, xs, ldt, nb, bias, y, ldy);    \
-        else kern_dec(fmt, 1, dec_rows(fmt, 1), wr, nr, stride, x, ldx, xs, ldt, nb, bias, y,   \
+        if (T == 2) kern_dec(fmt, 2, 4, wr, nr, pf, x, ldx, xs, ldt, nb, bias, y, ldy);    \
+        else kern_dec(fmt, 1, dec_rows(fmt, 1), wr, nr, pf, x, ldx, xs, ldt, nb, bias, y,   \
                       ldy);                                                                    \
     }                                                                                          \
     TGT static void unp_##fmt(const uint8_t *row, int64_t nb, float *q, float *dq, float *o)  \
@@ -317,7 +316,7 @@ TGT static void pre_part(int T, const float *q, const float *dq, const float *x,
     }
 }
 
-typedef void (*dec_fn)(int T, const uint8_t *const *wr, int nr, size_t stride, const float *x, int64_t ldx,
+typedef void (*dec_fn)(int T, const uint8_t *const *wr, int nr, const char *pf, const float *x, int64_t ldx,
                        const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy);
 typedef void (*unp_fn)(const uint8_t *row, int64_t nb, float *q, float *dq, float *o);
 
@@ -332,9 +331,13 @@ typedef struct {
     float *scratch;              /* per thread: per_thread_floats(cols) */
     int64_t n_rchunk;            /* prefill: row chunks per token block */
     int64_t item_rows;           /* decode: rows per item (a multiple of DEC_ROWS) */
+    int nth;                     /* threads taking items */
 } exact_job;
 
-/* decode: one item is a run of item_rows rows; every thread streams its own runs of W */
+/* decode: one item is a run of item_rows rows; every thread streams its own runs of W.
+ * Each kernel call prefetches the rows PF_ROWS further on; past its item's end those are
+ * another thread's (items are claimed in turn), so it takes the same offset into the item
+ * this thread will likely claim next, nth items on. */
 static void dec_item(void *arg, int64_t item, int ith)
 {
     exact_job *j = arg;
@@ -346,7 +349,11 @@ static void dec_item(void *arg, int64_t item, int ith)
         const uint8_t *wr[DEC_ROWS];
         for (int k = 0; k < NR; k++)
             wr[k] = (const uint8_t *)w->data + (size_t)(r + (k < n ? k : 0)) * w->row_stride;
-        j->dec((int)j->n_tok, wr, n, w->row_stride, j->x, w->cols, j->xs, j->ldt, j->nb,
+        int64_t pr = r + PF_ROWS;
+        if (pr >= r1)
+            pr += (j->nth - 1) * j->item_rows;
+        const char *pf = pr + NR <= R ? (const char *)w->data + (size_t)pr * w->row_stride : NULL;
+        j->dec((int)j->n_tok, wr, n, pf, j->x, w->cols, j->xs, j->ldt, j->nb,
                j->bias ? j->bias + r : NULL, j->y + r, R);
     }
 }
@@ -402,6 +409,7 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
     j.xs = xs;
     j.scratch = scratch;
     int par = nth > 1 && (double)w->rows * (double)w->cols * (double)n_tok >= 64 * 1024;
+    j.nth = par ? nth : 1;
     if (n_tok <= DEC_MAX_TOK) {
         /* enough items that a thread which starts late still finds work, none tiny */
         int64_t per = (w->rows + 8 * nth - 1) / (8 * nth);
