@@ -168,6 +168,8 @@ INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, c
      * rows here are NR short interleaved streams, which the hardware prefetcher follows
      * badly): prefetch it spread over this loop, NR blocks' bytes per block */
     const size_t pf_step = pf && nr == NR ? (size_t)NR * bb : 0;
+    if (!pf)
+        pf = (const char *)wr[0];   /* never read (pf_step 0), but NULL + 0 is undefined */
     for (int64_t b = 0; b < nb; b++, pf += pf_step) {
         if (pf_step)
 #pragma GCC unroll 5
