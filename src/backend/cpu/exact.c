@@ -346,6 +346,14 @@ static void dec_item(void *arg, int64_t item, int ith)
     const srt_weight *w = j->w;
     int64_t R = w->rows, r0 = item * j->item_rows, r1 = r0 + j->item_rows < R ? r0 + j->item_rows : R;
     int NR = dec_rows(j->fmt, j->n_tok);
+    /* a thread's first item (the first nth are claimed one per thread) was prefetched by
+     * no earlier call: its first PF_ROWS rows are asked for at once */
+    if (item < j->nth) {
+        const char *p0 = (const char *)w->data + (size_t)r0 * w->row_stride;
+        size_t head = (size_t)(r1 - r0 < PF_ROWS ? r1 - r0 : PF_ROWS) * w->row_stride;
+        for (size_t o = 0; o < head; o += 64)
+            _mm_prefetch(p0 + o, _MM_HINT_T0);
+    }
     for (int64_t r = r0; r < r1; r += NR) {
         int n = r1 - r < NR ? (int)(r1 - r) : NR;
         const uint8_t *wr[DEC_ROWS];
