@@ -13,7 +13,7 @@
  *     t = q[0:8]*x[0:8]; t += q[8:16]*x[8:16]; t += q[16:24]*x[16:24]; t += q[24:32]*x[24:32];
  *     acc += t * d          (each += one FMA)
  * and off = fma(o_b, xsum_b, off) block by block from 0. Decode (q unpacked in registers,
- * 4 rows x up to 2 tokens, the offsets of the 4 rows in the lanes of one vector) and prefill
+ * 4 or 8 rows x up to 2 tokens, the offsets of 4 rows in the lanes of one vector) and prefill
  * (a chunk of rows unpacked once into per-thread scratch, then one row x 8 tokens, the
  * offsets of the 8 tokens in the lanes of one vector) both run exactly that sequence, so a
  * token's logits have the same bits alone, in any batch, chunked or prefix-cached.
