@@ -22,6 +22,7 @@
 #include "srt/backend.h"
 #include "srt/backend_cuda.h"
 #include "srt/model.h"
+#include "srt/sampling.h"
 
 #define NS    4
 #define SLOTS 96
@@ -65,15 +66,6 @@ static void free_lane(lane *l)
     srt_runner_free(l->r);
     srt_model_free(l->m);
     free(l->logits);
-}
-
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
 }
 
 int main(void)
@@ -151,7 +143,7 @@ int main(void)
                 ran = 0;
             }
             for (int s = 0; s < NS; s++)
-                toks[l][s][len[s]] = argmax(L[l].logits + (size_t)s * V, V);
+                toks[l][s][len[s]] = srt_argmax(L[l].logits + (size_t)s * V, V);
         }
         if (!ran)
             break;
