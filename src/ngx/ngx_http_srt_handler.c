@@ -1215,8 +1215,8 @@ doorbell:
 
 
 /*
- * srt_metrics on: Prometheus text for every model of this http{} block: what its
- * scheduler published through the channel, and the channel's own counters.
+ * srt_metrics on: Prometheus text for every model of this http{} block: the metrics its
+ * scheduler published through the channel, rendered here, and the channel's own counters.
  */
 
 ngx_int_t

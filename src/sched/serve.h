@@ -31,9 +31,10 @@ int srt_sched_config_from_chan(const srt_chan_config *cc, const struct srt_model
                                uint64_t device_bytes, srt_sched_config *out, srt_err *err);
 
 /* Where srt_sched_run() publishes its metrics: called in the scheduler process at most every
- * 50 ms while busy and once before it blocks idle. The host (the nginx scheduler process)
- * copies the struct into memory its workers read (e.g. with a seqlock) and renders it with
- * srt_sched_metrics_prometheus(). */
+ * 50 ms while busy, after every step that finishes a request, and once before it blocks
+ * idle. The host (the nginx scheduler process) copies the struct into memory its workers
+ * read (srt_chan_sched_publish_metrics); a worker renders it with
+ * srt_sched_metrics_prometheus() when /metrics is read. */
 typedef void (*srt_sched_metrics_sink)(const srt_sched_metrics *m, void *user);
 
 /* The scheduler process: loads the model named in the channel's config, publishes
