@@ -300,6 +300,17 @@ NGINX_LOCATIONS = """        location = /return200 {{ default_type application/j
 """
 
 
+def case_bodies(n_prompt_ids):
+    """The completions prompt (token ids) and each case's (path, body)."""
+    ids = [1] + [100 + (i * 7919) % 40000 for i in range(1, n_prompt_ids)]
+    return ids, {
+        "return200": ("/return200", {"model": "tiny", "prompt": ids, "max_tokens": 1, "temperature": 0}),
+        "completions": ("/v1/completions", {"model": "tiny", "prompt": ids, "max_tokens": 1, "temperature": 0}),
+        "chat": ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "Hello, who are you?"}],
+                                          "max_tokens": 1, "temperature": 0}),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=os.path.join(ROOT, ".cache/models/tiny-llama"))
@@ -336,13 +347,7 @@ def main():
         worker, sched = procs_of(master)
         if not worker or not sched:
             sys.exit("bench_http: cannot find the nginx worker and the scheduler process")
-        ids = [1] + [100 + (i * 7919) % 40000 for i in range(1, args.prompt_ids)]
-        bodies = {
-            "return200": ("/return200", {"model": "tiny", "prompt": ids, "max_tokens": 1, "temperature": 0}),
-            "completions": ("/v1/completions", {"model": "tiny", "prompt": ids, "max_tokens": 1, "temperature": 0}),
-            "chat": ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "Hello, who are you?"}],
-                                              "max_tokens": 1, "temperature": 0}),
-        }
+        ids, bodies = case_bodies(args.prompt_ids)
         # prompt length of the chat case after the template, for the offline anchor
         c = Conn(args.port)
         st, body = c.request(http_request(*bodies["chat"]))

@@ -34,12 +34,7 @@ def main():
     a = ap.parse_args()
     mods = [os.path.abspath(m) for m in a.mods]
     locs = bh.NGINX_LOCATIONS.format(model=os.path.abspath(a.model), threads=1, spin="off")
-    ids = [1] + [100 + (i * 7919) % 40000 for i in range(1, 8)]   # bench_http's completions prompt
-    bodies = {
-        "completions": ("/v1/completions", {"model": "tiny", "prompt": ids, "max_tokens": 1, "temperature": 0}),
-        "chat": ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "Hello, who are you?"}],
-                                          "max_tokens": 1, "temperature": 0}),
-    }
+    _, bodies = bh.case_bodies(8)   # bench_http.py's default --prompt-ids
     res = {m: [] for m in mods}
     for rnd in range(a.rounds):
         for m in (mods if rnd % 2 == 0 else mods[::-1]):
