@@ -291,7 +291,8 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
                               const float *x, int64_t ldx, const float *xs, int64_t ldt,     \
                               int64_t nb, const float *bias, float *y, int64_t ldy)           \
     {                                                                                          \
-        if (T == 2) kern_dec(fmt, 2, 4, wr, nr, pf, x, ldx, xs, ldt, nb, bias, y, ldy);    \
+        if (T == 2) kern_dec(fmt, 2, dec_rows(fmt, 2), wr, nr, pf, x, ldx, xs, ldt, nb, bias, y, \
+                             ldy);                                                             \
         else kern_dec(fmt, 1, dec_rows(fmt, 1), wr, nr, pf, x, ldx, xs, ldt, nb, bias, y,   \
                       ldy);                                                                    \
     }                                                                                          \
