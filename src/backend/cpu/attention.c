@@ -14,9 +14,18 @@
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_kernels.h"
 
+#if defined(__x86_64__)
+/* GCC emits nothing for __builtin_prefetch at the x86-64 baseline (prefetcht0 is SSE, but
+ * -march=x86-64 does not claim it), and this file is built for the baseline */
+#define PREFETCH(p) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)(p)))
+#else
+#define PREFETCH(p) __builtin_prefetch(p)
+#endif
+
 #define KEY_BLOCK 64
 #define MAX_RUN   8      /* query heads per item */
 #define SPLIT_PARTIALS 512   /* most (item, key chunk) partial results of a split decode */
+#define PF_KEYS   8      /* K rows asked for this many keys ahead */
 
 typedef struct attn_job {
     const srt_attn_args *a;
@@ -69,6 +78,19 @@ __attribute__((noinline)) static void merge_state(float *o, float *m, float *s, 
     *m = nm;
 }
 
+/* A decode step streams ~100 MB of weights through the caches, which evicts the few MB of
+ * KV cache the previous step read, so K/V rows come from DRAM: a row's bytes are asked for
+ * before they are needed (the rows are scattered by slot, which no hardware prefetcher
+ * follows well). */
+static inline void prefetch_row(const void *cache, size_t elt, const int32_t *slots, int32_t j, size_t row,
+                                size_t off, size_t bytes)
+{
+    const char *p = (const char *)cache + ((size_t)slots[j] * row + off) * elt;
+    for (size_t o = 0; o < bytes; o += 64)
+        PREFETCH(p + o);
+    PREFETCH(p + bytes - 1);
+}
+
 /* query heads h0 .. h0+nh-1 of token t, all on KV head kvh, over keys [k0, k1): the
  * unnormalised state acc[i][hd], mx[i], sum[i] of each head */
 static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t k0,
@@ -82,6 +104,7 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
     float score[MAX_RUN][KEY_BLOCK];
     const float *q[MAX_RUN];
     int f32 = a->kv_dtype == SRT_F32;
+    size_t elt = f32 ? sizeof(float) : sizeof(uint16_t), off = (size_t)kvh * hd, bytes = (size_t)hd * elt;
 
     for (int32_t i = 0; i < nh; i++) {
         q[i] = a->q + ((size_t)t * a->n_heads + h0 + i) * hd;
@@ -90,8 +113,13 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
         sum[i] = 0.0f;
     }
     const float *rows[KEY_BLOCK];
+    for (int32_t j = k0; j < k1 && j < k0 + PF_KEYS; j++)
+        prefetch_row(a->k_cache, elt, slots, j, row, off, bytes);
     for (int32_t j0 = k0; j0 < k1; j0 += KEY_BLOCK) {
         int32_t nb = k1 - j0 < KEY_BLOCK ? k1 - j0 : KEY_BLOCK;
+        if (f32)   /* the f32 path reads a block's K rows in one call: its V rows ahead of it */
+            for (int32_t j = 0; j < nb; j++)
+                prefetch_row(a->v_cache, elt, slots, j0 + j, row, off, bytes);
         if (f32) {
             /* K rows of the block once, each head's query held in registers across them */
             for (int32_t j = 0; j < nb; j++)
@@ -103,8 +131,12 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
             }
         }
         for (int32_t j = 0; j < nb && !f32; j++) {
-            size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            job->f16_dot((const float *const *)q, nh, (const uint16_t *)a->k_cache + off, hd, &score[0][j], KEY_BLOCK);
+            /* K PF_KEYS keys ahead, V for after the softmax */
+            if (j0 + j + PF_KEYS < k1)
+                prefetch_row(a->k_cache, elt, slots, j0 + j + PF_KEYS, row, off, bytes);
+            prefetch_row(a->v_cache, elt, slots, j0 + j, row, off, bytes);
+            size_t at = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
+            job->f16_dot((const float *const *)q, nh, (const uint16_t *)a->k_cache + at, hd, &score[0][j], KEY_BLOCK);
             for (int32_t i = 0; i < nh; i++)
                 score[i][j] *= a->scale;
         }
@@ -131,8 +163,10 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
         for (int32_t i = 0; i < nh; i++)
             accs[i] = acc[i];
         for (int32_t j = 0; j < nb && !f32; j++) {
-            size_t off = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            job->f16_axpy(accs, &score[0][j], KEY_BLOCK, nh, (const uint16_t *)a->v_cache + off, hd);
+            if (j < PF_KEYS && j0 + KEY_BLOCK + j < k1)   /* the next block's first K rows */
+                prefetch_row(a->k_cache, elt, slots, j0 + KEY_BLOCK + j, row, off, bytes);
+            size_t at = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
+            job->f16_axpy(accs, &score[0][j], KEY_BLOCK, nh, (const uint16_t *)a->v_cache + at, hd);
         }
     }
 }
