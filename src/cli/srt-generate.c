@@ -48,6 +48,8 @@ static void usage(void)
             "                     fast: 8-bit activations on quantized weights (llama.cpp's scheme)\n"
             "  --kv-cache-dtype f16|f32  the KV cache's element type (default f16)\n"
             "  --precise, --kv-f16  the same as --numerics exact, --kv-cache-dtype f16\n"
+            "  --mmap             read the weights in place from the file mapping instead of a copy\n"
+            "                     in 2 MB pages (srt_weights_mmap on)\n"
             "  --control-vector-scaled FILE:SCALE  a llama.cpp control-vector GGUF, as srt_control_vector\n"
             "                     (and llama.cpp's option of that name)\n"
             "  --control-vector-layer-range A B  the layers it applies to (default: all it can)\n"
@@ -135,7 +137,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = NULL, *ids_arg = NULL, *prompt_text = NULL;
     const char *system_text = NULL;
-    int threads = 0, batch = 512, kv_f16 = 1, print_ids = 0, precise = 1, chat = 0, margins = 0;
+    int threads = 0, batch = 512, kv_f16 = 1, weights_mmap = 0, print_ids = 0, precise = 1, chat = 0, margins = 0;
     char cvec_path[4096] = "";
     srt_control_vector_opts cvec = { .path = cvec_path, .name = "control_vector", .scale = 1.0f };
     srt_hook_registry *hooks = NULL;
@@ -166,6 +168,7 @@ int main(int argc, char **argv)
         else if (ARG("--batch")) batch = atoi(v);
         else if (strcmp(a, "--ignore-eos") == 0) sp.ignore_eos = 1;
         else if (strcmp(a, "--kv-f16") == 0) kv_f16 = 1;
+        else if (strcmp(a, "--mmap") == 0) weights_mmap = 1;
         else if (strcmp(a, "--ids") == 0) print_ids = 1;
         else if (strcmp(a, "--margins") == 0) margins = 1;
         else if (ARG("--control-vector-scaled") && strrchr(v, ':') && (size_t)(strrchr(v, ':') - v) < sizeof cvec_path) {
@@ -260,7 +263,8 @@ int main(int argc, char **argv)
     }
     double t_load = now_s() - t0;
     int32_t n_ctx = n_prompt + sp.max_tokens;
-    srt_runner_opts ro = { .max_batch_tokens = batch, .max_seqs = 1, .n_threads = threads, .precise_matmul = precise };
+    srt_runner_opts ro = { .max_batch_tokens = batch, .max_seqs = 1, .n_threads = threads, .precise_matmul = precise,
+                           .weights_mmap = weights_mmap };
     if (srt_runner_create(m, &ro, &r, &err) != SRT_OK ||
         srt_kv_pool_create(c, n_ctx, kv_f16 ? SRT_F16 : SRT_F32, &kv, &err) != SRT_OK ||
         srt_sampler_init(&st, &sp, c->vocab_size, c->eos_token_ids, c->n_eos, prompt, n_prompt, &err) != SRT_OK)

@@ -421,6 +421,7 @@ void srt_runner_free(srt_runner *r)
     free(r->h_lm_all);
     free(r->zero_ids);
     srt_comm_destroy(r->own_tcomm);
+    runner_release_resident(r);
     free(r->layers);
     if (r->own_be)
         srt_backend_free(r->be);
@@ -661,6 +662,8 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     }
     if (rc == SRT_OK && ops->load_weight)
         rc = load_weights(r, err);
+    if (rc == SRT_OK && r->own_be && o->device == SRT_RUNNER_CPU && !o->weights_mmap)
+        rc = runner_make_resident(r, err);
     if (rc == SRT_OK)
         rc = runner_graphs_setup(r, o, err);
     if (rc != SRT_OK) {

@@ -15,6 +15,8 @@ struct srt_runner {
     srt_comm    *tcomm;            /* its tensor collectives: comm, or NCCL on a CUDA backend */
     srt_comm    *own_tcomm;        /* tcomm when the runner made it (NCCL), freed with it */
     srt_layer   *layers;           /* this rank's weight views (all of them for one rank) */
+    void        *wmem;             /* CPU: the copy the views point into (resident.c), or NULL */
+    size_t       wmem_len;
     /* vocab parallel: this rank's rows [vocab_lo, vocab_lo + vocab_n) of the embedding and of
      * lm_head, vocab_pad = ceil(vocab / tp) rows per rank (the last rank may hold fewer) */
     srt_weight   embed;
@@ -68,6 +70,11 @@ struct srt_runner {
 /* runner.c */
 int runner_model_forward(srt_runner *r, int64_t T);
 int runner_logits_on_device(srt_runner *r, const srt_forward_batch *b, float *logits, srt_err *err);
+
+/* resident.c: copy the weights the runner reads (its views) into memory of its own, in 2 MB
+ * pages where the kernel gives them, and point the views there; released with the runner */
+int  runner_make_resident(srt_runner *r, srt_err *err);
+void runner_release_resident(srt_runner *r);
 
 /* runner_graphs.c */
 int     runner_graphs_setup(srt_runner *r, const srt_runner_opts *o, srt_err *err);

@@ -7,7 +7,9 @@
  *   - the slow module path (hooks attached everywhere, none firing) == the fast path,
  *   - malformed batches are refused with a message, never a crash,
  *   - bit-exact batch invariance (tiny llama and SmolLM2, fast and precise matmuls): chunked,
- *     prefix-cached, decoded and batched logits memcmp-equal to one prefill's. */
+ *     prefix-cached, decoded and batched logits memcmp-equal to one prefill's,
+ *   - the CPU runner's own copy of the weights (the default) gives the bits of reading them
+ *     in place from the file mapping (weights_mmap), and really is a copy. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "hooks/hooks_internal.h"
+#include "model/runner_internal.h"
 #include "srt/model.h"
 #include "tap.h"
 #include "tiny_model_writer.h"
@@ -94,9 +97,66 @@ static int step(srt_runner *r, srt_kv_pool *kv, const seqdesc *sd, int ns, float
     return srt_runner_forward(r, kv, &b, logits, err);
 }
 
-/* ---- bit-exact batch invariance (a token's logits are the same bits in any batch) ---- */
+/* ---- the resident copy of the weights ---- */
 
 static int same(const float *a, const float *b, int n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
+
+static int in_copy(const srt_runner *r, const srt_weight *w)
+{
+    const char *p = w->data, *lo = r->wmem;
+    return r->wmem && p >= lo && p + (size_t)w->rows * w->row_stride <= lo + r->wmem_len;
+}
+
+/* A runner with the default copy and one reading in place: every weight view of the first
+ * lies inside its copy (the tied embedding and lm_head one view), none of the second's do,
+ * and a prefill then a decode step give memcmp-equal logits. */
+static void resident(const char *label, srt_model *m, int precise)
+{
+    srt_err err = { { 0 } };
+    const srt_model_config *c = srt_model_config_of(m);
+    int voc = c->vocab_size;
+    srt_runner *r[2] = { NULL, NULL };
+    srt_kv_pool *kv[2] = { NULL, NULL };
+    float *lg[2] = { malloc(2 * sizeof(float) * (size_t)voc), malloc(2 * sizeof(float) * (size_t)voc) };
+    int32_t ids[33], slots[64];
+    for (int i = 0; i < 33; i++)
+        ids[i] = (i * 53 + 7) % voc;
+    for (int i = 0; i < 64; i++)
+        slots[i] = 3 * i;
+    int rc = SRT_OK;
+    for (int k = 0; k < 2 && rc == SRT_OK; k++) {
+        srt_runner_opts o = { .max_batch_tokens = 64, .max_seqs = 2, .n_threads = 2, .precise_matmul = precise,
+                              .weights_mmap = k };
+        seqdesc pre = { ids, 32, 0, slots }, dec = { ids + 32, 1, 32, slots };
+        rc = srt_runner_create(m, &o, &r[k], &err) == SRT_OK &&
+                     srt_kv_pool_create(c, 256, SRT_F16, &kv[k], &err) == SRT_OK &&
+                     step(r[k], kv[k], &pre, 1, lg[k], &err) == SRT_OK &&
+                     step(r[k], kv[k], &dec, 1, lg[k] + voc, &err) == SRT_OK
+                 ? SRT_OK
+                 : SRT_ERROR;
+    }
+    if (rc != SRT_OK)
+        tap_diag("%s", err.msg);
+    int copied = rc == SRT_OK && in_copy(r[0], &r[0]->embed) && in_copy(r[0], &r[0]->lm_head.w) &&
+                 r[1]->wmem == NULL, placed = copied;
+    for (int32_t l = 0; copied && l < c->n_layers; l++) {
+        const srt_layer *L = &r[0]->layers[l], *M = &r[1]->layers[l];
+        copied &= in_copy(r[0], &L->q.w) && in_copy(r[0], &L->down.w) && in_copy(r[0], &L->input_norm.w);
+        placed &= M->q.w.data == m->layers[l].q.w.data && L->q.w.data != m->layers[l].q.w.data;
+    }
+    ok(copied, "%s: the default runner's weight views all lie in its own copy, the weights_mmap one's in none", label);
+    ok(placed, "%s: the weights_mmap runner reads the model's own q_proj rows", label);
+    ok(rc == SRT_OK && same(lg[0], lg[1], 2 * voc), "%s %s: prefill and decode logits of the copy = in place, bit for bit",
+       label, precise ? "precise" : "fast");
+    for (int k = 0; k < 2; k++) {
+        srt_kv_pool_free(kv[k]);
+        srt_runner_free(r[k]);
+        free(lg[k]);
+    }
+}
+
+/* ---- bit-exact batch invariance (a token's logits are the same bits in any batch) ---- */
+
 
 /* An L-token prompt prefilled at once is the reference; chunked prefill, a prefix-cache hit,
  * decode of the last token, and mixed batches (decodes + a prefill chunk) must all give
@@ -394,6 +454,7 @@ int main(void)
         if (ok(srt_model_load(ldir, &lm, &err) == SRT_OK, "tiny llama loads")) {
             bit_invariance("tiny-llama", lm, 0, 300);
             bit_invariance("tiny-llama", lm, 1, 300);
+            resident("tiny-llama", lm, 1);
             srt_model_free(lm);
         }
         tw_free(&tl);
@@ -406,6 +467,8 @@ int main(void)
             if (ok(srt_model_load(gpath, &lm, &err) == SRT_OK, "SmolLM2 loads")) {
                 bit_invariance("SmolLM2 Q4_1", lm, 0, SMOLLM_PROMPT);
                 bit_invariance("SmolLM2 Q4_1", lm, 1, SMOLLM_PROMPT);
+                resident("SmolLM2 Q4_1", lm, 1);
+                resident("SmolLM2 Q4_1", lm, 0);
                 srt_model_free(lm);
             }
         } else

@@ -120,8 +120,8 @@ typedef struct srt_runner_opts {
      * of their output; the embedding and lm_head split by vocab rows (vocab parallel: rank k
      * holds rows [k*Vp, min((k+1)*Vp, vocab)), Vp = ceil(vocab / size); the embedding looks up
      * its own ids, zeros for the others, then an all-reduce; lm_head's slices of the logits are
-     * all-gathered and put back in vocab order). Shards are views into the stored weights,
-     * never copies. Every rank runs the same batches; each returns the full logits, exactly
+     * all-gathered and put back in vocab order). On a device backend shards are views into the
+     * stored weights; the CPU runner copies its shard (see weights_mmap). Every rank runs the same batches; each returns the full logits, exactly
      * vocab_size wide. Hooks see their rank's shard of q/k/v/gate/up/act outputs and of
      * lm_head's output ([R, rows of this rank] = vocab columns [k*Vp, k*Vp + rows)), and full
      * tensors elsewhere (the embedding's output after its all-reduce, equal on every rank).
@@ -163,6 +163,12 @@ typedef struct srt_runner_opts {
      * says; _OFF: every step eagerly (A/B comparisons, debugging). Steps any hook matches, prefill
      * and mixed batches always run eagerly. */
     int32_t graphs;
+    /* The runner's own CPU backend (not opts.backend): 0 (the default): the weights it reads (its shard) are copied out
+     * of the checkpoint's file mapping into memory of its own, in 2 MB pages where the kernel
+     * gives them (a decode step streams every weight; 4 KB file pages cost a TLB miss and a
+     * stalled prefetcher every 4 KB). 1: read in place from the mapping (no copy: the page
+     * cache is shared with other processes mapping the file, and loading is faster). */
+    int32_t weights_mmap;
 } srt_runner_opts;
 enum { SRT_RUNNER_CPU = 0, SRT_RUNNER_CUDA = 1 };
 enum { SRT_RUNNER_GRAPHS_AUTO = 0, SRT_RUNNER_GRAPHS_ON = 1, SRT_RUNNER_GRAPHS_OFF = -1 };
@@ -180,6 +186,9 @@ SRT_API int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward
 
 /* The threads the runner computes with (shared by its backend). */
 SRT_API int srt_runner_n_threads(const srt_runner *r);
+/* Bytes of the runner's own copy of its weights (srt_runner_opts.weights_mmap), 0 when it
+ * reads them in place or from a device's memory. */
+SRT_API size_t srt_runner_weights_copied(const srt_runner *r);
 
 /* Decode graphs: what the runner did so far. */
 typedef struct srt_runner_graph_stats {
