@@ -227,6 +227,15 @@ invalid value "yes" in "srt_grammar_jump_forward" directive, it must be "on" or 
 
 
 
+=== TEST 21c: srt_weights_mmap takes on|off
+--- config
+location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_weights_mmap 1; }
+--- must_die
+--- error_log
+invalid value "1" in "srt_weights_mmap" directive, it must be "on" or "off"
+
+
+
 === TEST 22: srt_page_size
 --- config
 location /v1 { srt_model $TEST_NGINX_SRT_MODEL; srt_page_size 0; }
@@ -253,7 +262,7 @@ location /v1 {
     srt_max_running_requests 8; srt_max_queued_requests 16; srt_max_total_tokens 4096;
     srt_mem_fraction_static 0.8; srt_chunked_prefill_size 512; srt_schedule_policy lpm;
     srt_tp_size 1; srt_radix_cache off; srt_page_size 1; srt_retry_after 5s;
-    srt_numerics fast; srt_kv_cache_dtype f32; srt_grammar_jump_forward on;
+    srt_numerics fast; srt_kv_cache_dtype f32; srt_grammar_jump_forward on; srt_weights_mmap on;
 }
 --- request
 POST /v1/chat/completions

@@ -179,6 +179,7 @@ int srt_chan_reconfigure(srt_chan *c, const srt_chan_config *cfg, srt_err *err)
     CFG_STORE(cuda_graph);
     CFG_STORE(numerics);
     CFG_STORE(kv_cache_dtype);
+    CFG_STORE(weights_mmap);
     CFG_STORE(grammar_jump_forward);
     snprintf(h->cfg.cvec_path, sizeof h->cfg.cvec_path, "%s", cfg->cvec_path);
     snprintf(h->cfg.cvec_name, sizeof h->cfg.cvec_name, "%s", cfg->cvec_name);

@@ -118,7 +118,8 @@ typedef struct srt_chan_config {
     float    cvec_scale;
     int32_t  cvec_layer_start, cvec_layer_end;/* inclusive; 0 = llama.cpp's defaults */
     int32_t  cvec_per_request;
-    int32_t  pad_act;
+    int32_t  weights_mmap;                    /* srt_weights_mmap on|off (in the hole before the
+                                                 uint64: the size stays) */
     /* srt_max_activation_bytes: each slot's activation area ("return_activations"), 0 = off.
      * Part of the geometry, like slots and slot_tokens. */
     uint64_t act_bytes;

@@ -303,6 +303,13 @@ static ngx_command_t  ngx_http_srt_commands[] = {
       offsetof(ngx_http_srt_loc_conf_t, server_timing),
       NULL },
 
+    { ngx_string("srt_weights_mmap"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_srt_loc_conf_t, weights_mmap),
+      NULL },
+
     { ngx_string("srt_cuda_graph"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -492,6 +499,7 @@ ngx_http_srt_create_loc_conf(ngx_conf_t *cf)
     slcf->tp_size = NGX_CONF_UNSET;
     slcf->page_size = NGX_CONF_UNSET;
     slcf->radix_cache = NGX_CONF_UNSET;
+    slcf->weights_mmap = NGX_CONF_UNSET;
     slcf->jump_forward = NGX_CONF_UNSET;
     slcf->server_timing = NGX_CONF_UNSET;
     slcf->cuda_graph = NGX_CONF_UNSET;
@@ -614,6 +622,7 @@ ngx_http_srt_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->tp_size, prev->tp_size, 1);
     ngx_conf_merge_value(conf->page_size, prev->page_size, 1);
     ngx_conf_merge_value(conf->radix_cache, prev->radix_cache, 1);
+    ngx_conf_merge_value(conf->weights_mmap, prev->weights_mmap, 0);
     ngx_conf_merge_value(conf->jump_forward, prev->jump_forward, 0);
     ngx_conf_merge_value(conf->server_timing, prev->server_timing, 0);
     ngx_conf_merge_value(conf->cuda_graph, prev->cuda_graph, 1);
@@ -804,6 +813,7 @@ ngx_http_srt_model_config(ngx_conf_t *cf, ngx_http_srt_loc_conf_t *conf,
     m->cfg.schedule_policy = (int32_t) conf->schedule_policy;
     m->cfg.tp_size = (int32_t) conf->tp_size;
     m->cfg.radix_cache = (int32_t) conf->radix_cache;
+    m->cfg.weights_mmap = (int32_t) conf->weights_mmap;
     m->cfg.grammar_jump_forward = (int32_t) conf->jump_forward;
     m->cfg.page_size = (int32_t) conf->page_size;
     m->cfg.sched_spin_us = (int32_t) conf->sched_spin;

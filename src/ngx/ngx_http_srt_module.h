@@ -122,6 +122,7 @@ typedef struct {
     ngx_int_t                  tp_size;
     ngx_int_t                  page_size;
     ngx_flag_t                 radix_cache;
+    ngx_flag_t                 weights_mmap;
     ngx_flag_t                 jump_forward; /* srt_grammar_jump_forward */
     ngx_flag_t                 server_timing;
     ngx_flag_t                 cuda_graph;

@@ -39,20 +39,23 @@ static int model_forward(void *self, const srt_forward_batch *b, float *logits, 
 
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
                                int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
-                               srt_hook_registry *hooks, srt_sched_model_runner **out, srt_err *err);
+                               int weights_mmap, srt_hook_registry *hooks, srt_sched_model_runner **out,
+                               srt_err *err);
 
 int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
                                   srt_sched_model_runner **out, srt_err *err)
 {
-    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, NULL, out, err);
+    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, 0, NULL, out, err);
 }
 
 /* cuda: the runner and its KV pool (bf16) on the CUDA backend; graphs: SRT_RUNNER_GRAPHS_*;
  * precise: f32 activations (srt_numerics exact); kv_dtype: 0 the device's default, else
- * 1 + the KV pool's srt_dtype (srt_kv_cache_dtype) */
+ * 1 + the KV pool's srt_dtype (srt_kv_cache_dtype); weights_mmap: the CPU runner reads the
+ * weights in place (srt_weights_mmap on) instead of its own copy */
 static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, srt_tp_group *tp,
                                int cuda, double mem_fraction, int graphs, int precise, int kv_dtype,
-                               srt_hook_registry *hooks, srt_sched_model_runner **out, srt_err *err)
+                               int weights_mmap, srt_hook_registry *hooks, srt_sched_model_runner **out,
+                               srt_err *err)
 {
     srt_sched_model_runner *mr = calloc(1, sizeof *mr);
     *out = NULL;
@@ -65,6 +68,7 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
         .tp_rank = 0, .tp_size = 1,
         .device = cuda ? SRT_RUNNER_CUDA : SRT_RUNNER_CPU, .mem_fraction = mem_fraction,
         .graphs = graphs, .precise_matmul = precise, .kv_cache_dtype = kv_dtype,
+        .weights_mmap = weights_mmap,
     };
     srt_dtype kvt = kv_dtype > 0 ? (srt_dtype)(kv_dtype - 1) : cuda ? SRT_BF16 : SRT_F32;
     mr->tp = tp;
@@ -518,7 +522,8 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     }
     if (model_runner_create(m, &cfg, cc->threads, tp, cuda, cc->mem_fraction_static,
                             cc->cuda_graph < 0 ? SRT_RUNNER_GRAPHS_OFF : SRT_RUNNER_GRAPHS_AUTO,
-                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), hooks, &mr, err) != SRT_OK)
+                            cc->numerics != SRT_CHAN_NUMERICS_FAST, kv_dtype_of(cc, cuda), cc->weights_mmap, hooks,
+                            &mr, err) != SRT_OK)
         goto fail;
     /* a hook with only a device entry (ABI 1.1) cannot run without the backend's stream */
     if (hooks && srt_hook_registry_check_entries(hooks, err) != SRT_OK)
@@ -541,10 +546,14 @@ int srt_sched_run(srt_chan *c, srt_sched_metrics_sink sink, void *sink_user, srt
     info.hidden_size = mc->hidden_size;
     info.n_layers = mc->n_layers;
     srt_chan_sched_set_state(c, SRT_CHAN_SCHED_READY, NULL, &info);
-    srt_log(SRT_LOG_INFO, "scheduler ready: %s, context %d, %d running, KV %lld tokens (page %d), chunk %d, radix %s, %s, on %s",
-            cc->model_path, cfg.context_length, cfg.max_running_requests, (long long)cfg.max_total_tokens,
-            cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
-            cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs", info.device);
+    size_t copied = srt_runner_weights_copied(mr->runner);
+    char wdesc[64];
+    snprintf(wdesc, sizeof wdesc, cuda ? "on the device" : copied ? "copied (%zu MB)" : "in place (mmap)",
+             copied >> 20);
+    srt_log(SRT_LOG_INFO, "scheduler ready: %s, context %d, %d running, KV %lld tokens (page %d), chunk %d, radix %s, %s, "
+            "weights %s, on %s", cc->model_path, cfg.context_length, cfg.max_running_requests,
+            (long long)cfg.max_total_tokens, cfg.page_size, cfg.chunked_prefill_size, cfg.radix_cache ? "on" : "off",
+            cfg.policy == SRT_SCHED_LPM ? "lpm" : "fcfs", wdesc, info.device);
     grammar_cache *gc = grammar_cache_new(cc->model_path, cfg.vocab_size, cfg.eos_ids, cfg.n_eos);
     rc = serve(c, s, &cfg, hooks, acts, tp, gc, &mo, err);
     grammar_cache_free(gc);

@@ -38,6 +38,7 @@ typedef struct tp_setup {
     int32_t max_batch_tokens, max_seqs, n_slots, precise_matmul, kv_cache_dtype;
     int32_t device, device_index;   /* rank k computes on device_index + k */
     double  mem_fraction;
+    int32_t weights_mmap;
 } tp_setup;
 
 struct srt_tp_group {
@@ -176,7 +177,7 @@ static int build_shard(srt_comm *comm, srt_model *m, const tp_setup *su, int n_t
     srt_runner_opts ro = {
         .max_batch_tokens = su->max_batch_tokens, .max_seqs = su->max_seqs, .n_threads = n_threads, .comm = comm,
         .precise_matmul = su->precise_matmul, .device = su->device, .device_index = su->device_index + comm->rank,
-        .mem_fraction = su->mem_fraction, .nccl = cuda ? *nccl : NULL,
+        .mem_fraction = su->mem_fraction, .nccl = cuda ? *nccl : NULL, .weights_mmap = su->weights_mmap,
     };
     if (srt_runner_create(m, &ro, r, err) != SRT_OK)
         return SRT_ERROR;
@@ -416,7 +417,7 @@ int srt_tp_group_setup(srt_tp_group *g, srt_model *m, const srt_runner_opts *ro,
                        srt_runner **runner, srt_kv_pool **kv, srt_err *err)
 {
     tp_setup su = { ro->max_batch_tokens, ro->max_seqs, n_slots, ro->precise_matmul, ro->kv_cache_dtype,
-                    ro->device, ro->device_index, ro->mem_fraction };
+                    ro->device, ro->device_index, ro->mem_fraction, ro->weights_mmap };
     srt_err e2;
     *runner = NULL;
     *kv = NULL;
