@@ -185,6 +185,26 @@ static int rotary_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt
 
 /* ---- composite modules ---- */
 
+/* Linears of one input (q/k/v, gate/up) in one backend call when the backend fuses them and
+ * none has a hook or an all-reduce: what they compute is the same, a CPU decode pays one
+ * thread-pool region instead of n. 0: call them one by one. */
+static int fused_linears(srt_runner *r, int n, const srt_linear *const *l, const float *x, int64_t T,
+                         float *const *y)
+{
+    const srt_weight *w[SRT_MATMUL_N_MAX];
+    const float *bias[SRT_MATMUL_N_MAX];
+    if (!r->be->ops->matmul_n || n > SRT_MATMUL_N_MAX)
+        return 0;
+    for (int k = 0; k < n; k++) {
+        if (r->m->modules[l[k]->module].hooks != NULL || (l[k]->reduce && r->tcomm))
+            return 0;
+        w[k] = &l[k]->w;
+        bias[k] = l[k]->bias;
+    }
+    r->be->ops->matmul_n(r->be, n, w, bias, x, T, y);
+    return 1;
+}
+
 static int mlp_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
 {
     call *c = self;
@@ -194,13 +214,16 @@ static int mlp_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_te
     srt_module_args la;
     srt_tensor_view g = fview(r->gate, T, F), u = fview(r->up, T, F), h = fview(r->act, T, F);
     call cg = { r, &L->gate, c->layer }, cu = { r, &L->up, c->layer }, cd = { r, &L->down, c->layer };
+    const srt_linear *gu[] = { &L->gate, &L->up };
 
-    args1(&la, a->inputs[0]);
-    if (forward_module(r, L->gate.module, linear_fn, &cg, &la, &g))
-        return SRT_ERROR;
-    args1(&la, a->inputs[0]);
-    if (forward_module(r, L->up.module, linear_fn, &cu, &la, &u))
-        return SRT_ERROR;
+    if (!fused_linears(r, 2, gu, a->inputs[0].data, T, (float *const[]){ r->gate, r->up })) {
+        args1(&la, a->inputs[0]);
+        if (forward_module(r, L->gate.module, linear_fn, &cg, &la, &g))
+            return SRT_ERROR;
+        args1(&la, a->inputs[0]);
+        if (forward_module(r, L->up.module, linear_fn, &cu, &la, &u))
+            return SRT_ERROR;
+    }
     if (r->m->modules[L->m_act].hooks == NULL) {
         r->be->ops->silu_mul(r->be, r->gate, r->up, T * F, r->act);   /* fused on the fast path */
     } else {
@@ -229,16 +252,19 @@ static int attn_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_t
     srt_tensor_view vv = fview(r->v, T, (int64_t)nkv * hd), av = fview(r->attn, T, (int64_t)nh * hd);
     call cq = { r, &L->q, c->layer }, ck = { r, &L->k, c->layer }, cv = { r, &L->v, c->layer };
     call co = { r, &L->o, c->layer };
+    const srt_linear *qkv[] = { &L->q, &L->k, &L->v };
 
-    args1(&la, a->inputs[0]);
-    if (forward_module(r, L->q.module, linear_fn, &cq, &la, &qv))
-        return SRT_ERROR;
-    args1(&la, a->inputs[0]);
-    if (forward_module(r, L->k.module, linear_fn, &ck, &la, &kv))
-        return SRT_ERROR;
-    args1(&la, a->inputs[0]);
-    if (forward_module(r, L->v.module, linear_fn, &cv, &la, &vv))
-        return SRT_ERROR;
+    if (!fused_linears(r, 3, qkv, a->inputs[0].data, T, (float *const[]){ qd, kd, r->v })) {
+        args1(&la, a->inputs[0]);
+        if (forward_module(r, L->q.module, linear_fn, &cq, &la, &qv))
+            return SRT_ERROR;
+        args1(&la, a->inputs[0]);
+        if (forward_module(r, L->k.module, linear_fn, &ck, &la, &kv))
+            return SRT_ERROR;
+        args1(&la, a->inputs[0]);
+        if (forward_module(r, L->v.module, linear_fn, &cv, &la, &vv))
+            return SRT_ERROR;
+    }
     if (qk_norm) {
         /* per-head RMSNorm on [T, heads, head_dim] */
         call cqn = { r, &L->q_norm, c->layer }, ckn = { r, &L->k_norm, c->layer };

@@ -127,5 +127,69 @@ int main(void)
     free(bx);
     free(by);
     free(one);
+
+    /* matmul_n (q/k/v, gate/up in one region) = its weights' own matmul calls, bit for bit:
+     * three weights of one input with row counts that leave partial items and row groups,
+     * mixed types, with and without biases, decode and prefill token counts */
+    enum { NC = 576, NT = 7 };
+    static const int64_t nrows[3] = { 37, 8, 203 };
+    static const srt_dtype nt3[3] = { SRT_Q4_1, SRT_Q8_0, SRT_Q4_0 };
+    float *nx = malloc(NT * NC * sizeof(float)), *nb = malloc(203 * sizeof(float));
+    for (int64_t i = 0; i < NT * NC; i++)
+        nx[i] = frnd();
+    for (int i = 0; i < 203; i++)
+        nb[i] = frnd();
+    for (size_t p = 0; p < 3; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        srt_err err;
+        srt_backend *be = srt_cpu_backend_create(2, 1, &err);
+        srt_weight ws[3];
+        const srt_weight *wp[3];
+        float *yn[3], *ys[3];
+        for (int k = 0; k < 3; k++) {
+            ws[k] = (srt_weight){ .dtype = nt3[k], .rows = nrows[k], .cols = NC,
+                                  .row_stride = srt_dtype_row_bytes(nt3[k], NC) };
+            /* room for the widest of the types it is read as (Q8_0) */
+            uint8_t *d = malloc(srt_dtype_row_bytes(SRT_Q8_0, NC) * (size_t)nrows[k]);
+            fill(SRT_Q8_0, d, nrows[k], NC);
+            fill(nt3[k], d, nrows[k], NC);
+            ws[k].data = d;
+            wp[k] = &ws[k];
+            yn[k] = malloc(NT * (size_t)nrows[k] * sizeof(float));
+            ys[k] = malloc(NT * (size_t)nrows[k] * sizeof(float));
+            be->ops->reserve_matmul(be, &ws[k], NT, &err);
+        }
+        int bad = 0, calls = 0;
+        for (int same = 0; same < 2; same++)        /* all Q4_1, then mixed types */
+            for (int64_t n = 1; n <= NT; n += n < 2 ? 1 : 5) {
+                const float *bias[3] = { nb, NULL, nb };
+                for (int k = 0; k < 3 && same == 0; k++)
+                    ws[k].dtype = SRT_Q4_1, ws[k].row_stride = srt_dtype_row_bytes(SRT_Q4_1, NC);
+                for (int k = 0; k < 3 && same == 1; k++)
+                    ws[k].dtype = nt3[k], ws[k].row_stride = srt_dtype_row_bytes(nt3[k], NC);
+                memset(yn[0], 0xff, NT * 37 * sizeof(float));
+                be->ops->matmul_n(be, 3, wp, bias, nx, n, yn);
+                for (int k = 0; k < 3; k++) {
+                    be->ops->matmul(be, &ws[k], bias[k], nx, n, ys[k]);
+                    if (memcmp(yn[k], ys[k], (size_t)n * (size_t)nrows[k] * sizeof(float)) != 0) {
+                        tap_diag("%s: weight %d (%s, %lld rows), %lld tokens differ", paths[p], k,
+                                 srt_dtype_name(ws[k].dtype), (long long)nrows[k], (long long)n);
+                        bad++;
+                    }
+                    calls++;
+                }
+            }
+        ok(be->ops->matmul_n && bad == 0, "%s: matmul_n of 3 weights = their own matmuls, bit for bit (%d of %d differ)",
+           paths[p], bad, calls);
+        for (int k = 0; k < 3; k++) {
+            free((void *)ws[k].data);
+            free(yn[k]);
+            free(ys[k]);
+        }
+        srt_backend_free(be);
+    }
+    free(nx);
+    free(nb);
     return tap_done();
 }

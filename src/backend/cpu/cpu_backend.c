@@ -157,6 +157,18 @@ static void cpu_matmul(srt_backend *be, const srt_weight *w, const float *bias, 
         srt_cpu_matmul(c->tp, w, bias, x, n_tok, y, c->scratch);
 }
 
+/* q/k/v or gate/up: one parallel region on the exact path (each weight's bits unchanged) */
+static void cpu_matmul_n(srt_backend *be, int n, const srt_weight *const *w, const float *const *bias,
+                         const float *x, int64_t n_tok, float *const *y)
+{
+    cpu_backend *c = cpu(be);
+    if (!c->reference && c->precise && c->exact_simd &&
+        srt_cpu_exact_matmul_n(c->tp, n, w, bias, x, n_tok, y, c->scratch) == SRT_OK)
+        return;
+    for (int k = 0; k < n; k++)
+        cpu_matmul(be, w[k], bias ? bias[k] : NULL, x, n_tok, y[k]);
+}
+
 static void cpu_embed(srt_backend *be, const srt_weight *table, const int32_t *ids, int64_t n_tok, float *out)
 {
     for (int64_t t = 0; t < n_tok; t++)
@@ -283,6 +295,7 @@ static const srt_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .reserve_matmul = cpu_reserve_matmul,
     .matmul = cpu_matmul,
+    .matmul_n = cpu_matmul_n,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .silu = cpu_silu,

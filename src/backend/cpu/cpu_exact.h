@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "srt/backend.h"
 
 /* y[t][r] = sum_c x[t][c] * W[r][c] + bias[r] for Q4_0 / Q4_1 / Q8_0 W (AVX2 + FMA).
  * scratch holds srt_cpu_exact_scratch_floats(threads of tp, W cols, n_tok) floats. Batch
@@ -14,6 +15,12 @@
  * SRT_ERROR, nothing written, for other types or on a CPU without AVX2. */
 int    srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias, const float *x,
                             int64_t n_tok, float *y, float *scratch);
+/* The same for n <= SRT_MATMUL_N_MAX weights of one input and as many columns: y[k] from W[k]
+ * and bias[k] (bias or bias[k] may be NULL), each the bits of its own srt_cpu_exact_matmul;
+ * a decode's rows of all of them are one parallel region. SRT_ERROR, nothing written, when
+ * any weight has another type or column count. */
+int    srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
+                              const float *x, int64_t n_tok, float *const *y, float *scratch);
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok);
 
 #endif

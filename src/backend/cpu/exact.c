@@ -333,20 +333,47 @@ typedef struct {
     unp_fn unp;
     float *scratch;              /* per thread: per_thread_floats(cols) */
     int64_t n_rchunk;            /* prefill: row chunks per token block */
-    int64_t item_rows;           /* decode: rows per item (a multiple of DEC_ROWS) */
     int nth;                     /* threads taking items */
+    /* decode: n_w weights of the same input, one item space: weight k's items are
+     * [first[k], first[k + 1]), each a run of item_rows[k] of its rows */
+    int n_w;
+    const srt_weight *ws[SRT_MATMUL_N_MAX];
+    const float *biases[SRT_MATMUL_N_MAX];
+    float *ys[SRT_MATMUL_N_MAX];
+    int fmts[SRT_MATMUL_N_MAX];
+    dec_fn decs[SRT_MATMUL_N_MAX];
+    int64_t item_rows[SRT_MATMUL_N_MAX], first[SRT_MATMUL_N_MAX + 1];
 } exact_job;
+
+/* the weight of decode item i and the item's rows [*r0, *r1) */
+static int dec_item_rows(const exact_job *j, int64_t i, int64_t *r0, int64_t *r1)
+{
+    int k = 0;
+    while (i >= j->first[k + 1])
+        k++;
+    int64_t R = j->ws[k]->rows;
+    *r0 = (i - j->first[k]) * j->item_rows[k];
+    *r1 = *r0 + j->item_rows[k] < R ? *r0 + j->item_rows[k] : R;
+    return k;
+}
 
 /* decode: one item is a run of item_rows rows; every thread streams its own runs of W.
  * Each kernel call prefetches the rows PF_ROWS further on; past its item's end those are
  * another thread's (items are claimed in turn), so it takes the same offset into the item
- * this thread will likely claim next, nth items on. */
+ * this thread will likely claim next, nth items on (which may be the next weight's). */
 static void dec_item(void *arg, int64_t item, int ith)
 {
     exact_job *j = arg;
-    const srt_weight *w = j->w;
-    int64_t R = w->rows, r0 = item * j->item_rows, r1 = r0 + j->item_rows < R ? r0 + j->item_rows : R;
-    int NR = dec_rows(j->fmt, j->n_tok);
+    int64_t r0, r1;
+    int k = dec_item_rows(j, item, &r0, &r1);
+    const srt_weight *w = j->ws[k];
+    int64_t R = w->rows;
+    int NR = dec_rows(j->fmts[k], j->n_tok);
+    /* the item this thread will likely take next: its base and rows, or none */
+    int64_t nx = item + j->nth, nr0 = 0, nr1 = 0;
+    const srt_weight *nw = NULL;
+    if (nx < j->first[j->n_w])
+        nw = j->ws[dec_item_rows(j, nx, &nr0, &nr1)];
     /* a thread's first item (the first nth are claimed one per thread) was prefetched by
      * no earlier call: its first PF_ROWS rows are asked for at once */
     if (item < j->nth) {
@@ -358,14 +385,17 @@ static void dec_item(void *arg, int64_t item, int ith)
     for (int64_t r = r0; r < r1; r += NR) {
         int n = r1 - r < NR ? (int)(r1 - r) : NR;
         const uint8_t *wr[DEC_ROWS];
-        for (int k = 0; k < NR; k++)
-            wr[k] = (const uint8_t *)w->data + (size_t)(r + (k < n ? k : 0)) * w->row_stride;
+        for (int q = 0; q < NR; q++)
+            wr[q] = (const uint8_t *)w->data + (size_t)(r + (q < n ? q : 0)) * w->row_stride;
         int64_t pr = r + PF_ROWS;
-        if (pr >= r1)
-            pr += (j->nth - 1) * j->item_rows;
-        const char *pf = pr + NR <= R ? (const char *)w->data + (size_t)pr * w->row_stride : NULL;
-        j->dec((int)j->n_tok, wr, n, pf, j->x, w->cols, j->xs, j->ldt, j->nb,
-               j->bias ? j->bias + r : NULL, j->y + r, R);
+        const char *pf = NULL;
+        if (pr < r1) {
+            if (pr + NR <= R)
+                pf = (const char *)w->data + (size_t)pr * w->row_stride;
+        } else if (nw && nr0 + (pr - r1) + NR <= nr1)
+            pf = (const char *)nw->data + (size_t)(nr0 + (pr - r1)) * nw->row_stride;
+        j->decs[k]((int)j->n_tok, wr, n, pf, j->x, w->cols, j->xs, j->ldt, j->nb,
+                   j->biases[k] ? j->biases[k] + r : NULL, j->ys[k] + r, R);
     }
 }
 
@@ -395,56 +425,98 @@ static void pre_item(void *arg, int64_t i, int ith)
     }
 }
 
-int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias, const float *x,
-                         int64_t n_tok, float *y, float *scratch)
+static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
 {
-    exact_job j = { .w = w, .bias = bias, .x = x, .y = y, .n_tok = n_tok, .nb = w->cols / QK };
-    if (!srt_cpu_have_avx2())
-        return SRT_ERROR;
-    switch (w->dtype) {
-    case SRT_Q4_0: j.fmt = FMT_Q4_0; j.dec = dec_FMT_Q4_0; j.unp = unp_FMT_Q4_0; break;
-    case SRT_Q4_1: j.fmt = FMT_Q4_1; j.dec = dec_FMT_Q4_1; j.unp = unp_FMT_Q4_1; break;
-    case SRT_Q8_0: j.fmt = FMT_Q8_0; j.dec = dec_FMT_Q8_0; j.unp = unp_FMT_Q8_0; break;
+    switch (t) {
+    case SRT_Q4_0: *fmt = FMT_Q4_0; *dec = dec_FMT_Q4_0; *unp = unp_FMT_Q4_0; return SRT_OK;
+    case SRT_Q4_1: *fmt = FMT_Q4_1; *dec = dec_FMT_Q4_1; *unp = unp_FMT_Q4_1; return SRT_OK;
+    case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
     default: return SRT_ERROR;
     }
-    if (w->cols % QK || n_tok < 0)
+}
+
+/* Prefill of one weight (the block sums of x already in j->xs). */
+static void prefill(srt_threadpool *tp, exact_job *j, int par)
+{
+    const srt_weight *w = j->w;
+    j->n_rchunk = (w->rows + PRE_ROWS - 1) / PRE_ROWS;
+    int64_t n_items = j->n_rchunk * ((j->n_tok + PRE_TOK - 1) / PRE_TOK);
+    if (par)
+        srt_threadpool_run_items(tp, pre_item, j, n_items);
+    else
+        for (int64_t i = 0; i < n_items; i++)
+            pre_item(j, i, 0);
+}
+
+int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
+                           const float *x, int64_t n_tok, float *const *y, float *scratch)
+{
+    exact_job j = { .x = x, .n_tok = n_tok, .n_w = n };
+    if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
+    unp_fn unp;
+    int64_t C = w[0]->cols, work = 0;
+    for (int k = 0; k < n; k++) {
+        if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &unp) != SRT_OK || w[k]->cols != C || C % QK)
+            return SRT_ERROR;
+        j.ws[k] = w[k];
+        j.biases[k] = bias ? bias[k] : NULL;
+        j.ys[k] = y[k];
+        work += w[k]->rows;
+    }
     if (n_tok == 0)
         return SRT_OK;
+    j.nb = C / QK;
     int nth = tp ? srt_threadpool_size(tp) : 1;
-    float *xs = scratch + (size_t)nth * per_thread_floats(w->cols);
+    float *xs = scratch + (size_t)nth * per_thread_floats(C);
     j.ldt = sums_ld(n_tok);
     memset(xs, 0, sizeof(float) * (size_t)j.ldt * (size_t)j.nb);
     for (int64_t t = 0; t < n_tok; t++)
-        block_sums(x + t * w->cols, j.nb, xs + t, j.ldt);
+        block_sums(x + t * C, j.nb, xs + t, j.ldt);
     j.xs = xs;
     j.scratch = scratch;
-    int par = nth > 1 && (double)w->rows * (double)w->cols * (double)n_tok >= 64 * 1024;
-    j.nth = par ? nth : 1;
-    if (n_tok <= DEC_MAX_TOK) {
-        /* enough items that a thread which starts late still finds work, none tiny */
-        int64_t per = (w->rows + 8 * nth - 1) / (8 * nth);
-        per = (per < DEC_ITEM_MIN ? DEC_ITEM_MIN : per + DEC_ROWS - 1) / DEC_ROWS * DEC_ROWS;
-        j.item_rows = per;
-        int64_t n_items = (w->rows + per - 1) / per;
-        if (par)
-            srt_threadpool_run_items(tp, dec_item, &j, n_items);
-        else
-            for (int64_t i = 0; i < n_items; i++)
-                dec_item(&j, i, 0);
+    if (n_tok > DEC_MAX_TOK) {
+        /* prefill items are large: one region per weight costs nothing measurable */
+        for (int k = 0; k < n; k++) {
+            j.w = w[k];
+            j.bias = j.biases[k];
+            j.y = y[k];
+            fmt_of(w[k]->dtype, &j.fmt, &j.dec, &j.unp);
+            prefill(tp, &j, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
+        }
         return SRT_OK;
     }
-    j.n_rchunk = (w->rows + PRE_ROWS - 1) / PRE_ROWS;
-    int64_t n_items = j.n_rchunk * ((n_tok + PRE_TOK - 1) / PRE_TOK);
+    int par = nth > 1 && (double)work * (double)C * (double)n_tok >= 64 * 1024;
+    j.nth = par ? nth : 1;
+    j.first[0] = 0;
+    for (int k = 0; k < n; k++) {
+        /* enough items that a thread which starts late still finds work, none tiny */
+        int64_t per = (w[k]->rows + 8 * nth - 1) / (8 * nth);
+        per = (per < DEC_ITEM_MIN ? DEC_ITEM_MIN : per + DEC_ROWS - 1) / DEC_ROWS * DEC_ROWS;
+        j.item_rows[k] = per;
+        j.first[k + 1] = j.first[k] + (w[k]->rows + per - 1) / per;
+    }
     if (par)
-        srt_threadpool_run_items(tp, pre_item, &j, n_items);
+        srt_threadpool_run_items(tp, dec_item, &j, j.first[n]);
     else
-        for (int64_t i = 0; i < n_items; i++)
-            pre_item(&j, i, 0);
+        for (int64_t i = 0; i < j.first[n]; i++)
+            dec_item(&j, i, 0);
     return SRT_OK;
 }
 
+int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias, const float *x,
+                         int64_t n_tok, float *y, float *scratch)
+{
+    return srt_cpu_exact_matmul_n(tp, 1, &w, &bias, x, n_tok, &y, scratch);
+}
+
 #else
+
+int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
+                           const float *x, int64_t n_tok, float *const *y, float *scratch)
+{
+    return SRT_ERROR;
+}
 
 int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *bias, const float *x,
                          int64_t n_tok, float *y, float *scratch)

@@ -123,7 +123,14 @@ typedef struct srt_backend_ops {
     /* Executes the graph of bs, in order with the ops; the batch announced last must have bs tokens. */
     int   (*graph_replay)(srt_backend *be, int32_t bs, srt_err *err);
     void  (*graph_clear)(srt_backend *be);
+
+    /* Optional fusion (NULL: n matmul calls): y[i] = x . W[i] + bias[i] (bias[i] may be NULL)
+     * for n <= SRT_MATMUL_N_MAX weights of one input (q/k/v, gate/up) with as many columns, in
+     * one go (on the CPU one parallel region instead of n). The same numbers as the n calls. */
+    void  (*matmul_n)(srt_backend *be, int n, const srt_weight *const *w, const float *const *bias,
+                      const float *x, int64_t n_tok, float *const *y);
 } srt_backend_ops;
+#define SRT_MATMUL_N_MAX 4
 
 struct srt_backend {
     const srt_backend_ops *ops;
