@@ -10,7 +10,11 @@ see the same machine, medians of the rounds reported with the load average aroun
 
 srt prefills the prompt in one batch and then decodes greedily (its own timing lines).
 llama-bench runs pp<prompt> and tg<decode> at depth <prompt> (-d: decode after a prompt of that
-length, like srt), one repetition per round. Ratios are srt / llama.cpp: >= 1.0 means srt is
+length, like srt), one repetition per round, in each of its configurations that can matter on a
+CPU: weights read into memory or mmapped (-lm none,mmap: srt copies them by default) and flash
+attention on or off (-fa on,off). Per phase, the configuration with the best median over the
+rounds is llama.cpp's figure (the strongest peer, not its defaults; not the best of four noisy
+samples per round, which would favour it by chance), and every configuration's median is printed. Ratios are srt / llama.cpp: >= 1.0 means srt is
 faster. Each round also measures the DRAM read bandwidth of the same thread count
 (srt-bench-matmul -B 1024) and prints the decode roofline, bandwidth / the weight bytes a decode
 step reads (every tensor of the GGUF once, the token embedding as the tied lm_head): no engine
@@ -50,15 +54,18 @@ def run_srt(binary, model, ids, n_decode, threads, numerics):
 
 
 def run_llama_bench(binary, model, n_prompt, n_decode, threads):
+    """{(phase, configuration): tok/s} of one round"""
     res = {}
     for args in (["-p", str(n_prompt), "-n", "0"], ["-p", "0", "-n", str(n_decode), "-d", str(n_prompt)]):
-        cmd = [binary, "-m", model, "-t", str(threads), "-r", "1", "-o", "json"] + args
+        cmd = [binary, "-m", model, "-t", str(threads), "-r", "1", "-o", "json", "-lm", "none,mmap",
+               "-fa", "on,off"] + args
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"bench_engine: {' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
         for t in json.loads(out.stdout):
-            res["pp" if t["n_prompt"] > 0 else "tg"] = t["avg_ts"]
-    return res["pp"], res["tg"]
+            conf = f"-lm {t.get('load_mode', '?')} -fa {'on' if t.get('flash_attn') else 'off'}"
+            res[("pp" if t["n_prompt"] > 0 else "tg", conf)] = t["avg_ts"]
+    return res
 
 
 def weight_bytes(model):
@@ -95,15 +102,24 @@ def main():
         print(f"bench_engine: {a.llama_bench} missing (scripts/install-bench-deps.sh); srt figures only")
     ids = prompt_ids(a.prompt_tokens)
     rows = {"srt exact": [], "srt fast": [], "llama.cpp": []}
-    loads, bws = [load()], []
+    loads, bws, llama = [load()], [], []
     for _ in range(a.rounds):
         bws.append(run_bandwidth(a.threads))
         rows["srt exact"].append(run_srt(a.srt, a.model, ids, a.decode_tokens, a.threads, "exact"))
         rows["srt fast"].append(run_srt(a.srt, a.model, ids, a.decode_tokens, a.threads, "fast"))
         if have_llama:
-            rows["llama.cpp"].append(run_llama_bench(a.llama_bench, a.model, a.prompt_tokens, a.decode_tokens,
-                                                     a.threads))
+            llama.append(run_llama_bench(a.llama_bench, a.model, a.prompt_tokens, a.decode_tokens, a.threads))
         loads.append(load())
+    best = {}
+    if llama:
+        # per phase the configuration with the best median; its rounds are llama.cpp's row
+        confs = sorted({c for r in llama for (_, c) in r})
+        for ph in ("pp", "tg"):
+            meds = {c: statistics.median(r[(ph, c)] for r in llama) for c in confs}
+            best[ph] = max(meds, key=meds.get)
+            print(f"llama.cpp {'prefill' if ph == 'pp' else 'decode'} medians by configuration: "
+                  + ", ".join(f"{c} {m:.1f}" for c, m in meds.items()) + f" (taken: {best[ph]})")
+        rows["llama.cpp"] = [(r[("pp", best["pp"])], r[("tg", best["tg"])]) for r in llama]
     print(f"model {os.path.basename(a.model)}, {a.threads} threads, prompt {a.prompt_tokens} tokens, decode "
           f"{a.decode_tokens} tokens, median of {a.rounds} interleaved rounds, load average {' '.join(loads)}")
     med = {k: (statistics.median(p for p, _ in v), statistics.median(d for _, d in v)) for k, v in rows.items() if v}
