@@ -841,6 +841,62 @@ static void test_f16_heads(void)
     srt_cpu_force_simd("portable");   /* as main left it */
 }
 
+/* The block kernels (a block of keys, heads in registers) against the per-key ones, key by
+ * key: the same bits, for 1-7 heads (the axpy's groups of 3 and their remainders), head
+ * dims on and off its 32-column path, 1-64 keys. */
+static void test_f16_blocks(void)
+{
+    static const char *paths[] = { "portable", "avx2", "avx512" };
+    static const int64_t ns[] = { 64, 128, 40, 96 };
+    static const int nhs[] = { 1, 2, 3, 4, 7 }, nbs[] = { 1, 5, 64 };
+    static float q[7][128], acc[7][128], acc2[7][128], pr[7][64];
+    static uint16_t kv[64][128];
+    for (size_t p = 0; p < 3; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        int bad = 0, cases = 0;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (size_t hi = 0; hi < sizeof nhs / sizeof nhs[0]; hi++)
+                for (size_t bi = 0; bi < sizeof nbs / sizeof nbs[0]; bi++) {
+                    int64_t n = ns[ni];
+                    int nh = nhs[hi], nb = nbs[bi];
+                    const float *qs[7];
+                    float *accs[7], *accs2[7], out[7][64], want[7][64];
+                    const uint16_t *rows[64];
+                    for (int h = 0; h < nh; h++) {
+                        qs[h] = q[h];
+                        accs[h] = acc[h];
+                        accs2[h] = acc2[h];
+                        for (int64_t i = 0; i < n; i++) {
+                            q[h][i] = frand(-2, 2);
+                            acc[h][i] = acc2[h][i] = frand(-1, 1);
+                        }
+                        for (int j = 0; j < nb; j++)
+                            pr[h][j] = frand(0, 1);
+                    }
+                    for (int j = 0; j < nb; j++) {
+                        for (int64_t i = 0; i < n; i++)
+                            kv[j][i] = srt_f32_to_f16(frand(-3, 3));
+                        rows[j] = kv[(j * 7) % nb];   /* rows in any order, one row twice */
+                    }
+                    srt_cpu_f16_dot_block()(qs, nh, rows, nb, n, out[0], 64);
+                    srt_cpu_f16_axpy_block()(accs, pr[0], 64, nh, rows, nb, n);
+                    for (int j = 0; j < nb; j++) {
+                        srt_cpu_f16_dot_heads()(qs, nh, rows[j], n, &want[0][j], 64);
+                        srt_cpu_f16_axpy_heads()(accs2, &pr[0][j], 64, nh, rows[j], n);
+                    }
+                    for (int h = 0; h < nh; h++) {
+                        bad += memcmp(out[h], want[h], (size_t)nb * sizeof(float)) != 0;
+                        bad += memcmp(acc[h], acc2[h], (size_t)n * sizeof(float)) != 0;
+                    }
+                    cases++;
+                }
+        ok(bad == 0 && cases == 60, "%s: f16 dot/axpy over a block of keys == the per-key kernels, bit for bit "
+           "(%d of %d cases differ)", paths[p], bad, cases);
+    }
+    srt_cpu_force_simd("portable");   /* as main left it */
+}
+
 /* Attention over f32 K/V rows: dot_rows / axpy_rows give the bits of the chosen dot / axpy per
  * row on the portable and AVX2 paths (on AVX2 they were the portable scalar loops). The
  * AVX-512 pair sums in 64-float chunks, its own order, and is not held to this. */
@@ -900,6 +956,7 @@ int main(void)
        "portable path can be forced");
     test_threadpool();
     test_f16_heads();
+    test_f16_blocks();
     test_rows_kernels();
     test_elementwise(tp);
     srt_threadpool_free(tp);

@@ -18,14 +18,17 @@
 /* GCC emits nothing for __builtin_prefetch at the x86-64 baseline (prefetcht0 is SSE, but
  * -march=x86-64 does not claim it), and this file is built for the baseline */
 #define PREFETCH(p) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)(p)))
+#define PREFETCH_L2(p) __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)(p)))
 #else
 #define PREFETCH(p) __builtin_prefetch(p)
+#define PREFETCH_L2(p) __builtin_prefetch(p, 0, 2)
 #endif
 
 #define KEY_BLOCK 64
 #define MAX_RUN   8      /* query heads per item */
 #define SPLIT_PARTIALS 512   /* most (item, key chunk) partial results of a split decode */
-#define PF_KEYS   8      /* K rows asked for this many keys ahead */
+#define PF_KEYS   16     /* K rows asked for this many keys ahead */
+#define PF_STEP   8      /* keys scored per kernel call, their prefetches issued before it */
 
 typedef struct attn_job {
     const srt_attn_args *a;
@@ -34,8 +37,8 @@ typedef struct attn_job {
     srt_exp_sum_fn       exp_sum;
     srt_dot_rows_fn      dot_rows;
     srt_axpy_rows_fn     axpy_rows;
-    srt_f16_dot_heads_fn f16_dot;
-    srt_f16_axpy_heads_fn f16_axpy;
+    srt_f16_dot_block_fn f16_dot;
+    srt_f16_axpy_block_fn f16_axpy;
     int32_t              run;      /* query heads per item */
     int32_t              runs;     /* items per (token, kv head) */
     int32_t              chunks;   /* key ranges per item (split decode), 1 otherwise */
@@ -113,37 +116,39 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
         sum[i] = 0.0f;
     }
     const float *rows[KEY_BLOCK];
+    const uint16_t *hrows[KEY_BLOCK];
+    /* K rows PF_KEYS keys ahead and each block's V rows while its scores are computed, a few
+     * at a time: a burst of a block's worth of prefetches overflows the miss buffers and most
+     * are dropped */
     for (int32_t j = k0; j < k1 && j < k0 + PF_KEYS; j++)
         prefetch_row(a->k_cache, elt, slots, j, row, off, bytes);
     for (int32_t j0 = k0; j0 < k1; j0 += KEY_BLOCK) {
         int32_t nb = k1 - j0 < KEY_BLOCK ? k1 - j0 : KEY_BLOCK;
-        if (f32)   /* the f32 path reads a block's K rows in one call: its V rows ahead of it */
-            for (int32_t j = 0; j < nb; j++)
-                prefetch_row(a->v_cache, elt, slots, j0 + j, row, off, bytes);
-        if (f32) {
-            /* K rows of the block once, each head's query held in registers across them */
-            for (int32_t j = 0; j < nb; j++)
-                rows[j] = (const float *)a->k_cache + (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            for (int32_t i = 0; i < nh; i++) {
-                job->dot_rows(q[i], rows, nb, hd, score[i]);
-                for (int32_t j = 0; j < nb; j++)
-                    score[i][j] *= a->scale;
-            }
-        }
-        for (int32_t j = 0; j < nb && !f32; j++) {
-            /* K PF_KEYS keys ahead, V for after the softmax */
+        for (int32_t j = 0; j < nb; j++) {
             if (j0 + j + PF_KEYS < k1)
                 prefetch_row(a->k_cache, elt, slots, j0 + j + PF_KEYS, row, off, bytes);
             prefetch_row(a->v_cache, elt, slots, j0 + j, row, off, bytes);
-            size_t at = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            job->f16_dot((const float *const *)q, nh, (const uint16_t *)a->k_cache + at, hd, &score[0][j], KEY_BLOCK);
-            for (int32_t i = 0; i < nh; i++)
-                score[i][j] *= a->scale;
+            if ((j + 1) % PF_STEP && j + 1 < nb)
+                continue;
+            int32_t s0 = j / PF_STEP * PF_STEP, n = j + 1 - s0;   /* the keys [s0, j] */
+            if (f32) {
+                /* K rows once, each head's query held in registers across them */
+                for (int32_t i = 0; i < n; i++)
+                    rows[i] = (const float *)a->k_cache + (size_t)slots[j0 + s0 + i] * row + off;
+                for (int32_t i = 0; i < nh; i++)
+                    job->dot_rows(q[i], rows, n, hd, score[i] + s0);
+            } else {
+                for (int32_t i = 0; i < n; i++)
+                    hrows[i] = (const uint16_t *)a->k_cache + (size_t)slots[j0 + s0 + i] * row + off;
+                job->f16_dot((const float *const *)q, nh, hrows, n, hd, score[0] + s0, KEY_BLOCK);
+            }
         }
         for (int32_t i = 0; i < nh; i++) {
             float bmx = -INFINITY;
-            for (int32_t j = 0; j < nb; j++)
+            for (int32_t j = 0; j < nb; j++) {
+                score[i][j] *= a->scale;
                 bmx = score[i][j] > bmx ? score[i][j] : bmx;
+            }
             if (bmx > mx[i]) {
                 float corr = expf(mx[i] - bmx);   /* 0 on the first block */
                 sum[i] *= corr;
@@ -155,18 +160,16 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
         }
         if (f32) {
             for (int32_t j = 0; j < nb; j++)
-                rows[j] = (const float *)a->v_cache + (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
+                rows[j] = (const float *)a->v_cache + (size_t)slots[j0 + j] * row + off;
             for (int32_t i = 0; i < nh; i++)
                 job->axpy_rows(acc[i], score[i], rows, nb, hd);
-        }
-        float *accs[MAX_RUN];
-        for (int32_t i = 0; i < nh; i++)
-            accs[i] = acc[i];
-        for (int32_t j = 0; j < nb && !f32; j++) {
-            if (j < PF_KEYS && j0 + KEY_BLOCK + j < k1)   /* the next block's first K rows */
-                prefetch_row(a->k_cache, elt, slots, j0 + KEY_BLOCK + j, row, off, bytes);
-            size_t at = (size_t)slots[j0 + j] * row + (size_t)kvh * hd;
-            job->f16_axpy(accs, &score[0][j], KEY_BLOCK, nh, (const uint16_t *)a->v_cache + at, hd);
+        } else {
+            float *accs[MAX_RUN];
+            for (int32_t i = 0; i < nh; i++)
+                accs[i] = acc[i];
+            for (int32_t j = 0; j < nb; j++)
+                hrows[j] = (const uint16_t *)a->v_cache + (size_t)slots[j0 + j] * row + off;
+            job->f16_axpy(accs, score[0], KEY_BLOCK, nh, hrows, nb, hd);
         }
     }
 }
@@ -290,7 +293,7 @@ void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a, float *scratc
     while (chunks == 1 && run > 1 && base * ((group + run - 1) / run) < 4 * (int64_t)nth)
         run = (run + 1) / 2;
     attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(),
-                     srt_cpu_f16_dot_heads(), srt_cpu_f16_axpy_heads(), run,
+                     srt_cpu_f16_dot_block(), srt_cpu_f16_axpy_block(), run,
                      (group + run - 1) / run, chunks, scratch };
     /* items claimed one at a time: causal items grow with position, and a thread the OS
      * runs late finds the rest done (the bits do not depend on who computes an item) */

@@ -260,6 +260,78 @@ __attribute__((target("avx2,fma,f16c"))) static void f16_axpy_heads_avx2(float *
     }
 }
 
+/* A block of nb keys, heads in registers across it (the same bits as f16_dot_heads_avx2 key
+ * by key: per (head, key) the same FMAs into s0..s3 in the same order, the same reduction).
+ * Keys are independent, so their dependent FMA/reduction chains overlap instead of each
+ * call's chain ending before the next call starts. */
+__attribute__((target("avx2,fma,f16c"))) static void f16_dot_block_avx2(const float *const *q, int nh,
+                                                                        const uint16_t *const *k, int nb,
+                                                                        int64_t n, float *out, int stride)
+{
+    if (n % 32 || n > 1024) {
+        for (int j = 0; j < nb; j++)
+            f16_dot_heads_avx2(q, nh, k[j], n, out + j, stride);
+        return;
+    }
+    for (int j = 0; j < nb; j++) {
+        const uint16_t *kj = k[j];
+        for (int h = 0; h < nh; h++) {
+            const float *a = q[h];
+            __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
+                   s3 = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i += 32) {
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOADH(kj + i), s0);
+                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LOADH(kj + i + 8), s1);
+                s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), LOADH(kj + i + 16), s2);
+                s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), LOADH(kj + i + 24), s3);
+            }
+            __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+            __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+            r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+            r = _mm_add_ss(r, _mm_movehdup_ps(r));
+            out[h * stride + j] = _mm_cvtss_f32(r);
+        }
+    }
+}
+
+/* acc[h] += p[h][j] * v[j] over a block of keys, 32 columns of up to 3 heads' accumulators
+ * held in registers across the keys (before: loaded and stored again for every key, a store
+ * per 8 floats per key). Per element the same FMAs in key order as f16_axpy_heads_avx2. */
+__attribute__((target("avx2,fma,f16c"))) static void f16_axpy_block_avx2(float *const *acc, const float *p,
+                                                                         int pstride, int nh,
+                                                                         const uint16_t *const *v, int nb,
+                                                                         int64_t n)
+{
+    if (n % 32 || n > 1024) {
+        for (int j = 0; j < nb; j++)
+            f16_axpy_heads_avx2(acc, p + j, pstride, nh, v[j], n);
+        return;
+    }
+    for (int h0 = 0; h0 < nh; h0 += 3) {
+        int m = nh - h0 < 3 ? nh - h0 : 3;
+        for (int64_t c = 0; c < n; c += 32) {
+            __m256 a[3][4];
+            for (int h = 0; h < m; h++)
+                for (int k = 0; k < 4; k++)
+                    a[h][k] = _mm256_loadu_ps(acc[h0 + h] + c + 8 * k);
+            for (int j = 0; j < nb; j++) {
+                const uint16_t *vj = v[j] + c;
+                __m256 x0 = LOADH(vj), x1 = LOADH(vj + 8), x2 = LOADH(vj + 16), x3 = LOADH(vj + 24);
+                for (int h = 0; h < m; h++) {
+                    __m256 ph = _mm256_set1_ps(p[(h0 + h) * pstride + j]);
+                    a[h][0] = _mm256_fmadd_ps(ph, x0, a[h][0]);
+                    a[h][1] = _mm256_fmadd_ps(ph, x1, a[h][1]);
+                    a[h][2] = _mm256_fmadd_ps(ph, x2, a[h][2]);
+                    a[h][3] = _mm256_fmadd_ps(ph, x3, a[h][3]);
+                }
+            }
+            for (int h = 0; h < m; h++)
+                for (int k = 0; k < 4; k++)
+                    _mm256_storeu_ps(acc[h0 + h] + c + 8 * k, a[h][k]);
+        }
+    }
+}
+
 __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n);
 
 /* head_dim chunks of 64 held in 4 registers (AVX-512) */
@@ -414,6 +486,41 @@ srt_axpy_rows_fn srt_cpu_axpy_rows(void)
         return axpy_rows_avx2;
 #endif
     return axpy_rows_portable;
+}
+
+/* the per-key kernels over a block (the paths without a block kernel of their own) */
+static void f16_dot_block_keys(const float *const *q, int nh, const uint16_t *const *k, int nb, int64_t n,
+                               float *out, int stride)
+{
+    srt_f16_dot_heads_fn f = srt_cpu_f16_dot_heads();
+    for (int j = 0; j < nb; j++)
+        f(q, nh, k[j], n, out + j, stride);
+}
+
+static void f16_axpy_block_keys(float *const *acc, const float *p, int pstride, int nh, const uint16_t *const *v,
+                                int nb, int64_t n)
+{
+    srt_f16_axpy_heads_fn f = srt_cpu_f16_axpy_heads();
+    for (int j = 0; j < nb; j++)
+        f(acc, p + j, pstride, nh, v[j], n);
+}
+
+srt_f16_dot_block_fn srt_cpu_f16_dot_block(void)
+{
+#if defined(__x86_64__)
+    if (use_level() == 1)
+        return f16_dot_block_avx2;
+#endif
+    return f16_dot_block_keys;
+}
+
+srt_f16_axpy_block_fn srt_cpu_f16_axpy_block(void)
+{
+#if defined(__x86_64__)
+    if (use_level() >= 1)
+        return f16_axpy_block_avx2;
+#endif
+    return f16_axpy_block_keys;
 }
 
 srt_f16_dot_heads_fn srt_cpu_f16_dot_heads(void)

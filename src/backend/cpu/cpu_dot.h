@@ -26,6 +26,15 @@ typedef void (*srt_f16_axpy_heads_fn)(float *const *acc, const float *p, int pst
                                       int64_t n);
 srt_f16_dot_heads_fn  srt_cpu_f16_dot_heads(void);
 srt_f16_axpy_heads_fn srt_cpu_f16_axpy_heads(void);
+/* The same over a block of nb keys (k[j], v[j] their rows): out[i * stride + j] = q[i] . k[j],
+ * and acc[i] += p[i * pstride + j] * v[j] for j in order; the same bits as the per-key
+ * functions key by key. */
+typedef void (*srt_f16_dot_block_fn)(const float *const *q, int nh, const uint16_t *const *k, int nb, int64_t n,
+                                     float *out, int stride);
+typedef void (*srt_f16_axpy_block_fn)(float *const *acc, const float *p, int pstride, int nh,
+                                      const uint16_t *const *v, int nb, int64_t n);
+srt_f16_dot_block_fn  srt_cpu_f16_dot_block(void);
+srt_f16_axpy_block_fn srt_cpu_f16_axpy_block(void);
 
 /* x[i] = exp(x[i] - m) for i < n, returns the sum (softmax numerators) */
 typedef float (*srt_exp_sum_fn)(float *x, int64_t n, float m);
