@@ -9,7 +9,10 @@
 #                                [--port 28650] [--out FILE.jsonl]
 #
 # llama-server gets --parallel = the largest concurrency (a slot per request in flight) and a
-# context of that many times one request's. Every request is streamed, greedy, with exactly
+# context of that many times one request's, and runs in three configurations side by side (an
+# idle one costs nothing): its defaults (weights mmapped, flash attention auto), and weights
+# read into memory (-lm none; ngx_srt copies its weights by default) with flash attention on
+# and off. The ratio is taken against the fastest of the three at each concurrency. Every request is streamed, greedy, with exactly
 # --output-len output tokens: ignore_eos for ngx_srt; for llama-server the EOS ids (0
 # <|endoftext|>, 2 <|im_end|> for SmolLM2) are banned with logit_bias. The load average is
 # printed before every concurrency: on a shared machine quote the same-run ratios, and re-take
@@ -33,7 +36,7 @@ while [ $# -gt 0 ]; do
         *) sed -n '2,16p' "$0"; exit 2 ;;
     esac
 done
-LPORT=$((PORT + 1))
+LVARIANTS=("default:" "lm-none-fa-on:-lm none -fa on" "lm-none-fa-off:-lm none -fa off")
 NGINX=${NGINX:-/usr/sbin/nginx}
 SO=$ROOT/build/nginx/ngx_http_srt_module.so
 TOKJ=$ROOT/t/fixtures/tokenizers/smollm2/tokenizer.json
@@ -46,7 +49,7 @@ for C in $CONCS; do [ "$C" -gt "$PAR" ] && PAR=$C; done
 
 PFX=$(mktemp -d /tmp/srt-bench-vs-llamacpp.XXXXXX)
 [ -n "$OUTF" ] || OUTF=$PFX/results.jsonl
-LPID=""
+LPIDS=""
 cleanup() {  # stop both servers and wait until nginx's master and its children (the scheduler) are gone
     local pids=""
     if [ -f "$PFX/nginx.pid" ]; then
@@ -54,7 +57,7 @@ cleanup() {  # stop both servers and wait until nginx's master and its children 
         pids="$m $(pgrep -P "$m" | tr '\n' ' ')"
         "$NGINX" -p "$PFX" -c "$PFX/nginx.conf" -s stop 2>/dev/null || true
     fi
-    [ -n "$LPID" ] && kill "$LPID" 2>/dev/null && wait "$LPID" 2>/dev/null || true
+    for p in $LPIDS; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
     for _ in $(seq 100); do
         local alive=""
         for p in $pids; do [ -d /proc/$p ] && [ "$(cut -d' ' -f3 /proc/$p/stat)" != Z ] && alive=1; done
@@ -98,10 +101,13 @@ http {
 }
 EOF
 "$NGINX" -p "$PFX" -c "$PFX/nginx.conf" -g 'user root;'
-LLAMA_ARGS=(-m "$MODEL" -a smollm2 --host 127.0.0.1 --port "$LPORT" -t "$THREADS" -tb "$THREADS"
+LLAMA_ARGS=(-m "$MODEL" -a smollm2 --host 127.0.0.1 -t "$THREADS" -tb "$THREADS"
             -c $((CTX * PAR)) --parallel "$PAR" -b 512 -ub 512 -ngl 0)
-"$LLAMA_SERVER" "${LLAMA_ARGS[@]}" > "$PFX/llama.log" 2>&1 &
-LPID=$!
+for i in "${!LVARIANTS[@]}"; do
+    # shellcheck disable=SC2086  # the variant's own arguments, split on purpose
+    "$LLAMA_SERVER" "${LLAMA_ARGS[@]}" --port $((PORT + 1 + i)) ${LVARIANTS[$i]#*:} > "$PFX/llama$i.log" 2>&1 &
+    LPIDS="$LPIDS $!"
+done
 
 wait_up() {  # url
     for _ in $(seq 600); do
@@ -112,11 +118,11 @@ wait_up() {  # url
     return 1
 }
 wait_up "http://127.0.0.1:$PORT/health"
-wait_up "http://127.0.0.1:$LPORT/v1/models"
+for i in "${!LVARIANTS[@]}"; do wait_up "http://127.0.0.1:$((PORT + 1 + i))/v1/models"; done
 
 echo "# ngx_srt: nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), srt_threads $THREADS, srt_numerics $NUMERICS," \
      "srt_context_length $CTX, srt_max_running_requests 64, srt_chunked_prefill_size 1024"
-echo "# llama.cpp: llama-server ${LLAMA_ARGS[*]} ($("$LLAMA_SERVER" --version 2>&1 | head -1))"
+echo "# llama.cpp: llama-server ${LLAMA_ARGS[*]}, then each of: ${LVARIANTS[*]} ($("$LLAMA_SERVER" --version 2>&1 | head -1))"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for C in $CONCS; do
     N=$NP
@@ -124,8 +130,12 @@ for C in $CONCS; do
             --random-output-len "$OUT" --max-concurrency "$C" --tokenizer "$TOKJ" --output-file "$OUTF")
     echo "## concurrency $C, $N prompts, load average $(cut -d' ' -f1 /proc/loadavg)"
     python3 "$ROOT/scripts/bench_serving.py" --base-url "http://127.0.0.1:$PORT" "${COMMON[@]}" --tag "srt c=$C" || echo "(ngx_srt: failed requests at c=$C)"
-    python3 "$ROOT/scripts/bench_serving.py" --base-url "http://127.0.0.1:$LPORT" "${COMMON[@]}" --tag "llama.cpp c=$C" \
-        --disable-ignore-eos --extra-body '{"logit_bias": {"0": -100, "2": -100}}' || echo "(llama.cpp: failed requests at c=$C)"
+    for i in "${!LVARIANTS[@]}"; do
+        V=${LVARIANTS[$i]%%:*}
+        python3 "$ROOT/scripts/bench_serving.py" --base-url "http://127.0.0.1:$((PORT + 1 + i))" "${COMMON[@]}" \
+            --tag "llama.cpp $V c=$C" --disable-ignore-eos --extra-body '{"logit_bias": {"0": -100, "2": -100}}' ||
+            echo "(llama.cpp $V: failed requests at c=$C)"
+    done
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -134,15 +144,19 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {r["tag"]: r for r in rows}
 print(f"\nrandom dataset, {sys.argv[3]} prompt tokens, {sys.argv[4]} output tokens per request")
-print("| concurrency | ngx_srt output tok/s | llama.cpp output tok/s | ratio | ngx_srt median TTFT / ITL ms | llama.cpp median TTFT / ITL ms | failed (srt / llama.cpp) |")
+VARS = ("default", "lm-none-fa-on", "lm-none-fa-off")
+print("| concurrency | ngx_srt output tok/s | llama.cpp output tok/s (" + " / ".join(VARS) + ") | ratio to the fastest | "
+      "ngx_srt median TTFT / ITL ms | llama.cpp (fastest) median TTFT / ITL ms | failed (srt / llama.cpp) |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for c in sys.argv[2].split():
-    s, l = by.get(f"srt c={c}"), by.get(f"llama.cpp c={c}")
-    if not s or not l:
+    s, ls = by.get(f"srt c={c}"), [by.get(f"llama.cpp {v} c={c}") for v in VARS]
+    if not s or not all(ls):
         continue
+    l = max(ls, key=lambda r: r["output_throughput"])
     ratio = s["output_throughput"] / l["output_throughput"] if l["output_throughput"] else float("inf")
-    print(f"| {c} | {s['output_throughput']:.1f} | {l['output_throughput']:.1f} | {ratio:.2f}x | "
-          f"{s['median_ttft_ms']:.0f} / {s['median_itl_ms']:.1f} | {l['median_ttft_ms']:.0f} / {l['median_itl_ms']:.1f} | "
-          f"{s['failed']} / {l['failed']} |")
+    each = " / ".join("%.1f" % r["output_throughput"] for r in ls)
+    print(f"| {c} | {s['output_throughput']:.1f} | {each} | "
+          f"{ratio:.2f}x | {s['median_ttft_ms']:.0f} / {s['median_itl_ms']:.1f} | "
+          f"{l['median_ttft_ms']:.0f} / {l['median_itl_ms']:.1f} | {s['failed']} / {', '.join(str(r['failed']) for r in ls)} |")
 EOF
 echo "(raw metrics: $OUTF)"
