@@ -185,24 +185,34 @@ static int rotary_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt
 
 /* ---- composite modules ---- */
 
-/* Linears of one input (q/k/v, gate/up) in one backend call when the backend fuses them and
- * none has a hook or an all-reduce: what they compute is the same, a CPU decode pays one
- * thread-pool region instead of n. 0: call them one by one. */
-static int fused_linears(srt_runner *r, int n, const srt_linear *const *l, const float *x, int64_t T,
-                         float *const *y)
+/* Linears of one input (q/k/v, gate/up) into out[k]: in one backend call when the backend
+ * fuses them and none has a hook or an all-reduce (what they compute is the same; a CPU
+ * decode pays one thread-pool region instead of n), else each through its module. */
+static int linears_of_input(srt_runner *r, int32_t layer, int n, const srt_linear *const *l, srt_tensor_view in,
+                            srt_tensor_view *out)
 {
     const srt_weight *w[SRT_MATMUL_N_MAX];
     const float *bias[SRT_MATMUL_N_MAX];
-    if (!r->be->ops->matmul_n || n > SRT_MATMUL_N_MAX)
-        return 0;
-    for (int k = 0; k < n; k++) {
-        if (r->m->modules[l[k]->module].hooks != NULL || (l[k]->reduce && r->tcomm))
-            return 0;
+    float *y[SRT_MATMUL_N_MAX];
+    int fuse = r->be->ops->matmul_n != NULL && n <= SRT_MATMUL_N_MAX;
+    for (int k = 0; k < n && fuse; k++) {
+        fuse = r->m->modules[l[k]->module].hooks == NULL && !(l[k]->reduce && r->tcomm);
         w[k] = &l[k]->w;
         bias[k] = l[k]->bias;
+        y[k] = out[k].data;
     }
-    r->be->ops->matmul_n(r->be, n, w, bias, x, T, y);
-    return 1;
+    if (fuse) {
+        r->be->ops->matmul_n(r->be, n, w, bias, in.data, view_rows(&in), y);
+        return SRT_OK;
+    }
+    for (int k = 0; k < n; k++) {
+        call ck = { r, l[k], layer };
+        srt_module_args la;
+        args1(&la, in);
+        if (forward_module(r, l[k]->module, linear_fn, &ck, &la, &out[k]) != SRT_OK)
+            return SRT_ERROR;
+    }
+    return SRT_OK;
 }
 
 static int mlp_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
@@ -212,18 +222,11 @@ static int mlp_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_te
     const srt_layer *L = &r->layers[c->layer];
     int64_t T = view_rows(&a->inputs[0]), F = r->ffn;
     srt_module_args la;
-    srt_tensor_view g = fview(r->gate, T, F), u = fview(r->up, T, F), h = fview(r->act, T, F);
-    call cg = { r, &L->gate, c->layer }, cu = { r, &L->up, c->layer }, cd = { r, &L->down, c->layer };
-    const srt_linear *gu[] = { &L->gate, &L->up };
+    srt_tensor_view gu[2] = { fview(r->gate, T, F), fview(r->up, T, F) }, g = gu[0], h = fview(r->act, T, F);
+    call cd = { r, &L->down, c->layer };
 
-    if (!fused_linears(r, 2, gu, a->inputs[0].data, T, (float *const[]){ r->gate, r->up })) {
-        args1(&la, a->inputs[0]);
-        if (forward_module(r, L->gate.module, linear_fn, &cg, &la, &g))
-            return SRT_ERROR;
-        args1(&la, a->inputs[0]);
-        if (forward_module(r, L->up.module, linear_fn, &cu, &la, &u))
-            return SRT_ERROR;
-    }
+    if (linears_of_input(r, c->layer, 2, (const srt_linear *const[]){ &L->gate, &L->up }, a->inputs[0], gu))
+        return SRT_ERROR;
     if (r->m->modules[L->m_act].hooks == NULL) {
         r->be->ops->silu_mul(r->be, r->gate, r->up, T * F, r->act);   /* fused on the fast path */
     } else {
@@ -248,23 +251,13 @@ static int attn_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_t
     int qk_norm = cfg->qk_norm;
     srt_module_args la;
     float *qd = qk_norm ? r->q_raw : r->q, *kd = qk_norm ? r->k_raw : r->k;
-    srt_tensor_view qv = fview(qd, T, (int64_t)nh * hd), kv = fview(kd, T, (int64_t)nkv * hd);
-    srt_tensor_view vv = fview(r->v, T, (int64_t)nkv * hd), av = fview(r->attn, T, (int64_t)nh * hd);
-    call cq = { r, &L->q, c->layer }, ck = { r, &L->k, c->layer }, cv = { r, &L->v, c->layer };
+    srt_tensor_view qkv[3] = { fview(qd, T, (int64_t)nh * hd), fview(kd, T, (int64_t)nkv * hd),
+                               fview(r->v, T, (int64_t)nkv * hd) };
+    srt_tensor_view av = fview(r->attn, T, (int64_t)nh * hd);
     call co = { r, &L->o, c->layer };
-    const srt_linear *qkv[] = { &L->q, &L->k, &L->v };
 
-    if (!fused_linears(r, 3, qkv, a->inputs[0].data, T, (float *const[]){ qd, kd, r->v })) {
-        args1(&la, a->inputs[0]);
-        if (forward_module(r, L->q.module, linear_fn, &cq, &la, &qv))
-            return SRT_ERROR;
-        args1(&la, a->inputs[0]);
-        if (forward_module(r, L->k.module, linear_fn, &ck, &la, &kv))
-            return SRT_ERROR;
-        args1(&la, a->inputs[0]);
-        if (forward_module(r, L->v.module, linear_fn, &cv, &la, &vv))
-            return SRT_ERROR;
-    }
+    if (linears_of_input(r, c->layer, 3, (const srt_linear *const[]){ &L->q, &L->k, &L->v }, a->inputs[0], qkv))
+        return SRT_ERROR;
     if (qk_norm) {
         /* per-head RMSNorm on [T, heads, head_dim] */
         call cqn = { r, &L->q_norm, c->layer }, ckn = { r, &L->k_norm, c->layer };

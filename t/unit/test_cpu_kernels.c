@@ -826,8 +826,9 @@ static void test_f16_heads(void)
             float out[4 * 5], pr[4 * 5] = { 0.3f, 0, 0, 0, 0, -1.7f, 0, 0, 0, 0, 0.01f, 0, 0, 0, 0, 2.5f };
             const float *qs[4] = { q[0], q[1], q[2], q[3] };
             float *accs[4] = { acc[0], acc[1], acc[2], acc[3] };
-            srt_cpu_f16_dot_heads()(qs, 4, k, n, out, 5);
-            srt_cpu_f16_axpy_heads()(accs, pr, 5, 4, k, n);
+            const uint16_t *kr[1] = { k };   /* a block of one key */
+            srt_cpu_f16_dot_block()(qs, 4, kr, 1, n, out, 5);
+            srt_cpu_f16_axpy_block()(accs, pr, 5, 4, kr, 1, n);
             srt_cpu_f16_row()(k, buf, n);
             for (int h = 0; h < 4; h++) {
                 float want = srt_cpu_dot_f32()(q[h], buf, n);
@@ -841,8 +842,8 @@ static void test_f16_heads(void)
     srt_cpu_force_simd("portable");   /* as main left it */
 }
 
-/* The block kernels (a block of keys, heads in registers) against the per-key ones, key by
- * key: the same bits, for 1-7 heads (the axpy's groups of 3 and their remainders), head
+/* The block kernels (a block of keys, heads in registers) against blocks of one key (which
+ * test_f16_heads holds to convert + dot / axpy), key by key: the same bits, for 1-7 heads (the axpy's groups of 3 and their remainders), head
  * dims on and off its 32-column path, 1-64 keys. */
 static void test_f16_blocks(void)
 {
@@ -882,8 +883,8 @@ static void test_f16_blocks(void)
                     srt_cpu_f16_dot_block()(qs, nh, rows, nb, n, out[0], 64);
                     srt_cpu_f16_axpy_block()(accs, pr[0], 64, nh, rows, nb, n);
                     for (int j = 0; j < nb; j++) {
-                        srt_cpu_f16_dot_heads()(qs, nh, rows[j], n, &want[0][j], 64);
-                        srt_cpu_f16_axpy_heads()(accs2, &pr[0][j], 64, nh, rows[j], n);
+                        srt_cpu_f16_dot_block()(qs, nh, rows + j, 1, n, &want[0][j], 64);
+                        srt_cpu_f16_axpy_block()(accs2, &pr[0][j], 64, nh, rows + j, 1, n);
                     }
                     for (int h = 0; h < nh; h++) {
                         bad += memcmp(out[h], want[h], (size_t)nb * sizeof(float)) != 0;
@@ -891,7 +892,7 @@ static void test_f16_blocks(void)
                     }
                     cases++;
                 }
-        ok(bad == 0 && cases == 60, "%s: f16 dot/axpy over a block of keys == the per-key kernels, bit for bit "
+        ok(bad == 0 && cases == 60, "%s: f16 dot/axpy over a block of keys == key by key, bit for bit "
            "(%d of %d cases differ)", paths[p], bad, cases);
     }
     srt_cpu_force_simd("portable");   /* as main left it */

@@ -492,17 +492,15 @@ srt_axpy_rows_fn srt_cpu_axpy_rows(void)
 static void f16_dot_block_keys(const float *const *q, int nh, const uint16_t *const *k, int nb, int64_t n,
                                float *out, int stride)
 {
-    srt_f16_dot_heads_fn f = srt_cpu_f16_dot_heads();
     for (int j = 0; j < nb; j++)
-        f(q, nh, k[j], n, out + j, stride);
+        f16_dot_heads_portable(q, nh, k[j], n, out + j, stride);
 }
 
 static void f16_axpy_block_keys(float *const *acc, const float *p, int pstride, int nh, const uint16_t *const *v,
                                 int nb, int64_t n)
 {
-    srt_f16_axpy_heads_fn f = srt_cpu_f16_axpy_heads();
     for (int j = 0; j < nb; j++)
-        f(acc, p + j, pstride, nh, v[j], n);
+        f16_axpy_heads_portable(acc, p + j, pstride, nh, v[j], n);
 }
 
 srt_f16_dot_block_fn srt_cpu_f16_dot_block(void)
@@ -521,22 +519,4 @@ srt_f16_axpy_block_fn srt_cpu_f16_axpy_block(void)
         return f16_axpy_block_avx2;
 #endif
     return f16_axpy_block_keys;
-}
-
-srt_f16_dot_heads_fn srt_cpu_f16_dot_heads(void)
-{
-#if defined(__x86_64__)
-    if (use_level() == 1)
-        return f16_dot_heads_avx2;
-#endif
-    return f16_dot_heads_portable;
-}
-
-srt_f16_axpy_heads_fn srt_cpu_f16_axpy_heads(void)
-{
-#if defined(__x86_64__)
-    if (use_level() >= 1)
-        return f16_axpy_heads_avx2;
-#endif
-    return f16_axpy_heads_portable;
 }

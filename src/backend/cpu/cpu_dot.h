@@ -17,18 +17,10 @@ typedef void (*srt_axpy_rows_fn)(float *acc, const float *p, const float *const 
 srt_dot_rows_fn  srt_cpu_dot_rows(void);
 srt_axpy_rows_fn srt_cpu_axpy_rows(void);
 
-/* Attention over an f16 KV row k (n values, <= 1024): out[i * stride] = q[i] . k for the
- * nh heads, and acc[i] += p[i * pstride] * v; the same bits as converting the row with
- * srt_cpu_f16_row and calling the chosen dot / axpy per head. */
-typedef void (*srt_f16_dot_heads_fn)(const float *const *q, int nh, const uint16_t *k, int64_t n, float *out,
-                                     int stride);
-typedef void (*srt_f16_axpy_heads_fn)(float *const *acc, const float *p, int pstride, int nh, const uint16_t *v,
-                                      int64_t n);
-srt_f16_dot_heads_fn  srt_cpu_f16_dot_heads(void);
-srt_f16_axpy_heads_fn srt_cpu_f16_axpy_heads(void);
-/* The same over a block of nb keys (k[j], v[j] their rows): out[i * stride + j] = q[i] . k[j],
- * and acc[i] += p[i * pstride + j] * v[j] for j in order; the same bits as the per-key
- * functions key by key. */
+/* Attention over f16 KV rows (n values each, <= 1024), a block of nb keys at a time:
+ * out[i * stride + j] = q[i] . k[j] and acc[i] += p[i * pstride + j] * v[j] for j in order, for
+ * the nh heads; the same bits as converting each row with srt_cpu_f16_row and calling the
+ * chosen dot / axpy per head and key, whatever nb. */
 typedef void (*srt_f16_dot_block_fn)(const float *const *q, int nh, const uint16_t *const *k, int nb, int64_t n,
                                      float *out, int stride);
 typedef void (*srt_f16_axpy_block_fn)(float *const *acc, const float *p, int pstride, int nh,
