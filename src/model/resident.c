@@ -77,31 +77,21 @@ int runner_make_resident(srt_runner *r, srt_err *err)
     }
     if (len)
         (void)madvise(mem, len, MADV_HUGEPAGE);   /* a hint: EINVAL where THP is not built in */
-    /* copied in list order, new views set only after every copy (a later entry may still
-     * compare against an earlier one's original view) */
-    srt_weight *views = malloc((size_t)n * sizeof *views);
-    if (!views) {
-        munmap(mem, len);
-        free(ws);
-        free(first);
-        return srt_err_set(err, "runner: out of memory");
-    }
+    /* first[] was settled on the original views; a shared view takes its first's copy */
     char *at = mem;
     for (int32_t i = 0; i < n; i++) {
-        views[i] = *ws[i];
-        if (first[i] != i)
+        srt_weight *w = ws[i];
+        if (first[i] != i) {
+            *w = *ws[first[i]];
             continue;
-        const srt_weight *w = ws[i];
-        size_t rb = srt_dtype_row_bytes(w->dtype, w->cols);
+        }
+        size_t rb = srt_dtype_row_bytes(w->dtype, w->cols), bytes = copy_bytes(w);
         for (int64_t row = 0; row < w->rows; row++)
             memcpy(at + (size_t)row * rb, (const char *)w->data + (size_t)row * w->row_stride, rb);
-        views[i].data = at;
-        views[i].row_stride = rb;
-        at += copy_bytes(w);
+        w->data = at;
+        w->row_stride = rb;
+        at += bytes;
     }
-    for (int32_t i = 0; i < n; i++)
-        *ws[i] = views[first[i]];
-    free(views);
     free(ws);
     free(first);
     r->wmem = mem;

@@ -18,10 +18,8 @@
 /* GCC emits nothing for __builtin_prefetch at the x86-64 baseline (prefetcht0 is SSE, but
  * -march=x86-64 does not claim it), and this file is built for the baseline */
 #define PREFETCH(p) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)(p)))
-#define PREFETCH_L2(p) __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)(p)))
 #else
 #define PREFETCH(p) __builtin_prefetch(p)
-#define PREFETCH_L2(p) __builtin_prefetch(p, 0, 2)
 #endif
 
 #define KEY_BLOCK 64

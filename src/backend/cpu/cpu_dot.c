@@ -214,9 +214,8 @@ __attribute__((target("avx2,fma"))) static void axpy_rows_avx2(float *acc, const
 
 /* dot_avx2 of each head's query with an f16 row converted in registers: the same FMAs in
  * the same order, so the same bits as f16_row + dot_avx2 (n a multiple of 8) */
-__attribute__((target("avx2,fma,f16c"))) static void f16_dot_heads_avx2(const float *const *q, int nh,
-                                                                        const uint16_t *k, int64_t n,
-                                                                        float *out, int stride)
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
+f16_dot_heads_avx2(const float *const *q, int nh, const uint16_t *k, int64_t n, float *out, int stride)
 {
     if (n % 8 || n > 1024) {
         f16_dot_heads_portable(q, nh, k, n, out, stride);
@@ -260,38 +259,14 @@ __attribute__((target("avx2,fma,f16c"))) static void f16_axpy_heads_avx2(float *
     }
 }
 
-/* A block of nb keys, heads in registers across it (the same bits as f16_dot_heads_avx2 key
- * by key: per (head, key) the same FMAs into s0..s3 in the same order, the same reduction).
- * Keys are independent, so their dependent FMA/reduction chains overlap instead of each
- * call's chain ending before the next call starts. */
+/* A block of nb keys: the per-key kernel inlined, so the keys' independent FMA/reduction
+ * chains overlap instead of each call's chain ending before the next call starts. */
 __attribute__((target("avx2,fma,f16c"))) static void f16_dot_block_avx2(const float *const *q, int nh,
                                                                         const uint16_t *const *k, int nb,
                                                                         int64_t n, float *out, int stride)
 {
-    if (n % 32 || n > 1024) {
-        for (int j = 0; j < nb; j++)
-            f16_dot_heads_avx2(q, nh, k[j], n, out + j, stride);
-        return;
-    }
-    for (int j = 0; j < nb; j++) {
-        const uint16_t *kj = k[j];
-        for (int h = 0; h < nh; h++) {
-            const float *a = q[h];
-            __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
-                   s3 = _mm256_setzero_ps();
-            for (int64_t i = 0; i < n; i += 32) {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOADH(kj + i), s0);
-                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LOADH(kj + i + 8), s1);
-                s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), LOADH(kj + i + 16), s2);
-                s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), LOADH(kj + i + 24), s3);
-            }
-            __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
-            __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-            r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-            r = _mm_add_ss(r, _mm_movehdup_ps(r));
-            out[h * stride + j] = _mm_cvtss_f32(r);
-        }
-    }
+    for (int j = 0; j < nb; j++)
+        f16_dot_heads_avx2(q, nh, k[j], n, out + j, stride);
 }
 
 /* acc[h] += p[h][j] * v[j] over a block of keys, 32 columns of up to 3 heads' accumulators

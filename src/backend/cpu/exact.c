@@ -323,26 +323,26 @@ typedef void (*dec_fn)(int T, const uint8_t *const *wr, int nr, const char *pf, 
                        const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy);
 typedef void (*unp_fn)(const uint8_t *row, int64_t nb, float *q, float *dq, float *o);
 
+/* n_w weights of one input (x, its block sums xs); weight k is ws[k] with biases[k], ys[k] and
+ * its format's kernels */
 typedef struct {
-    const srt_weight *w;
-    const float *bias, *x, *xs;
-    float *y;
-    int64_t n_tok, nb, ldt;
-    int fmt;
-    dec_fn dec;
-    unp_fn unp;
-    float *scratch;              /* per thread: per_thread_floats(cols) */
-    int64_t n_rchunk;            /* prefill: row chunks per token block */
-    int nth;                     /* threads taking items */
-    /* decode: n_w weights of the same input, one item space: weight k's items are
-     * [first[k], first[k + 1]), each a run of item_rows[k] of its rows */
     int n_w;
     const srt_weight *ws[SRT_MATMUL_N_MAX];
     const float *biases[SRT_MATMUL_N_MAX];
     float *ys[SRT_MATMUL_N_MAX];
     int fmts[SRT_MATMUL_N_MAX];
     dec_fn decs[SRT_MATMUL_N_MAX];
+    unp_fn unps[SRT_MATMUL_N_MAX];
+    const float *x, *xs;
+    int64_t n_tok, nb, ldt;
+    float *scratch;              /* per thread: per_thread_floats(cols) */
+    int nth;                     /* threads taking items */
+    /* decode: one item space over all weights: weight k's items are [first[k], first[k + 1]),
+     * each a run of item_rows[k] of its rows */
     int64_t item_rows[SRT_MATMUL_N_MAX], first[SRT_MATMUL_N_MAX + 1];
+    /* prefill: the weight being computed, and its row chunks per token block */
+    int cur;
+    int64_t n_rchunk;
 } exact_job;
 
 /* the weight of decode item i and the item's rows [*r0, *r1) */
@@ -404,14 +404,15 @@ static void dec_item(void *arg, int64_t item, int ith)
 static void pre_item(void *arg, int64_t i, int ith)
 {
     exact_job *j = arg;
-    const srt_weight *w = j->w;
+    int k = j->cur;
+    const srt_weight *w = j->ws[k];
     int64_t C = w->cols, R = w->rows, nb = j->nb;
     float *q = j->scratch + (size_t)ith * per_thread_floats(C), *dq = q + PRE_ROWS * C, *o = dq + PRE_ROWS * nb;
     int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * PRE_ROWS;
     int64_t nr = R - r0 < PRE_ROWS ? R - r0 : PRE_ROWS;
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
     for (int64_t r = 0; r < nr; r++)
-        j->unp((const uint8_t *)w->data + (size_t)(r0 + r) * w->row_stride, nb, q + r * C, dq + r * nb, o + r * nb);
+        j->unps[k]((const uint8_t *)w->data + (size_t)(r0 + r) * w->row_stride, nb, q + r * C, dq + r * nb, o + r * nb);
     float acc[PRE_ROWS * PRE_T * 8];
     int64_t n_slices = (nb + PRE_SLICE - 1) / PRE_SLICE, per = (nb + n_slices - 1) / n_slices;
     for (int64_t t = t0; t < t1; t += PRE_T) {
@@ -420,8 +421,8 @@ static void pre_item(void *arg, int64_t i, int ith)
             for (int64_t r = 0; r < nr; r++)
                 pre_part(nt, q + r * C, dq + r * nb, j->x + t * C, C, b0, b0 + per < nb ? b0 + per : nb,
                          acc + r * PRE_T * 8);
-        pre_finish(j->fmt, nt, (int)nr, acc, o, j->xs + t, j->ldt, nb, j->bias ? j->bias + r0 : NULL,
-                   j->y + t * R + r0, R);
+        pre_finish(j->fmts[k], nt, (int)nr, acc, o, j->xs + t, j->ldt, nb,
+                   j->biases[k] ? j->biases[k] + r0 : NULL, j->ys[k] + t * R + r0, R);
     }
 }
 
@@ -435,10 +436,11 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     }
 }
 
-/* Prefill of one weight (the block sums of x already in j->xs). */
-static void prefill(srt_threadpool *tp, exact_job *j, int par)
+/* Prefill of weight k (the block sums of x already in j->xs). */
+static void prefill(srt_threadpool *tp, exact_job *j, int k, int par)
 {
-    const srt_weight *w = j->w;
+    const srt_weight *w = j->ws[k];
+    j->cur = k;
     j->n_rchunk = (w->rows + PRE_ROWS - 1) / PRE_ROWS;
     int64_t n_items = j->n_rchunk * ((j->n_tok + PRE_TOK - 1) / PRE_TOK);
     if (par)
@@ -454,10 +456,9 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     exact_job j = { .x = x, .n_tok = n_tok, .n_w = n };
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
-    unp_fn unp;
     int64_t C = w[0]->cols, work = 0;
     for (int k = 0; k < n; k++) {
-        if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &unp) != SRT_OK || w[k]->cols != C || C % QK)
+        if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &j.unps[k]) != SRT_OK || w[k]->cols != C || C % QK)
             return SRT_ERROR;
         j.ws[k] = w[k];
         j.biases[k] = bias ? bias[k] : NULL;
@@ -477,13 +478,8 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     j.scratch = scratch;
     if (n_tok > DEC_MAX_TOK) {
         /* prefill items are large: one region per weight costs nothing measurable */
-        for (int k = 0; k < n; k++) {
-            j.w = w[k];
-            j.bias = j.biases[k];
-            j.y = y[k];
-            fmt_of(w[k]->dtype, &j.fmt, &j.dec, &j.unp);
-            prefill(tp, &j, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
-        }
+        for (int k = 0; k < n; k++)
+            prefill(tp, &j, k, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
         return SRT_OK;
     }
     int par = nth > 1 && (double)work * (double)C * (double)n_tok >= 64 * 1024;
