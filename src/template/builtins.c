@@ -601,6 +601,16 @@ static int unique_list(render *r, vlist *items, bool cs, val attr, bool has_attr
 }
 
 /* Python's printf-style formatting: "%s and %d" % (a, b) */
+
+/* The digits of a %-format width or precision at s[*i], saturated past any allowed value (a
+ * template may write a number of any length; the caller rejects anything over its limit). */
+static int fmt_number(const char *s, size_t n, size_t *i)
+{
+    int v = 0;
+    for (; *i < n && s[*i] >= '0' && s[*i] <= '9'; (*i)++)
+        v = v > 100000 ? v : v * 10 + (s[*i] - '0');
+    return v;
+}
 static int percent_format(render *r, const char *s, size_t n, cargs *a, val *out)
 {
     sbuf b;
@@ -640,15 +650,11 @@ static int percent_format(render *r, const char *s, size_t n, cargs *a, val *out
         spec[k++] = '%';
         while (i < n && strchr("-+ #0", s[i]) && k < 8)
             spec[k++] = s[i++];
-        int width = 0, prec = -1;
+        int width = fmt_number(s, n, &i), prec = -1;
         bool left = memchr(spec, '-', k) != NULL, zero = memchr(spec, '0', k) != NULL;
-        while (i < n && s[i] >= '0' && s[i] <= '9')
-            width = width * 10 + (s[i++] - '0');
         if (i < n && s[i] == '.') {
             i++;
-            prec = 0;
-            while (i < n && s[i] >= '0' && s[i] <= '9')
-                prec = prec * 10 + (s[i++] - '0');
+            prec = fmt_number(s, n, &i);
         }
         if (width > 10000 || prec > 1000)
             return tpl_rerr(r, "ValueError: format width too large");

@@ -467,6 +467,38 @@ static void bench_smollm2(void)
     yajl_tree_free(root);
 }
 
+/* %-format widths and precisions of any length are refused, not overflowed (a fuzzer found
+ * a signed overflow on a 25-digit width; under UBSan this test aborted) */
+static void test_format_width(void)
+{
+    static const char *const srcs[] = { "{{ '%0000003181795956718829566s' % 'a' }}", "{{ '%.99999999999d' % 1 }}",
+                                        "{{ '%10001s' % 'a' }}" };
+    for (size_t i = 0; i < sizeof srcs / sizeof srcs[0]; i++) {
+        srt_chat_template *t = NULL;
+        srt_err err = { { 0 } };
+        char *out = NULL;
+        size_t len = 0;
+        int rc = srt_chat_template_compile(srcs[i], strlen(srcs[i]), &t, &err);
+        if (rc == SRT_OK)
+            rc = srt_chat_template_render(t, "{}", 2, &out, &len, &err);
+        ok(rc == SRT_ERROR && out == NULL && strstr(err.msg, "format width too large"),
+           "%s: refused (%s)", srcs[i], err.msg);
+        free(out);
+        srt_chat_template_free(t);
+    }
+    srt_chat_template *t = NULL;
+    srt_err err = { { 0 } };
+    char *out = NULL;
+    size_t len = 0;
+    const char *src = "{{ '%10000s|' % 'a' }}";
+    int rc = srt_chat_template_compile(src, strlen(src), &t, &err);
+    if (rc == SRT_OK)
+        rc = srt_chat_template_render(t, "{}", 2, &out, &len, &err);
+    ok(rc == SRT_OK && len == 10001, "a width of 10000 still renders (%zu bytes)", len);
+    free(out);
+    srt_chat_template_free(t);
+}
+
 int main(void)
 {
     setenv("TZ", "UTC", 1);
@@ -475,6 +507,7 @@ int main(void)
     test_semantics();
     test_malformed();
     test_api();
+    test_format_width();
     bench_smollm2();
     return tap_done();
 }
