@@ -287,8 +287,11 @@ void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a, float *scratc
         if (items * chunks > SPLIT_PARTIALS)
             chunks = 1;
     }
-    /* shorter runs when tokens x kv heads leave threads idle (and keys are not split) */
-    while (chunks == 1 && run > 1 && base * ((group + run - 1) / run) < 4 * (int64_t)nth)
+    /* shorter runs only when there are fewer items than threads (and keys are not split): a
+     * shorter run reads and converts each K/V row once more per run, so one sequence's decode
+     * on 2 threads takes its 3 KV heads as 3 whole-group items (busiest thread: 2 of them)
+     * rather than 9 single-head items (busiest thread: 5 heads, each with its own K/V pass) */
+    while (chunks == 1 && run > 1 && base * ((group + run - 1) / run) < (int64_t)nth)
         run = (run + 1) / 2;
     attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(),
                      srt_cpu_f16_dot_block(), srt_cpu_f16_axpy_block(), run,
