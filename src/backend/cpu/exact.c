@@ -284,17 +284,49 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
     }
 }
 
+/* Decode: one work item's rows [r0, r1) of a weight (base w, row stride), and where to
+ * prefetch past its end: the rows of the item this thread will likely claim next (nw, NULL:
+ * none), at the same offset into it. */
+typedef struct {
+    const uint8_t *w, *nw;
+    size_t stride, nstride;
+    int64_t r0, r1, R, nr0, nr1;
+    const float *x, *xs, *bias;
+    int64_t ldx, ldt, nb;
+    float *y;
+} dec_run;
+
+/* The item's row groups in one loop, the kernel inlined: a call per group paid its loop's
+ * exit and its chains' drain before the next group's loads could start. Each group
+ * prefetches the rows PF_ROWS further on. */
+INLINE void dec_loop(int fmt, int T, int NR, const dec_run *d)
+{
+    for (int64_t r = d->r0; r < d->r1; r += NR) {
+        int n = d->r1 - r < NR ? (int)(d->r1 - r) : NR;
+        const uint8_t *wr[DEC_ROWS];
+        for (int q = 0; q < NR; q++)
+            wr[q] = d->w + (size_t)(r + (q < n ? q : 0)) * d->stride;
+        int64_t pr = r + PF_ROWS;
+        const char *pf = NULL;
+        if (pr < d->r1) {
+            if (pr + NR <= d->R)
+                pf = (const char *)d->w + (size_t)pr * d->stride;
+        } else if (d->nw && d->nr0 + (pr - d->r1) + NR <= d->nr1)
+            pf = (const char *)d->nw + (size_t)(d->nr0 + (pr - d->r1)) * d->nstride;
+        kern_dec(fmt, T, NR, wr, n, pf, d->x, d->ldx, d->xs, d->ldt, d->nb, d->bias ? d->bias + r : NULL,
+                 d->y + r, d->R);
+    }
+}
+
 #define PRE_CASE(T) \
     case T: kern_pre(T, q, dq, x, ldx, b0, b1, acc); return;
 #define FMT_FNS(fmt)                                                                          \
-    TGT static void dec_##fmt(int T, const uint8_t *const *wr, int nr, const char *pf,        \
-                              const float *x, int64_t ldx, const float *xs, int64_t ldt,     \
-                              int64_t nb, const float *bias, float *y, int64_t ldy)           \
+    TGT static void dec_##fmt(int T, const dec_run *d)                                        \
     {                                                                                          \
-        if (T == 2) kern_dec(fmt, 2, dec_rows(fmt, 2), wr, nr, pf, x, ldx, xs, ldt, nb, bias, y, \
-                             ldy);                                                             \
-        else kern_dec(fmt, 1, dec_rows(fmt, 1), wr, nr, pf, x, ldx, xs, ldt, nb, bias, y,   \
-                      ldy);                                                                    \
+        if (T == 2)                                                                            \
+            dec_loop(fmt, 2, dec_rows(fmt, 2), d);                                             \
+        else                                                                                   \
+            dec_loop(fmt, 1, dec_rows(fmt, 1), d);                                             \
     }                                                                                          \
     TGT static void unp_##fmt(const uint8_t *row, int64_t nb, float *q, float *dq, float *o)  \
     {                                                                                          \
@@ -319,8 +351,7 @@ TGT static void pre_part(int T, const float *q, const float *dq, const float *x,
     }
 }
 
-typedef void (*dec_fn)(int T, const uint8_t *const *wr, int nr, const char *pf, const float *x, int64_t ldx,
-                       const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy);
+typedef void (*dec_fn)(int T, const dec_run *d);
 typedef void (*unp_fn)(const uint8_t *row, int64_t nb, float *q, float *dq, float *o);
 
 /* n_w weights of one input (x, its block sums xs); weight k is ws[k] with biases[k], ys[k] and
@@ -367,8 +398,6 @@ static void dec_item(void *arg, int64_t item, int ith)
     int64_t r0, r1;
     int k = dec_item_rows(j, item, &r0, &r1);
     const srt_weight *w = j->ws[k];
-    int64_t R = w->rows;
-    int NR = dec_rows(j->fmts[k], j->n_tok);
     /* the item this thread will likely take next: its base and rows, or none */
     int64_t nx = item + j->nth, nr0 = 0, nr1 = 0;
     const srt_weight *nw = NULL;
@@ -382,21 +411,11 @@ static void dec_item(void *arg, int64_t item, int ith)
         for (size_t o = 0; o < head; o += 64)
             _mm_prefetch(p0 + o, _MM_HINT_T0);
     }
-    for (int64_t r = r0; r < r1; r += NR) {
-        int n = r1 - r < NR ? (int)(r1 - r) : NR;
-        const uint8_t *wr[DEC_ROWS];
-        for (int q = 0; q < NR; q++)
-            wr[q] = (const uint8_t *)w->data + (size_t)(r + (q < n ? q : 0)) * w->row_stride;
-        int64_t pr = r + PF_ROWS;
-        const char *pf = NULL;
-        if (pr < r1) {
-            if (pr + NR <= R)
-                pf = (const char *)w->data + (size_t)pr * w->row_stride;
-        } else if (nw && nr0 + (pr - r1) + NR <= nr1)
-            pf = (const char *)nw->data + (size_t)(nr0 + (pr - r1)) * nw->row_stride;
-        j->decs[k]((int)j->n_tok, wr, n, pf, j->x, w->cols, j->xs, j->ldt, j->nb,
-                   j->biases[k] ? j->biases[k] + r : NULL, j->ys[k] + r, R);
-    }
+    dec_run d = { .w = w->data, .stride = w->row_stride, .r0 = r0, .r1 = r1, .R = w->rows,
+                  .nw = nw ? nw->data : NULL, .nstride = nw ? nw->row_stride : 0, .nr0 = nr0, .nr1 = nr1,
+                  .x = j->x, .ldx = w->cols, .xs = j->xs, .ldt = j->ldt, .nb = j->nb, .bias = j->biases[k],
+                  .y = j->ys[k] };
+    j->decs[k]((int)j->n_tok, &d);
 }
 
 /* prefill: one item is PRE_ROWS rows x PRE_TOK tokens, token block outer (threads at work
