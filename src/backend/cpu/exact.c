@@ -131,6 +131,28 @@ INLINE float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* hsum of eight accumulators at once (a: 8 x 8 floats), the result in token order. The same
+ * additions as hsum, pair by pair, so the same bits: lanes i and i+4 (the 128-bit halves),
+ * then sums 0+2 and 1+3, then their sum; only the lanes' placement differs. */
+INLINE __m256 hsum8x8(const float *a)
+{
+    __m256 s[4];
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {   /* [lo + hi of token 2p | lo + hi of token 2p+1] */
+        __m256 u = _mm256_loadu_ps(a + 16 * p), v = _mm256_loadu_ps(a + 16 * p + 8);
+        s[p] = _mm256_add_ps(_mm256_permute2f128_ps(u, v, 0x20), _mm256_permute2f128_ps(u, v, 0x31));
+    }
+    /* per 128-bit lane [s0+s2, s1+s3] of two tokens side by side */
+    __m256 w0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 w1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* tokens 0 2 4 6 | 1 3 5 7 */
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(w0, w1, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(w0, w1, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* Block sums of x, one function for every path, stored transposed (xs[b * ldt + t]). */
 TGT static void block_sums(const float *x, int64_t nb, float *xs, int64_t ldt)
 {
@@ -244,41 +266,71 @@ INLINE void kern_pre(int T, const float *q, const float *dq, const float *x, int
 
 /* Prefill: the T outputs of rows [0, nr) of a tile from their accumulators (acc: PRE_T x 8
  * floats per row), offsets o (nb floats per row) and the tokens' block sums. A row's offset
- * is a chain of nb dependent FMAs; four rows' chains run side by side (a lone chain left the
- * FMA units idle for its latency: 16% of prefill), each still from 0 in block order. */
+ * is a chain of nb dependent FMAs; eight rows' chains run side by side (one chain left the
+ * FMA units idle for its latency: 16% of prefill; four still waited on it), each still from 0
+ * in block order. */
 TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float *o, const float *xs,
                            int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy)
 {
-    for (int r0 = 0; r0 < nr; r0 += 4) {
-        int n = nr - r0 < 4 ? nr - r0 : 4;
-        _Alignas(32) float ov[4][8];
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        int n8 = nr - r0 < 8 ? nr - r0 : 8;
+        _Alignas(32) float ov[8][8];
         if (fmt != FMT_Q8_0) {
             /* the offsets of the tokens in lanes (xs is padded to PRE_T tokens); rows past
              * nr repeat the tile's first row and are not stored */
-            const float *o4[4];
-            for (int k = 0; k < 4; k++)
-                o4[k] = o + (size_t)(k < n ? r0 + k : r0) * (size_t)nb;
-            __m256 off0 = _mm256_setzero_ps(), off1 = off0, off2 = off0, off3 = off0;
+            const float *o8[8];
+            __m256 off[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                o8[k] = o + (size_t)(k < n8 ? r0 + k : r0) * (size_t)nb;
+                off[k] = _mm256_setzero_ps();
+            }
             for (int64_t b = 0; b < nb; b++) {
                 __m256 xv = _mm256_loadu_ps(xs + b * ldt);
-                off0 = _mm256_fmadd_ps(_mm256_broadcast_ss(o4[0] + b), xv, off0);
-                off1 = _mm256_fmadd_ps(_mm256_broadcast_ss(o4[1] + b), xv, off1);
-                off2 = _mm256_fmadd_ps(_mm256_broadcast_ss(o4[2] + b), xv, off2);
-                off3 = _mm256_fmadd_ps(_mm256_broadcast_ss(o4[3] + b), xv, off3);
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++)
+                    off[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(o8[k] + b), xv, off[k]);
             }
-            _mm256_store_ps(ov[0], off0);
-            _mm256_store_ps(ov[1], off1);
-            _mm256_store_ps(ov[2], off2);
-            _mm256_store_ps(ov[3], off3);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                _mm256_store_ps(ov[k], off[k]);
         }
-        for (int k = 0; k < n; k++) {
-            const float *a = acc + (size_t)(r0 + k) * PRE_T * 8;
-            float bk = bias ? bias[r0 + k] : 0.0f;
-            for (int t = 0; t < T; t++) {
-                float v = hsum(_mm256_loadu_ps(a + 8 * t));
-                if (fmt != FMT_Q8_0)
-                    v += ov[k][t];
-                y[t * ldy + r0 + k] = v + bk;
+        for (int h = 0; h < n8; h += 4) {
+            int n = n8 - h < 4 ? n8 - h : 4, r = r0 + h;
+            if (T == PRE_T && n == 4) {
+                /* a full tile of four rows: each row's eight sums in one go, then per token
+                 * the four rows' outputs in one store (32 scalar stores, each to the token's
+                 * own line, stalled this pass more than its sums) */
+                __m256 v[4];
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    v[k] = hsum8x8(acc + (size_t)(r + k) * PRE_T * 8);
+                    if (fmt != FMT_Q8_0)
+                        v[k] = _mm256_add_ps(v[k], _mm256_load_ps(ov[h + k]));
+                    v[k] = _mm256_add_ps(v[k], _mm256_set1_ps(bias ? bias[r + k] : 0.0f));
+                }
+                __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+                __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+                __m256 c[4] = { _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+                                _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+                                _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)) };   /* tokens t | t+4 */
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    _mm_storeu_ps(y + t * ldy + r, _mm256_castps256_ps128(c[t]));
+                    _mm_storeu_ps(y + (t + 4) * ldy + r, _mm256_extractf128_ps(c[t], 1));
+                }
+                continue;
+            }
+            for (int k = 0; k < n; k++) {
+                const float *a = acc + (size_t)(r + k) * PRE_T * 8;
+                float bk = bias ? bias[r + k] : 0.0f;
+                for (int t = 0; t < T; t++) {
+                    float v = hsum(_mm256_loadu_ps(a + 8 * t));
+                    if (fmt != FMT_Q8_0)
+                        v += ov[h + k][t];
+                    y[t * ldy + r + k] = v + bk;
+                }
             }
         }
     }
