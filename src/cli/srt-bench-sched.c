@@ -4,6 +4,10 @@
  *                   [--system-len L] [--question-len Q] [--input-len I] [--output-len O]
  *                   [--max-running R] [--chunk C] [--kv TOKENS] [--page P] [--threads T]
  *                   [--policy fcfs|lpm] [--seed S] [--schema FILE [--jump-forward on|off]]
+ *                   [--numerics exact|fast] [--kv-cache-dtype f16|f32]
+ *
+ * The numerics and the KV cache's element type default to the server's (srt_numerics exact,
+ * srt_kv_cache_dtype f16), so an offline figure is the same engine an HTTP one measures.
  *
  * All requests are submitted at once (SGLang's offline mode); ignore_eos, greedy. Prints one
  * line of figures: wall time, request and token throughput, cache hit rate, steps. MODEL
@@ -106,7 +110,7 @@ int main(int argc, char **argv)
     int jump = 0;
     const char *prompt_text = "Write the order as JSON.";
     int radix = 1, num = 64, groups = 4, sys_len = 512, q_len = 32, in_len = 256, out_len = 32;
-    int max_running = 32, chunk = 1024, threads = 0, page = 1, lpm = 0;
+    int max_running = 32, chunk = 1024, threads = 0, page = 1, lpm = 0, precise = 1, kv_f16 = 1;
     long long kv = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -130,6 +134,8 @@ int main(int argc, char **argv)
         else if (OPT("--schema")) schema = v;
         else if (OPT("--jump-forward")) jump = strcmp(v, "on") == 0;
         else if (OPT("--prompt")) prompt_text = v;
+        else if (OPT("--numerics") && (!strcmp(v, "exact") || !strcmp(v, "fast"))) precise = !strcmp(v, "exact");
+        else if (OPT("--kv-cache-dtype") && (!strcmp(v, "f16") || !strcmp(v, "f32"))) kv_f16 = !strcmp(v, "f16");
         else if (a[0] != '-' && !path) path = a;
         else {
             fprintf(stderr, "usage: %s MODEL [options] (see the source header)\n", argv[0]);
@@ -197,7 +203,7 @@ int main(int argc, char **argv)
     srt_sched *s;
     srt_sched_runner runner = { NULL, fake_forward, fake_sample };
     if (!fake) {
-        if (srt_sched_model_runner_create(m, &cfg, threads, &mr, &err) != SRT_OK) {
+        if (srt_sched_model_runner_create(m, &cfg, threads, precise, kv_f16 ? 1 + SRT_F16 : 0, &mr, &err) != SRT_OK) {
             fprintf(stderr, "runner: %s\n", err.msg);
             return 1;
         }

@@ -42,10 +42,11 @@ static int model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_
                                int weights_mmap, srt_hook_registry *hooks, srt_sched_model_runner **out,
                                srt_err *err);
 
-int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads,
-                                  srt_sched_model_runner **out, srt_err *err)
+int srt_sched_model_runner_create(srt_model *m, const srt_sched_config *cfg, int n_threads, int precise,
+                                  int kv_dtype, srt_sched_model_runner **out, srt_err *err)
 {
-    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, 0, 0, 0, NULL, out, err);
+    return model_runner_create(m, cfg, n_threads, NULL, 0, 0, SRT_RUNNER_GRAPHS_AUTO, precise, kv_dtype, 0, NULL,
+                               out, err);
 }
 
 /* cuda: the runner and its KV pool (bf16) on the CUDA backend; graphs: SRT_RUNNER_GRAPHS_*;

@@ -18,9 +18,11 @@ struct srt_model;
 struct srt_model_config;
 typedef struct srt_sched_model_runner srt_sched_model_runner;
 
-/* A runner over the loaded model with its own KV pool of cfg->max_total_tokens f32 slots. */
-int  srt_sched_model_runner_create(struct srt_model *m, const srt_sched_config *cfg, int n_threads,
-                                   srt_sched_model_runner **out, srt_err *err);
+/* A runner over the loaded model with its own KV pool of cfg->max_total_tokens slots. precise:
+ * f32 activations (srt_numerics exact), else 8-bit (fast); kv_dtype: 0 f32 slots, else 1 + the
+ * pool's srt_dtype (srt_kv_cache_dtype). */
+int  srt_sched_model_runner_create(struct srt_model *m, const srt_sched_config *cfg, int n_threads, int precise,
+                                   int kv_dtype, srt_sched_model_runner **out, srt_err *err);
 srt_sched_runner srt_sched_model_runner_iface(srt_sched_model_runner *mr);   /* sample: built-in */
 void srt_sched_model_runner_free(srt_sched_model_runner *mr);
 

@@ -70,7 +70,7 @@ static int run(int jump, int with_other, int32_t max_tokens, int32_t stop_id, in
     }
     for (int i = 0; i < 8; i++)
         other[i] = 100 + i * 7;
-    if (srt_sched_model_runner_create(model, &cfg, 2, &mr, &err) != SRT_OK) {
+    if (srt_sched_model_runner_create(model, &cfg, 2, 0, 0, &mr, &err) != SRT_OK) {
         snprintf(why, why_len, "runner: %s", err.msg);
         return -1;
     }

@@ -51,7 +51,7 @@ static int run(const srt_sched_config *cfg, int from, int to, int serial, result
     srt_sched *s;
     int rc = 0;
 
-    if (srt_sched_model_runner_create(model, cfg, 2, &mr, &err) != SRT_OK) {
+    if (srt_sched_model_runner_create(model, cfg, 2, 0, 0, &mr, &err) != SRT_OK) {
         snprintf(why, why_len, "runner: %s", err.msg);
         return -1;
     }

@@ -92,7 +92,7 @@ static int reference(void)
     srt_sched_config c = { .max_running_requests = 1, .max_queued_requests = 1, .context_length = 256,
                            .max_total_tokens = 1024, .page_size = 1, .chunked_prefill_size = 512,
                            .radix_cache = 0, .vocab_size = srt_model_config_of(m)->vocab_size };
-    srt_sched_model_runner_create(m, &c, 1, &mr, &err);
+    srt_sched_model_runner_create(m, &c, 1, 0, 0, &mr, &err);
     srt_sched_runner rn = srt_sched_model_runner_iface(mr);
     srt_sched_create(&c, &rn, &s, &err);
     for (int r = 0; r < NREQ; r++) {
