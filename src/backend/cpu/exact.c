@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "backend/cpu/block_scales.h"
 #include "backend/cpu/cpu_exact.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -57,27 +58,6 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
 static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0) };
 
-INLINE float half_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-INLINE uint32_t u32_at(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-INLINE uint32_t u16_at(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-
 /* One block's q as four 8-float vectors in element order. */
 INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
 {
@@ -100,17 +80,14 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
 /* A block's scale d and offset o (Q4_0: -8d, exact in f32; Q8_0: 0). */
 INLINE void block_scale(int fmt, const uint8_t *blk, float *d, float *o)
 {
-    *d = half_at(blk);
-    *o = fmt == FMT_Q4_1 ? half_at(blk + 2) : fmt == FMT_Q4_0 ? -8.0f * *d : 0.0f;
+    *d = srt_half_at(blk);
+    *o = fmt == FMT_Q4_1 ? srt_half_at(blk + 2) : fmt == FMT_Q4_0 ? -8.0f * *d : 0.0f;
 }
 
 /* [d0 o0 d1 o1 d2 o2 d3 o3] of four rows' blocks: their halves converted in one go */
 INLINE __m256 scales4(int fmt, const uint8_t *b0, const uint8_t *b1, const uint8_t *b2, const uint8_t *b3)
 {
-    if (fmt == FMT_Q4_1)
-        return _mm256_cvtph_ps(_mm_setr_epi32((int)u32_at(b0), (int)u32_at(b1), (int)u32_at(b2), (int)u32_at(b3)));
-    __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32((int)(u16_at(b0) * 0x10001u), (int)(u16_at(b1) * 0x10001u),
-                                               (int)(u16_at(b2) * 0x10001u), (int)(u16_at(b3) * 0x10001u)));
+    __m256 dd = srt_scales4_f16(b0, b1, b2, b3, fmt == FMT_Q4_1);
     return fmt == FMT_Q4_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8)) : dd;
 }
 

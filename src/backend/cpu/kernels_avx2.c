@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backend/cpu/block_scales.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_kernels.h"
 
@@ -24,27 +25,6 @@
 enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
 
 static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0) };
-
-INLINE float half_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-INLINE uint32_t u32_at(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-INLINE uint32_t u16_at(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
 
 INLINE float hsum8(__m256 v)
 {
@@ -120,12 +100,12 @@ INLINE void kern_p(int fmt, int R, const uint8_t *w, size_t stride, const int8_t
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * stride + b * bb;
-            float d = half_at(blk);
+            float d = srt_half_at(blk);
             __m256 f = fold4(block_isum(fmt, blk, xv[0]), block_isum(fmt, blk, xv[1]),
                              block_isum(fmt, blk, xv[2]), block_isum(fmt, blk, xv[3]));
             acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(dx, _mm256_set1_ps(d)), acc[r]);
             if (fmt != FMT_Q8_0) {
-                float m = fmt == FMT_Q4_1 ? half_at(blk + 2) : -8.0f * d;
+                float m = fmt == FMT_Q4_1 ? srt_half_at(blk + 2) : -8.0f * d;
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), sx, acc[r]);
             }
         }
@@ -154,13 +134,8 @@ INLINE void kern_d(int fmt, const uint8_t *const *wr, int nr, size_t stride, con
         const uint8_t *blk[4] = { wr[0] + b * bb, wr[1] + b * bb, wr[2] + b * bb, wr[3] + b * bb };
         __m256 f = fold4(block_isum(fmt, blk[0], xv), block_isum(fmt, blk[1], xv),
                          block_isum(fmt, blk[2], xv), block_isum(fmt, blk[3], xv));
-        /* the four rows' halves in one convert (eight scalar converts were a third of this
-         * loop's vector ops): [d0 m0 d1 m1 d2 m2 d3 m3] (Q4_1) or [d0 d0 d1 d1 ...] */
-        __m256 dm = fmt == FMT_Q4_1
-            ? _mm256_cvtph_ps(_mm_setr_epi32((int)u32_at(blk[0]), (int)u32_at(blk[1]), (int)u32_at(blk[2]),
-                                             (int)u32_at(blk[3])))
-            : _mm256_cvtph_ps(_mm_setr_epi32((int)(u16_at(blk[0]) * 0x10001u), (int)(u16_at(blk[1]) * 0x10001u),
-                                             (int)(u16_at(blk[2]) * 0x10001u), (int)(u16_at(blk[3]) * 0x10001u)));
+        /* the four rows' scales in one convert, as the exact kernel takes them */
+        __m256 dm = srt_scales4_f16(blk[0], blk[1], blk[2], blk[3], fmt == FMT_Q4_1);
         __m256 dw = _mm256_permutevar8x32_ps(dm, idx_d);
         acc = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(ads[b].d)), acc);
         if (fmt != FMT_Q8_0) {
@@ -251,8 +226,8 @@ INLINE void kern_q4_k(int T, const uint8_t *row, const int8_t *aq, const q8_scal
                 mins[t] += (float)mn0 * ds[0].s + (float)mn1 * ds[1].s;
             }
         }
-        __m256 d = _mm256_set1_ps(half_at((const uint8_t *)&w->d));
-        float dmin = half_at((const uint8_t *)&w->dmin);
+        __m256 d = _mm256_set1_ps(srt_half_at((const uint8_t *)&w->d));
+        float dmin = srt_half_at((const uint8_t *)&w->dmin);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             acc[t] = _mm256_fmadd_ps(sacc[t], d, acc[t]);
@@ -304,7 +279,7 @@ INLINE void kern_q6_k(int T, const uint8_t *row, const int8_t *aq, const q8_scal
                 }
             }
         }
-        __m256 d = _mm256_set1_ps(half_at((const uint8_t *)&w->d));
+        __m256 d = _mm256_set1_ps(srt_half_at((const uint8_t *)&w->d));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++)
             acc[t] = _mm256_fmadd_ps(sacc[t], d, acc[t]);
