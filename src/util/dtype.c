@@ -16,6 +16,7 @@ static const struct {
     [SRT_Q4_K] = { "q4_k", 256, 2 + 2 + 12 + 128 },    /* d, dmin, scales[12], qs[128] */
     [SRT_Q6_K] = { "q6_k", 256, 128 + 64 + 16 + 2 },   /* ql[128], qh[64], scales[16], d */
     [SRT_I32]  = { "i32",  1,   4 },
+    [SRT_Q4_1_X8] = { "q4_1x8", 32, 2 + 2 + 16 },      /* Q4_1's bytes, rows regrouped */
 };
 
 static int dtype_valid(srt_dtype t)

@@ -41,6 +41,106 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
     }
 }
 
+/* Q4_1 packed by the backend for its exact decode kernel (ops->pack) gives the bits of the
+ * GGUF rows it came from: decode (1 and 2 tokens), prefill, with and without a bias, in
+ * matmul_n next to unpacked weights, and for an x the packed kernel cannot scale exactly
+ * (values near the bottom of the float range: the prefill way). Only shapes it takes are
+ * packed, and only when the exact kernels are the ones that run. */
+static void packed(void)
+{
+    static const char *paths[] = { "portable", "avx2", "avx512" };
+    static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 } };
+    static const int64_t ntoks[] = { 1, 2, 3, 8, 19 };
+    enum { MT = 19, MC = 1536, MR = 200 };
+    float *x = malloc(MT * MC * sizeof(float)), *y0 = malloc(MT * MR * sizeof(float));
+    float *y1 = malloc(MT * MR * sizeof(float)), *bias = malloc(MR * sizeof(float));
+    for (int i = 0; i < MR; i++)
+        bias[i] = frnd();
+    for (size_t p = 0; p < 3; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        srt_err err;
+        srt_backend *be = srt_cpu_backend_create(2, 1, &err), *fast = srt_cpu_backend_create(2, 0, &err);
+        srt_weight q41 = { .dtype = SRT_Q4_1, .rows = 8, .cols = 64, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, 64) };
+        srt_weight odd = q41, narrow = q41, q8 = q41;
+        odd.rows = 12;
+        narrow.cols = 32;
+        q8.dtype = SRT_Q8_0;
+        int exact = strcmp(paths[p], "portable") != 0;
+        ok(be->ops->pack_bytes && (be->ops->pack_bytes(be, &q41) == 8 * q41.row_stride) == exact &&
+               be->ops->pack_bytes(be, &odd) == 0 && be->ops->pack_bytes(be, &narrow) == 0 &&
+               be->ops->pack_bytes(be, &q8) == 0 && fast->ops->pack_bytes(fast, &q41) == 0,
+           "%s: Q4_1 is packed only for the exact kernels, 8-row and 64-column multiples", paths[p]);
+        if (!exact) {
+            srt_backend_free(be);
+            srt_backend_free(fast);
+            continue;
+        }
+        int bad = 0, calls = 0;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int64_t R = shapes[si][0], C = shapes[si][1];
+            srt_weight w = { .dtype = SRT_Q4_1, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, C) };
+            uint8_t *data = malloc(w.row_stride * (size_t)R), *pk = malloc(be->ops->pack_bytes(be, &w));
+            fill(SRT_Q4_1, data, R, C);
+            w.data = data;
+            srt_weight pw;
+            be->ops->pack(be, &w, pk, &pw);
+            be->ops->reserve_matmul(be, &w, MT, &err);
+            for (int tiny = 0; tiny < 2; tiny++) {
+                /* magnitudes from 1 down to 2^-40; tiny: all near 2^-118, where x * 16^-j is
+                 * subnormal and loses bits (the outputs are as small, so those bits show) */
+                for (int64_t i = 0; i < MT * C; i++)
+                    x[i] = ldexpf(frnd(), tiny ? -118 : -(int)(rnd() % 41));
+                for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
+                    int64_t n = ntoks[k];
+                    const float *b = k & 1 ? bias : NULL;
+                    be->ops->matmul(be, &w, b, x, n, y0);
+                    be->ops->matmul(be, &pw, b, x, n, y1);
+                    if (memcmp(y0, y1, sizeof(float) * (size_t)(n * R))) {
+                        tap_diag("%s: packed %lldx%lld, %lld tokens%s differ", paths[p], (long long)R,
+                                 (long long)C, (long long)n, tiny ? " (tiny x)" : "");
+                        bad++;
+                    }
+                    calls++;
+                }
+            }
+            /* beside unpacked weights in one region: Q4_1 as it is, packed, Q8_0 */
+            if (C == 576) {
+                srt_weight w8 = { .dtype = SRT_Q8_0, .rows = 24, .cols = C, .row_stride = srt_dtype_row_bytes(SRT_Q8_0, C) };
+                uint8_t *d8 = malloc(w8.row_stride * 24);
+                fill(SRT_Q8_0, d8, 24, C);
+                w8.data = d8;
+                const srt_weight *ws[3] = { &w, &pw, &w8 };
+                const float *bs[3] = { bias, NULL, bias };
+                float *ys[3] = { malloc(MT * MR * sizeof(float)), malloc(MT * MR * sizeof(float)), malloc(MT * 24 * sizeof(float)) };
+                for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
+                    int64_t n = ntoks[k];
+                    be->ops->matmul_n(be, 3, ws, bs, x, n, ys);
+                    be->ops->matmul(be, &w, NULL, x, n, y0);
+                    bad += memcmp(ys[1], y0, sizeof(float) * (size_t)(n * R)) != 0;
+                    be->ops->matmul(be, &w, bias, x, n, y0);
+                    bad += memcmp(ys[0], y0, sizeof(float) * (size_t)(n * R)) != 0;
+                    be->ops->matmul(be, &w8, bias, x, n, y0);
+                    bad += memcmp(ys[2], y0, sizeof(float) * (size_t)(n * 24)) != 0;
+                    calls += 3;
+                }
+                for (int k = 0; k < 3; k++)
+                    free(ys[k]);
+                free(d8);
+            }
+            free(data);
+            free(pk);
+        }
+        ok(bad == 0, "%s: packed Q4_1 = its GGUF rows, bit for bit (%d of %d calls differ)", paths[p], bad, calls);
+        srt_backend_free(be);
+        srt_backend_free(fast);
+    }
+    free(x);
+    free(y0);
+    free(y1);
+    free(bias);
+}
+
 int main(void)
 {
     static const srt_dtype types[] = { SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q4_K, SRT_Q6_K, SRT_F32, SRT_F16, SRT_BF16 };
@@ -191,5 +291,6 @@ int main(void)
     }
     free(nx);
     free(nb);
+    packed();
     return tap_done();
 }

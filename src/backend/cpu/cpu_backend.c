@@ -169,6 +169,18 @@ static void cpu_matmul_n(srt_backend *be, int n, const srt_weight *const *w, con
         cpu_matmul(be, w[k], bias ? bias[k] : NULL, x, n_tok, y[k]);
 }
 
+/* Only the exact kernels read packed weights: none unless they are the ones that run. */
+static size_t cpu_pack_bytes(srt_backend *be, const srt_weight *w)
+{
+    cpu_backend *c = cpu(be);
+    return !c->reference && c->precise && c->exact_simd ? srt_cpu_exact_pack_bytes(w) : 0;
+}
+
+static void cpu_pack(srt_backend *be, const srt_weight *w, void *dst, srt_weight *out)
+{
+    srt_cpu_exact_pack(w, dst, out);
+}
+
 static void cpu_embed(srt_backend *be, const srt_weight *table, const int32_t *ids, int64_t n_tok, float *out)
 {
     for (int64_t t = 0; t < n_tok; t++)
@@ -307,6 +319,8 @@ static const srt_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .n_threads = cpu_n_threads,
+    .pack_bytes = cpu_pack_bytes,
+    .pack = cpu_pack,
 };
 
 srt_backend *srt_cpu_backend_create(int n_threads, int precise_matmul, srt_err *err)

@@ -22,5 +22,11 @@ int    srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float
 int    srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
                               const float *x, int64_t n_tok, float *const *y, float *scratch);
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok);
+/* Q4_1 weights packed for the decode kernel (SRT_Q4_1_X8; layout in exact.c): the bytes of w's
+ * packed copy, 0 when w is not Q4_1, its rows are not a multiple of 8, its columns not of 64,
+ * or the CPU has no AVX2; pack writes it to dst and describes it in *out. Both compute the
+ * same bits as w. */
+size_t srt_cpu_exact_pack_bytes(const srt_weight *w);
+void   srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out);
 
 #endif

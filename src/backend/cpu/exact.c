@@ -44,10 +44,13 @@
 static size_t per_thread_floats(int64_t cols) { return PRE_ROWS * ((size_t)cols + 2 * (size_t)(cols / 32)); }
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
+/* then, for a decode of packed weights, x scaled for them (DEC_MAX_TOK x cols) */
+static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 7) / 8 * 8; }
+
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 {
-    return (size_t)(n_threads > 0 ? n_threads : 1) * per_thread_floats(cols) +
-           (size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 16;
+    return (size_t)(n_threads > 0 ? n_threads : 1) * per_thread_floats(cols) + xs_floats(cols, n_tok) +
+           (size_t)DEC_MAX_TOK * (size_t)cols + 16;
 }
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -55,8 +58,8 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
-static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0) };
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q4_1_X8 };
+static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0), sizeof(blk_q4_1) };
 
 /* One block's q as four 8-float vectors in element order. */
 INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
@@ -347,6 +350,148 @@ INLINE void dec_loop(int fmt, int T, int NR, const dec_run *d)
     }
 }
 
+/* ---- Q4_1 packed for decode (SRT_Q4_1_X8, made once at load by srt_cpu_exact_pack) ----
+ * Decode is bound by vector issue, and 6 of a GGUF block's 15 ops per row spread its 16 bytes
+ * of nibbles over dword lanes. Packed, the blocks 2p and 2p+1 of rows 8g..8g+7 are 320 bytes:
+ *     d[8] of block 2p, m[8] of 2p, d[8] of 2p+1, m[8] of 2p+1 (f16, row order), then per row
+ *     8 dwords whose lane k holds in nibble j q[8j + k] of block 2p (j < 4), else q[8(j-4) + k]
+ *     of block 2p+1.
+ * Nibble j is one AND away from the integer q * 16^j, exact as a float (four significant bits),
+ * and x is scaled by 16^-j once per call, so every product q*16^j * x*16^-j is exactly q*x: the
+ * FMAs round what the GGUF kernel's round, in the same order, to the same bits. The top nibble
+ * is one shift. The scales of eight rows convert in one go. A group takes eight rows' bytes, so
+ * row 8g starts where it did in the file. */
+#define X8_PAIR (2 * 8 * sizeof(blk_q4_1))   /* 320 */
+
+/* x of one token scaled for the packed layout (xp[i] = x[i] * 16^-j, j = i / 8 % 8, but
+ * 1 for j = 7); 0 when a scaled value is not exact (it would fall below the normal range) */
+TGT static int x8_scale(const float *x, int64_t cols, float *xp)
+{
+    __m256 bad = _mm256_setzero_ps();
+    for (int64_t i = 0; i < cols; i += 64)
+#pragma GCC unroll 7
+        for (int j = 0; j < 7; j++) {
+            __m256 v = _mm256_loadu_ps(x + i + 8 * j), s = _mm256_mul_ps(v, _mm256_set1_ps(1.0f / (float)(1 << 4 * j)));
+            _mm256_storeu_ps(xp + i + 8 * j, s);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_mul_ps(s, _mm256_set1_ps((float)(1 << 4 * j))), v, _CMP_NEQ_UQ));
+            if (j == 6)
+                _mm256_storeu_ps(xp + i + 56, _mm256_loadu_ps(x + i + 56));
+        }
+    return _mm256_movemask_ps(bad) == 0;
+}
+
+/* NR rows (lanes lane0.. of group g) x T tokens; rows past nr are not stored */
+INLINE void kern_x8(int T, int NR, const uint8_t *g, int lane0, int nr, const char *pf, const float *xp,
+                    int64_t ldx, const float *xs, int64_t ldt, int64_t np, const float *bias, float *y, int64_t ldy)
+{
+    static const uint32_t mask[7][8] __attribute__((aligned(32))) = {
+#define X8_M(v) { v, v, v, v, v, v, v, v }
+        X8_M(0xFu), X8_M(0xF0u), X8_M(0xF00u), X8_M(0xF000u), X8_M(0xF0000u), X8_M(0xF00000u), X8_M(0xF000000u)
+#undef X8_M
+    };
+    __m256 acc[8][DEC_MAX_TOK], off[DEC_MAX_TOK];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++)
+        off[t] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < np; p++, g += X8_PAIR) {
+        if (pf)
+#pragma GCC unroll 5
+            for (size_t o = 0; o < X8_PAIR; o += 64)
+                _mm_prefetch(pf + (size_t)p * X8_PAIR + o, _MM_HINT_T0);
+        _Alignas(32) float dd[16];
+        __m256 mA = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
+        __m256 mB = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 48)));
+        _mm256_store_ps(dd, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)));
+        _mm256_store_ps(dd + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32))));
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            off[t] = _mm256_fmadd_ps(mA, _mm256_broadcast_ss(xs + 2 * p * ldt + t), off[t]);
+            off[t] = _mm256_fmadd_ps(mB, _mm256_broadcast_ss(xs + (2 * p + 1) * ldt + t), off[t]);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 + 32 * (lane0 + r)));
+            __m256 q[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                q[j] = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_load_si256((const __m256i *)mask[j])));
+            __m256 dA = _mm256_broadcast_ss(dd + lane0 + r);
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++)
+                acc[r][t] = _mm256_fmadd_ps(block_dot(q, xp + t * ldx + p * 2 * QK), dA, acc[r][t]);
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; j++)
+                q[j] = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_load_si256((const __m256i *)mask[4 + j])));
+            q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 28));
+            __m256 dB = _mm256_broadcast_ss(dd + 8 + lane0 + r);
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++)
+                acc[r][t] = _mm256_fmadd_ps(block_dot(q, xp + t * ldx + p * 2 * QK + QK), dB, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++) {
+        _Alignas(32) float o[8];
+        _mm256_store_ps(o, off[t]);
+        for (int r = 0; r < nr; r++)
+            y[t * ldy + r] = (hsum(acc[r][t]) + o[lane0 + r]) + (bias ? bias[r] : 0.0f);
+    }
+}
+
+/* dec_loop for packed weights: items start on a group (multiples of DEC_ROWS rows); one token
+ * takes a group at a time, two a half group (eight rows of two tokens need sixteen accumulators) */
+INLINE void dec_loop_x8(int T, const dec_run *d)
+{
+    const int NR = T == 1 ? 8 : 4;
+    int64_t np = d->nb / 2;
+    for (int64_t r = d->r0; r < d->r1; r += NR) {
+        int n = d->r1 - r < NR ? (int)(d->r1 - r) : NR, lane0 = (int)(r % 8);
+        int64_t pr = r - lane0 + PF_ROWS;
+        const char *pf = NULL;
+        if (lane0 == 0) {   /* the group PF_ROWS rows on, as dec_loop (same addresses: see above) */
+            if (pr < d->r1) {
+                if (pr + 8 <= d->R)
+                    pf = (const char *)d->w + (size_t)pr * d->stride;
+            } else if (d->nw && d->nr0 + (pr - d->r1) + 8 <= d->nr1)
+                pf = (const char *)d->nw + (size_t)(d->nr0 + (pr - d->r1)) * d->nstride;
+        }
+        const uint8_t *g = d->w + (size_t)(r - lane0) * d->stride;
+        kern_x8(T, NR, g, lane0, n, pf, d->x, d->ldx, d->xs, d->ldt, np, d->bias ? d->bias + r : NULL, d->y + r,
+                d->R);
+    }
+}
+
+TGT static void dec_FMT_Q4_1_X8(int T, const dec_run *d)
+{
+    if (T == 2)
+        dec_loop_x8(2, d);
+    else
+        dec_loop_x8(1, d);
+}
+
+/* row `row` of a packed weight as unp_* gives a GGUF one */
+TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o)
+{
+    int lane = (int)(row % 8);
+    const uint8_t *g = w + (size_t)(row - lane) * stride;
+    for (int64_t p = 0; p < nb / 2; p++, g += X8_PAIR) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 + 32 * lane));
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            _mm256_storeu_ps(q + p * 2 * QK + 8 * j,
+                             _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * j), _mm256_set1_epi32(0xF))));
+        dq[2 * p] = srt_half_at(g + 2 * lane);
+        o[2 * p] = srt_half_at(g + 16 + 2 * lane);
+        dq[2 * p + 1] = srt_half_at(g + 32 + 2 * lane);
+        o[2 * p + 1] = srt_half_at(g + 48 + 2 * lane);
+    }
+}
+
 #define PRE_CASE(T) \
     case T: kern_pre(T, q, dq, x, ldx, b0, b1, acc); return;
 #define FMT_FNS(fmt)                                                                          \
@@ -357,8 +502,10 @@ INLINE void dec_loop(int fmt, int T, int NR, const dec_run *d)
         else                                                                                   \
             dec_loop(fmt, 1, dec_rows(fmt, 1), d);                                             \
     }                                                                                          \
-    TGT static void unp_##fmt(const uint8_t *row, int64_t nb, float *q, float *dq, float *o)  \
+    TGT static void unp_##fmt(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q,  \
+                              float *dq, float *o)                                             \
     {                                                                                          \
+        const uint8_t *row = w + (size_t)r * stride;                                           \
         for (int64_t b = 0; b < nb; b++) {                                                     \
             __m256 v[4];                                                                       \
             unpack_q(fmt, row + b * fmt_bytes[fmt], v);                                        \
@@ -381,7 +528,7 @@ TGT static void pre_part(int T, const float *q, const float *dq, const float *x,
 }
 
 typedef void (*dec_fn)(int T, const dec_run *d);
-typedef void (*unp_fn)(const uint8_t *row, int64_t nb, float *q, float *dq, float *o);
+typedef void (*unp_fn)(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o);
 
 /* n_w weights of one input (x, its block sums xs); weight k is ws[k] with biases[k], ys[k] and
  * its format's kernels */
@@ -394,6 +541,7 @@ typedef struct {
     dec_fn decs[SRT_MATMUL_N_MAX];
     unp_fn unps[SRT_MATMUL_N_MAX];
     const float *x, *xs;
+    const float *xp;             /* decode of packed weights: x scaled for them (x8_scale) */
     int64_t n_tok, nb, ldt;
     float *scratch;              /* per thread: per_thread_floats(cols) */
     int nth;                     /* threads taking items */
@@ -442,7 +590,7 @@ static void dec_item(void *arg, int64_t item, int ith)
     }
     dec_run d = { .w = w->data, .stride = w->row_stride, .r0 = r0, .r1 = r1, .R = w->rows,
                   .nw = nw ? nw->data : NULL, .nstride = nw ? nw->row_stride : 0, .nr0 = nr0, .nr1 = nr1,
-                  .x = j->x, .ldx = w->cols, .xs = j->xs, .ldt = j->ldt, .nb = j->nb, .bias = j->biases[k],
+                  .x = j->fmts[k] == FMT_Q4_1_X8 ? j->xp : j->x, .ldx = w->cols, .xs = j->xs, .ldt = j->ldt, .nb = j->nb, .bias = j->biases[k],
                   .y = j->ys[k] };
     j->decs[k]((int)j->n_tok, &d);
 }
@@ -460,7 +608,7 @@ static void pre_item(void *arg, int64_t i, int ith)
     int64_t nr = R - r0 < PRE_ROWS ? R - r0 : PRE_ROWS;
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
     for (int64_t r = 0; r < nr; r++)
-        j->unps[k]((const uint8_t *)w->data + (size_t)(r0 + r) * w->row_stride, nb, q + r * C, dq + r * nb, o + r * nb);
+        j->unps[k](w->data, w->row_stride, r0 + r, nb, q + r * C, dq + r * nb, o + r * nb);
     float acc[PRE_ROWS * PRE_T * 8];
     int64_t n_slices = (nb + PRE_SLICE - 1) / PRE_SLICE, per = (nb + n_slices - 1) / n_slices;
     for (int64_t t = t0; t < t1; t += PRE_T) {
@@ -480,6 +628,7 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     case SRT_Q4_0: *fmt = FMT_Q4_0; *dec = dec_FMT_Q4_0; *unp = unp_FMT_Q4_0; return SRT_OK;
     case SRT_Q4_1: *fmt = FMT_Q4_1; *dec = dec_FMT_Q4_1; *unp = unp_FMT_Q4_1; return SRT_OK;
     case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
+    case SRT_Q4_1_X8: *fmt = FMT_Q4_1_X8; *dec = dec_FMT_Q4_1_X8; *unp = unp_x8; return SRT_OK;
     default: return SRT_ERROR;
     }
 }
@@ -505,9 +654,13 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
     int64_t C = w[0]->cols, work = 0;
+    int packed = 0;
     for (int k = 0; k < n; k++) {
         if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &j.unps[k]) != SRT_OK || w[k]->cols != C || C % QK)
             return SRT_ERROR;
+        if (j.fmts[k] == FMT_Q4_1_X8 && (w[k]->rows % 8 || C % (2 * QK)))
+            return SRT_ERROR;
+        packed |= j.fmts[k] == FMT_Q4_1_X8;
         j.ws[k] = w[k];
         j.biases[k] = bias ? bias[k] : NULL;
         j.ys[k] = y[k];
@@ -524,7 +677,16 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
         block_sums(x + t * C, j.nb, xs + t, j.ldt);
     j.xs = xs;
     j.scratch = scratch;
-    if (n_tok > DEC_MAX_TOK) {
+    int exact_scale = 1;
+    if (packed && n_tok <= DEC_MAX_TOK) {
+        float *xp = xs + xs_floats(C, n_tok);
+        for (int64_t t = 0; t < n_tok; t++)
+            exact_scale &= x8_scale(x + t * C, C, xp + t * C);
+        j.xp = xp;
+    }
+    /* an x the packed kernel cannot take exactly (values near the bottom of the float range)
+     * goes the prefill way, which computes the same bits from the unpacked rows */
+    if (n_tok > DEC_MAX_TOK || !exact_scale) {
         /* prefill items are large: one region per weight costs nothing measurable */
         for (int k = 0; k < n; k++)
             prefill(tp, &j, k, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
@@ -554,6 +716,39 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
     return srt_cpu_exact_matmul_n(tp, 1, &w, &bias, x, n_tok, &y, scratch);
 }
 
+size_t srt_cpu_exact_pack_bytes(const srt_weight *w)
+{
+    if (!srt_cpu_have_avx2() || w->dtype != SRT_Q4_1 || w->rows <= 0 || w->rows % 8 || w->cols <= 0 ||
+        w->cols % (2 * QK))
+        return 0;
+    return (size_t)w->rows * srt_dtype_row_bytes(SRT_Q4_1, w->cols);
+}
+
+void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
+{
+    int64_t nb = w->cols / QK;
+    size_t rb = srt_dtype_row_bytes(SRT_Q4_1, w->cols);
+    for (int64_t g = 0; g < w->rows / 8; g++)
+        for (int64_t p = 0; p < nb / 2; p++) {
+            uint8_t *o = (uint8_t *)dst + (size_t)g * 8 * rb + (size_t)p * X8_PAIR;
+            for (int r = 0; r < 8; r++) {
+                const uint8_t *a = (const uint8_t *)w->data + (size_t)(8 * g + r) * w->row_stride +
+                                   (size_t)(2 * p) * sizeof(blk_q4_1);
+                uint32_t lane[8] = { 0 };
+                for (int h = 0; h < 2; h++, a += sizeof(blk_q4_1)) {
+                    memcpy(o + 32 * h + 2 * r, a, 2);          /* d */
+                    memcpy(o + 32 * h + 16 + 2 * r, a + 2, 2); /* m */
+                    for (int e = 0; e < 16; e++) {             /* byte e: q[e] low, q[e + 16] high */
+                        lane[e % 8] |= (uint32_t)(a[4 + e] & 15) << 4 * (4 * h + e / 8);
+                        lane[e % 8] |= (uint32_t)(a[4 + e] >> 4) << 4 * (4 * h + 2 + e / 8);
+                    }
+                }
+                memcpy(o + 64 + 32 * r, lane, sizeof lane);
+            }
+        }
+    *out = (srt_weight){ .dtype = SRT_Q4_1_X8, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
+}
+
 #else
 
 int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
@@ -567,5 +762,9 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
 {
     return SRT_ERROR;
 }
+
+size_t srt_cpu_exact_pack_bytes(const srt_weight *w) { return 0; }
+
+void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out) { *out = *w; }
 
 #endif

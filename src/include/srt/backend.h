@@ -129,6 +129,12 @@ typedef struct srt_backend_ops {
      * one go (on the CPU one parallel region instead of n). The same numbers as the n calls. */
     void  (*matmul_n)(srt_backend *be, int n, const srt_weight *const *w, const float *const *bias,
                       const float *x, int64_t n_tok, float *const *y);
+    /* Optional (NULL: none): a matrix in a layout of the backend's own that its matmul reads
+     * faster. pack_bytes is the size of w's packed copy, 0 when it has none for w; pack writes
+     * it to dst (host memory, pack_bytes long) and describes it in *out. A packed weight goes
+     * only to matmul and matmul_n, never to embed. */
+    size_t (*pack_bytes)(srt_backend *be, const srt_weight *w);
+    void   (*pack)(srt_backend *be, const srt_weight *w, void *dst, srt_weight *out);
 } srt_backend_ops;
 #define SRT_MATMUL_N_MAX 4
 
