@@ -8,7 +8,7 @@
  * and (row, token), done in lanes over four rows (decode) or eight tokens (prefill).
  *
  * Batch invariance: a (row, token) output is always
- *     (hsum(acc) + off) + bias            (Q8_0: hsum(acc) + bias)
+ *     (srt_hsum8(acc) + off) + bias            (Q8_0: srt_hsum8(acc) + bias)
  * with acc one 8-lane accumulator taking, block by block in order,
  *     t = q[0:8]*x[0:8]; t += q[8:16]*x[8:16]; t += q[16:24]*x[16:24]; t += q[24:32]*x[24:32];
  *     acc += t * d          (each += one FMA)
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend/cpu/block_scales.h"
+#include "backend/cpu/hsum_avx2.h"
 #include "backend/cpu/cpu_exact.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -103,43 +104,13 @@ INLINE __m256 block_dot(const __m256 q[4], const float *x)
     return _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x + 24), t);
 }
 
-INLINE float hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* hsum of eight accumulators at once (a: 8 x 8 floats), the result in token order. The same
- * additions as hsum, pair by pair, so the same bits: lanes i and i+4 (the 128-bit halves),
- * then sums 0+2 and 1+3, then their sum; only the lanes' placement differs. */
-INLINE __m256 hsum8x8(const float *a)
-{
-    __m256 s[4];
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {   /* [lo + hi of token 2p | lo + hi of token 2p+1] */
-        __m256 u = _mm256_loadu_ps(a + 16 * p), v = _mm256_loadu_ps(a + 16 * p + 8);
-        s[p] = _mm256_add_ps(_mm256_permute2f128_ps(u, v, 0x20), _mm256_permute2f128_ps(u, v, 0x31));
-    }
-    /* per 128-bit lane [s0+s2, s1+s3] of two tokens side by side */
-    __m256 w0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                              _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    __m256 w1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                              _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* tokens 0 2 4 6 | 1 3 5 7 */
-    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(w0, w1, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm256_shuffle_ps(w0, w1, _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
 /* Block sums of x, one function for every path, stored transposed (xs[b * ldt + t]). */
 TGT static void block_sums(const float *x, int64_t nb, float *xs, int64_t ldt)
 {
     for (int64_t b = 0; b < nb; b++, x += QK) {
         __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
                                  _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
-        xs[b * ldt] = hsum(s);
+        xs[b * ldt] = srt_hsum8(s);
     }
 }
 
@@ -211,7 +182,7 @@ INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, c
             _mm256_storeu_ps(o + 8 * g, off[g][t]);
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++)
-            v[r] = hsum(acc[r][t]);
+            v[r] = srt_hsum8(acc[r][t]);
         for (int r = 0; r < nr; r++) {
             if (fmt != FMT_Q8_0)
                 v[r] += o[2 * r + 1];
@@ -284,7 +255,7 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
                 __m256 v[4];
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
-                    v[k] = hsum8x8(acc + (size_t)(r + k) * PRE_T * 8);
+                    v[k] = srt_hsum8x8(acc + (size_t)(r + k) * PRE_T * 8);
                     if (fmt != FMT_Q8_0)
                         v[k] = _mm256_add_ps(v[k], _mm256_load_ps(ov[h + k]));
                     v[k] = _mm256_add_ps(v[k], _mm256_set1_ps(bias ? bias[r + k] : 0.0f));
@@ -306,7 +277,7 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
                 const float *a = acc + (size_t)(r + k) * PRE_T * 8;
                 float bk = bias ? bias[r + k] : 0.0f;
                 for (int t = 0; t < T; t++) {
-                    float v = hsum(_mm256_loadu_ps(a + 8 * t));
+                    float v = srt_hsum8(_mm256_loadu_ps(a + 8 * t));
                     if (fmt != FMT_Q8_0)
                         v += ov[h + k][t];
                     y[t * ldy + r + k] = v + bk;
@@ -439,7 +410,7 @@ INLINE void kern_x8(int T, int NR, const uint8_t *g, int lane0, int nr, const ch
         _Alignas(32) float o[8];
         _mm256_store_ps(o, off[t]);
         for (int r = 0; r < nr; r++)
-            y[t * ldy + r] = (hsum(acc[r][t]) + o[lane0 + r]) + (bias ? bias[r] : 0.0f);
+            y[t * ldy + r] = (srt_hsum8(acc[r][t]) + o[lane0 + r]) + (bias ? bias[r] : 0.0f);
     }
 }
 
