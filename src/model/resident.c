@@ -54,16 +54,16 @@ static size_t copy_bytes(const srt_weight *w)
     return ((size_t)w->rows * srt_dtype_row_bytes(w->dtype, w->cols) + 63) & ~(size_t)63;
 }
 
-/* the bytes of w's packed copy (0: copied as it is); a view shared with another entry (a tied
- * embedding) stays as it is, since embed reads it too */
+/* the bytes of entry i's packed copy (0: copied as it is): a matrix matmul reads, under any of
+ * its views (a tied embedding is the lm_head's too), packed once for all of them */
 static size_t pack_bytes(srt_runner *r, srt_weight *const *ws, const uint8_t *linear, const int32_t *first,
                          int32_t n, int32_t i)
 {
-    if (!linear[i] || !r->be->ops->pack_bytes || first[i] != i)
+    int used = 0;
+    for (int32_t k = i; k < n && first[i] == i; k++)
+        used |= first[k] == i && linear[k];
+    if (!used || !r->be->ops->pack_bytes)
         return 0;
-    for (int32_t k = i + 1; k < n; k++)
-        if (same_view(ws[k], ws[i]))
-            return 0;
     return (r->be->ops->pack_bytes(r->be, ws[i]) + 63) & ~(size_t)63;
 }
 

@@ -41,19 +41,22 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
     }
 }
 
-/* Q4_1 packed by the backend for its exact decode kernel (ops->pack) gives the bits of the
- * GGUF rows it came from: decode (1 and 2 tokens), prefill, with and without a bias, in
- * matmul_n next to unpacked weights, and for an x the packed kernel cannot scale exactly
- * (values near the bottom of the float range: the prefill way). Only shapes it takes are
- * packed, and only when the exact kernels are the ones that run. */
+/* Q4_1 and Q8_0 packed by the backend for its exact decode kernels (ops->pack) give the bits
+ * of the GGUF rows they came from: decode (1 and 2 tokens), prefill, with and without a bias,
+ * in matmul_n next to unpacked weights, for an x the Q4_1 kernel cannot scale exactly (values
+ * near the bottom of the float range: the prefill way), and as an embedding table (a tied
+ * embedding is packed with its lm_head). Only shapes they take are packed, and only when the
+ * exact kernels are the ones that run. */
 static void packed(void)
 {
     static const char *paths[] = { "portable", "avx2", "avx512" };
-    static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 } };
+    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q8_0 };
+    static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 }, { 16, 96 } };
     static const int64_t ntoks[] = { 1, 2, 3, 8, 19 };
     enum { MT = 19, MC = 1536, MR = 200 };
-    float *x = malloc(MT * MC * sizeof(float)), *y0 = malloc(MT * MR * sizeof(float));
-    float *y1 = malloc(MT * MR * sizeof(float)), *bias = malloc(MR * sizeof(float));
+    /* y0, y1: MT tokens x MR rows, or three embedding rows of MC */
+    float *x = malloc(MT * MC * sizeof(float)), *y0 = malloc(MT * MC * sizeof(float));
+    float *y1 = malloc(MT * MC * sizeof(float)), *bias = malloc(MR * sizeof(float));
     for (int i = 0; i < MR; i++)
         bias[i] = frnd();
     for (size_t p = 0; p < 3; p++) {
@@ -62,76 +65,94 @@ static void packed(void)
         srt_err err;
         srt_backend *be = srt_cpu_backend_create(2, 1, &err), *fast = srt_cpu_backend_create(2, 0, &err);
         srt_weight q41 = { .dtype = SRT_Q4_1, .rows = 8, .cols = 64, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, 64) };
-        srt_weight odd = q41, narrow = q41, q8 = q41;
+        srt_weight odd = q41, narrow = q41, q8 = q41, q8odd = q41, f32 = q41;
         odd.rows = 12;
         narrow.cols = 32;
-        q8.dtype = SRT_Q8_0;
+        q8.dtype = q8odd.dtype = SRT_Q8_0;
+        q8.cols = 32;
+        q8.row_stride = srt_dtype_row_bytes(SRT_Q8_0, 32);
+        q8odd.rows = 12;
+        f32.dtype = SRT_F32;
         int exact = strcmp(paths[p], "portable") != 0;
         ok(be->ops->pack_bytes && (be->ops->pack_bytes(be, &q41) == 8 * q41.row_stride) == exact &&
-               be->ops->pack_bytes(be, &odd) == 0 && be->ops->pack_bytes(be, &narrow) == 0 &&
-               be->ops->pack_bytes(be, &q8) == 0 && fast->ops->pack_bytes(fast, &q41) == 0,
-           "%s: Q4_1 is packed only for the exact kernels, 8-row and 64-column multiples", paths[p]);
+               (be->ops->pack_bytes(be, &q8) == 8 * q8.row_stride) == exact && be->ops->pack_bytes(be, &odd) == 0 &&
+               be->ops->pack_bytes(be, &narrow) == 0 && be->ops->pack_bytes(be, &q8odd) == 0 &&
+               be->ops->pack_bytes(be, &f32) == 0 && fast->ops->pack_bytes(fast, &q41) == 0 &&
+               fast->ops->pack_bytes(fast, &q8) == 0,
+           "%s: Q4_1 and Q8_0 are packed only for the exact kernels, in 8-row multiples (Q4_1: 64 columns)",
+           paths[p]);
         if (!exact) {
             srt_backend_free(be);
             srt_backend_free(fast);
             continue;
         }
-        int bad = 0, calls = 0;
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            int64_t R = shapes[si][0], C = shapes[si][1];
-            srt_weight w = { .dtype = SRT_Q4_1, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, C) };
-            uint8_t *data = malloc(w.row_stride * (size_t)R), *pk = malloc(be->ops->pack_bytes(be, &w));
-            fill(SRT_Q4_1, data, R, C);
-            w.data = data;
-            srt_weight pw;
-            be->ops->pack(be, &w, pk, &pw);
-            be->ops->reserve_matmul(be, &w, MT, &err);
-            for (int tiny = 0; tiny < 2; tiny++) {
-                /* magnitudes from 1 down to 2^-40; tiny: all near 2^-118, where x * 16^-j is
-                 * subnormal and loses bits (the outputs are as small, so those bits show) */
-                for (int64_t i = 0; i < MT * C; i++)
-                    x[i] = ldexpf(frnd(), tiny ? -118 : -(int)(rnd() % 41));
-                for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
-                    int64_t n = ntoks[k];
-                    const float *b = k & 1 ? bias : NULL;
-                    be->ops->matmul(be, &w, b, x, n, y0);
-                    be->ops->matmul(be, &pw, b, x, n, y1);
-                    if (memcmp(y0, y1, sizeof(float) * (size_t)(n * R))) {
-                        tap_diag("%s: packed %lldx%lld, %lld tokens%s differ", paths[p], (long long)R,
-                                 (long long)C, (long long)n, tiny ? " (tiny x)" : "");
-                        bad++;
+        for (size_t ti = 0; ti < 2; ti++) {
+            srt_dtype t = types[ti];
+            int bad = 0, calls = 0, rows_bad = 0;
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                int64_t R = shapes[si][0], C = shapes[si][1];
+                srt_weight w = { .dtype = t, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(t, C) };
+                if (t == SRT_Q4_1 && C % 64)
+                    continue;
+                uint8_t *data = malloc(w.row_stride * (size_t)R), *pk = malloc(be->ops->pack_bytes(be, &w));
+                fill(t, data, R, C);
+                w.data = data;
+                srt_weight pw;
+                be->ops->pack(be, &w, pk, &pw);
+                be->ops->reserve_matmul(be, &w, MT, &err);
+                for (int tiny = 0; tiny < 2; tiny++) {
+                    /* magnitudes from 1 down to 2^-40; tiny: all near 2^-118, where x * 16^-j is
+                     * subnormal and loses bits (the outputs are as small, so those bits show) */
+                    for (int64_t i = 0; i < MT * C; i++)
+                        x[i] = ldexpf(frnd(), tiny ? -118 : -(int)(rnd() % 41));
+                    for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
+                        int64_t n = ntoks[k];
+                        const float *b = k & 1 ? bias : NULL;
+                        be->ops->matmul(be, &w, b, x, n, y0);
+                        be->ops->matmul(be, &pw, b, x, n, y1);
+                        if (memcmp(y0, y1, sizeof(float) * (size_t)(n * R))) {
+                            tap_diag("%s: packed %s %lldx%lld, %lld tokens%s differ", paths[p], srt_dtype_name(t),
+                                     (long long)R, (long long)C, (long long)n, tiny ? " (tiny x)" : "");
+                            bad++;
+                        }
+                        calls++;
                     }
-                    calls++;
                 }
-            }
-            /* beside unpacked weights in one region: Q4_1 as it is, packed, Q8_0 */
-            if (C == 576) {
-                srt_weight w8 = { .dtype = SRT_Q8_0, .rows = 24, .cols = C, .row_stride = srt_dtype_row_bytes(SRT_Q8_0, C) };
-                uint8_t *d8 = malloc(w8.row_stride * 24);
-                fill(SRT_Q8_0, d8, 24, C);
-                w8.data = d8;
-                const srt_weight *ws[3] = { &w, &pw, &w8 };
-                const float *bs[3] = { bias, NULL, bias };
-                float *ys[3] = { malloc(MT * MR * sizeof(float)), malloc(MT * MR * sizeof(float)), malloc(MT * 24 * sizeof(float)) };
-                for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
-                    int64_t n = ntoks[k];
-                    be->ops->matmul_n(be, 3, ws, bs, x, n, ys);
-                    be->ops->matmul(be, &w, NULL, x, n, y0);
-                    bad += memcmp(ys[1], y0, sizeof(float) * (size_t)(n * R)) != 0;
-                    be->ops->matmul(be, &w, bias, x, n, y0);
-                    bad += memcmp(ys[0], y0, sizeof(float) * (size_t)(n * R)) != 0;
-                    be->ops->matmul(be, &w8, bias, x, n, y0);
-                    bad += memcmp(ys[2], y0, sizeof(float) * (size_t)(n * 24)) != 0;
-                    calls += 3;
+                /* beside unpacked weights in one region: the type as it is, packed, Q4_0 */
+                if (C == 576) {
+                    srt_weight w4 = { .dtype = SRT_Q4_0, .rows = 24, .cols = C, .row_stride = srt_dtype_row_bytes(SRT_Q4_0, C) };
+                    uint8_t *d4 = malloc(w4.row_stride * 24);
+                    fill(SRT_Q4_0, d4, 24, C);
+                    w4.data = d4;
+                    const srt_weight *ws[3] = { &w, &pw, &w4 };
+                    const float *bs[3] = { bias, NULL, bias };
+                    float *ys[3] = { malloc(MT * MR * sizeof(float)), malloc(MT * MR * sizeof(float)), malloc(MT * 24 * sizeof(float)) };
+                    for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
+                        int64_t n = ntoks[k];
+                        be->ops->matmul_n(be, 3, ws, bs, x, n, ys);
+                        be->ops->matmul(be, &w, NULL, x, n, y0);
+                        bad += memcmp(ys[1], y0, sizeof(float) * (size_t)(n * R)) != 0;
+                        be->ops->matmul(be, &w, bias, x, n, y0);
+                        bad += memcmp(ys[0], y0, sizeof(float) * (size_t)(n * R)) != 0;
+                        be->ops->matmul(be, &w4, bias, x, n, y0);
+                        bad += memcmp(ys[2], y0, sizeof(float) * (size_t)(n * 24)) != 0;
+                        calls += 3;
+                    }
+                    for (int k = 0; k < 3; k++)
+                        free(ys[k]);
+                    free(d4);
                 }
-                for (int k = 0; k < 3; k++)
-                    free(ys[k]);
-                free(d8);
+                /* as an embedding table: every row the same floats */
+                int32_t ids[3] = { 0, (int32_t)(R / 2 + 3), (int32_t)(R - 1) };
+                be->ops->embed(be, &w, ids, 3, y0);
+                be->ops->embed(be, &pw, ids, 3, y1);
+                rows_bad += memcmp(y0, y1, sizeof(float) * 3 * (size_t)C) != 0;
+                free(data);
+                free(pk);
             }
-            free(data);
-            free(pk);
+            ok(bad == 0 && rows_bad == 0, "%s: packed %s = its GGUF rows, bit for bit (%d of %d calls differ, %d embeddings)",
+               paths[p], srt_dtype_name(t), bad, calls, rows_bad);
         }
-        ok(bad == 0, "%s: packed Q4_1 = its GGUF rows, bit for bit (%d of %d calls differ)", paths[p], bad, calls);
         srt_backend_free(be);
         srt_backend_free(fast);
     }

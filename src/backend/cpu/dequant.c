@@ -1,7 +1,9 @@
 /* Scalar decoders of every weight format: f16/bf16 conversion and dequantizing a row.
  * These define what each format means; the SIMD kernels are tested against them. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_exact.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_kernels.h"
 
@@ -172,6 +174,16 @@ void srt_cpu_dequant_row(const srt_weight *w, int64_t row, float *out)
 {
     if (row < 0 || row >= w->rows) {       /* out of range: zeros rather than a wild read */
         memset(out, 0, (size_t)(w->cols > 0 ? w->cols : 0) * sizeof(float));
+        return;
+    }
+    if (w->dtype == SRT_Q4_1_X8 || w->dtype == SRT_Q8_0_X8) {   /* a packed (tied) embedding */
+        uint8_t *gguf = malloc(srt_dtype_row_bytes(w->dtype, w->cols));
+        if (!gguf) {
+            memset(out, 0, (size_t)w->cols * sizeof(float));
+            return;
+        }
+        srt_cpu_dequant(srt_cpu_exact_unpack_row(w, row, gguf), gguf, w->cols, out);
+        free(gguf);
         return;
     }
     srt_cpu_dequant(w->dtype, (const uint8_t *)w->data + (size_t)row * w->row_stride, w->cols, out);

@@ -59,8 +59,9 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q4_1_X8 };
-static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0), sizeof(blk_q4_1) };
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q4_1_X8, FMT_Q8_0_X8 };
+static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0), sizeof(blk_q4_1),
+                                    sizeof(blk_q8_0) };
 
 /* One block's q as four 8-float vectors in element order. */
 INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
@@ -215,6 +216,9 @@ INLINE void kern_pre(int T, const float *q, const float *dq, const float *x, int
         _mm256_storeu_ps(acc_io + 8 * t, acc[t]);
 }
 
+/* the format has an offset term (o * sum x): all but Q8_0's */
+static inline int has_off(int fmt) { return fmt != FMT_Q8_0 && fmt != FMT_Q8_0_X8; }
+
 /* Prefill: the T outputs of rows [0, nr) of a tile from their accumulators (acc: PRE_T x 8
  * floats per row), offsets o (nb floats per row) and the tokens' block sums. A row's offset
  * is a chain of nb dependent FMAs; eight rows' chains run side by side (one chain left the
@@ -226,7 +230,7 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
     for (int r0 = 0; r0 < nr; r0 += 8) {
         int n8 = nr - r0 < 8 ? nr - r0 : 8;
         _Alignas(32) float ov[8][8];
-        if (fmt != FMT_Q8_0) {
+        if (has_off(fmt)) {
             /* the offsets of the tokens in lanes (xs is padded to PRE_T tokens); rows past
              * nr repeat the tile's first row and are not stored */
             const float *o8[8];
@@ -256,7 +260,7 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
                     v[k] = srt_hsum8x8(acc + (size_t)(r + k) * PRE_T * 8);
-                    if (fmt != FMT_Q8_0)
+                    if (has_off(fmt))
                         v[k] = _mm256_add_ps(v[k], _mm256_load_ps(ov[h + k]));
                     v[k] = _mm256_add_ps(v[k], _mm256_set1_ps(bias ? bias[r + k] : 0.0f));
                 }
@@ -278,7 +282,7 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
                 float bk = bias ? bias[r + k] : 0.0f;
                 for (int t = 0; t < T; t++) {
                     float v = srt_hsum8(_mm256_loadu_ps(a + 8 * t));
-                    if (fmt != FMT_Q8_0)
+                    if (has_off(fmt))
                         v += ov[h + k][t];
                     y[t * ldy + r + k] = v + bk;
                 }
@@ -414,9 +418,50 @@ INLINE void kern_x8(int T, int NR, const uint8_t *g, int lane0, int nr, const ch
     }
 }
 
+/* Q8_0 packed (SRT_Q8_0_X8): block b of rows 8g..8g+7 is d[8] (f16, row order), then the 8
+ * rows' 32 q in order (272 bytes). The q need no unpacking trick (one sign-extending load per 8);
+ * what the layout buys is eight rows' scales in one convert (the GGUF kernel gathered four with
+ * inserts), eight rows at once (four before) and one sequential stream for the prefetcher. */
+#define Q8X8_BLOCK (8 * sizeof(blk_q8_0))   /* 272 */
+
+INLINE void kern_q8x8(int T, int NR, const uint8_t *g, int lane0, int nr, const char *pf, const float *x,
+                      int64_t ldx, int64_t nb, const float *bias, float *y, int64_t ldy)
+{
+    __m256 acc[8][DEC_MAX_TOK];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g += Q8X8_BLOCK) {
+        if (pf)
+#pragma GCC unroll 5
+            for (size_t o = 0; o < Q8X8_BLOCK; o += 64)
+                _mm_prefetch(pf + (size_t)b * Q8X8_BLOCK + o, _MM_HINT_T0);
+        _Alignas(32) float dd[8];
+        _mm256_store_ps(dd, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)));
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *qs = g + 16 + 32 * (lane0 + r);
+            __m256 q[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * k))));
+            __m256 dv = _mm256_broadcast_ss(dd + lane0 + r);
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++)
+                acc[r][t] = _mm256_fmadd_ps(block_dot(q, x + t * ldx + b * QK), dv, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < nr; r++)
+            y[t * ldy + r] = srt_hsum8(acc[r][t]) + (bias ? bias[r] : 0.0f);
+}
+
 /* dec_loop for packed weights: items start on a group (multiples of DEC_ROWS rows); one token
  * takes a group at a time, two a half group (eight rows of two tokens need sixteen accumulators) */
-INLINE void dec_loop_x8(int T, const dec_run *d)
+INLINE void dec_loop_x8(int fmt, int T, const dec_run *d)
 {
     const int NR = T == 1 ? 8 : 4;
     int64_t np = d->nb / 2;
@@ -432,17 +477,42 @@ INLINE void dec_loop_x8(int T, const dec_run *d)
                 pf = (const char *)d->nw + (size_t)(d->nr0 + (pr - d->r1)) * d->nstride;
         }
         const uint8_t *g = d->w + (size_t)(r - lane0) * d->stride;
-        kern_x8(T, NR, g, lane0, n, pf, d->x, d->ldx, d->xs, d->ldt, np, d->bias ? d->bias + r : NULL, d->y + r,
-                d->R);
+        if (fmt == FMT_Q8_0_X8)
+            kern_q8x8(T, NR, g, lane0, n, pf, d->x, d->ldx, d->nb, d->bias ? d->bias + r : NULL, d->y + r, d->R);
+        else
+            kern_x8(T, NR, g, lane0, n, pf, d->x, d->ldx, d->xs, d->ldt, np, d->bias ? d->bias + r : NULL,
+                    d->y + r, d->R);
     }
 }
 
 TGT static void dec_FMT_Q4_1_X8(int T, const dec_run *d)
 {
     if (T == 2)
-        dec_loop_x8(2, d);
+        dec_loop_x8(FMT_Q4_1_X8, 2, d);
     else
-        dec_loop_x8(1, d);
+        dec_loop_x8(FMT_Q4_1_X8, 1, d);
+}
+
+TGT static void dec_FMT_Q8_0_X8(int T, const dec_run *d)
+{
+    if (T == 2)
+        dec_loop_x8(FMT_Q8_0_X8, 2, d);
+    else
+        dec_loop_x8(FMT_Q8_0_X8, 1, d);
+}
+
+TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o)
+{
+    int lane = (int)(row % 8);
+    const uint8_t *g = w + (size_t)(row - lane) * stride;
+    for (int64_t b = 0; b < nb; b++, g += Q8X8_BLOCK) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(q + b * QK + 8 * k, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                     _mm_loadl_epi64((const __m128i *)(g + 16 + 32 * lane + 8 * k)))));
+        dq[b] = srt_half_at(g + 2 * lane);
+        o[b] = 0.0f;
+    }
 }
 
 /* row `row` of a packed weight as unp_* gives a GGUF one */
@@ -600,6 +670,7 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     case SRT_Q4_1: *fmt = FMT_Q4_1; *dec = dec_FMT_Q4_1; *unp = unp_FMT_Q4_1; return SRT_OK;
     case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
     case SRT_Q4_1_X8: *fmt = FMT_Q4_1_X8; *dec = dec_FMT_Q4_1_X8; *unp = unp_x8; return SRT_OK;
+    case SRT_Q8_0_X8: *fmt = FMT_Q8_0_X8; *dec = dec_FMT_Q8_0_X8; *unp = unp_q8x8; return SRT_OK;
     default: return SRT_ERROR;
     }
 }
@@ -629,7 +700,8 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     for (int k = 0; k < n; k++) {
         if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &j.unps[k]) != SRT_OK || w[k]->cols != C || C % QK)
             return SRT_ERROR;
-        if (j.fmts[k] == FMT_Q4_1_X8 && (w[k]->rows % 8 || C % (2 * QK)))
+        if ((j.fmts[k] == FMT_Q4_1_X8 && (w[k]->rows % 8 || C % (2 * QK))) ||
+            (j.fmts[k] == FMT_Q8_0_X8 && w[k]->rows % 8))
             return SRT_ERROR;
         packed |= j.fmts[k] == FMT_Q4_1_X8;
         j.ws[k] = w[k];
@@ -689,35 +761,86 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
 
 size_t srt_cpu_exact_pack_bytes(const srt_weight *w)
 {
-    if (!srt_cpu_have_avx2() || w->dtype != SRT_Q4_1 || w->rows <= 0 || w->rows % 8 || w->cols <= 0 ||
-        w->cols % (2 * QK))
+    int ok = w->dtype == SRT_Q4_1 ? w->cols % (2 * QK) == 0 : w->dtype == SRT_Q8_0 ? w->cols % QK == 0 : 0;
+    if (!srt_cpu_have_avx2() || !ok || w->rows <= 0 || w->rows % 8 || w->cols <= 0)
         return 0;
-    return (size_t)w->rows * srt_dtype_row_bytes(SRT_Q4_1, w->cols);
+    return (size_t)w->rows * srt_dtype_row_bytes(w->dtype, w->cols);
+}
+
+/* the 8 rows' blocks 2p, 2p+1 (Q4_1) or b (Q8_0) of group g: packed into o from the rows a
+ * (back 0: a is only read), or from o back into the rows (back 1: o is only read) */
+static void x8_pair(uint8_t *o, const uint8_t *const *a, int back)
+{
+#pragma GCC unroll 1
+    for (int r = 0; r < 8; r++) {
+        uint32_t lane[8] = { 0 };
+        if (back)
+            memcpy(lane, o + 64 + 32 * r, sizeof lane);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            uint8_t *blk = (uint8_t *)a[r] + h * sizeof(blk_q4_1);
+            memcpy(back ? blk : o + 32 * h + 2 * r, back ? o + 32 * h + 2 * r : blk, 2);                /* d */
+            memcpy(back ? blk + 2 : o + 32 * h + 16 + 2 * r, back ? o + 32 * h + 16 + 2 * r : blk + 2, 2); /* m */
+#pragma GCC unroll 16
+            for (int e = 0; e < 16; e++) {   /* byte e: q[e] low, q[e + 16] high */
+                int lo = 4 * (4 * h + e / 8), hi = 4 * (4 * h + 2 + e / 8);
+                if (back)
+                    blk[4 + e] = (uint8_t)(((lane[e % 8] >> lo) & 15) | ((lane[e % 8] >> hi) & 15) << 4);
+                else
+                    lane[e % 8] |= (uint32_t)(blk[4 + e] & 15) << lo | (uint32_t)(blk[4 + e] >> 4) << hi;
+            }
+        }
+        if (!back)
+            memcpy(o + 64 + 32 * r, lane, sizeof lane);
+    }
+}
+
+static void q8x8_block(uint8_t *o, const uint8_t *const *a, int back)
+{
+    for (int r = 0; r < 8; r++) {
+        uint8_t *blk = (uint8_t *)a[r];
+        memcpy(back ? blk : o + 2 * r, back ? o + 2 * r : blk, 2);
+        memcpy(back ? blk + 2 : o + 16 + 32 * r, back ? o + 16 + 32 * r : blk + 2, QK);
+    }
 }
 
 void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
 {
+    int q8 = w->dtype == SRT_Q8_0;
     int64_t nb = w->cols / QK;
-    size_t rb = srt_dtype_row_bytes(SRT_Q4_1, w->cols);
+    size_t rb = srt_dtype_row_bytes(w->dtype, w->cols), bb = srt_dtype_block_bytes(w->dtype);
     for (int64_t g = 0; g < w->rows / 8; g++)
-        for (int64_t p = 0; p < nb / 2; p++) {
-            uint8_t *o = (uint8_t *)dst + (size_t)g * 8 * rb + (size_t)p * X8_PAIR;
-            for (int r = 0; r < 8; r++) {
-                const uint8_t *a = (const uint8_t *)w->data + (size_t)(8 * g + r) * w->row_stride +
-                                   (size_t)(2 * p) * sizeof(blk_q4_1);
-                uint32_t lane[8] = { 0 };
-                for (int h = 0; h < 2; h++, a += sizeof(blk_q4_1)) {
-                    memcpy(o + 32 * h + 2 * r, a, 2);          /* d */
-                    memcpy(o + 32 * h + 16 + 2 * r, a + 2, 2); /* m */
-                    for (int e = 0; e < 16; e++) {             /* byte e: q[e] low, q[e + 16] high */
-                        lane[e % 8] |= (uint32_t)(a[4 + e] & 15) << 4 * (4 * h + e / 8);
-                        lane[e % 8] |= (uint32_t)(a[4 + e] >> 4) << 4 * (4 * h + 2 + e / 8);
-                    }
-                }
-                memcpy(o + 64 + 32 * r, lane, sizeof lane);
-            }
+        for (int64_t b = 0; b < nb; b += q8 ? 1 : 2) {
+            const uint8_t *a[8];
+            for (int r = 0; r < 8; r++)
+                a[r] = (const uint8_t *)w->data + (size_t)(8 * g + r) * w->row_stride + (size_t)b * bb;
+            uint8_t *o = (uint8_t *)dst + (size_t)g * 8 * rb + (size_t)b * 8 * bb;
+            if (q8)
+                q8x8_block(o, a, 0);
+            else
+                x8_pair(o, a, 0);
         }
-    *out = (srt_weight){ .dtype = SRT_Q4_1_X8, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
+    *out = (srt_weight){ .dtype = q8 ? SRT_Q8_0_X8 : SRT_Q4_1_X8, .rows = w->rows, .cols = w->cols, .data = dst,
+                         .row_stride = rb };
+}
+
+srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out)
+{
+    int q8 = w->dtype == SRT_Q8_0_X8, lane = (int)(row % 8);
+    int64_t nb = w->cols / QK;
+    size_t bb = srt_dtype_block_bytes(w->dtype);
+    uint8_t scratch[7][2 * sizeof(blk_q4_1)];   /* the group's other rows, unpacked and dropped */
+    for (int64_t b = 0; b < nb; b += q8 ? 1 : 2) {
+        uint8_t *a[8];
+        for (int r = 0; r < 8; r++)
+            a[r] = r == lane ? (uint8_t *)out + (size_t)b * bb : scratch[r - (r > lane)];
+        uint8_t *o = (uint8_t *)w->data + (size_t)(row - lane) * w->row_stride + (size_t)b * 8 * bb;
+        if (q8)
+            q8x8_block(o, (const uint8_t *const *)a, 1);
+        else
+            x8_pair(o, (const uint8_t *const *)a, 1);
+    }
+    return q8 ? SRT_Q8_0 : SRT_Q4_1;
 }
 
 #else
@@ -737,5 +860,7 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
 size_t srt_cpu_exact_pack_bytes(const srt_weight *w) { return 0; }
 
 void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out) { *out = *w; }
+
+srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out) { return SRT_DTYPE_COUNT; }
 
 #endif

@@ -132,7 +132,7 @@ typedef struct srt_backend_ops {
     /* Optional (NULL: none): a matrix in a layout of the backend's own that its matmul reads
      * faster. pack_bytes is the size of w's packed copy, 0 when it has none for w; pack writes
      * it to dst (host memory, pack_bytes long) and describes it in *out. A packed weight goes
-     * only to matmul and matmul_n, never to embed. */
+     * only to matmul, matmul_n and embed (a tied embedding is packed with its lm_head). */
     size_t (*pack_bytes)(srt_backend *be, const srt_weight *w);
     void   (*pack)(srt_backend *be, const srt_weight *w, void *dst, srt_weight *out);
 } srt_backend_ops;
