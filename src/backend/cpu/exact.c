@@ -18,6 +18,10 @@
  * offsets of the 8 tokens in the lanes of one vector) both run exactly that sequence, so a
  * token's logits have the same bits alone, in any batch, chunked or prefix-cached.
  *
+ * The CPU runner's own copy of the weights holds Q4_1 and Q8_0 matrices packed for decode
+ * (SRT_Q4_1_X8, SRT_Q8_0_X8: eight rows' blocks together, see below), which run the same
+ * sequence on the same values; prefill unpacks them like any other row.
+ *
  * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
  * does not hold up a decode step. Which thread computes a row does not change its bits. */
 #include <stdatomic.h>
