@@ -9,7 +9,8 @@ master_on();
 log_level('info');
 
 our $Dir = srt_dir();
-our $LONG = '{"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "ignore_eos": true}';
+# long enough that the first still runs when the test's own request comes, on a fast machine too
+our $LONG = '{"prompt": "Once upon a time", "max_tokens": 600, "temperature": 0, "ignore_eos": true}';
 
 # Two long requests in the background (one running, one queued: every slot taken);
 # returns their pids once /health shows no free slot. The second starts once the first
@@ -31,7 +32,7 @@ sub fill_slots {
 
 # one request runs, one waits
 our @Overload = (srt_max_running_requests => 1, srt_max_queued_requests => 1, srt_max_total_tokens => 2048,
-                 srt_retry_after => '2s');
+                 srt_context_length => 1024, srt_retry_after => '2s');
 
 srt_defaults(timeout => 60, config => srt_location('/v1', @Overload));
 
@@ -75,7 +76,7 @@ my ($st) = Test::Srt::http_request('POST', '/v1/completions', '{"prompt": "Hello
 Test::More::is($st, 503, "a third request is refused while both slots are busy");
 my @out = (wait_clients($main::Dir, 'bg1', $pids[0]), wait_clients($main::Dir, 'bg2', $pids[1]));
 for my $i (0, 1) {
-    Test::More::like($out[$i], qr/^HTTP\/1\.\d 200 .*"completion_tokens":200,/s, "background request $i completed");
+    Test::More::like($out[$i], qr/^HTTP\/1\.\d 200 .*"completion_tokens":600,/s, "background request $i completed");
 }
 --- request
 GET /v1/health

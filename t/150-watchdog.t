@@ -13,7 +13,8 @@ log_level('info');
 
 our $Dir = srt_dir();
 
-srt_defaults(timeout => 60, config => srt_location('/v1/', srt_max_total_tokens => 2048, srt_max_running_requests => 1,
+srt_defaults(timeout => 60, config => srt_location('/v1/', srt_max_total_tokens => 2048, srt_context_length => 2048,
+                                                   srt_max_running_requests => 1,
                                                    srt_watchdog_timeout => '2s', srt_queue_timeout => '1500ms',
                                                    srt_request_timeout => '3s') . <<'EOF2');
 location = /metrics {
@@ -91,7 +92,7 @@ package main;
 Test::Srt::wait_ready();
 --- request
 POST /v1/completions
-{"prompt": "Once", "max_tokens": 480, "temperature": 0, "ignore_eos": true}
+{"prompt": "Once", "max_tokens": 1900, "temperature": 0, "ignore_eos": true}
 --- error_code: 504
 --- response_body_like chomp
 ^\{"error":\{"message":"Request timed out: the request took longer than 3000 ms \(srt_request_timeout\)","type":"server_error","param":null,"code":"request_timeout"\}\}$
@@ -104,7 +105,7 @@ package main;
 Test::Srt::wait_ready();
 --- request
 POST /v1/completions
-{"prompt": "Once", "max_tokens": 480, "temperature": 0, "ignore_eos": true, "stream": true}
+{"prompt": "Once", "max_tokens": 1900, "temperature": 0, "ignore_eos": true, "stream": true}
 --- response_body_like chomp
 ^data: \{.*"text":.*\n\ndata: \{"error":\{"message":"the request took longer than 3000 ms \(srt_request_timeout\)".*\n\ndata: \[DONE\]\n\n$
 
@@ -115,7 +116,7 @@ POST /v1/completions
 package main;
 Test::Srt::wait_ready();
 my @pids = start_clients($main::Dir, 'hog', '/v1/completions',
-    '{"prompt": "Once", "max_tokens": 200, "temperature": 0, "ignore_eos": true}');
+    '{"prompt": "Once", "max_tokens": 1900, "temperature": 0, "ignore_eos": true}');   # ended by srt_request_timeout
 my $deadline = time + 10;
 while (time < $deadline) {
     my (undef, $b) = Test::Srt::http_request('GET', '/v1/health');
