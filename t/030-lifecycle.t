@@ -10,8 +10,9 @@ use POSIX ();
 master_on();
 log_level('info');
 
-our $LONG = '{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true}';
-our $LONG_STREAM = '{"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0, "ignore_eos": true, "stream": true}';
+# long enough to outlast every deadline below on a fast machine too (~15 s at 130 tok/s)
+our $LONG = '{"prompt": "Once upon a time", "max_tokens": 1900, "temperature": 0, "ignore_eos": true}';
+our $LONG_STREAM = '{"prompt": "Once upon a time", "max_tokens": 1900, "temperature": 0, "ignore_eos": true, "stream": true}';
 
 # A long request the client hangs up on: streamed, once the first event came back;
 # not streamed, once the scheduler runs it. Then wait a second, as the blocks that
@@ -46,7 +47,7 @@ sub scheduler_dies_mid_request {
     # successor loads, it is served either way (srt_wait_ready)
 }
 
-srt_defaults(timeout => 60, config => srt_location('/v1', srt_context_length => 1024,
+srt_defaults(timeout => 60, config => srt_location('/v1', srt_context_length => 2048,
                                                   srt_max_running_requests => 4,
                                                   srt_max_queued_requests => 4)
                                      . srt_location_also('/nowait', srt_wait_ready => undef));
@@ -251,8 +252,9 @@ my @workers = child_pids(qr/nginx: worker process/);
 Test::More::ok(scalar @workers, "found the worker (@workers)");
 kill 'KILL', @workers;
 waitpid($child, 0);
-# reclaim runs once a second, between steps; the 900-token request alone would take far longer
-for (1 .. 150) { last if http_get('/v1/health') =~ /"running":0,"queued":0,"slots_free":8,/; select undef, undef, undef, 0.1 }
+# reclaim runs once a second, between steps; the 1900-token request alone would take far
+# longer than these 6 s
+for (1 .. 60) { last if http_get('/v1/health') =~ /"running":0,"queued":0,"slots_free":8,/; select undef, undef, undef, 0.1 }
 --- request
 GET /v1/health
 --- response_body_like chomp
