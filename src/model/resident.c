@@ -60,9 +60,11 @@ static size_t pack_bytes(srt_runner *r, srt_weight *const *ws, const uint8_t *li
                          int32_t n, int32_t i)
 {
     int used = 0;
-    for (int32_t k = i; k < n && first[i] == i; k++)
+    if (first[i] != i || !r->be->ops->pack_bytes)
+        return 0;
+    for (int32_t k = i; k < n; k++)
         used |= first[k] == i && linear[k];
-    if (!used || !r->be->ops->pack_bytes)
+    if (!used)
         return 0;
     return (r->be->ops->pack_bytes(r->be, ws[i]) + 63) & ~(size_t)63;
 }

@@ -125,6 +125,16 @@ TGT static void block_sums(const float *x, int64_t nb, float *xs, int64_t ldt)
  * eight rows spilled and its lm_head ran 19% slower). */
 static inline int dec_rows(int fmt, int64_t n_tok) { return n_tok == 1 && fmt != FMT_Q8_0 ? 8 : 4; }
 
+/* acc[r][t] = 0 for the NR rows and T tokens a decode kernel uses */
+INLINE void zero_acc(__m256 acc[][DEC_MAX_TOK], int NR, int T)
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+}
+
 /* Decode: NR rows (dec_rows; wr[r], rows past nr are copies of row 0, not stored) x T tokens. */
 INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, const char *pf, const float *x,
                      int64_t ldx, const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y,
@@ -132,11 +142,7 @@ INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, c
 {
     const size_t bb = fmt_bytes[fmt];
     __m256 acc[DEC_ROWS][DEC_MAX_TOK], off[DEC_ROWS / 4][DEC_MAX_TOK];
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 2
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
+    zero_acc(acc, NR, T);
 #pragma GCC unroll 2
     for (int g = 0; g < NR / 4; g++)
 #pragma GCC unroll 2
@@ -369,11 +375,7 @@ INLINE void kern_x8(int T, int NR, const uint8_t *g, int lane0, int nr, const ch
 #undef X8_M
     };
     __m256 acc[8][DEC_MAX_TOK], off[DEC_MAX_TOK];
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 2
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
+    zero_acc(acc, NR, T);
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++)
         off[t] = _mm256_setzero_ps();
@@ -432,11 +434,7 @@ INLINE void kern_q8x8(int T, int NR, const uint8_t *g, int lane0, int nr, const 
                       int64_t ldx, int64_t nb, const float *bias, float *y, int64_t ldy)
 {
     __m256 acc[8][DEC_MAX_TOK];
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 2
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
+    zero_acc(acc, NR, T);
     for (int64_t b = 0; b < nb; b++, g += Q8X8_BLOCK) {
         if (pf)
 #pragma GCC unroll 5
@@ -773,6 +771,12 @@ size_t srt_cpu_exact_pack_bytes(const srt_weight *w)
 
 /* the 8 rows' blocks 2p, 2p+1 (Q4_1) or b (Q8_0) of group g: packed into o from the rows a
  * (back 0: a is only read), or from o back into the rows (back 1: o is only read) */
+/* n bytes between a packed place and a row's: into the packed one, or back */
+static void move(uint8_t *packed, uint8_t *row, size_t n, int back)
+{
+    memcpy(back ? row : packed, back ? packed : row, n);
+}
+
 static void x8_pair(uint8_t *o, const uint8_t *const *a, int back)
 {
 #pragma GCC unroll 1
@@ -783,8 +787,8 @@ static void x8_pair(uint8_t *o, const uint8_t *const *a, int back)
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             uint8_t *blk = (uint8_t *)a[r] + h * sizeof(blk_q4_1);
-            memcpy(back ? blk : o + 32 * h + 2 * r, back ? o + 32 * h + 2 * r : blk, 2);                /* d */
-            memcpy(back ? blk + 2 : o + 32 * h + 16 + 2 * r, back ? o + 32 * h + 16 + 2 * r : blk + 2, 2); /* m */
+            move(o + 32 * h + 2 * r, blk, 2, back);          /* d */
+            move(o + 32 * h + 16 + 2 * r, blk + 2, 2, back); /* m */
 #pragma GCC unroll 16
             for (int e = 0; e < 16; e++) {   /* byte e: q[e] low, q[e + 16] high */
                 int lo = 4 * (4 * h + e / 8), hi = 4 * (4 * h + 2 + e / 8);
@@ -803,8 +807,8 @@ static void q8x8_block(uint8_t *o, const uint8_t *const *a, int back)
 {
     for (int r = 0; r < 8; r++) {
         uint8_t *blk = (uint8_t *)a[r];
-        memcpy(back ? blk : o + 2 * r, back ? o + 2 * r : blk, 2);
-        memcpy(back ? blk + 2 : o + 16 + 32 * r, back ? o + 16 + 32 * r : blk + 2, QK);
+        move(o + 2 * r, blk, 2, back);             /* d */
+        move(o + 16 + 32 * r, blk + 2, QK, back);  /* q */
     }
 }
 

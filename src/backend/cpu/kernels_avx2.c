@@ -10,6 +10,7 @@
 
 #include "backend/cpu/block_scales.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/hsum_avx2.h"
 #include "backend/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__)
@@ -25,14 +26,6 @@
 enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
 
 static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0) };
-
-INLINE float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 INLINE __m256i unpack_q4(const uint8_t *qs)
 {
@@ -236,7 +229,7 @@ INLINE void kern_q4_k(int T, const uint8_t *row, const int8_t *aq, const q8_scal
     }
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
-        y[t * ldy] = hsum8(acc[t]) - macc[t];
+        y[t * ldy] = srt_hsum8(acc[t]) - macc[t];
 }
 
 INLINE void kern_q6_k(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
@@ -286,7 +279,7 @@ INLINE void kern_q6_k(int T, const uint8_t *row, const int8_t *aq, const q8_scal
     }
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
-        y[t * ldy] = hsum8(acc[t]);
+        y[t * ldy] = srt_hsum8(acc[t]);
 }
 
 #define DEFINE_TILE_K(name, kernfn)                                                            \
@@ -361,7 +354,7 @@ INLINE void kern_f(srt_dtype dt, int R, int T, const uint8_t *w, size_t stride, 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
-            float v = hsum8(acc[r][t]);
+            float v = srt_hsum8(acc[r][t]);
             for (int64_t k = c; k < cols; k++)
                 v += elem(dt, w + r * stride, k) * x[t * ldx + k];
             y[t * ldy + r] = v;
