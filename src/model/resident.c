@@ -8,9 +8,9 @@
  *
  * What is copied is this runner's own view of each weight (a tensor-parallel rank copies only
  * its rows or columns), compacted (row_stride becomes the row's bytes), and views that are the
- * same weight (a tied embedding and lm_head) share one copy. A matrix only matmul reads is
- * written in the backend's own layout where it has one (ops->pack: the CPU's exact decode
- * kernel). The model's own srt_weight entries are not touched: another runner of the same
+ * same weight (a tied embedding and lm_head) share one copy. A matrix matmul reads (under any
+ * of its views, so a tied embedding too) is written in the backend's own layout where it has
+ * one (ops->pack: the CPU's exact decode kernels). The model's own srt_weight entries are not touched: another runner of the same
  * model still finds the originals. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@
 #define HUGE_PAGE ((size_t)2 << 20)
 
 /* every matrix and vector the forward reads through the runner, NULL entries skipped;
- * linear[i]: only matmul reads it (the backend may pack it) */
+ * linear[i]: matmul reads it (the backend may pack it) */
 static int32_t runner_weights(srt_runner *r, srt_weight **out, uint8_t *linear)
 {
     int32_t n = 0;
