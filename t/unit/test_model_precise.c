@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_exact.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/backend.h"
 #include "tap.h"
@@ -156,6 +157,61 @@ static void packed(void)
         srt_backend_free(be);
         srt_backend_free(fast);
     }
+    free(x);
+    free(y0);
+    free(y1);
+    free(bias);
+}
+
+/* The 16-lane exact prefill kernel (exact_avx512.c: two rows per register) runs only where
+ * AVX-512 is the chosen level, and gives the 8-lane kernel's bits: on an AVX-512 CPU every
+ * prefill below (odd row counts: a row left over from the pairs) is compared, bit for bit,
+ * with the same matmul under SRT_CPU_SIMD=avx2. */
+static void avx512_prefill(void)
+{
+    static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0 };
+    static const int64_t shapes[][2] = { { 37, 320 }, { 64, 576 }, { 45, 1536 } };
+    static const int64_t ntoks[] = { 3, 8, 19, 130 };
+    enum { MT = 130, MC = 1536, MR = 64 };
+    if (srt_cpu_force_simd("avx2") == SRT_OK)
+        ok(srt_cpu_exact_avx512() == 0, "avx2 chosen: exact prefill does not run the 16-lane kernel");
+    if (srt_cpu_force_simd("avx512") != SRT_OK) {
+        tap_diag("no AVX-512 on this CPU: the 16-lane exact prefill kernel is not compared here");
+        return;
+    }
+    ok(srt_cpu_exact_avx512() == 1, "avx512 chosen: the 16-lane kernel passed its check and runs");
+    srt_err err;
+    srt_backend *be = srt_cpu_backend_create(2, 1, &err);
+    float *x = malloc(MT * MC * sizeof(float)), *y0 = malloc(MT * MR * sizeof(float));
+    float *y1 = malloc(MT * MR * sizeof(float)), *bias = malloc(MR * sizeof(float));
+    for (int64_t i = 0; i < MT * MC; i++)
+        x[i] = ldexpf(frnd(), -(int)(rnd() % 20));
+    for (int i = 0; i < MR; i++)
+        bias[i] = frnd();
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int bad = 0, calls = 0;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int64_t R = shapes[si][0], C = shapes[si][1];
+            srt_weight w = { .dtype = types[ti], .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(types[ti], C) };
+            uint8_t *data = malloc(w.row_stride * (size_t)R);
+            fill(w.dtype, data, R, C);
+            w.data = data;
+            be->ops->reserve_matmul(be, &w, MT, &err);
+            for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
+                int64_t n = ntoks[k];
+                srt_cpu_force_simd("avx2");
+                be->ops->matmul(be, &w, k & 1 ? bias : NULL, x, n, y0);
+                srt_cpu_force_simd("avx512");
+                be->ops->matmul(be, &w, k & 1 ? bias : NULL, x, n, y1);
+                bad += memcmp(y0, y1, sizeof(float) * (size_t)(n * R)) != 0;
+                calls++;
+            }
+            free(data);
+        }
+        ok(bad == 0, "exact prefill %s: 16 lanes = 8 lanes, bit for bit (%d of %d calls differ)",
+           srt_dtype_name(types[ti]), bad, calls);
+    }
+    srt_backend_free(be);
     free(x);
     free(y0);
     free(y1);
@@ -313,5 +369,6 @@ int main(void)
     free(nx);
     free(nb);
     packed();
+    avx512_prefill();
     return tap_done();
 }

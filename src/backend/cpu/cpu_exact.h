@@ -31,4 +31,15 @@ size_t    srt_cpu_exact_pack_bytes(const srt_weight *w);
 void      srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out);
 srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out);
 
+/* The prefill micro-kernel's tokens per call, and its 16-lane form (exact_avx512.c): rows A
+ * and B (unpacked q, per-block scales d) x T <= SRT_EXACT_PRE_T tokens over blocks [b0, b1),
+ * each row's accumulators the bits exact.c's 8-lane kernel leaves in them. */
+#define SRT_EXACT_PRE_T 8
+void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, const float *da, const float *db,
+                               const float *x, int64_t ldx, int64_t b0, int64_t b1, float *acc_a, float *acc_b);
+/* Whether exact prefill runs the 16-lane kernel: 1 yes; 0 no (no AVX-512, or SRT_CPU_SIMD
+ * chose another level); -1 no, because on this CPU it did not give the 8-lane kernel's bits
+ * (checked once per process, before first use). */
+int       srt_cpu_exact_avx512(void);
+
 #endif

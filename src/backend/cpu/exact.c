@@ -24,7 +24,9 @@
  *
  * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
  * does not hold up a decode step. Which thread computes a row does not change its bits. */
+#include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/cpu/block_scales.h"
@@ -40,7 +42,7 @@
 #define PF_ROWS 16          /* decode prefetch distance, in rows */
 #define PRE_ROWS 16         /* prefill: rows unpacked into scratch per work item */
 #define PRE_TOK 128         /* prefill: tokens per work item (a multiple of PRE_T) */
-#define PRE_T 8             /* prefill micro-kernel: one row x PRE_T tokens */
+#define PRE_T SRT_EXACT_PRE_T   /* prefill micro-kernel: one row (two: exact_avx512.c) x PRE_T tokens */
 #define PRE_SLICE 16        /* prefill: most blocks of a column slice (8 tokens x 512 floats: L1) */
 
 /* Scratch: per thread PRE_ROWS rows of unpacked weights (cols floats of q, then nb scales
@@ -594,6 +596,7 @@ typedef struct {
     /* prefill: the weight being computed, and its row chunks per token block */
     int cur;
     int64_t n_rchunk;
+    int pre2;                    /* prefill rows in pairs on 16 lanes (exact_avx512.c) */
 } exact_job;
 
 /* the weight of decode item i and the item's rows [*r0, *r1) */
@@ -656,10 +659,16 @@ static void pre_item(void *arg, int64_t i, int ith)
     int64_t n_slices = (nb + PRE_SLICE - 1) / PRE_SLICE, per = (nb + n_slices - 1) / n_slices;
     for (int64_t t = t0; t < t1; t += PRE_T) {
         int nt = t1 - t < PRE_T ? (int)(t1 - t) : PRE_T;
-        for (int64_t b0 = 0; b0 < nb; b0 += per)
-            for (int64_t r = 0; r < nr; r++)
-                pre_part(nt, q + r * C, dq + r * nb, j->x + t * C, C, b0, b0 + per < nb ? b0 + per : nb,
-                         acc + r * PRE_T * 8);
+        for (int64_t b0 = 0; b0 < nb; b0 += per) {
+            int64_t b1 = b0 + per < nb ? b0 + per : nb, r = 0;
+            if (j->pre2)
+                for (; r + 2 <= nr; r += 2)
+                    srt_cpu_exact_pre2_avx512(nt, q + r * C, q + (r + 1) * C, dq + r * nb, dq + (r + 1) * nb,
+                                              j->x + t * C, C, b0, b1, acc + r * PRE_T * 8,
+                                              acc + (r + 1) * PRE_T * 8);
+            for (; r < nr; r++)
+                pre_part(nt, q + r * C, dq + r * nb, j->x + t * C, C, b0, b1, acc + r * PRE_T * 8);
+        }
         pre_finish(j->fmts[k], nt, (int)nr, acc, o, j->xs + t, j->ldt, nb,
                    j->biases[k] ? j->biases[k] + r0 : NULL, j->ys[k] + t * R + r0, R);
     }
@@ -675,6 +684,60 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     case SRT_Q8_0_X8: *fmt = FMT_Q8_0_X8; *dec = dec_FMT_Q8_0_X8; *unp = unp_q8x8; return SRT_OK;
     default: return SRT_ERROR;
     }
+}
+
+/* The 16-lane prefill kernel against pre_part on made-up rows: q small integers of both
+ * signs, scales and x of both signs over a wide range of magnitudes, every token count, the
+ * blocks in three column slices (so the accumulators are carried as in pre_item). */
+static uint32_t lcg(uint32_t *s) { return (*s = *s * 1103515245u + 12345u) >> 8; }
+
+/* m in [-1, 1] times 2^e, e in [e0, e0 + ne) */
+static float made_up(uint32_t *s, int e0, int ne)
+{
+    float m = (float)((int)(lcg(s) % 20001) - 10000) / 10000.0f;
+    return ldexpf(m, e0 + (int)(lcg(s) % (uint32_t)ne));
+}
+
+static int pre2_matches(void)
+{
+    enum { NB = 6, C = NB * QK };
+    static const int64_t cut[] = { 0, 2, 5, NB };
+    float q[2][C], d[2][NB], x[PRE_T * C], a8[2][PRE_T * 8], a16[2][PRE_T * 8];
+    uint32_t s = 12345;
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < C; i++)
+            q[r][i] = (float)(lcg(&s) % 255) - 127.0f;
+        for (int b = 0; b < NB; b++)
+            d[r][b] = made_up(&s, -16, 24);
+    }
+    for (int i = 0; i < PRE_T * C; i++)
+        x[i] = made_up(&s, -15, 30);
+    for (int T = 1; T <= PRE_T; T++) {
+        for (int k = 0; k < 3; k++) {
+            pre_part(T, q[0], d[0], x, C, cut[k], cut[k + 1], a8[0]);
+            pre_part(T, q[1], d[1], x, C, cut[k], cut[k + 1], a8[1]);
+            srt_cpu_exact_pre2_avx512(T, q[0], q[1], d[0], d[1], x, C, cut[k], cut[k + 1], a16[0], a16[1]);
+        }
+        if (memcmp(a8[0], a16[0], sizeof(float) * 8 * (size_t)T) || memcmp(a8[1], a16[1], sizeof(float) * 8 * (size_t)T))
+            return 0;
+    }
+    return 1;
+}
+
+int srt_cpu_exact_avx512(void)
+{
+    static _Atomic int state;   /* 0 not checked yet, 1 same bits, -1 not */
+    if (srt_cpu_ops() != &srt_cpu_ops_avx512)
+        return 0;
+    int st = atomic_load(&state);
+    if (st == 0) {
+        st = pre2_matches() ? 1 : -1;
+        if (st < 0)
+            fprintf(stderr, "srt: the AVX-512 exact prefill kernel does not give the AVX2 kernel's bits on this "
+                            "CPU; exact prefill stays on AVX2\n");
+        atomic_store(&state, st);
+    }
+    return st;
 }
 
 /* Prefill of weight k (the block sums of x already in j->xs). */
@@ -732,6 +795,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     /* an x the packed kernel cannot take exactly (values near the bottom of the float range)
      * goes the prefill way, which computes the same bits from the unpacked rows */
     if (n_tok > DEC_MAX_TOK || !exact_scale) {
+        j.pre2 = srt_cpu_exact_avx512() == 1;
         /* prefill items are large: one region per weight costs nothing measurable */
         for (int k = 0; k < n; k++)
             prefill(tp, &j, k, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
@@ -870,5 +934,7 @@ size_t srt_cpu_exact_pack_bytes(const srt_weight *w) { return 0; }
 void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out) { *out = *w; }
 
 srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out) { return SRT_DTYPE_COUNT; }
+
+int srt_cpu_exact_avx512(void) { return 0; }
 
 #endif

@@ -11,4 +11,5 @@ ENGINE_SRCS += src/backend/cpu/cpu_backend.c \
                src/backend/cpu/kernels_portable.c \
                src/backend/cpu/kernels_avx2.c \
                src/backend/cpu/kernels_avx512.c \
-               src/backend/cpu/exact.c
+               src/backend/cpu/exact.c \
+               src/backend/cpu/exact_avx512.c
