@@ -163,23 +163,24 @@ static void packed(void)
     free(bias);
 }
 
-/* The 16-lane exact prefill kernel (exact_avx512.c: two rows per register) runs only where
- * AVX-512 is the chosen level, and gives the 8-lane kernel's bits: on an AVX-512 CPU every
- * prefill below (odd row counts: a row left over from the pairs) is compared, bit for bit,
- * with the same matmul under SRT_CPU_SIMD=avx2. */
-static void avx512_prefill(void)
+/* The 16-lane exact kernels (exact_avx512.c: two rows per register) run only where AVX-512
+ * is the chosen level, and give the 8-lane kernels' bits: on an AVX-512 CPU every prefill
+ * below (odd row counts: a row left over from the pairs) and every decode of the packed
+ * weights (one token: 16 lanes; two: still 8) is compared, bit for bit, with the same matmul
+ * under SRT_CPU_SIMD=avx2. */
+static void avx512_kernels(void)
 {
     static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0 };
     static const int64_t shapes[][2] = { { 37, 320 }, { 64, 576 }, { 45, 1536 } };
     static const int64_t ntoks[] = { 3, 8, 19, 130 };
     enum { MT = 130, MC = 1536, MR = 64 };
     if (srt_cpu_force_simd("avx2") == SRT_OK)
-        ok(srt_cpu_exact_avx512() == 0, "avx2 chosen: exact prefill does not run the 16-lane kernel");
+        ok(srt_cpu_exact_avx512() == 0, "avx2 chosen: the exact path does not run the 16-lane kernels");
     if (srt_cpu_force_simd("avx512") != SRT_OK) {
-        tap_diag("no AVX-512 on this CPU: the 16-lane exact prefill kernel is not compared here");
+        tap_diag("no AVX-512 on this CPU: the 16-lane exact kernels are not compared here");
         return;
     }
-    ok(srt_cpu_exact_avx512() == 1, "avx512 chosen: the 16-lane kernel passed its check and runs");
+    ok(srt_cpu_exact_avx512() == 1, "avx512 chosen: the 16-lane kernels passed their check and run");
     srt_err err;
     srt_backend *be = srt_cpu_backend_create(2, 1, &err);
     float *x = malloc(MT * MC * sizeof(float)), *y0 = malloc(MT * MR * sizeof(float));
@@ -206,9 +207,24 @@ static void avx512_prefill(void)
                 bad += memcmp(y0, y1, sizeof(float) * (size_t)(n * R)) != 0;
                 calls++;
             }
+            size_t pb = be->ops->pack_bytes(be, &w);
+            if (pb) {
+                uint8_t *pk = malloc(pb);
+                srt_weight pw;
+                be->ops->pack(be, &w, pk, &pw);
+                for (int64_t n = 1; n <= 2; n++) {
+                    srt_cpu_force_simd("avx2");
+                    be->ops->matmul(be, &pw, bias, x, n, y0);
+                    srt_cpu_force_simd("avx512");
+                    be->ops->matmul(be, &pw, bias, x, n, y1);
+                    bad += memcmp(y0, y1, sizeof(float) * (size_t)(n * R)) != 0;
+                    calls++;
+                }
+                free(pk);
+            }
             free(data);
         }
-        ok(bad == 0, "exact prefill %s: 16 lanes = 8 lanes, bit for bit (%d of %d calls differ)",
+        ok(bad == 0, "exact %s, prefill and packed decode: 16 lanes = 8 lanes, bit for bit (%d of %d calls differ)",
            srt_dtype_name(types[ti]), bad, calls);
     }
     srt_backend_free(be);
@@ -369,6 +385,6 @@ int main(void)
     free(nx);
     free(nb);
     packed();
-    avx512_prefill();
+    avx512_kernels();
     return tap_done();
 }

@@ -37,9 +37,47 @@ srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out);
 #define SRT_EXACT_PRE_T 8
 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, const float *da, const float *db,
                                const float *x, int64_t ldx, int64_t b0, int64_t b1, float *acc_a, float *acc_b);
-/* Whether exact prefill runs the 16-lane kernel: 1 yes; 0 no (no AVX-512, or SRT_CPU_SIMD
- * chose another level); -1 no, because on this CPU it did not give the 8-lane kernel's bits
- * (checked once per process, before first use). */
+/* Decode: one work item's rows [r0, r1) of a weight (base w, row stride), and where to
+ * prefetch past its end: the rows of the item this thread will likely claim next (nw, NULL:
+ * none), at the same offset into it. wide: run the 16-lane kernels (srt_cpu_exact_avx512). */
+typedef struct {
+    const uint8_t *w, *nw;
+    size_t stride, nstride;
+    int64_t r0, r1, R, nr0, nr1;
+    const float *x, *xs, *bias;
+    int64_t ldx, ldt, nb;
+    float *y;
+    int wide;
+} srt_exact_dec_run;
+
+#define SRT_EXACT_PF_ROWS 16   /* decode prefetch distance, in rows */
+
+/* What a packed decode prefetches while it computes the group of 8 rows at row r (r % 8 == 0):
+ * the group SRT_EXACT_PF_ROWS rows on, in this item or else at the same offset into the next
+ * one; NULL when that is past the weight's or the next item's end. */
+static inline const char *srt_exact_x8_pf(const srt_exact_dec_run *d, int64_t r)
+{
+    int64_t pr = r + SRT_EXACT_PF_ROWS;
+    if (pr < d->r1)
+        return pr + 8 <= d->R ? (const char *)d->w + (size_t)pr * d->stride : NULL;
+    if (d->nw && d->nr0 + (pr - d->r1) + 8 <= d->nr1)
+        return (const char *)d->nw + (size_t)(d->nr0 + (pr - d->r1)) * d->nstride;
+    return NULL;
+}
+
+/* Bytes of a packed Q4_1 block pair and of a packed Q8_0 block, of 8 rows each
+ * (SRT_Q4_1_X8, SRT_Q8_0_X8; the layouts: exact.c). */
+#define SRT_EXACT_X8_PAIR 320
+#define SRT_EXACT_Q8X8_BLOCK 272
+
+/* The packed decode of one token on 16 lanes: rows [r0, r1) of d (whole groups of 8), two
+ * rows per register, the bits of exact.c's kern_x8 (q8 0: SRT_Q4_1_X8; d->x is x scaled for
+ * the layout, as x8_scale writes it) or kern_q8x8 (q8 1: SRT_Q8_0_X8). */
+void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8);
+
+/* Whether the exact path runs its 16-lane kernels (prefill, packed Q4_1 decode): 1 yes; 0 no
+ * (no AVX-512, or SRT_CPU_SIMD chose another level); -1 no, because on this CPU they did not
+ * give the 8-lane kernels' bits (checked once per process, before first use). */
 int       srt_cpu_exact_avx512(void);
 
 #endif

@@ -39,7 +39,7 @@
 #define DEC_ROWS 8          /* decode: most rows dequantized together (independent FMA chains) */
 #define DEC_MAX_TOK 2       /* decode kernel up to this many tokens; the prefill one beyond */
 #define DEC_ITEM_MIN 16     /* decode: fewest rows per work item */
-#define PF_ROWS 16          /* decode prefetch distance, in rows */
+#define PF_ROWS SRT_EXACT_PF_ROWS
 #define PRE_ROWS 16         /* prefill: rows unpacked into scratch per work item */
 #define PRE_TOK 128         /* prefill: tokens per work item (a multiple of PRE_T) */
 #define PRE_T SRT_EXACT_PRE_T   /* prefill micro-kernel: one row (two: exact_avx512.c) x PRE_T tokens */
@@ -303,17 +303,7 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
     }
 }
 
-/* Decode: one work item's rows [r0, r1) of a weight (base w, row stride), and where to
- * prefetch past its end: the rows of the item this thread will likely claim next (nw, NULL:
- * none), at the same offset into it. */
-typedef struct {
-    const uint8_t *w, *nw;
-    size_t stride, nstride;
-    int64_t r0, r1, R, nr0, nr1;
-    const float *x, *xs, *bias;
-    int64_t ldx, ldt, nb;
-    float *y;
-} dec_run;
+typedef srt_exact_dec_run dec_run;
 
 /* The item's row groups in one loop, the kernel inlined: a call per group paid its loop's
  * exit and its chains' drain before the next group's loads could start. Each group
@@ -348,7 +338,8 @@ INLINE void dec_loop(int fmt, int T, int NR, const dec_run *d)
  * FMAs round what the GGUF kernel's round, in the same order, to the same bits. The top nibble
  * is one shift. The scales of eight rows convert in one go. A group takes eight rows' bytes, so
  * row 8g starts where it did in the file. */
-#define X8_PAIR (2 * 8 * sizeof(blk_q4_1))   /* 320 */
+#define X8_PAIR SRT_EXACT_X8_PAIR
+_Static_assert(X8_PAIR == 2 * 8 * sizeof(blk_q4_1), "packed Q4_1 pair");
 
 /* x of one token scaled for the packed layout (xp[i] = x[i] * 16^-j, j = i / 8 % 8, but
  * 1 for j = 7); 0 when a scaled value is not exact (it would fall below the normal range) */
@@ -430,7 +421,8 @@ INLINE void kern_x8(int T, int NR, const uint8_t *g, int lane0, int nr, const ch
  * rows' 32 q in order (272 bytes). The q need no unpacking trick (one sign-extending load per 8);
  * what the layout buys is eight rows' scales in one convert (the GGUF kernel gathered four with
  * inserts), eight rows at once (four before) and one sequential stream for the prefetcher. */
-#define Q8X8_BLOCK (8 * sizeof(blk_q8_0))   /* 272 */
+#define Q8X8_BLOCK SRT_EXACT_Q8X8_BLOCK
+_Static_assert(Q8X8_BLOCK == 8 * sizeof(blk_q8_0), "packed Q8_0 block");
 
 INLINE void kern_q8x8(int T, int NR, const uint8_t *g, int lane0, int nr, const char *pf, const float *x,
                       int64_t ldx, int64_t nb, const float *bias, float *y, int64_t ldy)
@@ -471,15 +463,7 @@ INLINE void dec_loop_x8(int fmt, int T, const dec_run *d)
     int64_t np = d->nb / 2;
     for (int64_t r = d->r0; r < d->r1; r += NR) {
         int n = d->r1 - r < NR ? (int)(d->r1 - r) : NR, lane0 = (int)(r % 8);
-        int64_t pr = r - lane0 + PF_ROWS;
-        const char *pf = NULL;
-        if (lane0 == 0) {   /* the group PF_ROWS rows on, as dec_loop (same addresses: see above) */
-            if (pr < d->r1) {
-                if (pr + 8 <= d->R)
-                    pf = (const char *)d->w + (size_t)pr * d->stride;
-            } else if (d->nw && d->nr0 + (pr - d->r1) + 8 <= d->nr1)
-                pf = (const char *)d->nw + (size_t)(d->nr0 + (pr - d->r1)) * d->nstride;
-        }
+        const char *pf = lane0 == 0 ? srt_exact_x8_pf(d, r) : NULL;   /* once per group */
         const uint8_t *g = d->w + (size_t)(r - lane0) * d->stride;
         if (fmt == FMT_Q8_0_X8)
             kern_q8x8(T, NR, g, lane0, n, pf, d->x, d->ldx, d->nb, d->bias ? d->bias + r : NULL, d->y + r, d->R);
@@ -491,7 +475,9 @@ INLINE void dec_loop_x8(int fmt, int T, const dec_run *d)
 
 TGT static void dec_FMT_Q4_1_X8(int T, const dec_run *d)
 {
-    if (T == 2)
+    if (T == 1 && d->wide)
+        srt_cpu_exact_x8_avx512(d, 0);
+    else if (T == 2)
         dec_loop_x8(FMT_Q4_1_X8, 2, d);
     else
         dec_loop_x8(FMT_Q4_1_X8, 1, d);
@@ -499,7 +485,9 @@ TGT static void dec_FMT_Q4_1_X8(int T, const dec_run *d)
 
 TGT static void dec_FMT_Q8_0_X8(int T, const dec_run *d)
 {
-    if (T == 2)
+    if (T == 1 && d->wide)
+        srt_cpu_exact_x8_avx512(d, 1);
+    else if (T == 2)
         dec_loop_x8(FMT_Q8_0_X8, 2, d);
     else
         dec_loop_x8(FMT_Q8_0_X8, 1, d);
@@ -596,7 +584,7 @@ typedef struct {
     /* prefill: the weight being computed, and its row chunks per token block */
     int cur;
     int64_t n_rchunk;
-    int pre2;                    /* prefill rows in pairs on 16 lanes (exact_avx512.c) */
+    int wide;                    /* the 16-lane kernels of exact_avx512.c */
 } exact_job;
 
 /* the weight of decode item i and the item's rows [*r0, *r1) */
@@ -637,7 +625,7 @@ static void dec_item(void *arg, int64_t item, int ith)
     dec_run d = { .w = w->data, .stride = w->row_stride, .r0 = r0, .r1 = r1, .R = w->rows,
                   .nw = nw ? nw->data : NULL, .nstride = nw ? nw->row_stride : 0, .nr0 = nr0, .nr1 = nr1,
                   .x = j->fmts[k] == FMT_Q4_1_X8 ? j->xp : j->x, .ldx = w->cols, .xs = j->xs, .ldt = j->ldt, .nb = j->nb, .bias = j->biases[k],
-                  .y = j->ys[k] };
+                  .y = j->ys[k], .wide = j->wide };
     j->decs[k]((int)j->n_tok, &d);
 }
 
@@ -661,7 +649,7 @@ static void pre_item(void *arg, int64_t i, int ith)
         int nt = t1 - t < PRE_T ? (int)(t1 - t) : PRE_T;
         for (int64_t b0 = 0; b0 < nb; b0 += per) {
             int64_t b1 = b0 + per < nb ? b0 + per : nb, r = 0;
-            if (j->pre2)
+            if (j->wide)
                 for (; r + 2 <= nr; r += 2)
                     srt_cpu_exact_pre2_avx512(nt, q + r * C, q + (r + 1) * C, dq + r * nb, dq + (r + 1) * nb,
                                               j->x + t * C, C, b0, b1, acc + r * PRE_T * 8,
@@ -686,9 +674,11 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     }
 }
 
-/* The 16-lane prefill kernel against pre_part on made-up rows: q small integers of both
- * signs, scales and x of both signs over a wide range of magnitudes, every token count, the
- * blocks in three column slices (so the accumulators are carried as in pre_item). */
+/* The 16-lane kernels against the 8-lane ones on made-up data: prefill on rows of q small
+ * integers of both signs, scales and x of both signs over a wide range of magnitudes, every
+ * token count, the blocks in three column slices (so the accumulators are carried as in
+ * pre_item); the packed Q4_1 and Q8_0 decodes on made-up GGUF blocks packed as the runner
+ * packs them. */
 static uint32_t lcg(uint32_t *s) { return (*s = *s * 1103515245u + 12345u) >> 8; }
 
 /* m in [-1, 1] times 2^e, e in [e0, e0 + ne) */
@@ -698,7 +688,7 @@ static float made_up(uint32_t *s, int e0, int ne)
     return ldexpf(m, e0 + (int)(lcg(s) % (uint32_t)ne));
 }
 
-static int pre2_matches(void)
+static int wide_matches(void)
 {
     enum { NB = 6, C = NB * QK };
     static const int64_t cut[] = { 0, 2, 5, NB };
@@ -721,7 +711,53 @@ static int pre2_matches(void)
         if (memcmp(a8[0], a16[0], sizeof(float) * 8 * (size_t)T) || memcmp(a8[1], a16[1], sizeof(float) * 8 * (size_t)T))
             return 0;
     }
-    return 1;
+    /* packed Q4_1 decode, 16 rows (two groups, the second prefetched) of 128 columns */
+    enum { DR = 16, DC = 128, DNB = DC / QK };
+    blk_q4_1 gguf[DR * DNB];
+    for (int b = 0; b < DR * DNB; b++) {
+        gguf[b].d = srt_f32_to_f16(made_up(&s, -12, 8));
+        gguf[b].m = srt_f32_to_f16(made_up(&s, -12, 8));
+        for (int i = 0; i < QK / 2; i++)
+            gguf[b].qs[i] = (uint8_t)lcg(&s);
+    }
+    _Alignas(64) uint8_t packed[DR * DNB * sizeof(blk_q4_1)];
+    srt_weight w = { .dtype = SRT_Q4_1, .rows = DR, .cols = DC, .row_stride = DNB * sizeof(blk_q4_1), .data = gguf }, pw;
+    srt_cpu_exact_pack(&w, packed, &pw);
+    float xd[DC], xp[DC], xs[DNB * PRE_T], bias[DR], y8[DR], y16[DR];
+    for (int i = 0; i < DC; i++)
+        xd[i] = made_up(&s, -6, 12);
+    for (int r = 0; r < DR; r++)
+        bias[r] = made_up(&s, -6, 6);
+    if (pw.dtype != SRT_Q4_1_X8 || !x8_scale(xd, DC, xp))
+        return 0;
+    block_sums(xd, DNB, xs, PRE_T);
+    dec_run run = { .w = pw.data, .stride = pw.row_stride, .r0 = 0, .r1 = DR, .R = DR, .x = xp, .xs = xs,
+                    .bias = bias, .ldx = DC, .ldt = PRE_T, .nb = DNB, .y = y8 };
+    dec_FMT_Q4_1_X8(1, &run);
+    run.y = y16;
+    run.wide = 1;
+    dec_FMT_Q4_1_X8(1, &run);
+    if (memcmp(y8, y16, sizeof y8))
+        return 0;
+    /* packed Q8_0 decode: the same rows' scales, q of both signs, plain x */
+    blk_q8_0 g8[DR * DNB];
+    for (int b = 0; b < DR * DNB; b++) {
+        g8[b].d = gguf[b].d;
+        for (int i = 0; i < QK; i++)
+            g8[b].qs[i] = (int8_t)((int)(lcg(&s) % 255) - 127);
+    }
+    _Alignas(64) uint8_t packed8[DR * DNB * sizeof(blk_q8_0)];
+    srt_weight w8 = { .dtype = SRT_Q8_0, .rows = DR, .cols = DC, .row_stride = DNB * sizeof(blk_q8_0), .data = g8 };
+    srt_cpu_exact_pack(&w8, packed8, &pw);
+    if (pw.dtype != SRT_Q8_0_X8)
+        return 0;
+    run = (dec_run){ .w = pw.data, .stride = pw.row_stride, .r0 = 0, .r1 = DR, .R = DR, .x = xd, .xs = xs,
+                     .bias = bias, .ldx = DC, .ldt = PRE_T, .nb = DNB, .y = y8 };
+    dec_FMT_Q8_0_X8(1, &run);
+    run.y = y16;
+    run.wide = 1;
+    dec_FMT_Q8_0_X8(1, &run);
+    return memcmp(y8, y16, sizeof y8) == 0;
 }
 
 int srt_cpu_exact_avx512(void)
@@ -731,10 +767,10 @@ int srt_cpu_exact_avx512(void)
         return 0;
     int st = atomic_load(&state);
     if (st == 0) {
-        st = pre2_matches() ? 1 : -1;
+        st = wide_matches() ? 1 : -1;
         if (st < 0)
-            fprintf(stderr, "srt: the AVX-512 exact prefill kernel does not give the AVX2 kernel's bits on this "
-                            "CPU; exact prefill stays on AVX2\n");
+            fprintf(stderr, "srt: the AVX-512 exact kernels do not give the AVX2 kernels' bits on this CPU; "
+                            "the exact path stays on AVX2\n");
         atomic_store(&state, st);
     }
     return st;
@@ -794,8 +830,8 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     }
     /* an x the packed kernel cannot take exactly (values near the bottom of the float range)
      * goes the prefill way, which computes the same bits from the unpacked rows */
+    j.wide = srt_cpu_exact_avx512() == 1;
     if (n_tok > DEC_MAX_TOK || !exact_scale) {
-        j.pre2 = srt_cpu_exact_avx512() == 1;
         /* prefill items are large: one region per weight costs nothing measurable */
         for (int k = 0; k < n; k++)
             prefill(tp, &j, k, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);

@@ -1,19 +1,23 @@
-/* The exact prefill micro-kernel on 16 lanes (AVX-512F): two weight rows side by side, the
- * low 256 bits of every register row A's lanes, the high 256 bits row B's. Each half runs
- * exact.c's kern_pre sequence on the same values in the same order,
+/* The exact path's kernels on 16 lanes (AVX-512F), for the CPUs whose AVX2 code leaves half
+ * of each vector unit idle. Two weight rows side by side: the low 256 bits of a register hold
+ * row A's 8 lanes, the high 256 bits row B's, and each half runs exactly the sequence of
+ * exact.c's 8-lane kernel on the same values in the same order,
  *     t = q[0:8]*x[0:8]; t += q[8:16]*x[8:16]; t += q[16:24]*x[16:24]; t += q[24:32]*x[24:32];
  *     acc += t * d
- * and a 512-bit mul or FMA rounds each lane as the 256-bit one does, so a (row, token)
- * accumulator has the bits of the AVX2 kernel: decode (still AVX2) and prefill agree and the
- * batch invariance of exact.c holds. What it buys: a token's x chunk is one broadcast load
- * for both rows, and on a core with two 512-bit FMA units a block costs half the issue slots.
- *
- * exact.c checks this kernel against kern_pre once per process (srt_cpu_exact_avx512_ok)
- * before it uses it, so a CPU or compiler that rounds one half differently falls back to
- * AVX2 instead of changing the output. Compiled per function with target attributes so
- * the library still loads on CPUs without AVX-512; called only after a CPUID check. */
+ * A 512-bit mul or FMA rounds each lane as the 256-bit one does, so every (row, token) output
+ * has the AVX2 bits: batch invariance holds and decode and prefill agree. A token's x chunk
+ * is one broadcast load for both rows; on a core with two 512-bit FMA units a block costs half
+ * the issue slots.
+ * - prefill: the 1 row x 8 token micro-kernel becomes 2 rows x 8 tokens;
+ * - decode of one token on packed weights (SRT_Q4_1_X8, SRT_Q8_0_X8): a group's 8 rows as 4
+ *   pairs. Two tokens and the unpacked formats stay on AVX2.
+ * exact.c checks these kernels against its own once per process (srt_cpu_exact_avx512) before
+ * using them: a CPU or compiler that rounded a half differently would leave the exact path on
+ * AVX2 instead of changing its output. Compiled per function with target attributes so the
+ * library still loads on CPUs without AVX-512; called only after a CPUID check. */
 #include "backend/cpu/cpu_exact.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/hsum_avx2.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -34,7 +38,7 @@ INLINE512 __m512 twice8(const float *a)
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(a))));
 }
 
-/* rows A and B (q: cols floats each, d: a scale per block) x T tokens over blocks [b0, b1);
+/* prefill: rows A and B (q: cols floats each, d: a scale per block) x T tokens over blocks [b0, b1);
  * acc_a / acc_b: each row's T x 8 accumulators, carried between column slices as kern_pre's */
 INLINE512 void kern_pre2(int T, const float *qa, const float *qb, const float *da, const float *db, const float *x,
                          int64_t ldx, int64_t b0, int64_t b1, float *acc_a, float *acc_b)
@@ -78,7 +82,132 @@ TGT512 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, c
     }
 }
 
+/* Packed Q4_1, one token, 8 rows of group g (exact.c's kern_x8 with T = 1, NR = 8): rows 2i
+ * and 2i+1 are 64 contiguous bytes of the pair, so a pair of rows is one load; nibble j is
+ * one AND (q * 16^j, exact) against x scaled by 16^-j, as there. The offsets stay in 8 lanes
+ * over the rows, as there. */
+INLINE512 void kern_x8_16(const uint8_t *g, const char *pf, const float *xp, const float *xs, int64_t ldt,
+                          int64_t np, const float *bias, float *y)
+{
+    /* per pair of rows i, the scale of row 2i in the low half, of 2i+1 in the high half:
+     * indices into [d of block A (8 rows) | d of block B (8 rows)] */
+    const __m512i ia[4] = { _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                            _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                            _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6) };
+    const __m512i eight = _mm512_set1_epi32(8);
+    __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    __m256 off = _mm256_setzero_ps();
+    for (int64_t p = 0; p < np; p++, g += SRT_EXACT_X8_PAIR) {
+        if (pf)
+#pragma GCC unroll 5
+            for (size_t o = 0; o < SRT_EXACT_X8_PAIR; o += 64)
+                _mm_prefetch(pf + (size_t)p * SRT_EXACT_X8_PAIR + o, _MM_HINT_T0);
+        __m256 mA = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
+        __m256 mB = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 48)));
+        __m512d dlo = _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g))));
+        __m512 dd = _mm512_castpd_ps(_mm512_insertf64x4(
+            dlo, _mm256_castps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32)))), 1));
+        off = _mm256_fmadd_ps(mA, _mm256_broadcast_ss(xs + 2 * p * ldt), off);
+        off = _mm256_fmadd_ps(mB, _mm256_broadcast_ss(xs + (2 * p + 1) * ldt), off);
+        const float *xa = xp + p * 2 * QK, *xb = xa + QK;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m512i v = _mm512_loadu_si512((const void *)(g + 64 + 64 * i));
+            __m512 q[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                q[j] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)(0xFu << 4 * j))));
+            __m512 s = _mm512_mul_ps(q[0], twice8(xa));
+            s = _mm512_fmadd_ps(q[1], twice8(xa + 8), s);
+            s = _mm512_fmadd_ps(q[2], twice8(xa + 16), s);
+            s = _mm512_fmadd_ps(q[3], twice8(xa + 24), s);
+            acc[i] = _mm512_fmadd_ps(s, _mm512_permutexvar_ps(ia[i], dd), acc[i]);
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; j++)
+                q[j] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)(0xFu << 4 * (4 + j)))));
+            q[3] = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 28));
+            s = _mm512_mul_ps(q[0], twice8(xb));
+            s = _mm512_fmadd_ps(q[1], twice8(xb + 8), s);
+            s = _mm512_fmadd_ps(q[2], twice8(xb + 16), s);
+            s = _mm512_fmadd_ps(q[3], twice8(xb + 24), s);
+            acc[i] = _mm512_fmadd_ps(s, _mm512_permutexvar_ps(_mm512_add_epi32(ia[i], eight), dd), acc[i]);
+        }
+    }
+    _Alignas(32) float o[8];
+    _mm256_store_ps(o, off);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        float lo = srt_hsum8(_mm512_castps512_ps256(acc[i]));
+        float hi = srt_hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1)));
+        y[2 * i] = (lo + o[2 * i]) + (bias ? bias[2 * i] : 0.0f);
+        y[2 * i + 1] = (hi + o[2 * i + 1]) + (bias ? bias[2 * i + 1] : 0.0f);
+    }
+}
+
+/* Packed Q8_0, one token, 8 rows of group g (exact.c's kern_q8x8 with T = 1, NR = 8). A pair
+ * of rows is two 32-byte loads; their 8-byte chunks k are paired by 64-bit unpacks so that
+ * one sign-extension gives [row 2i's q[8k:8k+8] | row 2i+1's], then one convert for both. */
+INLINE512 void kern_q8x8_16(const uint8_t *g, const char *pf, const float *x, int64_t nb, const float *bias,
+                            float *y)
+{
+    const __m512i ia[4] = { _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                            _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                            _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6) };
+    __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    for (int64_t b = 0; b < nb; b++, g += SRT_EXACT_Q8X8_BLOCK) {
+        if (pf)
+#pragma GCC unroll 5
+            for (size_t o = 0; o < SRT_EXACT_Q8X8_BLOCK; o += 64)
+                _mm_prefetch(pf + (size_t)b * SRT_EXACT_Q8X8_BLOCK + o, _MM_HINT_T0);
+        __m512 dd = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)));
+        const float *xb = x + b * QK;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m256i ra = _mm256_loadu_si256((const __m256i *)(g + 16 + 64 * i));
+            __m256i rb = _mm256_loadu_si256((const __m256i *)(g + 48 + 64 * i));
+            __m256i lo = _mm256_unpacklo_epi64(ra, rb), hi = _mm256_unpackhi_epi64(ra, rb);   /* chunks 0 2 | 1 3 */
+            __m128i c[4] = { _mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi), _mm256_extracti128_si256(lo, 1),
+                             _mm256_extracti128_si256(hi, 1) };
+            __m512 q[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c[k]));
+            __m512 s = _mm512_mul_ps(q[0], twice8(xb));
+            s = _mm512_fmadd_ps(q[1], twice8(xb + 8), s);
+            s = _mm512_fmadd_ps(q[2], twice8(xb + 16), s);
+            s = _mm512_fmadd_ps(q[3], twice8(xb + 24), s);
+            acc[i] = _mm512_fmadd_ps(s, _mm512_permutexvar_ps(ia[i], dd), acc[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        float lo = srt_hsum8(_mm512_castps512_ps256(acc[i]));
+        float hi = srt_hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1)));
+        y[2 * i] = lo + (bias ? bias[2 * i] : 0.0f);
+        y[2 * i + 1] = hi + (bias ? bias[2 * i + 1] : 0.0f);
+    }
+}
+
+/* dec_loop_x8's loop for one token: the item's groups, each prefetching as that one does */
+TGT512 void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8)
+{
+    for (int64_t r = d->r0; r < d->r1; r += 8) {
+        const uint8_t *g = d->w + (size_t)r * d->stride;
+        const float *bias = d->bias ? d->bias + r : NULL;
+        if (q8)
+            kern_q8x8_16(g, srt_exact_x8_pf(d, r), d->x, d->nb, bias, d->y + r);
+        else
+            kern_x8_16(g, srt_exact_x8_pf(d, r), d->x, d->xs, d->ldt, d->nb / 2, bias, d->y + r);
+    }
+}
+
 #else
+
+void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8)
+{
+}
 
 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, const float *da, const float *db,
                                const float *x, int64_t ldx, int64_t b0, int64_t b1, float *acc_a, float *acc_b)
