@@ -361,10 +361,23 @@ __attribute__((target("avx2,fma,f16c"))) static void f16_axpy_block_avx2(float *
     }
 }
 
-__attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n);
+__attribute__((target("avx512f,avx2,fma,f16c"))) static float dot_avx512(const float *a, const float *b, int64_t n);
+
+/* The sum of 16 lanes: the two 256-bit halves added, then srt_hsum8. This is the order of
+ * GCC's _mm512_reduce_add_ps, written out so that the block kernel below can fold eight keys'
+ * halves first and reduce them together (srt_hsum8x8) with the same bits, whatever compiler. */
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m256 fold16(__m512 v)
+{
+    return _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), _mm512_castps512_ps256(v));
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline float hsum16(__m512 v)
+{
+    return srt_hsum8(fold16(v));
+}
 
 /* head_dim chunks of 64 held in 4 registers (AVX-512) */
-__attribute__((target("avx512f"))) static void dot_rows_avx512(const float *q, const float *const *rows, int nb,
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void dot_rows_avx512(const float *q, const float *const *rows, int nb,
                                                                int64_t n, float *out)
 {
     if (n % 16) {
@@ -385,7 +398,7 @@ __attribute__((target("avx512f"))) static void dot_rows_avx512(const float *q, c
             if (w > 16) s = _mm512_fmadd_ps(q1, _mm512_loadu_ps(k + 16), s);
             if (w > 32) s = _mm512_fmadd_ps(q2, _mm512_loadu_ps(k + 32), s);
             if (w > 48) s = _mm512_fmadd_ps(q3, _mm512_loadu_ps(k + 48), s);
-            out[j] += _mm512_reduce_add_ps(s);
+            out[j] += hsum16(s);
         }
     }
 }
@@ -418,7 +431,7 @@ __attribute__((target("avx512f"))) static void axpy_rows_avx512(float *acc, cons
     }
 }
 
-__attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n)
+__attribute__((target("avx512f,avx2,fma,f16c"))) static float dot_avx512(const float *a, const float *b, int64_t n)
 {
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     int64_t i = 0;
@@ -428,10 +441,71 @@ __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const
     }
     for (; i + 16 <= n; i += 16)
         s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-    float r = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    float r = hsum16(_mm512_add_ps(s0, s1));
     for (; i < n; i++)
         r += a[i] * b[i];
     return r;
+}
+
+/* A block of nb keys on the AVX-512 level: per (key, head) dot_avx512's arithmetic on the row
+ * converted in registers (two accumulators over 32-float steps, their sum reduced), so the
+ * bits of the per-key path (f16_row + dot_avx512); each K chunk is converted once for up to
+ * four heads, and eight keys' reductions are done together (fold16, then srt_hsum8x8: the
+ * same additions as hsum16). n a multiple of 16. */
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot_block_avx512(const float *const *q, int nh,
+                                                                                  const uint16_t *const *k, int nb,
+                                                                                  int64_t n, float *out, int stride)
+{
+    if (n % 16 || n > 1024) {
+        for (int j = 0; j < nb; j++)
+            f16_dot_heads_portable(q, nh, k[j], n, out + j, stride);
+        return;
+    }
+    for (int h0 = 0; h0 < nh; h0 += 4) {
+        int m = nh - h0 < 4 ? nh - h0 : 4;
+        const float *qh[4] = { q[h0], q[h0 + (m > 1)], q[h0 + 2 * (m > 2)], q[h0 + 3 * (m > 3)] };
+        for (int j0 = 0; j0 < nb; j0 += 8) {
+            int kb = nb - j0 < 8 ? nb - j0 : 8;
+            _Alignas(32) float part[4][8][8];   /* per head and key: the folded s0 + s1 */
+            for (int j = 0; j < kb; j++) {
+                const uint16_t *kr = k[j0 + j];
+                __m512 s[4][2];
+#pragma GCC unroll 4
+                for (int h = 0; h < 4; h++)
+                    s[h][0] = s[h][1] = _mm512_setzero_ps();
+                int64_t i = 0;
+                for (; i + 32 <= n; i += 32) {
+                    __m512 k0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + i)));
+                    __m512 k1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + i + 16)));
+#pragma GCC unroll 4
+                    for (int h = 0; h < 4; h++)
+                        if (h < m) {
+                            s[h][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qh[h] + i), k0, s[h][0]);
+                            s[h][1] = _mm512_fmadd_ps(_mm512_loadu_ps(qh[h] + i + 16), k1, s[h][1]);
+                        }
+                }
+                if (i < n) {   /* one 16-float step left */
+                    __m512 k0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + i)));
+#pragma GCC unroll 4
+                    for (int h = 0; h < 4; h++)
+                        if (h < m)
+                            s[h][0] = _mm512_fmadd_ps(_mm512_loadu_ps(qh[h] + i), k0, s[h][0]);
+                }
+#pragma GCC unroll 4
+                for (int h = 0; h < 4; h++)
+                    if (h < m)
+                        _mm256_store_ps(part[h][j], fold16(_mm512_add_ps(s[h][0], s[h][1])));
+            }
+            for (int h = 0; h < m; h++) {
+                float *o = out + (size_t)(h0 + h) * (size_t)stride + j0;
+                if (kb == 8)
+                    _mm256_storeu_ps(o, srt_hsum8x8(part[h][0]));
+                else
+                    for (int j = 0; j < kb; j++)
+                        o[j] = srt_hsum8(_mm256_load_ps(part[h][j]));
+            }
+        }
+    }
 }
 #endif
 
@@ -535,7 +609,10 @@ static void f16_axpy_block_keys(float *const *acc, const float *p, int pstride, 
 srt_f16_dot_block_fn srt_cpu_f16_dot_block(void)
 {
 #if defined(__x86_64__)
-    if (use_level() == 1)
+    int l = use_level();
+    if (l == 2)
+        return f16_dot_block_avx512;
+    if (l == 1)
         return f16_dot_block_avx2;
 #endif
     return f16_dot_block_keys;
