@@ -282,7 +282,7 @@ int main(void)
 
     /* Batch invariance: a token's outputs have the same bits alone, in a decode batch, or at
      * any place of a prefill batch (odd row count: partial row groups and chunks). */
-    enum { BR = 37, BC = 320, BT = 61 };
+    enum { BR = 37, BC = 512, BT = 61 };
     float *bx = malloc(BT * BC * sizeof(float)), *by = malloc(BT * BR * sizeof(float));
     float *one = malloc(BR * sizeof(float)), bb[BR];
     for (int64_t i = 0; i < BT * BC; i++)
@@ -294,7 +294,7 @@ int main(void)
             continue;
         srt_err err;
         srt_backend *be = srt_cpu_backend_create(2, 1, &err);
-        for (size_t ti = 0; ti < 3; ti++) {
+        for (size_t ti = 0; ti < 5; ti++) {   /* the quantized types */
             srt_dtype t = types[ti];
             srt_weight w = { .dtype = t, .rows = BR, .cols = BC, .row_stride = srt_dtype_row_bytes(t, BC) };
             uint8_t *data = malloc(w.row_stride * BR);

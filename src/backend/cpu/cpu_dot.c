@@ -213,35 +213,6 @@ __attribute__((target("avx2,fma"))) static void axpy_rows_avx2(float *acc, const
 
 #define LOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 
-/* dot_avx2 of each head's query with an f16 row converted in registers: the same FMAs in
- * the same order, so the same bits as f16_row + dot_avx2 (n a multiple of 8) */
-__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
-f16_dot_heads_avx2(const float *const *q, int nh, const uint16_t *k, int64_t n, float *out, int stride)
-{
-    if (n % 8 || n > 1024) {
-        f16_dot_heads_portable(q, nh, k, n, out, stride);
-        return;
-    }
-    for (int h = 0; h < nh; h++) {
-        const float *a = q[h];
-        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-        int64_t i = 0;
-        for (; i + 32 <= n; i += 32) {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOADH(k + i), s0);
-            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LOADH(k + i + 8), s1);
-            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), LOADH(k + i + 16), s2);
-            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), LOADH(k + i + 24), s3);
-        }
-        for (; i + 8 <= n; i += 8)
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOADH(k + i), s0);
-        __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
-        __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        r = _mm_add_ss(r, _mm_movehdup_ps(r));
-        out[h * stride] = _mm_cvtss_f32(r);
-    }
-}
-
 /* axpy_avx2 of each head with an f16 row converted once in registers: per element the same
  * one FMA as before (n a multiple of 8) */
 __attribute__((target("avx2,fma,f16c"))) static void f16_axpy_heads_avx2(float *const *acc, const float *p,
@@ -260,8 +231,9 @@ __attribute__((target("avx2,fma,f16c"))) static void f16_axpy_heads_avx2(float *
     }
 }
 
-/* A block of nb keys: f16_dot_heads_avx2's arithmetic, each K chunk converted once for up to
- * three heads (their 12 accumulators and 4 chunks fill the registers), and the final
+/* A block of nb keys: per (key, head) dot_avx2's arithmetic on the row converted in
+ * registers (the bits of f16_row + dot_avx2; n a multiple of 8), each K chunk converted once
+ * for up to three heads (their 12 accumulators and 4 chunks fill the registers), and the final
  * horizontal sums of eight keys done together (srt_hsum8x8: the same additions as dot_avx2's
  * hsum, so the same bits). Before, a key's row was converted once per head and each (key,
  * head) paid its own hsum: 25 ops per 64 products, now about 14. */

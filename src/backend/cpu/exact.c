@@ -1,6 +1,7 @@
 /* The exact matmul: f32 activations times the weights HF computes with, accumulated in f32
  * (AVX2 + FMA, 8 lanes). Nothing is rounded to fewer bits: a quantized block's weights are
- * w = d*q + o (Q4_1: o = m; Q4_0: q - 8 as d*q - 8d; Q8_0: o = 0), and
+ * w = d*q + o (Q4_1: o = m; Q4_0: q - 8 as d*q - 8d; Q8_0: o = 0; the K-quants' sub-blocks
+ * too, see unp_q4k / unp_q6k), and
  *     sum_j w_j x_j = d * sum_j q_j x_j + o * sum_j x_j
  * where q_j are small integers (exact as floats) and sum_j x_j, the block sum of x, is
  * computed once per token and shared by every row. Per block and (row, token) that is four
@@ -65,9 +66,9 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q4_1_X8, FMT_Q8_0_X8 };
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q4_1_X8, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K };
 static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0), sizeof(blk_q4_1),
-                                    sizeof(blk_q8_0) };
+                                    sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k) };
 
 /* One block's q as four 8-float vectors in element order. */
 INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
@@ -229,7 +230,7 @@ INLINE void kern_pre(int T, const float *q, const float *dq, const float *x, int
 }
 
 /* the format has an offset term (o * sum x): all but Q8_0's */
-static inline int has_off(int fmt) { return fmt != FMT_Q8_0 && fmt != FMT_Q8_0_X8; }
+static inline int has_off(int fmt) { return fmt != FMT_Q8_0 && fmt != FMT_Q8_0_X8 && fmt != FMT_Q6_K; }
 
 /* Prefill: the T outputs of rows [0, nr) of a tile from their accumulators (acc: PRE_T x 8
  * floats per row), offsets o (nb floats per row) and the tokens' block sums. A row's offset
@@ -551,6 +552,75 @@ FMT_FNS(FMT_Q4_0)
 FMT_FNS(FMT_Q4_1)
 FMT_FNS(FMT_Q8_0)
 
+/* ---- K-quants: unpacked into the prefill scratch as 32-blocks of the same form ----
+ * Q4_K: a sub-block of 32 is w = D*q - M, D = d*sc and M = dmin*mn in f32 as HF's
+ * dequantization takes them, so it is a Q4_1 block with scale D and offset -M. Q6_K: w =
+ * D*(q - 32) with D = d*sc per 16; as 32-blocks, q' = sc*(q - 32) (an integer below 2^13,
+ * exact as a float) with the super-block's d as scale and no offset. These formats have no
+ * register-unpacking decode kernel: every token count takes the prefill way, so decode and
+ * prefill are one code path and batch invariance holds as for the others. */
+INLINE void store_u8x8(float *q, __m256i v) { _mm256_storeu_ps(q, _mm256_cvtepi32_ps(v)); }
+
+TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o)
+{
+    const blk_q4_k *b = (const blk_q4_k *)(w + (size_t)r * stride);
+    const __m256i m4 = _mm256_set1_epi32(0x0F);
+    for (int64_t s = 0; s < nb / 8; s++, b++) {
+        float d = srt_f16_to_f32(b->d), dmin = srt_f16_to_f32(b->dmin);
+        for (int j = 0; j < 8; j++) {
+            int sc, mn;
+            q4k_scale_min(b->scales, j, &sc, &mn);
+            dq[8 * s + j] = d * (float)sc;
+            o[8 * s + j] = -(dmin * (float)mn);
+        }
+        for (int c = 0; c < 4; c++) {   /* 64 elements: low nibbles then high nibbles of 32 bytes */
+            const uint8_t *qs = b->qs + 32 * c;
+            float *lo = q + 256 * s + 64 * c, *hi = lo + 32;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * k)));
+                store_u8x8(lo + 8 * k, _mm256_and_si256(v, m4));
+                store_u8x8(hi + 8 * k, _mm256_srli_epi32(v, 4));
+            }
+        }
+    }
+}
+
+TGT static void unp_q6k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o)
+{
+    const blk_q6_k *b = (const blk_q6_k *)(w + (size_t)r * stride);
+    const __m256i m4 = _mm256_set1_epi32(0x0F), m3 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
+    for (int64_t s = 0; s < nb / 8; s++, b++) {
+        float d = srt_f16_to_f32(b->d);
+        for (int j = 0; j < 8; j++) {
+            dq[8 * s + j] = d;
+            o[8 * s + j] = 0.0f;
+        }
+        for (int h = 0; h < 2; h++) {   /* 128 elements: 32k + l from ql[l], ql[l + 32], qh[l] */
+            const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+            const int8_t *sc = b->scales + 8 * h;
+            float *out = q + 256 * s + 128 * h;
+#pragma GCC unroll 4
+            for (int l = 0; l < 32; l += 8) {
+                __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+                __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
+                __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                __m256i v[4] = {
+                    _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(e, m3), 4)),
+                    _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 2), m3), 4)),
+                    _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 4), m3), 4)),
+                    _mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_srli_epi32(e, 6), 4)),
+                };
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    _mm256_storeu_ps(out + 32 * k + l,
+                                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v[k], k32)),
+                                                   _mm256_set1_ps((float)sc[2 * k + l / 16])));
+            }
+        }
+    }
+}
+
 /* one for every format: the unpacked rows are plain floats */
 TGT static void pre_part(int T, const float *q, const float *dq, const float *x, int64_t ldx, int64_t b0,
                          int64_t b1, float *acc)
@@ -670,6 +740,8 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
     case SRT_Q4_1_X8: *fmt = FMT_Q4_1_X8; *dec = dec_FMT_Q4_1_X8; *unp = unp_x8; return SRT_OK;
     case SRT_Q8_0_X8: *fmt = FMT_Q8_0_X8; *dec = dec_FMT_Q8_0_X8; *unp = unp_q8x8; return SRT_OK;
+    case SRT_Q4_K: *fmt = FMT_Q4_K; *dec = NULL; *unp = unp_q4k; return SRT_OK;
+    case SRT_Q6_K: *fmt = FMT_Q6_K; *dec = NULL; *unp = unp_q6k; return SRT_OK;
     default: return SRT_ERROR;
     }
 }
@@ -797,10 +869,12 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
     int64_t C = w[0]->cols, work = 0;
-    int packed = 0;
+    int packed = 0, no_dec = 0;
     for (int k = 0; k < n; k++) {
-        if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &j.unps[k]) != SRT_OK || w[k]->cols != C || C % QK)
+        if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &j.unps[k]) != SRT_OK || w[k]->cols != C ||
+            C % srt_dtype_block_elems(w[k]->dtype))
             return SRT_ERROR;
+        no_dec |= j.decs[k] == NULL;
         if ((j.fmts[k] == FMT_Q4_1_X8 && (w[k]->rows % 8 || C % (2 * QK))) ||
             (j.fmts[k] == FMT_Q8_0_X8 && w[k]->rows % 8))
             return SRT_ERROR;
@@ -831,7 +905,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     /* an x the packed kernel cannot take exactly (values near the bottom of the float range)
      * goes the prefill way, which computes the same bits from the unpacked rows */
     j.wide = srt_cpu_exact_avx512() == 1;
-    if (n_tok > DEC_MAX_TOK || !exact_scale) {
+    if (n_tok > DEC_MAX_TOK || !exact_scale || no_dec) {
         /* prefill items are large: one region per weight costs nothing measurable */
         for (int k = 0; k < n; k++)
             prefill(tp, &j, k, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
