@@ -306,6 +306,116 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
 
 typedef srt_exact_dec_run dec_run;
 
+/* ---- K-quant decode: a row's super-block scales taken once, q unpacked in registers (Q4_K)
+ * or staged through 128 floats in L1 (Q6_K's six bits come from three places), then every
+ * 32-block is kern_pre's sequence on the values unp_q4k / unp_q6k write and the offsets are
+ * pre_finish's chain (one fused multiply-add per block from 0, in block order), so decode
+ * and prefill give the same bits. NR <= 4 rows (wr; rows past nr are not stored) x T tokens. */
+INLINE void unp_q6k_half(const blk_q6_k *b, int h, float *out)
+{
+    const __m256i m4 = _mm256_set1_epi32(0x0F), m3 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
+    const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+    const int8_t *sc = b->scales + 8 * h;
+#pragma GCC unroll 4
+    for (int l = 0; l < 32; l += 8) {
+        __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+        __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
+        __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+        __m256i v[4] = {
+            _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(e, m3), 4)),
+            _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 2), m3), 4)),
+            _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 4), m3), 4)),
+            _mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_srli_epi32(e, 6), 4)),
+        };
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(out + 32 * k + l, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v[k], k32)),
+                                                             _mm256_set1_ps((float)sc[2 * k + l / 16])));
+    }
+}
+
+INLINE void kern_k(int fmt, int T, int NR, const uint8_t *const *wr, int nr, const char *pf, const float *x,
+                   int64_t ldx, const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy)
+{
+    const size_t bb = fmt_bytes[fmt];
+    const __m256i m4 = _mm256_set1_epi32(0x0F);
+    __m256 acc[4][DEC_MAX_TOK];
+    float off[4][DEC_MAX_TOK];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            off[r][t] = 0.0f;
+        }
+    /* as kern_dec: the rows PF_ROWS on are one run, prefetched NR super-blocks' bytes per step */
+    const size_t pf_step = pf && nr == NR ? (size_t)NR * bb : 0;
+    if (!pf)
+        pf = (const char *)wr[0];
+    for (int64_t s = 0; s < nb / 8; s++, pf += pf_step) {
+        if (pf_step)
+            for (size_t o = 0; o < pf_step; o += 64)
+                _mm_prefetch(pf + o, _MM_HINT_T0);
+        const float *xb = x + s * 256;
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            if (fmt == FMT_Q4_K) {
+                const blk_q4_k *b = (const blk_q4_k *)(wr[r] + s * bb);
+                float d = srt_f16_to_f32(b->d), dmin = srt_f16_to_f32(b->dmin), D[8];
+                for (int j = 0; j < 8; j++) {
+                    int sc, mn;
+                    q4k_scale_min(b->scales, j, &sc, &mn);
+                    D[j] = d * (float)sc;
+                    float o = -(dmin * (float)mn);
+#pragma GCC unroll 2
+                    for (int t = 0; t < T; t++)
+                        off[r][t] = fmaf(o, xs[(8 * s + j) * ldt + t], off[r][t]);
+                }
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    __m256 qa[4], qb[4];
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 32 * c + 8 * k)));
+                        qa[k] = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4));
+                        qb[k] = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+                    }
+#pragma GCC unroll 2
+                    for (int t = 0; t < T; t++) {
+                        acc[r][t] = _mm256_fmadd_ps(block_dot(qa, xb + t * ldx + 64 * c), _mm256_set1_ps(D[2 * c]),
+                                                    acc[r][t]);
+                        acc[r][t] = _mm256_fmadd_ps(block_dot(qb, xb + t * ldx + 64 * c + 32),
+                                                    _mm256_set1_ps(D[2 * c + 1]), acc[r][t]);
+                    }
+                }
+            } else {
+                const blk_q6_k *b = (const blk_q6_k *)(wr[r] + s * bb);
+                __m256 dv = _mm256_set1_ps(srt_f16_to_f32(b->d));
+                for (int h = 0; h < 2; h++) {
+                    _Alignas(32) float st[128];
+                    unp_q6k_half(b, h, st);
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        __m256 q[4] = { _mm256_load_ps(st + 32 * k), _mm256_load_ps(st + 32 * k + 8),
+                                        _mm256_load_ps(st + 32 * k + 16), _mm256_load_ps(st + 32 * k + 24) };
+#pragma GCC unroll 2
+                        for (int t = 0; t < T; t++)
+                            acc[r][t] = _mm256_fmadd_ps(block_dot(q, xb + t * ldx + 128 * h + 32 * k), dv, acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < nr; r++) {
+            float v = srt_hsum8(acc[r][t]);
+            if (fmt == FMT_Q4_K)
+                v += off[r][t];
+            y[t * ldy + r] = v + (bias ? bias[r] : 0.0f);
+        }
+}
+
 /* The item's row groups in one loop, the kernel inlined: a call per group paid its loop's
  * exit and its chains' drain before the next group's loads could start. Each group
  * prefetches the rows PF_ROWS further on. */
@@ -323,8 +433,12 @@ INLINE void dec_loop(int fmt, int T, int NR, const dec_run *d)
                 pf = (const char *)d->w + (size_t)pr * d->stride;
         } else if (d->nw && d->nr0 + (pr - d->r1) + NR <= d->nr1)
             pf = (const char *)d->nw + (size_t)(d->nr0 + (pr - d->r1)) * d->nstride;
-        kern_dec(fmt, T, NR, wr, n, pf, d->x, d->ldx, d->xs, d->ldt, d->nb, d->bias ? d->bias + r : NULL,
-                 d->y + r, d->R);
+        if (fmt == FMT_Q4_K || fmt == FMT_Q6_K)
+            kern_k(fmt, T, NR, wr, n, pf, d->x, d->ldx, d->xs, d->ldt, d->nb, d->bias ? d->bias + r : NULL,
+                   d->y + r, d->R);
+        else
+            kern_dec(fmt, T, NR, wr, n, pf, d->x, d->ldx, d->xs, d->ldt, d->nb, d->bias ? d->bias + r : NULL,
+                     d->y + r, d->R);
     }
 }
 
@@ -556,9 +670,8 @@ FMT_FNS(FMT_Q8_0)
  * Q4_K: a sub-block of 32 is w = D*q - M, D = d*sc and M = dmin*mn in f32 as HF's
  * dequantization takes them, so it is a Q4_1 block with scale D and offset -M. Q6_K: w =
  * D*(q - 32) with D = d*sc per 16; as 32-blocks, q' = sc*(q - 32) (an integer below 2^13,
- * exact as a float) with the super-block's d as scale and no offset. These formats have no
- * register-unpacking decode kernel: every token count takes the prefill way, so decode and
- * prefill are one code path and batch invariance holds as for the others. */
+ * exact as a float) with the super-block's d as scale and no offset. Decode: kern_k, the same
+ * values and order. */
 INLINE void store_u8x8(float *q, __m256i v) { _mm256_storeu_ps(q, _mm256_cvtepi32_ps(v)); }
 
 TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o)
@@ -589,36 +702,31 @@ TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, 
 TGT static void unp_q6k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o)
 {
     const blk_q6_k *b = (const blk_q6_k *)(w + (size_t)r * stride);
-    const __m256i m4 = _mm256_set1_epi32(0x0F), m3 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
     for (int64_t s = 0; s < nb / 8; s++, b++) {
         float d = srt_f16_to_f32(b->d);
         for (int j = 0; j < 8; j++) {
             dq[8 * s + j] = d;
             o[8 * s + j] = 0.0f;
         }
-        for (int h = 0; h < 2; h++) {   /* 128 elements: 32k + l from ql[l], ql[l + 32], qh[l] */
-            const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
-            const int8_t *sc = b->scales + 8 * h;
-            float *out = q + 256 * s + 128 * h;
-#pragma GCC unroll 4
-            for (int l = 0; l < 32; l += 8) {
-                __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
-                __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
-                __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
-                __m256i v[4] = {
-                    _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(e, m3), 4)),
-                    _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 2), m3), 4)),
-                    _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 4), m3), 4)),
-                    _mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_srli_epi32(e, 6), 4)),
-                };
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++)
-                    _mm256_storeu_ps(out + 32 * k + l,
-                                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v[k], k32)),
-                                                   _mm256_set1_ps((float)sc[2 * k + l / 16])));
-            }
-        }
+        for (int h = 0; h < 2; h++)   /* 128 elements: 32k + l from ql[l], ql[l + 32], qh[l] */
+            unp_q6k_half(b, h, q + 256 * s + 128 * h);
     }
+}
+
+TGT static void dec_q4k(int T, const dec_run *d)
+{
+    if (T == 2)
+        dec_loop(FMT_Q4_K, 2, 2, d);
+    else
+        dec_loop(FMT_Q4_K, 1, 4, d);
+}
+
+TGT static void dec_q6k(int T, const dec_run *d)
+{
+    if (T == 2)
+        dec_loop(FMT_Q6_K, 2, 2, d);
+    else
+        dec_loop(FMT_Q6_K, 1, 4, d);
 }
 
 /* one for every format: the unpacked rows are plain floats */
@@ -740,8 +848,8 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
     case SRT_Q4_1_X8: *fmt = FMT_Q4_1_X8; *dec = dec_FMT_Q4_1_X8; *unp = unp_x8; return SRT_OK;
     case SRT_Q8_0_X8: *fmt = FMT_Q8_0_X8; *dec = dec_FMT_Q8_0_X8; *unp = unp_q8x8; return SRT_OK;
-    case SRT_Q4_K: *fmt = FMT_Q4_K; *dec = NULL; *unp = unp_q4k; return SRT_OK;
-    case SRT_Q6_K: *fmt = FMT_Q6_K; *dec = NULL; *unp = unp_q6k; return SRT_OK;
+    case SRT_Q4_K: *fmt = FMT_Q4_K; *dec = dec_q4k; *unp = unp_q4k; return SRT_OK;
+    case SRT_Q6_K: *fmt = FMT_Q6_K; *dec = dec_q6k; *unp = unp_q6k; return SRT_OK;
     default: return SRT_ERROR;
     }
 }
@@ -869,12 +977,11 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
     int64_t C = w[0]->cols, work = 0;
-    int packed = 0, no_dec = 0;
+    int packed = 0;
     for (int k = 0; k < n; k++) {
         if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &j.unps[k]) != SRT_OK || w[k]->cols != C ||
             C % srt_dtype_block_elems(w[k]->dtype))
             return SRT_ERROR;
-        no_dec |= j.decs[k] == NULL;
         if ((j.fmts[k] == FMT_Q4_1_X8 && (w[k]->rows % 8 || C % (2 * QK))) ||
             (j.fmts[k] == FMT_Q8_0_X8 && w[k]->rows % 8))
             return SRT_ERROR;
@@ -905,7 +1012,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     /* an x the packed kernel cannot take exactly (values near the bottom of the float range)
      * goes the prefill way, which computes the same bits from the unpacked rows */
     j.wide = srt_cpu_exact_avx512() == 1;
-    if (n_tok > DEC_MAX_TOK || !exact_scale || no_dec) {
+    if (n_tok > DEC_MAX_TOK || !exact_scale) {
         /* prefill items are large: one region per weight costs nothing measurable */
         for (int k = 0; k < n; k++)
             prefill(tp, &j, k, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
