@@ -120,6 +120,8 @@ int srt_ggml_type_to_dtype(uint32_t t, srt_dtype *out)
     case 1:  *out = SRT_F16;  return SRT_OK;
     case 2:  *out = SRT_Q4_0; return SRT_OK;
     case 3:  *out = SRT_Q4_1; return SRT_OK;
+    case 6:  *out = SRT_Q5_0; return SRT_OK;
+    case 7:  *out = SRT_Q5_1; return SRT_OK;
     case 8:  *out = SRT_Q8_0; return SRT_OK;
     case 12: *out = SRT_Q4_K; return SRT_OK;
     case 14: *out = SRT_Q6_K; return SRT_OK;
@@ -244,7 +246,7 @@ static int parse(srt_gguf *g, srt_err *err)
         size_t nbytes;
         int nd = (int)ti->n_dims;
         if (srt_ggml_type_to_dtype(ti->ggml_type, &dt) != SRT_OK) {
-            srt_err_set(err, "%s: tensor '%.*s' has unsupported GGML type %u (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)",
+            srt_err_set(err, "%s: tensor '%.*s' has unsupported GGML type %u (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)",
                         path, (int)ti->name.len, ti->name.ptr, ti->ggml_type);
             goto fail;
         }

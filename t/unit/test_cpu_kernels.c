@@ -135,6 +135,37 @@ static void test_block_decoders(void)
     }
     ok(close_all(out, want, 32, 0, "q4_1") && out[1] == -0.75f && out[16] == 2.75f, "q4_1 known block");
 
+    /* Q5_0: d = 0.5; element i's fifth bit is bit i of the little-endian qh (here set for
+     * the odd elements and for 16..19), value d*(q - 16) */
+    memset(blk, 0, sizeof(blk));
+    put_f16(blk, 0.5f);
+    uint32_t qh5 = 0xAAAAAAAAu | 0x000F0000u;
+    memcpy(blk + 2, &qh5, 4);
+    for (int j = 0; j < 16; j++)
+        blk[6 + j] = (uint8_t)(j | ((15 - j) << 4));
+    for (int i = 0; i < 32; i++) {
+        int nib = i < 16 ? i : 15 - (i - 16);
+        want[i] = 0.5f * ((nib | (int)((qh5 >> i) & 1) << 4) - 16);
+    }
+    srt_cpu_dequant(SRT_Q5_0, blk, 32, out);
+    /* element 1: nibble 1 + 16 -> 0.5 * 1; element 16: nibble 15 + 16 -> 0.5 * 15; element 0: -8 */
+    ok(close_all(out, want, 32, 0, "q5_0") && out[0] == -8.0f && out[1] == 0.5f && out[16] == 7.5f,
+       "q5_0 known block");
+
+    /* Q5_1: d = 0.25, m = -1, the same bits after d and m */
+    memset(blk, 0, sizeof(blk));
+    put_f16(blk, 0.25f);
+    put_f16(blk + 2, -1.0f);
+    memcpy(blk + 4, &qh5, 4);
+    for (int j = 0; j < 16; j++)
+        blk[8 + j] = (uint8_t)(j | ((15 - j) << 4));
+    for (int i = 0; i < 32; i++) {
+        int nib = i < 16 ? i : 15 - (i - 16);
+        want[i] = 0.25f * (nib | (int)((qh5 >> i) & 1) << 4) - 1.0f;
+    }
+    srt_cpu_dequant(SRT_Q5_1, blk, 32, out);
+    ok(close_all(out, want, 32, 0, "q5_1") && out[0] == -1.0f && out[31] == 3.0f, "q5_1 known block");
+
     /* Q4_K: d = 1, dmin = 0.5; sub-block j has 6-bit scale sc[j] and min mn[j].
      * scales[0..3]: sc0..3 in bits 0-5, bits 6-7 = sc4..7 >> 4
      * scales[4..7]: mn0..3 in bits 0-5, bits 6-7 = mn4..7 >> 4
@@ -217,6 +248,8 @@ static void fill_random_weight(srt_dtype t, uint8_t *row, int64_t cols)
         case SRT_Q8_0: put_f16(p, frand(-0.02f, 0.02f)); break;
         case SRT_Q4_0: put_f16(p, frand(-0.2f, 0.2f)); break;
         case SRT_Q4_1: put_f16(p, frand(0.01f, 0.2f)); put_f16(p + 2, frand(-1.5f, 0.5f)); break;
+        case SRT_Q5_0: put_f16(p, frand(-0.1f, 0.1f)); break;
+        case SRT_Q5_1: put_f16(p, frand(0.005f, 0.1f)); put_f16(p + 2, frand(-1.5f, 0.5f)); break;
         case SRT_Q4_K: {
             /* mins near 8 steps, as a quantizer centres them; random mins would make rows
              * mostly one offset and the outputs mostly cancellation */
@@ -294,7 +327,7 @@ static const char *paths[] = { "portable", "avx2", "avx512" };
 static void test_matmul_dtype(srt_dtype t, srt_threadpool *tp)
 {
     int is_k = srt_dtype_block_elems(t) == 256;
-    int is_q = t >= SRT_Q8_0 && t <= SRT_Q6_K;
+    int is_q = srt_dtype_block_elems(t) > 1;   /* the block formats quantize activations */
     const int64_t shapes[][2] = { { 37, is_k ? 512 : 96 }, { 1, is_k ? 256 : 32 }, { 131, is_k ? 768 : 576 } };
     const int64_t toks[] = { 1, 2, 3, 17, 64 };   /* every tail of the 4-token tiles */
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
@@ -944,7 +977,7 @@ int main(void)
     test_half_conversions();
     test_block_decoders();
     srt_threadpool *tp = srt_threadpool_create(3);
-    const srt_dtype all[] = { SRT_F32, SRT_F16, SRT_BF16, SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q4_K, SRT_Q6_K };
+    const srt_dtype all[] = { SRT_F32, SRT_F16, SRT_BF16, SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         test_matmul_dtype(all[i], tp);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)

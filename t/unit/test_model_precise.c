@@ -30,8 +30,8 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
         uint16_t h1 = srt_f32_to_f16(0.01f + 0.02f * (float)(rnd() % 100) / 100.0f);
         uint16_t h2 = srt_f32_to_f16(-0.05f + 0.1f * (float)(rnd() % 100) / 100.0f);
         switch (t) {
-        case SRT_Q8_0: case SRT_Q4_0: memcpy(blk, &h1, 2); break;
-        case SRT_Q4_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
+        case SRT_Q8_0: case SRT_Q4_0: case SRT_Q5_0: memcpy(blk, &h1, 2); break;
+        case SRT_Q4_1: case SRT_Q5_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
         case SRT_Q4_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h1, 2); break;
         case SRT_Q6_K: memcpy(blk + 208, &h1, 2); break;
         case SRT_F32: for (size_t k = 0; k < bb; k += 4) { float f = frnd(); memcpy(blk + k, &f, 4); } break;
@@ -170,8 +170,8 @@ static void packed(void)
  * under SRT_CPU_SIMD=avx2. */
 static void avx512_kernels(void)
 {
-    static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0 };
-    static const int64_t shapes[][2] = { { 37, 320 }, { 64, 576 }, { 45, 1536 } };
+    static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K };
+    static const int64_t shapes[][2] = { { 37, 512 }, { 64, 768 }, { 45, 1536 } };
     static const int64_t ntoks[] = { 3, 8, 19, 130 };
     enum { MT = 130, MC = 1536, MR = 64 };
     if (srt_cpu_force_simd("avx2") == SRT_OK)
@@ -236,7 +236,8 @@ static void avx512_kernels(void)
 
 int main(void)
 {
-    static const srt_dtype types[] = { SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q4_K, SRT_Q6_K, SRT_F32, SRT_F16, SRT_BF16 };
+    static const srt_dtype types[] = { SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K,
+                                       SRT_F32,  SRT_F16,  SRT_BF16 };
     static const char *paths[] = { "portable", "avx2", "avx512" };
     const int64_t rows = 48, cols = 512, ntoks[] = { 1, 3, 8, 19 };
     float *x = malloc(19 * cols * sizeof(float)), *y = malloc(19 * rows * sizeof(float));
@@ -294,7 +295,7 @@ int main(void)
             continue;
         srt_err err;
         srt_backend *be = srt_cpu_backend_create(2, 1, &err);
-        for (size_t ti = 0; ti < 5; ti++) {   /* the quantized types */
+        for (size_t ti = 0; ti < 7; ti++) {   /* the quantized types */
             srt_dtype t = types[ti];
             srt_weight w = { .dtype = t, .rows = BR, .cols = BC, .row_stride = srt_dtype_row_bytes(t, BC) };
             uint8_t *data = malloc(w.row_stride * BR);

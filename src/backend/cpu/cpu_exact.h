@@ -9,7 +9,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/backend.h"
 
-/* y[t][r] = sum_c x[t][c] * W[r][c] + bias[r] for Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K W (and the
+/* y[t][r] = sum_c x[t][c] * W[r][c] + bias[r] for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K W (and the
  * packed Q4_1 / Q8_0 below; AVX2 + FMA).
  * scratch holds srt_cpu_exact_scratch_floats(threads of tp, W cols, n_tok) floats. Batch
  * invariant: a (row, token) output does not depend on n_tok or the token's place.

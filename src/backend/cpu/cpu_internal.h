@@ -15,8 +15,11 @@
 typedef struct { uint16_t d; int8_t qs[QK]; } blk_q8_0;                  /* x = d*q */
 typedef struct { uint16_t d; uint8_t qs[QK / 2]; } blk_q4_0;             /* x = d*(q-8) */
 typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } blk_q4_1;          /* x = d*q + m */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; } blk_q5_0;     /* x = d*(q-16) */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; } blk_q5_1;  /* x = d*q + m */
 /* Nibble order of the 32-wide 4-bit formats: element i < 16 is the low nibble of qs[i],
- * element i + 16 its high nibble. */
+ * element i + 16 its high nibble. The 5-bit formats add bit i of the little-endian 32-bit
+ * qh as element i's fifth bit (value 16). */
 typedef struct {
     uint16_t d, dmin;        /* super-block scales of the 6-bit sub-block scales / mins */
     uint8_t  scales[12];     /* 8 x (6-bit scale, 6-bit min), packed */
@@ -32,6 +35,16 @@ typedef struct {
 _Static_assert(sizeof(blk_q8_0) == 34, "q8_0 layout");
 _Static_assert(sizeof(blk_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(blk_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(blk_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(blk_q5_1) == 24, "q5_1 layout");
+
+/* Element i (0..31) of a 5-bit block: its nibble and fifth bit, 0..31. */
+static inline int q5_value(const uint8_t *qs, const uint8_t *qh, int i)
+{
+    uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    int nib = i < 16 ? qs[i] & 0x0F : qs[i - 16] >> 4;
+    return nib | (int)((h >> i) & 1) << 4;
+}
 _Static_assert(sizeof(blk_q4_k) == 144, "q4_k layout");
 _Static_assert(sizeof(blk_q6_k) == 210, "q6_k layout");
 

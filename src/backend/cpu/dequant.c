@@ -88,6 +88,25 @@ static void dequant_q4_1(const blk_q4_1 *b, int64_t nb, float *out)
     }
 }
 
+/* as GGUF's readers: the 5-bit value q, then d*(q - 16) or d*q + m */
+static void dequant_q5_0(const blk_q5_0 *b, int64_t nb, float *out)
+{
+    for (int64_t i = 0; i < nb; i++, out += QK) {
+        float d = srt_f16_to_f32(b[i].d);
+        for (int j = 0; j < QK; j++)
+            out[j] = d * (q5_value(b[i].qs, b[i].qh, j) - 16);
+    }
+}
+
+static void dequant_q5_1(const blk_q5_1 *b, int64_t nb, float *out)
+{
+    for (int64_t i = 0; i < nb; i++, out += QK) {
+        float d = srt_f16_to_f32(b[i].d), m = srt_f16_to_f32(b[i].m);
+        for (int j = 0; j < QK; j++)
+            out[j] = d * q5_value(b[i].qs, b[i].qh, j) + m;
+    }
+}
+
 static void dequant_q4_k(const blk_q4_k *b, int64_t nb, float *out)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -157,6 +176,8 @@ void srt_cpu_dequant(srt_dtype t, const void *src, int64_t n, float *out)
     case SRT_Q8_0: dequant_q8_0(src, nb, out); break;
     case SRT_Q4_0: dequant_q4_0(src, nb, out); break;
     case SRT_Q4_1: dequant_q4_1(src, nb, out); break;
+    case SRT_Q5_0: dequant_q5_0(src, nb, out); break;
+    case SRT_Q5_1: dequant_q5_1(src, nb, out); break;
     case SRT_Q4_K: dequant_q4_k(src, nb, out); break;
     case SRT_Q6_K: dequant_q6_k(src, nb, out); break;
     case SRT_I32: {

@@ -1,7 +1,7 @@
 /* The exact matmul: f32 activations times the weights HF computes with, accumulated in f32
  * (AVX2 + FMA, 8 lanes). Nothing is rounded to fewer bits: a quantized block's weights are
- * w = d*q + o (Q4_1: o = m; Q4_0: q - 8 as d*q - 8d; Q8_0: o = 0; the K-quants' sub-blocks
- * too, see unp_q4k / unp_q6k), and
+ * w = d*q + o (Q4_1, Q5_1: o = m; Q4_0: q - 8 as d*q - 8d; Q5_0: d*q - 16d; Q8_0: o = 0;
+ * the K-quants' sub-blocks too, see unp_q4k / unp_q6k), and
  *     sum_j w_j x_j = d * sum_j q_j x_j + o * sum_j x_j
  * where q_j are small integers (exact as floats) and sum_j x_j, the block sum of x, is
  * computed once per token and shared by every row. Per block and (row, token) that is four
@@ -66,9 +66,16 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q4_1_X8, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K };
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q4_1_X8, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1 };
 static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0), sizeof(blk_q4_1),
-                                    sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k) };
+                                    sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k), sizeof(blk_q5_0),
+                                    sizeof(blk_q5_1) };
+
+/* where a 32-wide format's nibbles start: after d (and m), and for the 5-bit ones the qh word */
+static inline size_t qs_offset(int fmt)
+{
+    return fmt == FMT_Q4_1 ? 4 : fmt == FMT_Q5_0 ? 6 : fmt == FMT_Q5_1 ? 8 : 2;
+}
 
 /* One block's q as four 8-float vectors in element order. */
 INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
@@ -79,28 +86,44 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
             q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k))));
         return;
     }
-    const uint8_t *qs = blk + (fmt == FMT_Q4_1 ? 4 : 2);
+    const uint8_t *qs = blk + qs_offset(fmt);
     __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)qs));
     __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8)));
     __m256i m = _mm256_set1_epi32(0x0F);
-    q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(a, m));
-    q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b, m));
-    q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4));
-    q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+    __m256i v[4] = { _mm256_and_si256(a, m), _mm256_and_si256(b, m), _mm256_srli_epi32(a, 4), _mm256_srli_epi32(b, 4) };
+    if (fmt == FMT_Q5_0 || fmt == FMT_Q5_1) {   /* element i's fifth bit: bit i of qh, worth 16 */
+        uint32_t h;
+        memcpy(&h, qs - 4, 4);
+        __m256i hv = _mm256_set1_epi32((int)h), one = _mm256_set1_epi32(1);
+        const __m256i sh = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(hv, _mm256_add_epi32(sh, _mm256_set1_epi32(8 * k))), one);
+            v[k] = _mm256_or_si256(v[k], _mm256_slli_epi32(bit, 4));
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        q[k] = _mm256_cvtepi32_ps(v[k]);
 }
 
-/* A block's scale d and offset o (Q4_0: -8d, exact in f32; Q8_0: 0). */
+/* A block's scale d and offset o (Q4_0: -8d, Q5_0: -16d, exact in f32; Q8_0: 0). */
 INLINE void block_scale(int fmt, const uint8_t *blk, float *d, float *o)
 {
     *d = srt_half_at(blk);
-    *o = fmt == FMT_Q4_1 ? srt_half_at(blk + 2) : fmt == FMT_Q4_0 ? -8.0f * *d : 0.0f;
+    *o = fmt == FMT_Q4_1 || fmt == FMT_Q5_1 ? srt_half_at(blk + 2)
+       : fmt == FMT_Q4_0                  ? -8.0f * *d
+       : fmt == FMT_Q5_0                  ? -16.0f * *d
+                                          : 0.0f;
 }
 
 /* [d0 o0 d1 o1 d2 o2 d3 o3] of four rows' blocks: their halves converted in one go */
 INLINE __m256 scales4(int fmt, const uint8_t *b0, const uint8_t *b1, const uint8_t *b2, const uint8_t *b3)
 {
-    __m256 dd = srt_scales4_f16(b0, b1, b2, b3, fmt == FMT_Q4_1);
-    return fmt == FMT_Q4_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8)) : dd;
+    __m256 dd = srt_scales4_f16(b0, b1, b2, b3, fmt == FMT_Q4_1 || fmt == FMT_Q5_1);
+    return fmt == FMT_Q4_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8))
+         : fmt == FMT_Q5_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -16, 1, -16, 1, -16, 1, -16))
+                           : dd;
 }
 
 /* sum_j q_j x_j of one block, the fixed order of the header comment */
@@ -665,6 +688,8 @@ TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb,
 FMT_FNS(FMT_Q4_0)
 FMT_FNS(FMT_Q4_1)
 FMT_FNS(FMT_Q8_0)
+FMT_FNS(FMT_Q5_0)
+FMT_FNS(FMT_Q5_1)
 
 /* ---- K-quants: unpacked into the prefill scratch as 32-blocks of the same form ----
  * Q4_K: a sub-block of 32 is w = D*q - M, D = d*sc and M = dmin*mn in f32 as HF's
@@ -846,6 +871,8 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     case SRT_Q4_0: *fmt = FMT_Q4_0; *dec = dec_FMT_Q4_0; *unp = unp_FMT_Q4_0; return SRT_OK;
     case SRT_Q4_1: *fmt = FMT_Q4_1; *dec = dec_FMT_Q4_1; *unp = unp_FMT_Q4_1; return SRT_OK;
     case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
+    case SRT_Q5_0: *fmt = FMT_Q5_0; *dec = dec_FMT_Q5_0; *unp = unp_FMT_Q5_0; return SRT_OK;
+    case SRT_Q5_1: *fmt = FMT_Q5_1; *dec = dec_FMT_Q5_1; *unp = unp_FMT_Q5_1; return SRT_OK;
     case SRT_Q4_1_X8: *fmt = FMT_Q4_1_X8; *dec = dec_FMT_Q4_1_X8; *unp = unp_x8; return SRT_OK;
     case SRT_Q8_0_X8: *fmt = FMT_Q8_0_X8; *dec = dec_FMT_Q8_0_X8; *unp = unp_q8x8; return SRT_OK;
     case SRT_Q4_K: *fmt = FMT_Q4_K; *dec = dec_q4k; *unp = unp_q4k; return SRT_OK;

@@ -76,6 +76,36 @@ static float dot_q4_1(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
     return acc;
 }
 
+/* sum(q * a) over a 32-block of 5-bit values */
+static inline int q5_dot(const uint8_t *qs, const uint8_t *qh, const int8_t *a)
+{
+    int isum = 0;
+    for (int i = 0; i < QK; i++)
+        isum += q5_value(qs, qh, i) * a[i];
+    return isum;
+}
+
+static float dot_q5_0(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q5_0 *w = (const blk_q5_0 *)row;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, aq += QK) {
+        float d = srt_f16_to_f32(w[b].d);
+        acc += d * (ads[b].d * (float)q5_dot(w[b].qs, w[b].qh, aq) - 16.0f * ads[b].s);
+    }
+    return acc;
+}
+
+static float dot_q5_1(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q5_1 *w = (const blk_q5_1 *)row;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, aq += QK)
+        acc += srt_f16_to_f32(w[b].d) * ads[b].d * (float)q5_dot(w[b].qs, w[b].qh, aq) +
+               srt_f16_to_f32(w[b].m) * ads[b].s;
+    return acc;
+}
+
 static float dot_q4_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
 {
     const blk_q4_k *w = (const blk_q4_k *)row;
@@ -140,6 +170,8 @@ static float dot_q6_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
 TILE_Q8(tile_q8_0, dot_q8_0)
 TILE_Q8(tile_q4_0, dot_q4_0)
 TILE_Q8(tile_q4_1, dot_q4_1)
+TILE_Q8(tile_q5_0, dot_q5_0)
+TILE_Q8(tile_q5_1, dot_q5_1)
 TILE_Q8(tile_q4_k, dot_q4_k)
 TILE_Q8(tile_q6_k, dot_q6_k)
 
@@ -199,6 +231,8 @@ const cpu_simd_ops srt_cpu_ops_portable = {
         [SRT_Q8_0] = tile_q8_0,
         [SRT_Q4_0] = tile_q4_0,
         [SRT_Q4_1] = tile_q4_1,
+        [SRT_Q5_0] = tile_q5_0,
+        [SRT_Q5_1] = tile_q5_1,
         [SRT_Q4_K] = tile_q4_k,
         [SRT_Q6_K] = tile_q6_k,
     },
