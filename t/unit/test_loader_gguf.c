@@ -142,16 +142,18 @@ static void quantized_model(void)
 {
     static const struct { uint32_t ggml; srt_dtype dt; } qt[] = {
         { 12, SRT_Q4_K }, { 14, SRT_Q6_K }, { 8, SRT_Q8_0 }, { 2, SRT_Q4_0 }, { 3, SRT_Q4_1 }, { 1, SRT_F16 }, { 30, SRT_BF16 },
+        { 6, SRT_Q5_0 }, { 7, SRT_Q5_1 },
     };
+    enum { NQ = sizeof qt / sizeof qt[0] };
     tw_model m;
     char dir[512], gg[512], msg[1024];
     tw_make_dims(&m, "llama", 41, 256, 256, 4, 2, 64);
-    int used[7] = { 0 }, k = 0;
+    int used[NQ] = { 0 }, k = 0;
     for (int i = 0; i < m.n; i++) {
         tw_tensor *t = &m.t[i];
         if (t->ndim != 2)
             continue;
-        int q = k++ % 7;
+        int q = k++ % NQ;
         srt_dtype dt = qt[q].dt;
         size_t rb = srt_dtype_row_bytes(dt, t->shape[1]);
         t->raw = malloc(rb * (size_t)t->shape[0]);
@@ -166,8 +168,8 @@ static void quantized_model(void)
             uint16_t sc = srt_f32_to_f16(0.004f + 0.004f * (tw_rand() + 0.5f));
             uint16_t mn = srt_f32_to_f16(0.01f * tw_rand());
             switch (dt) {
-            case SRT_Q8_0: case SRT_Q4_0: memcpy(blk, &sc, 2); break;
-            case SRT_Q4_1: memcpy(blk, &sc, 2); memcpy(blk + 2, &mn, 2); break;
+            case SRT_Q8_0: case SRT_Q4_0: case SRT_Q5_0: memcpy(blk, &sc, 2); break;
+            case SRT_Q4_1: case SRT_Q5_1: memcpy(blk, &sc, 2); memcpy(blk + 2, &mn, 2); break;
             case SRT_Q4_K: memcpy(blk, &sc, 2); memcpy(blk + 2, &sc, 2); break;
             case SRT_Q6_K: memcpy(blk + 208, &sc, 2); break;
             case SRT_F16: { uint16_t h = srt_f32_to_f16(0.5f * tw_rand()); memcpy(blk, &h, 2); } break;
@@ -196,8 +198,9 @@ static void quantized_model(void)
     for (int i = 0; i < 4 * V; i++)
         scale = fabs(a[i]) > scale ? fabs(a[i]) : scale;
     ok(ra == SRT_OK && rb2 == SRT_OK && d < 1e-4 * (scale > 1 ? scale : 1),
-       "GGUF with Q4_K/Q6_K/Q8_0/Q4_0/Q4_1/F16/BF16 weights (%d/%d/%d/%d/%d/%d/%d tensors) == F32 of their dequantized values (diff %.2g, logits up to %.3g)",
-       used[0], used[1], used[2], used[3], used[4], used[5], used[6], d, scale);
+       "GGUF with Q4_K/Q6_K/Q8_0/Q4_0/Q4_1/F16/BF16/Q5_0/Q5_1 weights (%d/%d/%d/%d/%d/%d/%d/%d/%d tensors) == F32 of "
+       "their dequantized values (diff %.2g, logits up to %.3g)",
+       used[0], used[1], used[2], used[3], used[4], used[5], used[6], used[7], used[8], d, scale);
     int rc = run_logits(gg, b, V, msg);
     d = tw_max_diff(a, b, 4 * V);
     ok(rc == SRT_OK && d < 0.05 * (scale > 1 ? scale : 1), "the same on the fast path (8-bit activations): diff %.3g", d);
@@ -255,8 +258,9 @@ static void quant_types(void)
     static const struct { uint32_t ggml; srt_dtype dt; int block; int bytes; } types[] = {
         { 0, SRT_F32, 1, 4 }, { 1, SRT_F16, 1, 2 }, { 30, SRT_BF16, 1, 2 }, { 8, SRT_Q8_0, 32, 34 },
         { 2, SRT_Q4_0, 32, 18 }, { 3, SRT_Q4_1, 32, 20 }, { 12, SRT_Q4_K, 256, 144 }, { 14, SRT_Q6_K, 256, 210 },
+        { 6, SRT_Q5_0, 32, 22 }, { 7, SRT_Q5_1, 32, 24 },
     };
-    const int nt = 8, cols = 256, rows = 2;
+    const int nt = 10, cols = 256, rows = 2;
     char path[512];
     snprintf(path, sizeof path, "%s/types.gguf", tmpdir);
     FILE *f = fopen(path, "wb");
@@ -288,7 +292,7 @@ static void quant_types(void)
     srt_gguf *g = NULL;
     srt_err err = { { 0 } };
     int rc = srt_gguf_open(path, &g, &err);
-    if (!ok(rc == SRT_OK, "GGUF v2 with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K tensors opens"))
+    if (!ok(rc == SRT_OK, "GGUF v2 with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1 tensors opens"))
         tap_diag("%s", err.msg);
     if (rc != SRT_OK)
         return;
