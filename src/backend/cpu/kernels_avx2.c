@@ -23,9 +23,13 @@
  * run, spread over its loop. */
 #define PF_GROUPS 4
 
-enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0 };
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q5_0, FMT_Q5_1 };
 
-static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0) };
+static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0), sizeof(blk_q5_0),
+                                    sizeof(blk_q5_1) };
+
+/* the formats whose block carries m after d (x = d*q + m) */
+static inline int has_m(int fmt) { return fmt == FMT_Q4_1 || fmt == FMT_Q5_1; }
 
 INLINE __m256i unpack_q4(const uint8_t *qs)
 {
@@ -49,12 +53,29 @@ INLINE __m256 fold4(__m256i i0, __m256i i1, __m256i i2, __m256i i3)
     return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23)));
 }
 
+/* byte i: 16 where bit i of the little-endian 32-bit qh is set, else 0 (the 5-bit formats'
+ * fifth bits: each byte takes qh's byte i/8, keeps bit i%8, and compares) */
+INLINE __m256i q5_high(const uint8_t *qh)
+{
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
+}
+
 INLINE __m256i block_isum(int fmt, const uint8_t *blk, __m256i xv)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     if (fmt == FMT_Q8_0) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 2));
         return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q)), ones);
+    }
+    if (fmt == FMT_Q5_0 || fmt == FMT_Q5_1) {   /* q <= 31: a pair's sum stays below 2^13 */
+        const uint8_t *qh = blk + (fmt == FMT_Q5_1 ? 4 : 2);
+        __m256i q = _mm256_or_si256(unpack_q4(qh + 4), q5_high(qh));
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
     }
     return _mm256_madd_epi16(_mm256_maddubs_epi16(unpack_q4(blk + (fmt == FMT_Q4_1 ? 4 : 2)), xv), ones);
 }
@@ -98,7 +119,7 @@ INLINE void kern_p(int fmt, int R, const uint8_t *w, size_t stride, const int8_t
                              block_isum(fmt, blk, xv[2]), block_isum(fmt, blk, xv[3]));
             acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(dx, _mm256_set1_ps(d)), acc[r]);
             if (fmt != FMT_Q8_0) {
-                float m = fmt == FMT_Q4_1 ? srt_half_at(blk + 2) : -8.0f * d;
+                float m = has_m(fmt) ? srt_half_at(blk + 2) : (fmt == FMT_Q5_0 ? -16.0f : -8.0f) * d;
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), sx, acc[r]);
             }
         }
@@ -128,11 +149,12 @@ INLINE void kern_d(int fmt, const uint8_t *const *wr, int nr, size_t stride, con
         __m256 f = fold4(block_isum(fmt, blk[0], xv), block_isum(fmt, blk[1], xv),
                          block_isum(fmt, blk[2], xv), block_isum(fmt, blk[3], xv));
         /* the four rows' scales in one convert, as the exact kernel takes them */
-        __m256 dm = srt_scales4_f16(blk[0], blk[1], blk[2], blk[3], fmt == FMT_Q4_1);
+        __m256 dm = srt_scales4_f16(blk[0], blk[1], blk[2], blk[3], has_m(fmt));
         __m256 dw = _mm256_permutevar8x32_ps(dm, idx_d);
         acc = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(ads[b].d)), acc);
         if (fmt != FMT_Q8_0) {
-            __m256 mw = fmt == FMT_Q4_1 ? _mm256_permutevar8x32_ps(dm, idx_m) : _mm256_mul_ps(_mm256_set1_ps(-8.0f), dw);
+            __m256 mw = has_m(fmt) ? _mm256_permutevar8x32_ps(dm, idx_m)
+                                   : _mm256_mul_ps(_mm256_set1_ps(fmt == FMT_Q5_0 ? -16.0f : -8.0f), dw);
             __m256 sx = _mm256_and_ps(_mm256_set1_ps(ads[b].s), lo_mask);
             acc = _mm256_fmadd_ps(mw, sx, acc);
         }
@@ -177,6 +199,8 @@ INLINE void kern_d(int fmt, const uint8_t *const *wr, int nr, size_t stride, con
 DEFINE_TILE(tile_q4_0, FMT_Q4_0)
 DEFINE_TILE(tile_q4_1, FMT_Q4_1)
 DEFINE_TILE(tile_q8_0, FMT_Q8_0)
+DEFINE_TILE(tile_q5_0, FMT_Q5_0)
+DEFINE_TILE(tile_q5_1, FMT_Q5_1)
 
 /* ---- K-quants: one row x T tokens per call, so each unpacked weight vector is reused T
  * times; sub-block scales are applied in integer form (vpmaddwd by the 6/8-bit scale),
@@ -469,6 +493,8 @@ const cpu_simd_ops srt_cpu_ops_avx2 = {
         [SRT_Q8_0] = tile_q8_0,
         [SRT_Q4_0] = tile_q4_0,
         [SRT_Q4_1] = tile_q4_1,
+        [SRT_Q5_0] = tile_q5_0,
+        [SRT_Q5_1] = tile_q5_1,
         [SRT_Q4_K] = tile_q4_k,
         [SRT_Q6_K] = tile_q6_k,
     },
