@@ -26,7 +26,8 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok);
 /* Q4_1 and Q8_0 weights packed for the decode kernels (SRT_Q4_1_X8, SRT_Q8_0_X8; layouts in
  * exact.c): the bytes of w's packed copy, 0 when w is of another type, its rows are not a
  * multiple of 8 (Q4_1: its columns not of 64) or the CPU has no AVX2; pack writes it to dst
- * and describes it in *out. A packed weight computes the same bits as w. unpack_row writes
+ * and describes it in *out (a weight with no packed form: *out = *w, dst untouched). A packed
+ * weight computes the same bits as w. unpack_row writes
  * row `row` of a packed weight back in its GGUF bytes (row_bytes of the type it returns). */
 size_t    srt_cpu_exact_pack_bytes(const srt_weight *w);
 void      srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out);

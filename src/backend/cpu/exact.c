@@ -1122,6 +1122,10 @@ static void q8x8_block(uint8_t *o, const uint8_t *const *a, int back)
 
 void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
 {
+    if (srt_cpu_exact_pack_bytes(w) == 0) {   /* a weight with no packed form stays as it is */
+        *out = *w;
+        return;
+    }
     int q8 = w->dtype == SRT_Q8_0;
     int64_t nb = w->cols / QK;
     size_t rb = srt_dtype_row_bytes(w->dtype, w->cols), bb = srt_dtype_block_bytes(w->dtype);
