@@ -87,24 +87,32 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
         return;
     }
     const uint8_t *qs = blk + qs_offset(fmt);
+    if (fmt == FMT_Q5_0 || fmt == FMT_Q5_1) {
+        /* the 32 values as bytes first: nibbles (low half: elements 0-15, high: 16-31), each
+         * OR'd with 16 where bit i of qh is set (qh's byte i/8 spread to byte i, bit i%8
+         * kept and compared), then widened 8 at a time */
+        uint32_t h;
+        memcpy(&h, qs - 4, 4);
+        __m128i a = _mm_loadu_si128((const __m128i *)qs);
+        __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(a, 4), a), _mm256_set1_epi8(0x0F));
+        const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread), bit);
+        __m256i v = _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), _mm256_set1_epi8(0x10)));
+        __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+        q[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+        q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+        q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+        q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+        return;
+    }
     __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)qs));
     __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8)));
     __m256i m = _mm256_set1_epi32(0x0F);
-    __m256i v[4] = { _mm256_and_si256(a, m), _mm256_and_si256(b, m), _mm256_srli_epi32(a, 4), _mm256_srli_epi32(b, 4) };
-    if (fmt == FMT_Q5_0 || fmt == FMT_Q5_1) {   /* element i's fifth bit: bit i of qh, worth 16 */
-        uint32_t h;
-        memcpy(&h, qs - 4, 4);
-        __m256i hv = _mm256_set1_epi32((int)h), one = _mm256_set1_epi32(1);
-        const __m256i sh = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(hv, _mm256_add_epi32(sh, _mm256_set1_epi32(8 * k))), one);
-            v[k] = _mm256_or_si256(v[k], _mm256_slli_epi32(bit, 4));
-        }
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        q[k] = _mm256_cvtepi32_ps(v[k]);
+    q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(a, m));
+    q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b, m));
+    q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4));
+    q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
 }
 
 /* A block's scale d and offset o (Q4_0: -8d, Q5_0: -16d, exact in f32; Q8_0: 0). */
