@@ -337,11 +337,10 @@ TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float
 
 typedef srt_exact_dec_run dec_run;
 
-/* ---- K-quant decode: a row's super-block scales taken once, q unpacked in registers (Q4_K)
- * or staged through 128 floats in L1 (Q6_K's six bits come from three places), then every
- * 32-block is kern_pre's sequence on the values unp_q4k / unp_q6k write and the offsets are
- * pre_finish's chain (one fused multiply-add per block from 0, in block order), so decode
- * and prefill give the same bits. NR <= 4 rows (wr; rows past nr are not stored) x T tokens. */
+/* ---- K-quant decode ---- */
+
+/* Q6_K's half h (128 values, 32k + l from ql[l], ql[l + 32], qh[l]) as q' = sc*(q - 32)
+ * floats: unp_q6k and kern_k write the same values with it */
 INLINE void unp_q6k_half(const blk_q6_k *b, int h, float *out)
 {
     const __m256i m4 = _mm256_set1_epi32(0x0F), m3 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
@@ -365,6 +364,11 @@ INLINE void unp_q6k_half(const blk_q6_k *b, int h, float *out)
     }
 }
 
+/* A row's super-block scales taken once, q unpacked in registers (Q4_K) or staged through
+ * 128 floats in L1 (Q6_K's six bits come from three places), then every 32-block is
+ * kern_pre's sequence on the values unp_q4k / unp_q6k write and the offsets are pre_finish's
+ * chain (one fused multiply-add per block from 0, in block order), so decode and prefill give
+ * the same bits. NR <= 4 rows (wr; rows past nr are not stored) x T tokens. */
 INLINE void kern_k(int fmt, int T, int NR, const uint8_t *const *wr, int nr, const char *pf, const float *x,
                    int64_t ldx, const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy)
 {
@@ -741,7 +745,7 @@ TGT static void unp_q6k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, 
             dq[8 * s + j] = d;
             o[8 * s + j] = 0.0f;
         }
-        for (int h = 0; h < 2; h++)   /* 128 elements: 32k + l from ql[l], ql[l + 32], qh[l] */
+        for (int h = 0; h < 2; h++)
             unp_q6k_half(b, h, q + 256 * s + 128 * h);
     }
 }
