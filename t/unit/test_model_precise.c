@@ -42,8 +42,8 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
     }
 }
 
-/* Q4_1 and Q8_0 packed by the backend for its exact decode kernels (ops->pack) give the bits
- * of the GGUF rows they came from: decode (1 and 2 tokens), prefill, with and without a bias,
+/* Q4_1, Q8_0 and Q5_0 (as Q8_0) packed by the backend for its exact decode kernels (ops->pack)
+ * give the bits of the GGUF rows they came from: decode (1 and 2 tokens), prefill, with and without a bias,
  * in matmul_n next to unpacked weights, for an x the Q4_1 kernel cannot scale exactly (values
  * near the bottom of the float range: the prefill way), and as an embedding table (a tied
  * embedding is packed with its lm_head). Only shapes they take are packed, and only when the
@@ -51,7 +51,7 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
 static void packed(void)
 {
     static const char *paths[] = { "portable", "avx2", "avx512" };
-    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q8_0 };
+    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q8_0, SRT_Q5_0 };   /* Q5_0: packed as Q8_0 */
     static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 }, { 16, 96 } };
     static const int64_t ntoks[] = { 1, 2, 3, 8, 19 };
     enum { MT = 19, MC = 1536, MR = 200 };
@@ -87,7 +87,7 @@ static void packed(void)
             srt_backend_free(fast);
             continue;
         }
-        for (size_t ti = 0; ti < 2; ti++) {
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             srt_dtype t = types[ti];
             int bad = 0, calls = 0, rows_bad = 0;
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

@@ -23,12 +23,12 @@ int    srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float
 int    srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
                               const float *x, int64_t n_tok, float *const *y, float *scratch);
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok);
-/* Q4_1 and Q8_0 weights packed for the decode kernels (SRT_Q4_1_X8, SRT_Q8_0_X8; layouts in
- * exact.c): the bytes of w's packed copy, 0 when w is of another type, its rows are not a
- * multiple of 8 (Q4_1: its columns not of 64) or the CPU has no AVX2; pack writes it to dst
- * and describes it in *out (a weight with no packed form: *out = *w, dst untouched). A packed
- * weight computes the same bits as w. unpack_row writes
- * row `row` of a packed weight back in its GGUF bytes (row_bytes of the type it returns). */
+/* Q4_1, Q8_0 and Q5_0 weights packed for the decode kernels (SRT_Q4_1_X8, SRT_Q8_0_X8: Q5_0
+ * becomes Q8_0, the same weights; layouts in exact.c). pack_bytes: the bytes of w's packed
+ * copy, 0 when w is of another type, its rows are not a multiple of 8 (Q4_1: its columns not
+ * of 64) or the CPU has no AVX2. pack writes it to dst and describes it in *out (a weight with
+ * no packed form: *out = *w, dst untouched). A packed weight computes the same bits as w.
+ * unpack_row writes row `row` of a packed weight back as GGUF bytes of the type it returns. */
 size_t    srt_cpu_exact_pack_bytes(const srt_weight *w);
 void      srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out);
 srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out);

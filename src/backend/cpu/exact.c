@@ -1,7 +1,7 @@
 /* The exact matmul: f32 activations times the weights HF computes with, accumulated in f32
  * (AVX2 + FMA, 8 lanes). Nothing is rounded to fewer bits: a quantized block's weights are
- * w = d*q + o (Q4_1, Q5_1: o = m; Q4_0: q - 8 as d*q - 8d; Q5_0: d*q - 16d; Q8_0: o = 0;
- * the K-quants' sub-blocks too, see unp_q4k / unp_q6k), and
+ * w = d*q + o (Q4_1, Q5_1: o = m; Q4_0: q - 8 as d*q - 8d; Q8_0 and Q5_0, whose q (q - 16)
+ * are signed: o = 0; the K-quants' sub-blocks too, see unp_q4k / unp_q6k), and
  *     sum_j w_j x_j = d * sum_j q_j x_j + o * sum_j x_j
  * where q_j are small integers (exact as floats) and sum_j x_j, the block sum of x, is
  * computed once per token and shared by every row. Per block and (row, token) that is four
@@ -71,6 +71,13 @@ static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(b
                                     sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k), sizeof(blk_q5_0),
                                     sizeof(blk_q5_1) };
 
+/* the format has an offset term (o * sum x): not Q8_0, nor the formats whose q are signed
+ * (Q5_0's q - 16, Q6_K's sc*(q - 32)) */
+static inline int has_off(int fmt)
+{
+    return fmt != FMT_Q8_0 && fmt != FMT_Q8_0_X8 && fmt != FMT_Q6_K && fmt != FMT_Q5_0;
+}
+
 /* where a 32-wide format's nibbles start: after d (and m), and for the 5-bit ones the qh word */
 static inline size_t qs_offset(int fmt)
 {
@@ -99,11 +106,13 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
         const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
         __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread), bit);
         __m256i v = _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), _mm256_set1_epi8(0x10)));
+        if (fmt == FMT_Q5_0)   /* q - 16 in -16..15, signed bytes, as HF's dequantization takes it */
+            v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
         __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-        q[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-        q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-        q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-        q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+        q[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+        q[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+        q[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+        q[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
         return;
     }
     __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)qs));
@@ -115,23 +124,18 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
     q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
 }
 
-/* A block's scale d and offset o (Q4_0: -8d, Q5_0: -16d, exact in f32; Q8_0: 0). */
+/* A block's scale d and offset o (Q4_0: -8d, exact in f32; Q8_0, Q5_0: 0). */
 INLINE void block_scale(int fmt, const uint8_t *blk, float *d, float *o)
 {
     *d = srt_half_at(blk);
-    *o = fmt == FMT_Q4_1 || fmt == FMT_Q5_1 ? srt_half_at(blk + 2)
-       : fmt == FMT_Q4_0                  ? -8.0f * *d
-       : fmt == FMT_Q5_0                  ? -16.0f * *d
-                                          : 0.0f;
+    *o = fmt == FMT_Q4_1 || fmt == FMT_Q5_1 ? srt_half_at(blk + 2) : fmt == FMT_Q4_0 ? -8.0f * *d : 0.0f;
 }
 
 /* [d0 o0 d1 o1 d2 o2 d3 o3] of four rows' blocks: their halves converted in one go */
 INLINE __m256 scales4(int fmt, const uint8_t *b0, const uint8_t *b1, const uint8_t *b2, const uint8_t *b3)
 {
     __m256 dd = srt_scales4_f16(b0, b1, b2, b3, fmt == FMT_Q4_1 || fmt == FMT_Q5_1);
-    return fmt == FMT_Q4_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8))
-         : fmt == FMT_Q5_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -16, 1, -16, 1, -16, 1, -16))
-                           : dd;
+    return fmt == FMT_Q4_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8)) : dd;
 }
 
 /* sum_j q_j x_j of one block, the fixed order of the header comment */
@@ -204,7 +208,7 @@ INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, c
         for (int g = 0; g < NR / 4; g++) {
             __m256 dm = scales4(fmt, blk[4 * g], blk[4 * g + 1], blk[4 * g + 2], blk[4 * g + 3]);
             _mm256_store_ps(dms + 8 * g, dm);
-            if (fmt != FMT_Q8_0)
+            if (has_off(fmt))
 #pragma GCC unroll 2
                 for (int t = 0; t < T; t++)
                     off[g][t] = _mm256_fmadd_ps(dm, _mm256_broadcast_ss(xs + b * ldt + t), off[g][t]);
@@ -229,7 +233,7 @@ INLINE void kern_dec(int fmt, int T, int NR, const uint8_t *const *wr, int nr, c
         for (int r = 0; r < NR; r++)
             v[r] = srt_hsum8(acc[r][t]);
         for (int r = 0; r < nr; r++) {
-            if (fmt != FMT_Q8_0)
+            if (has_off(fmt))
                 v[r] += o[2 * r + 1];
             y[t * ldy + r] = v[r] + (bias ? bias[r] : 0.0f);
         }
@@ -260,8 +264,6 @@ INLINE void kern_pre(int T, const float *q, const float *dq, const float *x, int
         _mm256_storeu_ps(acc_io + 8 * t, acc[t]);
 }
 
-/* the format has an offset term (o * sum x): all but Q8_0's */
-static inline int has_off(int fmt) { return fmt != FMT_Q8_0 && fmt != FMT_Q8_0_X8 && fmt != FMT_Q6_K; }
 
 /* Prefill: the T outputs of rows [0, nr) of a tile from their accumulators (acc: PRE_T x 8
  * floats per row), offsets o (nb floats per row) and the tokens' block sums. A row's offset
@@ -1081,12 +1083,29 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
     return srt_cpu_exact_matmul_n(tp, 1, &w, &bias, x, n_tok, &y, scratch);
 }
 
+/* Q5_0 is packed as Q8_0: its values q - 16 fit int8 with the same d, so the packed copy
+ * holds exactly the weights d*(q - 16) and runs the Q8_0 kernels (its own kernels take q - 16
+ * the same way, unoffset, so the bits do not change). 34 bytes a block instead of 22, but
+ * the fifth bits' unpacking, which made a Q5_0 decode cost twice a Q4_1 one, is done once. */
+static srt_dtype packed_as(srt_dtype t) { return t == SRT_Q5_0 ? SRT_Q8_0 : t; }
+
 size_t srt_cpu_exact_pack_bytes(const srt_weight *w)
 {
-    int ok = w->dtype == SRT_Q4_1 ? w->cols % (2 * QK) == 0 : w->dtype == SRT_Q8_0 ? w->cols % QK == 0 : 0;
+    srt_dtype t = packed_as(w->dtype);
+    int ok = t == SRT_Q4_1 ? w->cols % (2 * QK) == 0 : t == SRT_Q8_0 ? w->cols % QK == 0 : 0;
     if (!srt_cpu_have_avx2() || !ok || w->rows <= 0 || w->rows % 8 || w->cols <= 0)
         return 0;
-    return (size_t)w->rows * srt_dtype_row_bytes(w->dtype, w->cols);
+    return (size_t)w->rows * srt_dtype_row_bytes(t, w->cols);
+}
+
+/* a Q5_0 block as the Q8_0 block of the same weights */
+static void q5_0_as_q8_0(const uint8_t *src, uint8_t *dst)
+{
+    const blk_q5_0 *b = (const blk_q5_0 *)src;
+    blk_q8_0 *o = (blk_q8_0 *)dst;
+    o->d = b->d;
+    for (int i = 0; i < QK; i++)
+        o->qs[i] = (int8_t)(q5_value(b->qs, b->qh, i) - 16);
 }
 
 /* the 8 rows' blocks 2p, 2p+1 (Q4_1) or b (Q8_0) of group g: packed into o from the rows a
@@ -1138,14 +1157,21 @@ void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
         *out = *w;
         return;
     }
-    int q8 = w->dtype == SRT_Q8_0;
+    srt_dtype t = packed_as(w->dtype);
+    int q8 = t == SRT_Q8_0, q5 = w->dtype == SRT_Q5_0;
     int64_t nb = w->cols / QK;
-    size_t rb = srt_dtype_row_bytes(w->dtype, w->cols), bb = srt_dtype_block_bytes(w->dtype);
+    size_t rb = srt_dtype_row_bytes(t, w->cols), bb = srt_dtype_block_bytes(t), sbb = srt_dtype_block_bytes(w->dtype);
+    uint8_t conv[8][sizeof(blk_q8_0)];
     for (int64_t g = 0; g < w->rows / 8; g++)
         for (int64_t b = 0; b < nb; b += q8 ? 1 : 2) {
             const uint8_t *a[8];
-            for (int r = 0; r < 8; r++)
-                a[r] = (const uint8_t *)w->data + (size_t)(8 * g + r) * w->row_stride + (size_t)b * bb;
+            for (int r = 0; r < 8; r++) {
+                a[r] = (const uint8_t *)w->data + (size_t)(8 * g + r) * w->row_stride + (size_t)b * sbb;
+                if (q5) {
+                    q5_0_as_q8_0(a[r], conv[r]);
+                    a[r] = conv[r];
+                }
+            }
             uint8_t *o = (uint8_t *)dst + (size_t)g * 8 * rb + (size_t)b * 8 * bb;
             if (q8)
                 q8x8_block(o, a, 0);
