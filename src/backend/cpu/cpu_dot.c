@@ -231,6 +231,18 @@ __attribute__((target("avx2,fma,f16c"))) static void f16_axpy_heads_avx2(float *
     }
 }
 
+/* the block kernels' last step for one head: kb <= 8 keys' 8-lane partial sums (part[j])
+ * reduced with srt_hsum8's additions, eight at once when the block is full */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void store_key_sums(const float (*part)[8], int kb,
+                                                                                         float *o)
+{
+    if (kb == 8)
+        _mm256_storeu_ps(o, srt_hsum8x8(part[0]));
+    else
+        for (int j = 0; j < kb; j++)
+            o[j] = srt_hsum8(_mm256_load_ps(part[j]));
+}
+
 /* A block of nb keys: per (key, head) dot_avx2's arithmetic on the row converted in
  * registers (the bits of f16_row + dot_avx2; n a multiple of 8), each K chunk converted once
  * for up to three heads (their 12 accumulators and 4 chunks fill the registers), and the final
@@ -283,14 +295,8 @@ __attribute__((target("avx2,fma,f16c"))) static void f16_dot_block_avx2(const fl
                         _mm256_store_ps(part[h][j], _mm256_add_ps(_mm256_add_ps(s[h][0], s[h][1]),
                                                                   _mm256_add_ps(s[h][2], s[h][3])));
             }
-            for (int h = 0; h < m; h++) {
-                float *o = out + (size_t)(h0 + h) * (size_t)stride + j0;
-                if (kb == 8)
-                    _mm256_storeu_ps(o, srt_hsum8x8(part[h][0]));
-                else
-                    for (int j = 0; j < kb; j++)
-                        o[j] = srt_hsum8(_mm256_load_ps(part[h][j]));
-            }
+            for (int h = 0; h < m; h++)
+                store_key_sums(part[h], kb, out + (size_t)(h0 + h) * (size_t)stride + j0);
         }
     }
 }
@@ -468,14 +474,8 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot_block_avx51
                     if (h < m)
                         _mm256_store_ps(part[h][j], fold16(_mm512_add_ps(s[h][0], s[h][1])));
             }
-            for (int h = 0; h < m; h++) {
-                float *o = out + (size_t)(h0 + h) * (size_t)stride + j0;
-                if (kb == 8)
-                    _mm256_storeu_ps(o, srt_hsum8x8(part[h][0]));
-                else
-                    for (int j = 0; j < kb; j++)
-                        o[j] = srt_hsum8(_mm256_load_ps(part[h][j]));
-            }
+            for (int h = 0; h < m; h++)
+                store_key_sums(part[h], kb, out + (size_t)(h0 + h) * (size_t)stride + j0);
         }
     }
 }

@@ -94,18 +94,8 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
         return;
     }
     const uint8_t *qs = blk + qs_offset(fmt);
-    if (fmt == FMT_Q5_0 || fmt == FMT_Q5_1) {
-        /* the 32 values as bytes first: nibbles (low half: elements 0-15, high: 16-31), each
-         * OR'd with 16 where bit i of qh is set (qh's byte i/8 spread to byte i, bit i%8
-         * kept and compared), then widened 8 at a time */
-        uint32_t h;
-        memcpy(&h, qs - 4, 4);
-        __m128i a = _mm_loadu_si128((const __m128i *)qs);
-        __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(a, 4), a), _mm256_set1_epi8(0x0F));
-        const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
-        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-        __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread), bit);
-        __m256i v = _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), _mm256_set1_epi8(0x10)));
+    if (fmt == FMT_Q5_0 || fmt == FMT_Q5_1) {   /* the 32 values as bytes, then widened 8 at a time */
+        __m256i v = srt_q5_bytes(qs - 4);
         if (fmt == FMT_Q5_0)   /* q - 16 in -16..15, signed bytes, as HF's dequantization takes it */
             v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
         __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);

@@ -38,6 +38,22 @@ INLINE512 __m512 twice8(const float *a)
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(a))));
 }
 
+/* exact.c's block_dot on both halves: t = q[0:8]*x[0:8], then three FMAs in order */
+INLINE512 __m512 block_dot16(const __m512 q[4], const float *x)
+{
+    __m512 s = _mm512_mul_ps(q[0], twice8(x));
+    s = _mm512_fmadd_ps(q[1], twice8(x + 8), s);
+    s = _mm512_fmadd_ps(q[2], twice8(x + 16), s);
+    return _mm512_fmadd_ps(q[3], twice8(x + 24), s);
+}
+
+/* srt_hsum8 of each half: row A's sum and row B's */
+INLINE512 void hsum_halves(__m512 acc, float *a, float *b)
+{
+    *a = srt_hsum8(_mm512_castps512_ps256(acc));
+    *b = srt_hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+}
+
 /* prefill: rows A and B (q: cols floats each, d: a scale per block) x T tokens over blocks [b0, b1);
  * acc_a / acc_b: each row's T x 8 accumulators, carried between column slices as kern_pre's */
 INLINE512 void kern_pre2(int T, const float *qa, const float *qb, const float *da, const float *db, const float *x,
@@ -54,14 +70,8 @@ INLINE512 void kern_pre2(int T, const float *qa, const float *qb, const float *d
         __m512d dlo = _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_broadcast_ss(da + b)));
         __m512 dv = _mm512_castpd_ps(_mm512_insertf64x4(dlo, _mm256_castps_pd(_mm256_broadcast_ss(db + b)), 1));
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            const float *xt = x + t * ldx + o;
-            __m512 s = _mm512_mul_ps(qv[0], twice8(xt));
-            s = _mm512_fmadd_ps(qv[1], twice8(xt + 8), s);
-            s = _mm512_fmadd_ps(qv[2], twice8(xt + 16), s);
-            s = _mm512_fmadd_ps(qv[3], twice8(xt + 24), s);
-            acc[t] = _mm512_fmadd_ps(s, dv, acc[t]);
-        }
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(block_dot16(qv, x + t * ldx + o), dv, acc[t]);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
@@ -118,28 +128,21 @@ INLINE512 void kern_x8_16(const uint8_t *g, const char *pf, const float *xp, con
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++)
                 q[j] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)(0xFu << 4 * j))));
-            __m512 s = _mm512_mul_ps(q[0], twice8(xa));
-            s = _mm512_fmadd_ps(q[1], twice8(xa + 8), s);
-            s = _mm512_fmadd_ps(q[2], twice8(xa + 16), s);
-            s = _mm512_fmadd_ps(q[3], twice8(xa + 24), s);
-            acc[i] = _mm512_fmadd_ps(s, _mm512_permutexvar_ps(ia[i], dd), acc[i]);
+            acc[i] = _mm512_fmadd_ps(block_dot16(q, xa), _mm512_permutexvar_ps(ia[i], dd), acc[i]);
 #pragma GCC unroll 3
             for (int j = 0; j < 3; j++)
                 q[j] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)(0xFu << 4 * (4 + j)))));
             q[3] = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 28));
-            s = _mm512_mul_ps(q[0], twice8(xb));
-            s = _mm512_fmadd_ps(q[1], twice8(xb + 8), s);
-            s = _mm512_fmadd_ps(q[2], twice8(xb + 16), s);
-            s = _mm512_fmadd_ps(q[3], twice8(xb + 24), s);
-            acc[i] = _mm512_fmadd_ps(s, _mm512_permutexvar_ps(_mm512_add_epi32(ia[i], eight), dd), acc[i]);
+            acc[i] = _mm512_fmadd_ps(block_dot16(q, xb), _mm512_permutexvar_ps(_mm512_add_epi32(ia[i], eight), dd),
+                                     acc[i]);
         }
     }
     _Alignas(32) float o[8];
     _mm256_store_ps(o, off);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
-        float lo = srt_hsum8(_mm512_castps512_ps256(acc[i]));
-        float hi = srt_hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1)));
+        float lo, hi;
+        hsum_halves(acc[i], &lo, &hi);
         y[2 * i] = (lo + o[2 * i]) + (bias ? bias[2 * i] : 0.0f);
         y[2 * i + 1] = (hi + o[2 * i + 1]) + (bias ? bias[2 * i + 1] : 0.0f);
     }
@@ -174,17 +177,13 @@ INLINE512 void kern_q8x8_16(const uint8_t *g, const char *pf, const float *x, in
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++)
                 q[k] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c[k]));
-            __m512 s = _mm512_mul_ps(q[0], twice8(xb));
-            s = _mm512_fmadd_ps(q[1], twice8(xb + 8), s);
-            s = _mm512_fmadd_ps(q[2], twice8(xb + 16), s);
-            s = _mm512_fmadd_ps(q[3], twice8(xb + 24), s);
-            acc[i] = _mm512_fmadd_ps(s, _mm512_permutexvar_ps(ia[i], dd), acc[i]);
+            acc[i] = _mm512_fmadd_ps(block_dot16(q, xb), _mm512_permutexvar_ps(ia[i], dd), acc[i]);
         }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
-        float lo = srt_hsum8(_mm512_castps512_ps256(acc[i]));
-        float hi = srt_hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1)));
+        float lo, hi;
+        hsum_halves(acc[i], &lo, &hi);
         y[2 * i] = lo + (bias ? bias[2 * i] : 0.0f);
         y[2 * i + 1] = hi + (bias ? bias[2 * i + 1] : 0.0f);
     }

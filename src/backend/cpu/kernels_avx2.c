@@ -53,18 +53,6 @@ INLINE __m256 fold4(__m256i i0, __m256i i1, __m256i i2, __m256i i3)
     return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23)));
 }
 
-/* byte i: 16 where bit i of the little-endian 32-bit qh is set, else 0 (the 5-bit formats'
- * fifth bits: each byte takes qh's byte i/8, keeps bit i%8, and compares) */
-INLINE __m256i q5_high(const uint8_t *qh)
-{
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
-}
-
 INLINE __m256i block_isum(int fmt, const uint8_t *blk, __m256i xv)
 {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -73,8 +61,7 @@ INLINE __m256i block_isum(int fmt, const uint8_t *blk, __m256i xv)
         return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q)), ones);
     }
     if (fmt == FMT_Q5_0 || fmt == FMT_Q5_1) {   /* q <= 31: a pair's sum stays below 2^13 */
-        const uint8_t *qh = blk + (fmt == FMT_Q5_1 ? 4 : 2);
-        __m256i q = _mm256_or_si256(unpack_q4(qh + 4), q5_high(qh));
+        __m256i q = srt_q5_bytes(blk + (fmt == FMT_Q5_1 ? 4 : 2));
         return _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
     }
     return _mm256_madd_epi16(_mm256_maddubs_epi16(unpack_q4(blk + (fmt == FMT_Q4_1 ? 4 : 2)), xv), ones);
