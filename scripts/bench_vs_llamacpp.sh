@@ -12,7 +12,12 @@
 # context of that many times one request's, and runs in three configurations side by side (an
 # idle one costs nothing): its defaults (weights mmapped, flash attention auto), and weights
 # read into memory (-lm none; ngx_srt copies its weights by default) with flash attention on
-# and off. The ratio is taken against the fastest of the three at each concurrency. Every request is streamed, greedy, with exactly
+# and off. The ratio is taken against the fastest of the three at each concurrency. Each
+# concurrency draws its own prompts (--seed C): with one set for all, the second concurrency
+# found every prompt in both servers' caches from the first (ngx_srt's radix cache,
+# llama-server's slot and prompt caches) and measured decode alone. The table's last column
+# says how many prompt tokens each server took from its cache (none but the first token or
+# page when the prompts are new). Every request is streamed, greedy, with exactly
 # --output-len output tokens: ignore_eos for ngx_srt; for llama-server the EOS ids (0
 # <|endoftext|>, 2 <|im_end|> for SmolLM2) are banned with logit_bias. The load average is
 # printed before every concurrency: on a shared machine quote the same-run ratios, and re-take
@@ -127,7 +132,8 @@ echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for C in $CONCS; do
     N=$NP
     COMMON=(--model smollm2 --dataset-name random --num-prompts "$N" --random-input-len "$IN"
-            --random-output-len "$OUT" --max-concurrency "$C" --tokenizer "$TOKJ" --output-file "$OUTF")
+            --random-output-len "$OUT" --max-concurrency "$C" --tokenizer "$TOKJ" --output-file "$OUTF"
+            --seed "$C")
     echo "## concurrency $C, $N prompts, load average $(cut -d' ' -f1 /proc/loadavg)"
     python3 "$ROOT/scripts/bench_serving.py" --base-url "http://127.0.0.1:$PORT" "${COMMON[@]}" --tag "srt c=$C" || echo "(ngx_srt: failed requests at c=$C)"
     for i in "${!LVARIANTS[@]}"; do
@@ -146,8 +152,9 @@ by = {r["tag"]: r for r in rows}
 print(f"\nrandom dataset, {sys.argv[3]} prompt tokens, {sys.argv[4]} output tokens per request")
 VARS = ("default", "lm-none-fa-on", "lm-none-fa-off")
 print("| concurrency | ngx_srt output tok/s | llama.cpp output tok/s (" + " / ".join(VARS) + ") | ratio to the fastest | "
-      "ngx_srt median TTFT / ITL ms | llama.cpp (fastest) median TTFT / ITL ms | failed (srt / llama.cpp) |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+      "ngx_srt median TTFT / ITL ms | llama.cpp (fastest) median TTFT / ITL ms | failed (srt / llama.cpp) | "
+      "prompt tokens from cache (srt / llama.cpp) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for c in sys.argv[2].split():
     s, ls = by.get(f"srt c={c}"), [by.get(f"llama.cpp {v} c={c}") for v in VARS]
     if not s or not all(ls):
@@ -157,6 +164,7 @@ for c in sys.argv[2].split():
     each = " / ".join("%.1f" % r["output_throughput"] for r in ls)
     print(f"| {c} | {s['output_throughput']:.1f} | {each} | "
           f"{ratio:.2f}x | {s['median_ttft_ms']:.0f} / {s['median_itl_ms']:.1f} | "
-          f"{l['median_ttft_ms']:.0f} / {l['median_itl_ms']:.1f} | {s['failed']} / {', '.join(str(r['failed']) for r in ls)} |")
+          f"{l['median_ttft_ms']:.0f} / {l['median_itl_ms']:.1f} | {s['failed']} / {', '.join(str(r['failed']) for r in ls)} | "
+          f"{s.get('cached_tokens', 0)} / {', '.join(str(r.get('cached_tokens', 0)) for r in ls)} of {s['total_input_tokens']} |")
 EOF
 echo "(raw metrics: $OUTF)"
