@@ -41,7 +41,7 @@
 #define DEC_MAX_TOK 2       /* decode kernel up to this many tokens; the prefill one beyond */
 #define DEC_ITEM_MIN 16     /* decode: fewest rows per work item */
 #define PF_ROWS SRT_EXACT_PF_ROWS
-#define PRE_ROWS 16         /* prefill: rows unpacked into scratch per work item */
+#define PRE_ROWS 64         /* prefill: most rows unpacked into scratch per work item (see prefill) */
 #define PRE_TOK 128         /* prefill: tokens per work item (a multiple of PRE_T) */
 #define PRE_T SRT_EXACT_PRE_T   /* prefill micro-kernel: one row (two: exact_avx512.c) x PRE_T tokens */
 #define PRE_SLICE 18        /* prefill: most blocks of a column slice: 8 tokens x 576 floats, 18 KB of
@@ -791,7 +791,7 @@ typedef struct {
     int64_t item_rows[SRT_MATMUL_N_MAX], first[SRT_MATMUL_N_MAX + 1];
     /* prefill: the weight being computed, and its row chunks per token block */
     int cur;
-    int64_t n_rchunk;
+    int64_t n_rchunk, rows_item;
     int wide;                    /* the 16-lane kernels of exact_avx512.c */
 } exact_job;
 
@@ -837,7 +837,7 @@ static void dec_item(void *arg, int64_t item, int ith)
     j->decs[k]((int)j->n_tok, &d);
 }
 
-/* prefill: one item is PRE_ROWS rows x PRE_TOK tokens, token block outer (threads at work
+/* prefill: one item is j->rows_item rows x PRE_TOK tokens, token block outer (threads at work
  * together share its activations in cache) */
 static void pre_item(void *arg, int64_t i, int ith)
 {
@@ -846,8 +846,8 @@ static void pre_item(void *arg, int64_t i, int ith)
     const srt_weight *w = j->ws[k];
     int64_t C = w->cols, R = w->rows, nb = j->nb;
     float *q = j->scratch + (size_t)ith * per_thread_floats(C), *dq = q + PRE_ROWS * C, *o = dq + PRE_ROWS * nb;
-    int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * PRE_ROWS;
-    int64_t nr = R - r0 < PRE_ROWS ? R - r0 : PRE_ROWS;
+    int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * j->rows_item;
+    int64_t nr = R - r0 < j->rows_item ? R - r0 : j->rows_item;
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
     for (int64_t r = 0; r < nr; r++)
         j->unps[k](w->data, w->row_stride, r0 + r, nb, q + r * C, dq + r * nb, o + r * nb);
@@ -993,8 +993,18 @@ static void prefill(srt_threadpool *tp, exact_job *j, int k, int par)
 {
     const srt_weight *w = j->ws[k];
     j->cur = k;
-    j->n_rchunk = (w->rows + PRE_ROWS - 1) / PRE_ROWS;
-    int64_t n_items = j->n_rchunk * ((j->n_tok + PRE_TOK - 1) / PRE_TOK);
+    /* Rows per item: the most (PRE_ROWS) unless the threads' last round of items would leave
+     * one idle for more than 1/16 of the weight (k_proj's 192 rows are three items of 64 for two
+     * threads); then halved, down to 16. 64 rows ran 5-13% faster than 16 on one thread:
+     * fewer items, each one's token tiles, slices and finishing spread over more rows. */
+    int64_t n_tb = (j->n_tok + PRE_TOK - 1) / PRE_TOK, nth = j->nth > 0 ? j->nth : 1, n_items;
+    for (j->rows_item = PRE_ROWS;; j->rows_item /= 2) {
+        j->n_rchunk = (w->rows + j->rows_item - 1) / j->rows_item;
+        n_items = j->n_rchunk * n_tb;
+        int64_t rounds = (n_items + nth - 1) / nth;
+        if (j->rows_item <= 16 || !par || (rounds * nth - n_items) * 16 <= rounds * nth)
+            break;
+    }
     if (par)
         srt_threadpool_run_items(tp, pre_item, j, n_items);
     else
@@ -1046,6 +1056,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     j.wide = srt_cpu_exact_avx512() == 1;
     if (n_tok > DEC_MAX_TOK || !exact_scale) {
         /* prefill items are large: one region per weight costs nothing measurable */
+        j.nth = nth;
         for (int k = 0; k < n; k++)
             prefill(tp, &j, k, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
         return SRT_OK;
