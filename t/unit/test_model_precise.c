@@ -385,6 +385,60 @@ int main(void)
     }
     free(nx);
     free(nb);
+
+    /* The thread count does not change bits: prefill items take up to 64 rows and fewer when
+     * the threads' last round would leave one idle, so 1, 2 and 3 threads cut a weight into
+     * different items (192 rows: one item of 64 rows at a time, 32, 64; 37 rows: partial
+     * groups), and decode spreads its row runs differently. */
+    enum { TC = 512, TT = 130, TR = 192 };
+    static const int64_t trows[] = { TR, 37 }, tn[] = { 1, 2, 16, 130 };
+    static const srt_dtype tty[] = { SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K, SRT_Q6_K };
+    float *tx = malloc(TT * TC * sizeof(float)), *tb = malloc(TR * sizeof(float));
+    float *ty[3] = { malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)) };
+    for (int64_t i = 0; i < TT * TC; i++)
+        tx[i] = frnd();
+    for (int i = 0; i < TR; i++)
+        tb[i] = frnd();
+    for (size_t p = 1; p < 3; p++) {   /* the exact kernels: AVX2 and AVX-512 */
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        srt_err err;
+        srt_backend *bes[3];
+        for (int th = 0; th < 3; th++)
+            bes[th] = srt_cpu_backend_create(th + 1, 1, &err);
+        int bad = 0, calls = 0;
+        for (size_t ti = 0; ti < sizeof tty / sizeof tty[0]; ti++)
+            for (size_t ri = 0; ri < 2; ri++) {
+                srt_weight w = { .dtype = tty[ti], .rows = trows[ri], .cols = TC,
+                                 .row_stride = srt_dtype_row_bytes(tty[ti], TC) };
+                uint8_t *d = malloc(w.row_stride * (size_t)w.rows);
+                fill(tty[ti], d, w.rows, TC);
+                w.data = d;
+                for (size_t k = 0; k < sizeof tn / sizeof tn[0]; k++) {
+                    for (int th = 0; th < 3; th++) {
+                        bes[th]->ops->reserve_matmul(bes[th], &w, tn[k], &err);
+                        memset(ty[th], 0xff, (size_t)tn[k] * (size_t)w.rows * sizeof(float));
+                        bes[th]->ops->matmul(bes[th], &w, tb, tx, tn[k], ty[th]);
+                    }
+                    size_t bytes = (size_t)tn[k] * (size_t)w.rows * sizeof(float);
+                    if (memcmp(ty[0], ty[1], bytes) || memcmp(ty[0], ty[2], bytes)) {
+                        tap_diag("%s %s, %lld rows, %lld tokens: the thread count changes bits", paths[p],
+                                 srt_dtype_name(w.dtype), (long long)w.rows, (long long)tn[k]);
+                        bad++;
+                    }
+                    calls++;
+                }
+                free(d);
+            }
+        ok(bad == 0, "%s: exact matmul on 1, 2 and 3 threads, bit for bit (%d of %d cases differ)", paths[p], bad,
+           calls);
+        for (int th = 0; th < 3; th++)
+            srt_backend_free(bes[th]);
+    }
+    free(tx);
+    free(tb);
+    for (int th = 0; th < 3; th++)
+        free(ty[th]);
     packed();
     avx512_kernels();
     return tap_done();
