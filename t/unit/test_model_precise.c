@@ -386,15 +386,17 @@ int main(void)
     free(nx);
     free(nb);
 
-    /* The thread count does not change bits: prefill items take up to 64 rows and fewer when
-     * the threads' last round would leave one idle, so 1, 2 and 3 threads cut a weight into
-     * different items (192 rows: one item of 64 rows at a time, 32, 64; 37 rows: partial
-     * groups), and decode spreads its row runs differently. */
-    enum { TC = 512, TT = 130, TR = 192 };
-    static const int64_t trows[] = { TR, 37 }, tn[] = { 1, 2, 16, 130 };
+    /* The thread count does not change bits: prefill items take up to 64 rows (fewer for long
+     * rows) and fewer when the threads' last round would leave one idle, so 1, 2 and 3 threads
+     * cut a weight into different items (192 rows: one item of 64 rows at a time, 32, 64; 37
+     * rows: partial groups; 4096 columns: items of 32 rows at most), and decode spreads its
+     * row runs differently. And a token's row of a 130-token prefill is its one-token decode. */
+    enum { TC = 4096, TT = 130, TR = 192 };
+    static const int64_t trows[] = { TR, 37, 70 }, tcols[] = { 512, 512, TC }, tn[] = { 1, 2, 16, 130 };
     static const srt_dtype tty[] = { SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K, SRT_Q6_K };
     float *tx = malloc(TT * TC * sizeof(float)), *tb = malloc(TR * sizeof(float));
     float *ty[3] = { malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)) };
+    float *t1 = malloc(TR * sizeof(float));
     for (int64_t i = 0; i < TT * TC; i++)
         tx[i] = frnd();
     for (int i = 0; i < TR; i++)
@@ -406,13 +408,14 @@ int main(void)
         srt_backend *bes[3];
         for (int th = 0; th < 3; th++)
             bes[th] = srt_cpu_backend_create(th + 1, 1, &err);
-        int bad = 0, calls = 0;
+        int bad = 0, calls = 0, tbad = 0;
         for (size_t ti = 0; ti < sizeof tty / sizeof tty[0]; ti++)
-            for (size_t ri = 0; ri < 2; ri++) {
-                srt_weight w = { .dtype = tty[ti], .rows = trows[ri], .cols = TC,
-                                 .row_stride = srt_dtype_row_bytes(tty[ti], TC) };
+            for (size_t ri = 0; ri < 3; ri++) {
+                int64_t C = tcols[ri];
+                srt_weight w = { .dtype = tty[ti], .rows = trows[ri], .cols = C,
+                                 .row_stride = srt_dtype_row_bytes(tty[ti], C) };
                 uint8_t *d = malloc(w.row_stride * (size_t)w.rows);
-                fill(tty[ti], d, w.rows, TC);
+                fill(tty[ti], d, w.rows, C);
                 w.data = d;
                 for (size_t k = 0; k < sizeof tn / sizeof tn[0]; k++) {
                     for (int th = 0; th < 3; th++) {
@@ -428,15 +431,21 @@ int main(void)
                     }
                     calls++;
                 }
+                for (int64_t t = 0; t < TT; t += 43) {   /* ty[1] holds the 130-token prefill */
+                    bes[1]->ops->matmul(bes[1], &w, tb, tx + t * C, 1, t1);
+                    tbad += memcmp(t1, ty[1] + t * w.rows, (size_t)w.rows * sizeof(float)) != 0;
+                }
                 free(d);
             }
         ok(bad == 0, "%s: exact matmul on 1, 2 and 3 threads, bit for bit (%d of %d cases differ)", paths[p], bad,
            calls);
+        ok(tbad == 0, "%s: exact prefill rows = one-token decodes, 512 and 4096 columns (%d differ)", paths[p], tbad);
         for (int th = 0; th < 3; th++)
             srt_backend_free(bes[th]);
     }
     free(tx);
     free(tb);
+    free(t1);
     for (int th = 0; th < 3; th++)
         free(ty[th]);
     packed();

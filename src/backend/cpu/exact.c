@@ -41,16 +41,26 @@
 #define DEC_MAX_TOK 2       /* decode kernel up to this many tokens; the prefill one beyond */
 #define DEC_ITEM_MIN 16     /* decode: fewest rows per work item */
 #define PF_ROWS SRT_EXACT_PF_ROWS
-#define PRE_ROWS 64         /* prefill: most rows unpacked into scratch per work item (see prefill) */
+#define PRE_ROWS 64         /* prefill: most rows unpacked into scratch per work item (rows_cap, prefill) */
 #define PRE_TOK 128         /* prefill: tokens per work item (a multiple of PRE_T) */
 #define PRE_T SRT_EXACT_PRE_T   /* prefill micro-kernel: one row (two: exact_avx512.c) x PRE_T tokens */
 #define PRE_SLICE 18        /* prefill: most blocks of a column slice: 8 tokens x 576 floats, 18 KB of
                              * L1; a 576-column layer in one slice ran 5-10% faster than in two */
 
-/* Scratch: per thread PRE_ROWS rows of unpacked weights (cols floats of q, then nb scales
+/* Scratch: per thread rows_cap(cols) rows of unpacked weights (cols floats of q, then nb scales
  * and nb offsets each), then the block sums of x, transposed: nb x ldt (tokens padded to
  * PRE_T with zeros). */
-static size_t per_thread_floats(int64_t cols) { return PRE_ROWS * ((size_t)cols + 2 * (size_t)(cols / 32)); }
+/* Most rows a prefill item takes: PRE_ROWS, fewer for long rows so that the item's unpacked q
+ * (re-read by every token tile) stays within 512 KB, an L2's size (a 14336-column down_proj
+ * row takes 56 KB: 16 rows, as before the items grew); 16 at least. */
+static int64_t rows_cap(int64_t cols)
+{
+    int64_t r = PRE_ROWS;
+    while (r > 16 && r * cols * (int64_t)sizeof(float) > 512 * 1024)
+        r /= 2;
+    return r;
+}
+static size_t per_thread_floats(int64_t cols) { return (size_t)rows_cap(cols) * ((size_t)cols + 2 * (size_t)(cols / 32)); }
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
 /* then, for a decode of packed weights, x scaled for them (DEC_MAX_TOK x cols) */
@@ -845,7 +855,7 @@ static void pre_item(void *arg, int64_t i, int ith)
     int k = j->cur;
     const srt_weight *w = j->ws[k];
     int64_t C = w->cols, R = w->rows, nb = j->nb;
-    float *q = j->scratch + (size_t)ith * per_thread_floats(C), *dq = q + PRE_ROWS * C, *o = dq + PRE_ROWS * nb;
+    float *q = j->scratch + (size_t)ith * per_thread_floats(C), *dq = q + rows_cap(C) * C, *o = dq + rows_cap(C) * nb;
     int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * j->rows_item;
     int64_t nr = R - r0 < j->rows_item ? R - r0 : j->rows_item;
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
@@ -993,12 +1003,12 @@ static void prefill(srt_threadpool *tp, exact_job *j, int k, int par)
 {
     const srt_weight *w = j->ws[k];
     j->cur = k;
-    /* Rows per item: the most (PRE_ROWS) unless the threads' last round of items would leave
+    /* Rows per item: the most (rows_cap) unless the threads' last round of items would leave
      * one idle for more than 1/16 of the weight (k_proj's 192 rows are three items of 64 for two
      * threads); then halved, down to 16. 64 rows ran 5-13% faster than 16 on one thread:
      * fewer items, each one's token tiles, slices and finishing spread over more rows. */
     int64_t n_tb = (j->n_tok + PRE_TOK - 1) / PRE_TOK, nth = j->nth > 0 ? j->nth : 1, n_items;
-    for (j->rows_item = PRE_ROWS;; j->rows_item /= 2) {
+    for (j->rows_item = rows_cap(w->cols);; j->rows_item /= 2) {
         j->n_rchunk = (w->rows + j->rows_item - 1) / j->rows_item;
         n_items = j->n_rchunk * n_tb;
         int64_t rounds = (n_items + nth - 1) / nth;
