@@ -47,9 +47,6 @@
 #define PRE_SLICE 18        /* prefill: most blocks of a column slice: 8 tokens x 576 floats, 18 KB of
                              * L1; a 576-column layer in one slice ran 5-10% faster than in two */
 
-/* Scratch: per thread rows_cap(cols) rows of unpacked weights (cols floats of q, then nb scales
- * and nb offsets each), then the block sums of x, transposed: nb x ldt (tokens padded to
- * PRE_T with zeros). */
 /* Most rows a prefill item takes: PRE_ROWS, fewer for long rows so that the item's unpacked q
  * (re-read by every token tile) stays within 512 KB, an L2's size (a 14336-column down_proj
  * row takes 56 KB: 16 rows, as before the items grew); 16 at least. */
@@ -60,6 +57,10 @@ static int64_t rows_cap(int64_t cols)
         r /= 2;
     return r;
 }
+
+/* Scratch: per thread rows_cap(cols) rows of unpacked weights (cols floats of q, then nb scales
+ * and nb offsets each), then the block sums of x, transposed: nb x ldt (tokens padded to
+ * PRE_T with zeros). */
 static size_t per_thread_floats(int64_t cols) { return (size_t)rows_cap(cols) * ((size_t)cols + 2 * (size_t)(cols / 32)); }
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
@@ -855,7 +856,8 @@ static void pre_item(void *arg, int64_t i, int ith)
     int k = j->cur;
     const srt_weight *w = j->ws[k];
     int64_t C = w->cols, R = w->rows, nb = j->nb;
-    float *q = j->scratch + (size_t)ith * per_thread_floats(C), *dq = q + rows_cap(C) * C, *o = dq + rows_cap(C) * nb;
+    int64_t cap = rows_cap(C);   /* the per-thread scratch's layout */
+    float *q = j->scratch + (size_t)ith * per_thread_floats(C), *dq = q + cap * C, *o = dq + cap * nb;
     int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * j->rows_item;
     int64_t nr = R - r0 < j->rows_item ? R - r0 : j->rows_item;
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
