@@ -163,7 +163,7 @@ static void packed(void)
     free(bias);
 }
 
-/* The 16-lane exact kernels (exact_avx512.c: two rows per register) run only where AVX-512
+/* The 16-lane exact kernels (exact_avx512.c: two rows or two tokens per register) run only where AVX-512
  * is the chosen level, and give the 8-lane kernels' bits: on an AVX-512 CPU every prefill
  * below (odd row counts: a row left over from the pairs) and every decode of the packed
  * weights (one token: 16 lanes; two: still 8) is compared, bit for bit, with the same matmul

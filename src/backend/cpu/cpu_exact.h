@@ -35,10 +35,12 @@ srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out);
 
 /* The prefill micro-kernel's tokens per call, and its 16-lane form (exact_avx512.c): rows A
  * and B (unpacked q, per-block scales d) x T <= SRT_EXACT_PRE_T tokens over blocks [b0, b1),
- * each row's accumulators the bits exact.c's 8-lane kernel leaves in them. */
+ * each row's accumulators the bits exact.c's 8-lane kernel leaves in them. xx: the T tokens'
+ * x in pairs, per block b at xx + b * SRT_EXACT_PRE_T * 32, for pair p and chunk k 16 floats
+ * [x_2p[32b + 8k, +8) | x_2p+1[32b + 8k, +8)] (a missing odd token's half zero). */
 #define SRT_EXACT_PRE_T 8
 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, const float *da, const float *db,
-                               const float *x, int64_t ldx, int64_t b0, int64_t b1, float *acc_a, float *acc_b);
+                               const float *xx, int64_t b0, int64_t b1, float *acc_a, float *acc_b);
 /* Decode: one work item's rows [r0, r1) of a weight (base w, row stride), and where to
  * prefetch past its end: the rows of the item this thread will likely claim next (nw, NULL:
  * none), at the same offset into it. wide: run the 16-lane kernels (srt_cpu_exact_avx512). */

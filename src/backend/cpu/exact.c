@@ -64,13 +64,15 @@ static int64_t rows_cap(int64_t cols)
 static size_t per_thread_floats(int64_t cols) { return (size_t)rows_cap(cols) * ((size_t)cols + 2 * (size_t)(cols / 32)); }
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
-/* then, for a decode of packed weights, x scaled for them (DEC_MAX_TOK x cols) */
-static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 7) / 8 * 8; }
+/* then (64-byte aligned) for a decode of packed weights x scaled for them (DEC_MAX_TOK x
+ * cols), or for a prefill on 16 lanes x in pairs of tokens (pair_x: sums_ld(n_tok) x cols) */
+static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 15) / 16 * 16; }
 
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 {
+    int64_t tail = sums_ld(n_tok) > DEC_MAX_TOK ? sums_ld(n_tok) : DEC_MAX_TOK;
     return (size_t)(n_threads > 0 ? n_threads : 1) * per_thread_floats(cols) + xs_floats(cols, n_tok) +
-           (size_t)DEC_MAX_TOK * (size_t)cols + 16;
+           (size_t)tail * (size_t)cols + 16;
 }
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -157,6 +159,23 @@ TGT static void block_sums(const float *x, int64_t nb, float *xs, int64_t ldt)
                                  _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
         xs[b * ldt] = srt_hsum8(s);
     }
+}
+
+/* x (n_tok tokens of cols) laid out for srt_cpu_exact_pre2_avx512: per tile of PRE_T tokens
+ * (cols * PRE_T floats, the last one's missing tokens zero) per block per pair of tokens its
+ * four 8-float chunks as [token 2p's | token 2p+1's]. */
+static void pair_x(const float *x, int64_t cols, int64_t n_tok, float *xx)
+{
+    for (int64_t t0 = 0; t0 < n_tok; t0 += PRE_T, xx += PRE_T * cols)
+        for (int64_t b = 0; b < cols / QK; b++)
+            for (int t = 0; t < PRE_T; t++)
+                for (int k = 0; k < 4; k++) {
+                    float *o = xx + b * PRE_T * QK + (t / 2) * 64 + 16 * k + 8 * (t % 2);
+                    if (t0 + t < n_tok)
+                        memcpy(o, x + (t0 + t) * cols + b * QK + 8 * k, 8 * sizeof(float));
+                    else
+                        memset(o, 0, 8 * sizeof(float));
+                }
 }
 
 /* Rows a decode kernel call takes. One token of a 4-bit format takes eight: eight
@@ -794,6 +813,7 @@ typedef struct {
     unp_fn unps[SRT_MATMUL_N_MAX];
     const float *x, *xs;
     const float *xp;             /* decode of packed weights: x scaled for them (x8_scale) */
+    const float *xx;             /* prefill on 16 lanes: x in pairs of tokens (pair_x) */
     int64_t n_tok, nb, ldt;
     float *scratch;              /* per thread: per_thread_floats(cols) */
     int nth;                     /* threads taking items */
@@ -872,8 +892,7 @@ static void pre_item(void *arg, int64_t i, int ith)
             if (j->wide)
                 for (; r + 2 <= nr; r += 2)
                     srt_cpu_exact_pre2_avx512(nt, q + r * C, q + (r + 1) * C, dq + r * nb, dq + (r + 1) * nb,
-                                              j->x + t * C, C, b0, b1, acc + r * PRE_T * 8,
-                                              acc + (r + 1) * PRE_T * 8);
+                                              j->xx + t * C, b0, b1, acc + r * PRE_T * 8, acc + (r + 1) * PRE_T * 8);
             for (; r < nr; r++)
                 pre_part(nt, q + r * C, dq + r * nb, j->x + t * C, C, b0, b1, acc + r * PRE_T * 8);
         }
@@ -917,6 +936,7 @@ static int wide_matches(void)
     enum { NB = 6, C = NB * QK };
     static const int64_t cut[] = { 0, 2, 5, NB };
     float q[2][C], d[2][NB], x[PRE_T * C], a8[2][PRE_T * 8], a16[2][PRE_T * 8];
+    _Alignas(64) float xx[PRE_T * C];
     uint32_t s = 12345;
     for (int r = 0; r < 2; r++) {
         for (int i = 0; i < C; i++)
@@ -927,10 +947,11 @@ static int wide_matches(void)
     for (int i = 0; i < PRE_T * C; i++)
         x[i] = made_up(&s, -15, 30);
     for (int T = 1; T <= PRE_T; T++) {
+        pair_x(x, C, T, xx);
         for (int k = 0; k < 3; k++) {
             pre_part(T, q[0], d[0], x, C, cut[k], cut[k + 1], a8[0]);
             pre_part(T, q[1], d[1], x, C, cut[k], cut[k + 1], a8[1]);
-            srt_cpu_exact_pre2_avx512(T, q[0], q[1], d[0], d[1], x, C, cut[k], cut[k + 1], a16[0], a16[1]);
+            srt_cpu_exact_pre2_avx512(T, q[0], q[1], d[0], d[1], xx, cut[k], cut[k + 1], a16[0], a16[1]);
         }
         if (memcmp(a8[0], a16[0], sizeof(float) * 8 * (size_t)T) || memcmp(a8[1], a16[1], sizeof(float) * 8 * (size_t)T))
             return 0;
@@ -1067,6 +1088,11 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
      * goes the prefill way, which computes the same bits from the unpacked rows */
     j.wide = srt_cpu_exact_avx512() == 1;
     if (n_tok > DEC_MAX_TOK || !exact_scale) {
+        if (j.wide) {
+            float *xx = xs + xs_floats(C, n_tok);
+            pair_x(x, C, n_tok, xx);
+            j.xx = xx;
+        }
         /* prefill items are large: one region per weight costs nothing measurable */
         j.nth = nth;
         for (int k = 0; k < n; k++)
