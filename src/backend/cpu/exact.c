@@ -164,18 +164,19 @@ TGT static void block_sums(const float *x, int64_t nb, float *xs, int64_t ldt)
 /* x (n_tok tokens of cols) laid out for srt_cpu_exact_pre2_avx512: per tile of PRE_T tokens
  * (cols * PRE_T floats, the last one's missing tokens zero) per block per pair of tokens its
  * four 8-float chunks as [token 2p's | token 2p+1's]. */
-static void pair_x(const float *x, int64_t cols, int64_t n_tok, float *xx)
+TGT static void pair_x(const float *x, int64_t cols, int64_t n_tok, float *xx)
 {
     for (int64_t t0 = 0; t0 < n_tok; t0 += PRE_T, xx += PRE_T * cols)
-        for (int64_t b = 0; b < cols / QK; b++)
-            for (int t = 0; t < PRE_T; t++)
-                for (int k = 0; k < 4; k++) {
-                    float *o = xx + b * PRE_T * QK + (t / 2) * 64 + 16 * k + 8 * (t % 2);
-                    if (t0 + t < n_tok)
-                        memcpy(o, x + (t0 + t) * cols + b * QK + 8 * k, 8 * sizeof(float));
-                    else
-                        memset(o, 0, 8 * sizeof(float));
-                }
+        for (int t = 0; t < PRE_T; t++) {
+            const float *xt = x + (t0 + t) * cols;
+            float *o = xx + (t / 2) * 64 + 8 * (t % 2);
+            if (t0 + t < n_tok)
+                for (int64_t i = 0; i < cols; i += 8)   /* chunk i / 8 of block i / 32 */
+                    _mm256_storeu_ps(o + i / QK * PRE_T * QK + 16 * (i % QK / 8), _mm256_loadu_ps(xt + i));
+            else
+                for (int64_t i = 0; i < cols; i += 8)
+                    _mm256_storeu_ps(o + i / QK * PRE_T * QK + 16 * (i % QK / 8), _mm256_setzero_ps());
+        }
 }
 
 /* Rows a decode kernel call takes. One token of a 4-bit format takes eight: eight
