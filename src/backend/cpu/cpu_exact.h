@@ -41,6 +41,9 @@ srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out);
 #define SRT_EXACT_PRE_T 8
 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, const float *da, const float *db,
                                const float *xx, int64_t b0, int64_t b1, float *acc_a, float *acc_b);
+/* The prefill's offsets of 16 rows on 16 lanes: off[t * 16 + i] = sum over blocks b, as a chain
+ * of FMAs from 0 in block order, of o[b * ost + i] * xs[b * ldt + t], for t < SRT_EXACT_PRE_T. */
+void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb, float *off);
 /* Decode: one work item's rows [r0, r1) of a weight (base w, row stride), and where to
  * prefetch past its end: the rows of the item this thread will likely claim next (nw, NULL:
  * none), at the same offset into it. wide: run the 16-lane kernels (srt_cpu_exact_avx512). */

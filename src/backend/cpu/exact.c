@@ -287,73 +287,62 @@ INLINE void kern_pre(int T, const float *q, const float *dq, const float *x, int
 }
 
 
-/* Prefill: the T outputs of rows [0, nr) of a tile from their accumulators (acc: PRE_T x 8
- * floats per row), offsets o (nb floats per row) and the tokens' block sums. A row's offset
- * is a chain of nb dependent FMAs; eight rows' chains run side by side (one chain left the
- * FMA units idle for its latency: 16% of prefill; four still waited on it), each still from 0
- * in block order. */
-TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float *o, const float *xs,
-                           int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy)
+/* The offsets of 8 rows (o[b * ost + i]: row i's offset of block b) for the PRE_T tokens of a
+ * tile (xs[b * ldt + t]; past T zero), the rows in lanes: off[t][col + i]. A (row, token)
+ * offset is one chain of nb dependent FMAs from 0 in block order; the tile's 8 tokens are 8
+ * chains side by side. */
+INLINE void off8(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb, float (*off)[16], int col)
 {
-    for (int r0 = 0; r0 < nr; r0 += 8) {
-        int n8 = nr - r0 < 8 ? nr - r0 : 8;
-        _Alignas(32) float ov[8][8];
+    __m256 a[PRE_T];
+#pragma GCC unroll 8
+    for (int t = 0; t < PRE_T; t++)
+        a[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 ov = _mm256_loadu_ps(o + b * ost);
+#pragma GCC unroll 8
+        for (int t = 0; t < PRE_T; t++)
+            a[t] = _mm256_fmadd_ps(ov, _mm256_broadcast_ss(xs + b * ldt + t), a[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < PRE_T; t++)
+        _mm256_storeu_ps(off[t] + col, a[t]);
+}
+
+/* Prefill: the T outputs of rows [0, nr) of a tile from their accumulators (acc: PRE_T x 8
+ * floats per row; rows up to nr rounded to 8 zero past nr), offsets o (o[b * ost + r], rows up
+ * to nr rounded to 16 zero past nr) and the tokens' block sums, the rows in lanes: a token's
+ * outputs of 8 rows are one vector, stored where y keeps them side by side. 16 rows' offsets
+ * at a time: on 16 lanes one 512-bit FMA per block and token (srt_cpu_exact_off16_avx512). A
+ * tokens-in-lanes finish (a row's eight tokens per vector, then transposed) took 6% of a
+ * concurrency-16 run; its offset chains were latency-bound. */
+TGT static void pre_finish(int fmt, int T, int nr, const float *acc, const float *o, int64_t ost, const float *xs,
+                           int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy, int wide)
+{
+    for (int r0 = 0; r0 < nr; r0 += 16) {
+        _Alignas(64) float off[PRE_T][16];
         if (has_off(fmt)) {
-            /* the offsets of the tokens in lanes (xs is padded to PRE_T tokens); rows past
-             * nr repeat the tile's first row and are not stored */
-            const float *o8[8];
-            __m256 off[8];
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                o8[k] = o + (size_t)(k < n8 ? r0 + k : r0) * (size_t)nb;
-                off[k] = _mm256_setzero_ps();
-            }
-            for (int64_t b = 0; b < nb; b++) {
-                __m256 xv = _mm256_loadu_ps(xs + b * ldt);
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++)
-                    off[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(o8[k] + b), xv, off[k]);
-            }
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++)
-                _mm256_store_ps(ov[k], off[k]);
+            if (wide)
+                srt_cpu_exact_off16_avx512(o + r0, ost, xs, ldt, nb, off[0]);
+            else
+                for (int h = 0; h < 16 && r0 + h < nr; h += 8)
+                    off8(o + r0 + h, ost, xs, ldt, nb, off, h);
         }
-        for (int h = 0; h < n8; h += 4) {
-            int n = n8 - h < 4 ? n8 - h : 4, r = r0 + h;
-            if (T == PRE_T && n == 4) {
-                /* a full tile of four rows: each row's eight sums in one go, then per token
-                 * the four rows' outputs in one store (32 scalar stores, each to the token's
-                 * own line, stalled this pass more than its sums) */
-                __m256 v[4];
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    v[k] = srt_hsum8x8(acc + (size_t)(r + k) * PRE_T * 8);
-                    if (has_off(fmt))
-                        v[k] = _mm256_add_ps(v[k], _mm256_load_ps(ov[h + k]));
-                    v[k] = _mm256_add_ps(v[k], _mm256_set1_ps(bias ? bias[r + k] : 0.0f));
-                }
-                __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-                __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-                __m256 c[4] = { _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
-                                _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
-                                _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
-                                _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)) };   /* tokens t | t+4 */
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; t++) {
-                    _mm_storeu_ps(y + t * ldy + r, _mm256_castps256_ps128(c[t]));
-                    _mm_storeu_ps(y + (t + 4) * ldy + r, _mm256_extractf128_ps(c[t], 1));
-                }
-                continue;
-            }
-            for (int k = 0; k < n; k++) {
-                const float *a = acc + (size_t)(r + k) * PRE_T * 8;
-                float bk = bias ? bias[r + k] : 0.0f;
-                for (int t = 0; t < T; t++) {
-                    float v = srt_hsum8(_mm256_loadu_ps(a + 8 * t));
-                    if (has_off(fmt))
-                        v += ov[h + k][t];
-                    y[t * ldy + r + k] = v + bk;
-                }
+        for (int h = r0; h < nr && h < r0 + 16; h += 8) {
+            int n = nr - h < 8 ? nr - h : 8;
+            _Alignas(32) float bb[8] = { 0 };
+            if (bias)
+                memcpy(bb, bias + h, sizeof(float) * (size_t)n);
+            __m256 bv = _mm256_load_ps(bb);
+            __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            for (int t = 0; t < T; t++) {
+                __m256 v = srt_hsum8x8_ld(acc + (size_t)h * PRE_T * 8 + 8 * t, PRE_T * 8);
+                if (has_off(fmt))
+                    v = _mm256_add_ps(v, _mm256_load_ps(off[t] + (h - r0)));
+                v = _mm256_add_ps(v, bv);
+                if (n == 8)
+                    _mm256_storeu_ps(y + t * ldy + h, v);
+                else
+                    _mm256_maskstore_ps(y + t * ldy + h, mask, v);
             }
         }
     }
@@ -667,7 +656,8 @@ TGT static void dec_FMT_Q8_0_X8(int T, const dec_run *d)
         dec_loop_x8(FMT_Q8_0_X8, 1, d);
 }
 
-TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o)
+TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o,
+                         int64_t ost)
 {
     int lane = (int)(row % 8);
     const uint8_t *g = w + (size_t)(row - lane) * stride;
@@ -677,12 +667,13 @@ TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t n
             _mm256_storeu_ps(q + b * QK + 8 * k, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                                      _mm_loadl_epi64((const __m128i *)(g + 16 + 32 * lane + 8 * k)))));
         dq[b] = srt_half_at(g + 2 * lane);
-        o[b] = 0.0f;
+        o[b * ost] = 0.0f;
     }
 }
 
 /* row `row` of a packed weight as unp_* gives a GGUF one */
-TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o)
+TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o,
+                       int64_t ost)
 {
     int lane = (int)(row % 8);
     const uint8_t *g = w + (size_t)(row - lane) * stride;
@@ -693,9 +684,9 @@ TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb,
             _mm256_storeu_ps(q + p * 2 * QK + 8 * j,
                              _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * j), _mm256_set1_epi32(0xF))));
         dq[2 * p] = srt_half_at(g + 2 * lane);
-        o[2 * p] = srt_half_at(g + 16 + 2 * lane);
+        o[2 * p * ost] = srt_half_at(g + 16 + 2 * lane);
         dq[2 * p + 1] = srt_half_at(g + 32 + 2 * lane);
-        o[2 * p + 1] = srt_half_at(g + 48 + 2 * lane);
+        o[(2 * p + 1) * ost] = srt_half_at(g + 48 + 2 * lane);
     }
 }
 
@@ -710,13 +701,13 @@ TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb,
             dec_loop(fmt, 1, dec_rows(fmt, 1), d);                                             \
     }                                                                                          \
     TGT static void unp_##fmt(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q,  \
-                              float *dq, float *o)                                             \
+                              float *dq, float *o, int64_t ost)                                \
     {                                                                                          \
         const uint8_t *row = w + (size_t)r * stride;                                           \
         for (int64_t b = 0; b < nb; b++) {                                                     \
             __m256 v[4];                                                                       \
             unpack_q(fmt, row + b * fmt_bytes[fmt], v);                                        \
-            block_scale(fmt, row + b * fmt_bytes[fmt], &dq[b], &o[b]);                         \
+            block_scale(fmt, row + b * fmt_bytes[fmt], &dq[b], &o[b * ost]);                   \
             for (int k = 0; k < 4; k++)                                                        \
                 _mm256_storeu_ps(q + b * QK + 8 * k, v[k]);                                    \
         }                                                                                      \
@@ -735,7 +726,8 @@ FMT_FNS(FMT_Q5_1)
  * values and order. */
 INLINE void store_u8x8(float *q, __m256i v) { _mm256_storeu_ps(q, _mm256_cvtepi32_ps(v)); }
 
-TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o)
+TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o,
+                        int64_t ost)
 {
     const blk_q4_k *b = (const blk_q4_k *)(w + (size_t)r * stride);
     const __m256i m4 = _mm256_set1_epi32(0x0F);
@@ -745,7 +737,7 @@ TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, 
             int sc, mn;
             q4k_scale_min(b->scales, j, &sc, &mn);
             dq[8 * s + j] = d * (float)sc;
-            o[8 * s + j] = -(dmin * (float)mn);
+            o[(8 * s + j) * ost] = -(dmin * (float)mn);
         }
         for (int c = 0; c < 4; c++) {   /* 64 elements: low nibbles then high nibbles of 32 bytes */
             const uint8_t *qs = b->qs + 32 * c;
@@ -760,14 +752,15 @@ TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, 
     }
 }
 
-TGT static void unp_q6k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o)
+TGT static void unp_q6k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o,
+                        int64_t ost)
 {
     const blk_q6_k *b = (const blk_q6_k *)(w + (size_t)r * stride);
     for (int64_t s = 0; s < nb / 8; s++, b++) {
         float d = srt_f16_to_f32(b->d);
         for (int j = 0; j < 8; j++) {
             dq[8 * s + j] = d;
-            o[8 * s + j] = 0.0f;
+            o[(8 * s + j) * ost] = 0.0f;
         }
         for (int h = 0; h < 2; h++)
             unp_q6k_half(b, h, q + 256 * s + 128 * h);
@@ -800,7 +793,9 @@ TGT static void pre_part(int T, const float *q, const float *dq, const float *x,
 }
 
 typedef void (*dec_fn)(int T, const dec_run *d);
-typedef void (*unp_fn)(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o);
+/* unpack a row: q (nb * 32 floats), its blocks' scales dq[b] and offsets o[b * ost] */
+typedef void (*unp_fn)(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o,
+                       int64_t ost);
 
 /* n_w weights of one input (x, its block sums xs); weight k is ws[k] with biases[k], ys[k] and
  * its format's kernels */
@@ -883,8 +878,13 @@ static void pre_item(void *arg, int64_t i, int ith)
     int64_t nr = R - r0 < j->rows_item ? R - r0 : j->rows_item;
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
     for (int64_t r = 0; r < nr; r++)
-        j->unps[k](w->data, w->row_stride, r0 + r, nb, q + r * C, dq + r * nb, o + r * nb);
+        j->unps[k](w->data, w->row_stride, r0 + r, nb, q + r * C, dq + r * nb, o + r, cap);
+    /* pre_finish's vectors of 8 and 16 rows: the rows past nr add nothing and are not stored */
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t r = nr; r < cap && r < (nr + 15) / 16 * 16; r++)
+            o[b * cap + r] = 0.0f;
     float acc[PRE_ROWS * PRE_T * 8];
+    memset(acc + nr * PRE_T * 8, 0, sizeof(float) * (size_t)((nr + 7) / 8 * 8 - nr) * PRE_T * 8);
     int64_t n_slices = (nb + PRE_SLICE - 1) / PRE_SLICE, per = (nb + n_slices - 1) / n_slices;
     for (int64_t t = t0; t < t1; t += PRE_T) {
         int nt = t1 - t < PRE_T ? (int)(t1 - t) : PRE_T;
@@ -897,8 +897,8 @@ static void pre_item(void *arg, int64_t i, int ith)
             for (; r < nr; r++)
                 pre_part(nt, q + r * C, dq + r * nb, j->x + t * C, C, b0, b1, acc + r * PRE_T * 8);
         }
-        pre_finish(j->fmts[k], nt, (int)nr, acc, o, j->xs + t, j->ldt, nb,
-                   j->biases[k] ? j->biases[k] + r0 : NULL, j->ys[k] + t * R + r0, R);
+        pre_finish(j->fmts[k], nt, (int)nr, acc, o, cap, j->xs + t, j->ldt, nb,
+                   j->biases[k] ? j->biases[k] + r0 : NULL, j->ys[k] + t * R + r0, R, j->wide);
     }
 }
 

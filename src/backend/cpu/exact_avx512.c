@@ -105,6 +105,26 @@ TGT512 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, c
     }
 }
 
+/* exact.c's off8 on 16 rows: off[t * 16 + i] = row i's offset for token t, the chain of nb
+ * FMAs from 0 in block order (o[b * ost + i], xs[b * ldt + t]) */
+TGT512 void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb,
+                                       float *off)
+{
+    __m512 a[SRT_EXACT_PRE_T];
+#pragma GCC unroll 8
+    for (int t = 0; t < SRT_EXACT_PRE_T; t++)
+        a[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 ov = _mm512_loadu_ps(o + b * ost);
+#pragma GCC unroll 8
+        for (int t = 0; t < SRT_EXACT_PRE_T; t++)
+            a[t] = _mm512_fmadd_ps(ov, _mm512_set1_ps(xs[b * ldt + t]), a[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < SRT_EXACT_PRE_T; t++)
+        _mm512_storeu_ps(off + 16 * t, a[t]);
+}
+
 /* Packed Q4_1, one token, 8 rows of group g (exact.c's kern_x8 with T = 1, NR = 8): rows 2i
  * and 2i+1 are 64 contiguous bytes of the pair, so a pair of rows is one load; nibble j is
  * one AND (q * 16^j, exact) against x scaled by 16^-j, as there. The offsets stay in 8 lanes
@@ -218,6 +238,10 @@ TGT512 void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8)
 #else
 
 void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8)
+{
+}
+
+void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb, float *off)
 {
 }
 

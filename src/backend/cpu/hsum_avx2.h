@@ -18,14 +18,14 @@ SRT_HSUM_TGT float srt_hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* srt_hsum8 of eight vectors at once (a: 8 x 8 floats), the results in order. The same
+/* srt_hsum8 of eight vectors at once (vector k at a + k * ld), the results in order. The same
  * additions, pair by pair, so the same bits; only the lanes' placement differs. */
-SRT_HSUM_TGT __m256 srt_hsum8x8(const float *a)
+SRT_HSUM_TGT __m256 srt_hsum8x8_ld(const float *a, long ld)
 {
     __m256 s[4];
 #pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {   /* [lo + hi of vector 2p | lo + hi of vector 2p+1] */
-        __m256 u = _mm256_loadu_ps(a + 16 * p), v = _mm256_loadu_ps(a + 16 * p + 8);
+        __m256 u = _mm256_loadu_ps(a + 2 * p * ld), v = _mm256_loadu_ps(a + (2 * p + 1) * ld);
         s[p] = _mm256_add_ps(_mm256_permute2f128_ps(u, v, 0x20), _mm256_permute2f128_ps(u, v, 0x31));
     }
     /* per 128-bit lane [s0+s2, s1+s3] of two vectors side by side */
@@ -38,6 +38,9 @@ SRT_HSUM_TGT __m256 srt_hsum8x8(const float *a)
                              _mm256_shuffle_ps(w0, w1, _MM_SHUFFLE(3, 1, 3, 1)));
     return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
+
+/* vectors 8 floats apart */
+SRT_HSUM_TGT __m256 srt_hsum8x8(const float *a) { return srt_hsum8x8_ld(a, 8); }
 
 #endif
 #endif
