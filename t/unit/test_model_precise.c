@@ -165,15 +165,15 @@ static void packed(void)
 
 /* The 16-lane exact kernels (exact_avx512.c: two rows or two tokens per register) run only where AVX-512
  * is the chosen level, and give the 8-lane kernels' bits: on an AVX-512 CPU every prefill
- * below (odd row counts: a row left over from the pairs) and every decode of the packed
- * weights (one token: 16 lanes; two: still 8) is compared, bit for bit, with the same matmul
- * under SRT_CPU_SIMD=avx2. */
+ * below (odd row counts: a row left over from the pairs; 530 tokens: two runs of the paired
+ * x) and every decode and prefill of the packed weights (one token: 16 lanes; two: still 8)
+ * is compared, bit for bit, with the same matmul under SRT_CPU_SIMD=avx2. */
 static void avx512_kernels(void)
 {
     static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K };
     static const int64_t shapes[][2] = { { 37, 512 }, { 64, 768 }, { 45, 1536 } };
-    static const int64_t ntoks[] = { 3, 8, 19, 130 };
-    enum { MT = 130, MC = 1536, MR = 64 };
+    static const int64_t ntoks[] = { 3, 8, 19, 130, 530 };   /* 530: two runs of pair_x (512 + 18) */
+    enum { MT = 530, MC = 1536, MR = 64 };
     if (srt_cpu_force_simd("avx2") == SRT_OK)
         ok(srt_cpu_exact_avx512() == 0, "avx2 chosen: the exact path does not run the 16-lane kernels");
     if (srt_cpu_force_simd("avx512") != SRT_OK) {
@@ -212,7 +212,9 @@ static void avx512_kernels(void)
                 uint8_t *pk = malloc(pb);
                 srt_weight pw;
                 be->ops->pack(be, &w, pk, &pw);
-                for (int64_t n = 1; n <= 2; n++) {
+                static const int64_t pn[] = { 1, 2, 3, 19, 530 };   /* decode, then prefill of packed rows */
+                for (size_t i = 0; i < sizeof pn / sizeof pn[0]; i++) {
+                    int64_t n = pn[i];
                     srt_cpu_force_simd("avx2");
                     be->ops->matmul(be, &pw, bias, x, n, y0);
                     srt_cpu_force_simd("avx512");

@@ -44,6 +44,9 @@
 #define PRE_ROWS 64         /* prefill: most rows unpacked into scratch per work item (rows_cap, prefill) */
 #define PRE_TOK 128         /* prefill: tokens per work item (a multiple of PRE_T) */
 #define PRE_T SRT_EXACT_PRE_T   /* prefill micro-kernel: one row (two: exact_avx512.c) x PRE_T tokens */
+#define PAIR_TOK 512        /* prefill on 16 lanes: tokens per pair_x layout (a multiple of PRE_TOK); a
+                             * longer prefill runs in runs of this many, so the scratch holds at most
+                             * PAIR_TOK x cols floats of it whatever the chunked prefill size */
 #define PRE_SLICE 18        /* prefill: most blocks of a column slice: 8 tokens x 576 floats, 18 KB of
                              * L1; a 576-column layer in one slice ran 5-10% faster than in two */
 
@@ -65,12 +68,13 @@ static size_t per_thread_floats(int64_t cols) { return (size_t)rows_cap(cols) * 
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
 /* then (64-byte aligned) for a decode of packed weights x scaled for them (DEC_MAX_TOK x
- * cols), or for a prefill on 16 lanes x in pairs of tokens (pair_x: sums_ld(n_tok) x cols) */
+ * cols), or for a prefill on 16 lanes x in pairs of tokens (pair_x: up to PAIR_TOK x cols) */
 static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 15) / 16 * 16; }
 
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 {
-    int64_t tail = sums_ld(n_tok) > DEC_MAX_TOK ? sums_ld(n_tok) : DEC_MAX_TOK;
+    int64_t pairs = sums_ld(n_tok) < PAIR_TOK ? sums_ld(n_tok) : PAIR_TOK;
+    int64_t tail = pairs > DEC_MAX_TOK ? pairs : DEC_MAX_TOK;
     return (size_t)(n_threads > 0 ? n_threads : 1) * per_thread_floats(cols) + xs_floats(cols, n_tok) +
            (size_t)tail * (size_t)cols + 16;
 }
@@ -1089,15 +1093,26 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
      * goes the prefill way, which computes the same bits from the unpacked rows */
     j.wide = srt_cpu_exact_avx512() == 1;
     if (n_tok > DEC_MAX_TOK || !exact_scale) {
-        if (j.wide) {
-            float *xx = xs + xs_floats(C, n_tok);
-            pair_x(x, C, n_tok, xx);
-            j.xx = xx;
-        }
-        /* prefill items are large: one region per weight costs nothing measurable */
+        /* prefill items are large: one region per weight costs nothing measurable. On 16
+         * lanes in runs of PAIR_TOK tokens, each laid out in pairs first; a (row, token)
+         * output does not depend on the run it is in. */
         j.nth = nth;
-        for (int k = 0; k < n; k++)
-            prefill(tp, &j, k, nth > 1 && (double)w[k]->rows * (double)C * (double)n_tok >= 64 * 1024);
+        int64_t run = j.wide ? PAIR_TOK : n_tok;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += run) {
+            exact_job jr = j;
+            jr.n_tok = n_tok - t0 < run ? n_tok - t0 : run;
+            jr.x = x + t0 * C;
+            jr.xs = xs + t0;
+            for (int k = 0; k < n; k++)
+                jr.ys[k] = y[k] + t0 * w[k]->rows;
+            if (j.wide) {
+                float *xx = xs + xs_floats(C, n_tok);
+                pair_x(jr.x, C, jr.n_tok, xx);
+                jr.xx = xx;
+            }
+            for (int k = 0; k < n; k++)
+                prefill(tp, &jr, k, nth > 1 && (double)w[k]->rows * (double)C * (double)jr.n_tok >= 64 * 1024);
+        }
         return SRT_OK;
     }
     int par = nth > 1 && (double)work * (double)C * (double)n_tok >= 64 * 1024;
