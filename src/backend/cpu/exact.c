@@ -6,7 +6,7 @@
  * where q_j are small integers (exact as floats) and sum_j x_j, the block sum of x, is
  * computed once per token and shared by every row. Per block and (row, token) that is four
  * FMA-class ops on unpacked q and one FMA for the scale; the offset is one FMA per block
- * and (row, token), done in lanes over four rows (decode) or eight tokens (prefill).
+ * and (row, token), done in lanes over the rows.
  *
  * Batch invariance: a (row, token) output is always
  *     (srt_hsum8(acc) + off) + bias            (Q8_0: srt_hsum8(acc) + bias)
@@ -14,10 +14,11 @@
  *     t = q[0:8]*x[0:8]; t += q[8:16]*x[8:16]; t += q[16:24]*x[16:24]; t += q[24:32]*x[24:32];
  *     acc += t * d          (each += one FMA)
  * and off = fma(o_b, xsum_b, off) block by block from 0. Decode (q unpacked in registers,
- * 4 or 8 rows x up to 2 tokens, the offsets of 4 rows in the lanes of one vector) and prefill
- * (a chunk of rows unpacked once into per-thread scratch, then one row x 8 tokens, the
- * offsets of the 8 tokens in the lanes of one vector) both run exactly that sequence, so a
- * token's logits have the same bits alone, in any batch, chunked or prefix-cached.
+ * 4 or 8 rows x up to 2 tokens, the offsets of 4 or 8 rows in the lanes of one vector) and
+ * prefill (a chunk of rows unpacked once into per-thread scratch, then one row x 8 tokens, or
+ * on 16 lanes two rows x 4 pairs of tokens; the offsets of 8 or 16 rows in the lanes of one
+ * vector) both run exactly that sequence, so a token's logits have the same bits alone, in
+ * any batch, chunked or prefix-cached.
  *
  * The CPU runner's own copy of the weights holds Q4_1 and Q8_0 matrices packed for decode
  * (SRT_Q4_1_X8, SRT_Q8_0_X8: eight rows' blocks together, see below), which run the same
