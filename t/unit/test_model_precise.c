@@ -212,7 +212,8 @@ static void avx512_kernels(void)
                 uint8_t *pk = malloc(pb);
                 srt_weight pw;
                 be->ops->pack(be, &w, pk, &pw);
-                static const int64_t pn[] = { 1, 2, 3, 19, 530 };   /* decode, then prefill of packed rows */
+                /* decode, then prefill of packed rows: up to 16 tokens Q4_1's q widened in registers */
+                static const int64_t pn[] = { 1, 2, 3, 9, 16, 19, 530 };
                 for (size_t i = 0; i < sizeof pn / sizeof pn[0]; i++) {
                     int64_t n = pn[i];
                     srt_cpu_force_simd("avx2");

@@ -41,6 +41,11 @@ srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out);
 #define SRT_EXACT_PRE_T 8
 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, const float *da, const float *db,
                                const float *xx, int64_t b0, int64_t b1, float *acc_a, float *acc_b);
+/* srt_cpu_exact_pre2_avx512 on packed Q4_1 (SRT_Q4_1_X8) rows: lanes la and lb of the group
+ * at g (its first block pair), the scales da / db per block, over block pairs [p0, p1); xx as
+ * there but each chunk k of block b scaled by 16^-j, j = 4 * (b % 2) + k (j = 7: by 1). */
+void srt_cpu_exact_x8pre2_avx512(int T, const uint8_t *g, int la, int lb, const float *da, const float *db,
+                                 const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b);
 /* The prefill's offsets of 16 rows on 16 lanes: off[t * 16 + i] = sum over blocks b, as a chain
  * of FMAs from 0 in block order, of o[b * ost + i] * xs[b * ldt + t], for t < SRT_EXACT_PRE_T. */
 void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb, float *off);

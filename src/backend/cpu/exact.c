@@ -48,6 +48,9 @@
 #define PAIR_TOK 512        /* prefill on 16 lanes: tokens per pair_x layout (a multiple of PRE_TOK); a
                              * longer prefill runs in runs of this many, so the scratch holds at most
                              * PAIR_TOK x cols floats of it whatever the chunked prefill size */
+#define FUSE_TOK 16         /* prefill on 16 lanes of packed Q4_1 with up to this many tokens (a batched
+                             * decode step): q widened in registers (srt_cpu_exact_x8pre2_avx512), not
+                             * written out as floats first, which took 23% of a decode-bound profile */
 #define PRE_SLICE 18        /* prefill: most blocks of a column slice: 8 tokens x 576 floats, 18 KB of
                              * L1; a 576-column layer in one slice ran 5-10% faster than in two */
 
@@ -69,13 +72,16 @@ static size_t per_thread_floats(int64_t cols) { return (size_t)rows_cap(cols) * 
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
 /* then (64-byte aligned) for a decode of packed weights x scaled for them (DEC_MAX_TOK x
- * cols), or for a prefill on 16 lanes x in pairs of tokens (pair_x: up to PAIR_TOK x cols) */
+ * cols), or for a prefill on 16 lanes x in pairs of tokens (pair_x: up to PAIR_TOK x cols) and
+ * for up to FUSE_TOK tokens those pairs scaled for packed Q4_1 (pair_x_scaled) */
 static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 15) / 16 * 16; }
 
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 {
     int64_t pairs = sums_ld(n_tok) < PAIR_TOK ? sums_ld(n_tok) : PAIR_TOK;
-    int64_t tail = pairs > DEC_MAX_TOK ? pairs : DEC_MAX_TOK;
+    /* + the scaled copy for packed Q4_1, taken only up to FUSE_TOK tokens; reserved at every
+     * count so that the size never falls as n_tok grows (a caller reserves for its largest) */
+    int64_t tail = (pairs > DEC_MAX_TOK ? pairs : DEC_MAX_TOK) + (sums_ld(n_tok) < FUSE_TOK ? sums_ld(n_tok) : FUSE_TOK);
     return (size_t)(n_threads > 0 ? n_threads : 1) * per_thread_floats(cols) + xs_floats(cols, n_tok) +
            (size_t)tail * (size_t)cols + 16;
 }
@@ -182,6 +188,23 @@ TGT static void pair_x(const float *x, int64_t cols, int64_t n_tok, float *xx)
                 for (int64_t i = 0; i < cols; i += 8)
                     _mm256_storeu_ps(o + i / QK * PRE_T * QK + 16 * (i % QK / 8), _mm256_setzero_ps());
         }
+}
+
+/* pair_x of x scaled for packed Q4_1 (x8_scale: chunk k of block b by 16^-j, j = 4 * (b % 2) + k,
+ * 1 for j = 7); 0 when a scaled value is not exact */
+TGT static int pair_x_scaled(const float *x, int64_t cols, int64_t n_tok, float *xx)
+{
+    __m256 bad = _mm256_setzero_ps();
+    pair_x(x, cols, n_tok, xx);
+    for (int64_t i = 0; i < sums_ld(n_tok) * cols; i += 8) {
+        int j = (int)(i / (PRE_T * QK) % 2 * 4 + i % 64 / 16);   /* block i / 256, chunk i % 64 / 16 */
+        if (j == 7)
+            continue;
+        __m256 v = _mm256_loadu_ps(xx + i), sv = _mm256_mul_ps(v, _mm256_set1_ps(1.0f / (float)(1 << 4 * j)));
+        _mm256_storeu_ps(xx + i, sv);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_mul_ps(sv, _mm256_set1_ps((float)(1 << 4 * j))), v, _CMP_NEQ_UQ));
+    }
+    return _mm256_movemask_ps(bad) == 0;
 }
 
 /* Rows a decode kernel call takes. One token of a 4-bit format takes eight: eight
@@ -676,6 +699,19 @@ TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t n
     }
 }
 
+/* the scales and offsets of row `row` of a packed Q4_1 weight, as unp_x8 writes them */
+TGT static void x8_scales(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *dq, float *o, int64_t ost)
+{
+    int lane = (int)(row % 8);
+    const uint8_t *g = w + (size_t)(row - lane) * stride;
+    for (int64_t p = 0; p < nb / 2; p++, g += X8_PAIR) {
+        dq[2 * p] = srt_half_at(g + 2 * lane);
+        o[2 * p * ost] = srt_half_at(g + 16 + 2 * lane);
+        dq[2 * p + 1] = srt_half_at(g + 32 + 2 * lane);
+        o[(2 * p + 1) * ost] = srt_half_at(g + 48 + 2 * lane);
+    }
+}
+
 /* row `row` of a packed weight as unp_* gives a GGUF one */
 TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o,
                        int64_t ost)
@@ -688,11 +724,8 @@ TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb,
         for (int j = 0; j < 8; j++)
             _mm256_storeu_ps(q + p * 2 * QK + 8 * j,
                              _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * j), _mm256_set1_epi32(0xF))));
-        dq[2 * p] = srt_half_at(g + 2 * lane);
-        o[2 * p * ost] = srt_half_at(g + 16 + 2 * lane);
-        dq[2 * p + 1] = srt_half_at(g + 32 + 2 * lane);
-        o[(2 * p + 1) * ost] = srt_half_at(g + 48 + 2 * lane);
     }
+    x8_scales(w, stride, row, nb, dq, o, ost);
 }
 
 #define PRE_CASE(T) \
@@ -815,6 +848,7 @@ typedef struct {
     const float *x, *xs;
     const float *xp;             /* decode of packed weights: x scaled for them (x8_scale) */
     const float *xx;             /* prefill on 16 lanes: x in pairs of tokens (pair_x) */
+    const float *xxs;            /* and scaled for packed Q4_1 (pair_x_scaled), or NULL */
     int64_t n_tok, nb, ldt;
     float *scratch;              /* per thread: per_thread_floats(cols) */
     int nth;                     /* threads taking items */
@@ -882,8 +916,13 @@ static void pre_item(void *arg, int64_t i, int ith)
     int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * j->rows_item;
     int64_t nr = R - r0 < j->rows_item ? R - r0 : j->rows_item;
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
+    /* packed Q4_1 rows come in whole groups of 8 (rows and items are multiples of 8) */
+    int fused = j->fmts[k] == FMT_Q4_1_X8 && j->xxs;
     for (int64_t r = 0; r < nr; r++)
-        j->unps[k](w->data, w->row_stride, r0 + r, nb, q + r * C, dq + r * nb, o + r, cap);
+        if (fused)
+            x8_scales(w->data, w->row_stride, r0 + r, nb, dq + r * nb, o + r, cap);
+        else
+            j->unps[k](w->data, w->row_stride, r0 + r, nb, q + r * C, dq + r * nb, o + r, cap);
     /* pre_finish's vectors of 8 and 16 rows: the rows past nr add nothing and are not stored */
     for (int64_t b = 0; b < nb; b++)
         for (int64_t r = nr; r < cap && r < (nr + 15) / 16 * 16; r++)
@@ -893,7 +932,16 @@ static void pre_item(void *arg, int64_t i, int ith)
     int64_t n_slices = (nb + PRE_SLICE - 1) / PRE_SLICE, per = (nb + n_slices - 1) / n_slices;
     for (int64_t t = t0; t < t1; t += PRE_T) {
         int nt = t1 - t < PRE_T ? (int)(t1 - t) : PRE_T;
-        for (int64_t b0 = 0; b0 < nb; b0 += per) {
+        for (int64_t p0 = 0; fused && p0 < nb / 2; p0 += (per + 1) / 2) {   /* slices of whole pairs */
+            int64_t p1 = p0 + (per + 1) / 2 < nb / 2 ? p0 + (per + 1) / 2 : nb / 2;
+            for (int64_t r = 0; r < nr; r += 2) {
+                const uint8_t *g = (const uint8_t *)w->data + (size_t)((r0 + r) / 8 * 8) * w->row_stride;
+                int la = (int)((r0 + r) % 8);
+                srt_cpu_exact_x8pre2_avx512(nt, g, la, la + 1, dq + r * nb, dq + (r + 1) * nb, j->xxs + t * C, p0, p1,
+                                            acc + r * PRE_T * 8, acc + (r + 1) * PRE_T * 8);
+            }
+        }
+        for (int64_t b0 = 0; !fused && b0 < nb; b0 += per) {
             int64_t b1 = b0 + per < nb ? b0 + per : nb, r = 0;
             if (j->wide)
                 for (; r + 2 <= nr; r += 2)
@@ -1110,6 +1158,10 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
                 float *xx = xs + xs_floats(C, n_tok);
                 pair_x(jr.x, C, jr.n_tok, xx);
                 jr.xx = xx;
+                /* an x the scaling cannot take exactly: the packed rows are unpacked instead */
+                float *xxs = xx + sums_ld(jr.n_tok) * C;
+                if (packed && jr.n_tok <= FUSE_TOK && pair_x_scaled(jr.x, C, jr.n_tok, xxs))
+                    jr.xxs = xxs;
             }
             for (int k = 0; k < n; k++)
                 prefill(tp, &jr, k, nth > 1 && (double)w[k]->rows * (double)C * (double)jr.n_tok >= 64 * 1024);

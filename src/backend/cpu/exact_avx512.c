@@ -7,7 +7,8 @@
  * has the AVX2 bits: batch invariance holds and decode and prefill agree. On a core with two
  * 512-bit FMA units a block costs half the issue slots.
  * - prefill: the 1 row x 8 token micro-kernel becomes 2 rows x 4 pairs of tokens, a pair in
- *   the halves (x laid out in pairs beforehand: exact.c's pair_x);
+ *   the halves (x laid out in pairs beforehand: exact.c's pair_x); for a few tokens of packed
+ *   Q4_1 the same on q widened from the packed bytes in registers;
  * - decode of one token on packed weights (SRT_Q4_1_X8, SRT_Q8_0_X8): a group's 8 rows as 4
  *   pairs of rows in the halves. Two tokens and the unpacked formats stay on AVX2.
  * exact.c checks these kernels against its own once per process (srt_cpu_exact_avx512) before
@@ -46,6 +47,27 @@ INLINE512 void hsum_halves(__m512 acc, float *a, float *b)
     *b = srt_hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
 }
 
+/* One block of rows A and B (q twice in each register, scales dA, dB) for NP pairs of tokens
+ * (xb: the block's paired x), into their accumulators: per half, exact.c's 8-lane sequence */
+INLINE512 void pairs_block(int NP, const __m512 qA[4], const __m512 qB[4], __m512 dA, __m512 dB, const float *xb,
+                           __m512 *aa, __m512 *ab)
+{
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        __m512 x0 = _mm512_loadu_ps(xb + 64 * p), x1 = _mm512_loadu_ps(xb + 64 * p + 16),
+               x2 = _mm512_loadu_ps(xb + 64 * p + 32), x3 = _mm512_loadu_ps(xb + 64 * p + 48);
+        __m512 ta = _mm512_mul_ps(qA[0], x0), tb = _mm512_mul_ps(qB[0], x0);
+        ta = _mm512_fmadd_ps(qA[1], x1, ta);
+        tb = _mm512_fmadd_ps(qB[1], x1, tb);
+        ta = _mm512_fmadd_ps(qA[2], x2, ta);
+        tb = _mm512_fmadd_ps(qB[2], x2, tb);
+        ta = _mm512_fmadd_ps(qA[3], x3, ta);
+        tb = _mm512_fmadd_ps(qB[3], x3, tb);
+        aa[p] = _mm512_fmadd_ps(ta, dA, aa[p]);
+        ab[p] = _mm512_fmadd_ps(tb, dB, ab[p]);
+    }
+}
+
 /* prefill: rows A and B (q: cols floats each, d: a scale per block) x T tokens over blocks
  * [b0, b1), the tokens in pairs: a register holds [token 2p | token 2p+1] of one row, q is the
  * row's 8 lanes twice and xx is the tile's x laid out for it (exact.c's pair_x), so each x
@@ -70,22 +92,7 @@ INLINE512 void kern_pre2(int NP, const float *qa, const float *qb, const float *
             qA[k] = twice8(qa + o + 8 * k);
             qB[k] = twice8(qb + o + 8 * k);
         }
-        __m512 dA = _mm512_set1_ps(da[b]), dB = _mm512_set1_ps(db[b]);
-        const float *xb = xx + b * SRT_EXACT_PRE_T * QK;
-#pragma GCC unroll 4
-        for (int p = 0; p < NP; p++) {
-            __m512 x0 = _mm512_loadu_ps(xb + 64 * p), x1 = _mm512_loadu_ps(xb + 64 * p + 16),
-                   x2 = _mm512_loadu_ps(xb + 64 * p + 32), x3 = _mm512_loadu_ps(xb + 64 * p + 48);
-            __m512 ta = _mm512_mul_ps(qA[0], x0), tb = _mm512_mul_ps(qB[0], x0);
-            ta = _mm512_fmadd_ps(qA[1], x1, ta);
-            tb = _mm512_fmadd_ps(qB[1], x1, tb);
-            ta = _mm512_fmadd_ps(qA[2], x2, ta);
-            tb = _mm512_fmadd_ps(qB[2], x2, tb);
-            ta = _mm512_fmadd_ps(qA[3], x3, ta);
-            tb = _mm512_fmadd_ps(qB[3], x3, tb);
-            aa[p] = _mm512_fmadd_ps(ta, dA, aa[p]);
-            ab[p] = _mm512_fmadd_ps(tb, dB, ab[p]);
-        }
+        pairs_block(NP, qA, qB, _mm512_set1_ps(da[b]), _mm512_set1_ps(db[b]), xx + b * SRT_EXACT_PRE_T * QK, aa, ab);
     }
 #pragma GCC unroll 4
     for (int p = 0; p < NP; p++) {
@@ -102,6 +109,62 @@ TGT512 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, c
 {
     switch ((T + 1) / 2) {
     PRE2_CASE(4) PRE2_CASE(3) PRE2_CASE(2) default: PRE2_CASE(1)
+    }
+}
+
+/* kern_pre2 on packed Q4_1 rows (lanes la and lb of group g, SRT_Q4_1_X8) over block pairs
+ * [p0, p1): each row's 32 bytes of a pair in both halves of a register, nibble j kept in place
+ * (q * 16^j, exact) against x scaled by 16^-j (xx: exact.c's pair_x_scaled), as exact.c's
+ * kern_x8 does; the products, and so the bits, are kern_pre2's on the unpacked rows. For a
+ * few tokens (a batched decode step) this skips writing every weight out as a float. */
+INLINE512 void kern_x8pre2(int NP, const uint8_t *g, int la, int lb, const float *da, const float *db,
+                           const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b)
+{
+    __m512 aa[SRT_EXACT_PRE_T / 2], ab[SRT_EXACT_PRE_T / 2];
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        aa[p] = p0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_a + 16 * p);
+        ab[p] = p0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_b + 16 * p);
+    }
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *gp = g + p * SRT_EXACT_X8_PAIR + 64;
+        __m512i va = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(gp + 32 * la)));
+        __m512i vb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(gp + 32 * lb)));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512 qA[4], qB[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                int j = 4 * h + k;
+                if (j < 7) {
+                    __m512i m = _mm512_set1_epi32((int)(0xFu << 4 * j));
+                    qA[k] = _mm512_cvtepi32_ps(_mm512_and_si512(va, m));
+                    qB[k] = _mm512_cvtepi32_ps(_mm512_and_si512(vb, m));
+                } else {
+                    qA[k] = _mm512_cvtepi32_ps(_mm512_srli_epi32(va, 28));
+                    qB[k] = _mm512_cvtepi32_ps(_mm512_srli_epi32(vb, 28));
+                }
+            }
+            int64_t b = 2 * p + h;
+            pairs_block(NP, qA, qB, _mm512_set1_ps(da[b]), _mm512_set1_ps(db[b]), xx + b * SRT_EXACT_PRE_T * QK, aa,
+                        ab);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        _mm512_storeu_ps(acc_a + 16 * p, aa[p]);
+        _mm512_storeu_ps(acc_b + 16 * p, ab[p]);
+    }
+}
+
+#define X8PRE2_CASE(NP) \
+    case NP: kern_x8pre2(NP, g, la, lb, da, db, xx, p0, p1, acc_a, acc_b); return;
+
+TGT512 void srt_cpu_exact_x8pre2_avx512(int T, const uint8_t *g, int la, int lb, const float *da, const float *db,
+                                        const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b)
+{
+    switch ((T + 1) / 2) {
+    X8PRE2_CASE(4) X8PRE2_CASE(3) X8PRE2_CASE(2) default: X8PRE2_CASE(1)
     }
 }
 
@@ -242,6 +305,11 @@ void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8)
 }
 
 void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb, float *off)
+{
+}
+
+void srt_cpu_exact_x8pre2_avx512(int T, const uint8_t *g, int la, int lb, const float *da, const float *db,
+                                 const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b)
 {
 }
 
