@@ -73,7 +73,7 @@ static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T 
 
 /* then (64-byte aligned) for a decode of packed weights x scaled for them (DEC_MAX_TOK x
  * cols), or for a prefill on 16 lanes x in pairs of tokens (pair_x: up to PAIR_TOK x cols) and
- * for up to FUSE_TOK tokens those pairs scaled for packed Q4_1 (pair_x_scaled) */
+ * for up to FUSE_TOK tokens x scaled for packed Q4_1 (x8_scale) and paired */
 static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 15) / 16 * 16; }
 
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
@@ -188,23 +188,6 @@ TGT static void pair_x(const float *x, int64_t cols, int64_t n_tok, float *xx)
                 for (int64_t i = 0; i < cols; i += 8)
                     _mm256_storeu_ps(o + i / QK * PRE_T * QK + 16 * (i % QK / 8), _mm256_setzero_ps());
         }
-}
-
-/* pair_x of x scaled for packed Q4_1 (x8_scale: chunk k of block b by 16^-j, j = 4 * (b % 2) + k,
- * 1 for j = 7); 0 when a scaled value is not exact */
-TGT static int pair_x_scaled(const float *x, int64_t cols, int64_t n_tok, float *xx)
-{
-    __m256 bad = _mm256_setzero_ps();
-    pair_x(x, cols, n_tok, xx);
-    for (int64_t i = 0; i < sums_ld(n_tok) * cols; i += 8) {
-        int j = (int)(i / (PRE_T * QK) % 2 * 4 + i % 64 / 16);   /* block i / 256, chunk i % 64 / 16 */
-        if (j == 7)
-            continue;
-        __m256 v = _mm256_loadu_ps(xx + i), sv = _mm256_mul_ps(v, _mm256_set1_ps(1.0f / (float)(1 << 4 * j)));
-        _mm256_storeu_ps(xx + i, sv);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_mul_ps(sv, _mm256_set1_ps((float)(1 << 4 * j))), v, _CMP_NEQ_UQ));
-    }
-    return _mm256_movemask_ps(bad) == 0;
 }
 
 /* Rows a decode kernel call takes. One token of a 4-bit format takes eight: eight
@@ -848,7 +831,7 @@ typedef struct {
     const float *x, *xs;
     const float *xp;             /* decode of packed weights: x scaled for them (x8_scale) */
     const float *xx;             /* prefill on 16 lanes: x in pairs of tokens (pair_x) */
-    const float *xxs;            /* and scaled for packed Q4_1 (pair_x_scaled), or NULL */
+    const float *xxs;            /* x scaled for packed Q4_1 (x8_scale), then paired; or NULL */
     int64_t n_tok, nb, ldt;
     float *scratch;              /* per thread: per_thread_floats(cols) */
     int nth;                     /* threads taking items */
@@ -1155,13 +1138,20 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
             for (int k = 0; k < n; k++)
                 jr.ys[k] = y[k] + t0 * w[k]->rows;
             if (j.wide) {
-                float *xx = xs + xs_floats(C, n_tok);
+                float *xx = xs + xs_floats(C, n_tok), *xxs = xx + sums_ld(jr.n_tok) * C;
+                if (packed && jr.n_tok <= FUSE_TOK) {
+                    /* x scaled as the packed decode takes it (into xx for the moment), then
+                     * paired; an x the scaling cannot take exactly: the rows are unpacked */
+                    int exact = 1;
+                    for (int64_t t = 0; t < jr.n_tok; t++)
+                        exact &= x8_scale(jr.x + t * C, C, xx + t * C);
+                    if (exact) {
+                        pair_x(xx, C, jr.n_tok, xxs);
+                        jr.xxs = xxs;
+                    }
+                }
                 pair_x(jr.x, C, jr.n_tok, xx);
                 jr.xx = xx;
-                /* an x the scaling cannot take exactly: the packed rows are unpacked instead */
-                float *xxs = xx + sums_ld(jr.n_tok) * C;
-                if (packed && jr.n_tok <= FUSE_TOK && pair_x_scaled(jr.x, C, jr.n_tok, xxs))
-                    jr.xxs = xxs;
             }
             for (int k = 0; k < n; k++)
                 prefill(tp, &jr, k, nth > 1 && (double)w[k]->rows * (double)C * (double)jr.n_tok >= 64 * 1024);

@@ -68,6 +68,26 @@ INLINE512 void pairs_block(int NP, const __m512 qA[4], const __m512 qB[4], __m51
     }
 }
 
+/* Rows A and B's accumulators of NP pairs of tokens (a pair's 16 floats in a row): zero at the
+ * first column slice, else as the last slice left them; and back */
+INLINE512 void pairs_load(int NP, int first, const float *acc_a, const float *acc_b, __m512 *aa, __m512 *ab)
+{
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        aa[p] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_a + 16 * p);
+        ab[p] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_b + 16 * p);
+    }
+}
+
+INLINE512 void pairs_store(int NP, const __m512 *aa, const __m512 *ab, float *acc_a, float *acc_b)
+{
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        _mm512_storeu_ps(acc_a + 16 * p, aa[p]);
+        _mm512_storeu_ps(acc_b + 16 * p, ab[p]);
+    }
+}
+
 /* prefill: rows A and B (q: cols floats each, d: a scale per block) x T tokens over blocks
  * [b0, b1), the tokens in pairs: a register holds [token 2p | token 2p+1] of one row, q is the
  * row's 8 lanes twice and xx is the tile's x laid out for it (exact.c's pair_x), so each x
@@ -79,11 +99,7 @@ INLINE512 void kern_pre2(int NP, const float *qa, const float *qb, const float *
                          const float *xx, int64_t b0, int64_t b1, float *acc_a, float *acc_b)
 {
     __m512 aa[SRT_EXACT_PRE_T / 2], ab[SRT_EXACT_PRE_T / 2];
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; p++) {
-        aa[p] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_a + 16 * p);
-        ab[p] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_b + 16 * p);
-    }
+    pairs_load(NP, b0 == 0, acc_a, acc_b, aa, ab);
     for (int64_t b = b0; b < b1; b++) {
         const int64_t o = b * QK;
         __m512 qA[4], qB[4];
@@ -94,11 +110,7 @@ INLINE512 void kern_pre2(int NP, const float *qa, const float *qb, const float *
         }
         pairs_block(NP, qA, qB, _mm512_set1_ps(da[b]), _mm512_set1_ps(db[b]), xx + b * SRT_EXACT_PRE_T * QK, aa, ab);
     }
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; p++) {
-        _mm512_storeu_ps(acc_a + 16 * p, aa[p]);
-        _mm512_storeu_ps(acc_b + 16 * p, ab[p]);
-    }
+    pairs_store(NP, aa, ab, acc_a, acc_b);
 }
 
 #define PRE2_CASE(NP) \
@@ -114,18 +126,14 @@ TGT512 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, c
 
 /* kern_pre2 on packed Q4_1 rows (lanes la and lb of group g, SRT_Q4_1_X8) over block pairs
  * [p0, p1): each row's 32 bytes of a pair in both halves of a register, nibble j kept in place
- * (q * 16^j, exact) against x scaled by 16^-j (xx: exact.c's pair_x_scaled), as exact.c's
+ * (q * 16^j, exact) against x scaled by 16^-j (xx: exact.c's x8_scale, then pair_x), as exact.c's
  * kern_x8 does; the products, and so the bits, are kern_pre2's on the unpacked rows. For a
  * few tokens (a batched decode step) this skips writing every weight out as a float. */
 INLINE512 void kern_x8pre2(int NP, const uint8_t *g, int la, int lb, const float *da, const float *db,
                            const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b)
 {
     __m512 aa[SRT_EXACT_PRE_T / 2], ab[SRT_EXACT_PRE_T / 2];
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; p++) {
-        aa[p] = p0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_a + 16 * p);
-        ab[p] = p0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_b + 16 * p);
-    }
+    pairs_load(NP, p0 == 0, acc_a, acc_b, aa, ab);
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *gp = g + p * SRT_EXACT_X8_PAIR + 64;
         __m512i va = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(gp + 32 * la)));
@@ -150,11 +158,7 @@ INLINE512 void kern_x8pre2(int NP, const uint8_t *g, int la, int lb, const float
                         ab);
         }
     }
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; p++) {
-        _mm512_storeu_ps(acc_a + 16 * p, aa[p]);
-        _mm512_storeu_ps(acc_b + 16 * p, ab[p]);
-    }
+    pairs_store(NP, aa, ab, acc_a, acc_b);
 }
 
 #define X8PRE2_CASE(NP) \
