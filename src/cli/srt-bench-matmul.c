@@ -1,7 +1,7 @@
 /* Times srt_cpu_matmul on SmolLM2-135M shapes: decode (1 token) and prefill (128 tokens).
  *
  *   srt-bench-matmul [-t threads] [-s portable|avx2|avx512] [-d q4_1,q8_0,...] [-n tok,...]
- *                    [-m ms-per-case] [-c 0|1] [-B MB]
+ *                    [-m ms-per-case] [-c 0|1] [-B MB] [-M 1] [-e 1] [-p 0|1]
  *
  * -M 1 instead times the matmuls of whole SmolLM2-135M forward passes (30 layers of
  * Q4_1 q/k/v/o/gate/up/down with q|k|v and gate|up fused, and the Q8_0 lm_head on the
@@ -17,7 +17,9 @@
  * (scripts/bench_engine.py reports each engine against it).
  *
  * -e 1 times the exact kernels (f32 activations, srt_cpu_exact_matmul) instead of the fast
- * 8-bit-activation ones; fused q|k|v and gate|up become one call per weight.
+ * 8-bit-activation ones; fused q|k|v and gate|up become one call per weight. Q4_1 and Q8_0
+ * weights are packed first, as the CPU runner's own copy of them is (srt_cpu_exact_pack), so
+ * a decode times the packed kernels the server runs; -p 0 keeps them in the GGUF layout.
  *
  * GFLOP/s counts 2*rows*cols*n_tok; GB/s counts weight bytes read once per call. Both
  * use wall time; cpu_us is process CPU time per call divided by the thread count (with
@@ -81,7 +83,21 @@ static void fill(srt_dtype t, uint8_t *p, size_t bytes, int64_t cols)
     (void)cols;
 }
 
-static int exact;   /* -e 1 */
+static int exact;      /* -e 1 */
+static int pack = 1;   /* -p 0: the exact kernels on the GGUF layout */
+
+/* w as the runner holds it for the exact path: packed where srt_cpu_exact_pack has a form
+ * for it (the caller frees the old data, which this leaves alone) */
+static srt_weight packed(srt_weight w)
+{
+    size_t n = exact && pack ? srt_cpu_exact_pack_bytes(&w) : 0;
+    uint8_t *p = n ? aligned_alloc(64, (n + 63) / 64 * 64) : NULL;
+    if (!p)
+        return w;
+    srt_weight out;
+    srt_cpu_exact_pack(&w, p, &out);
+    return out;
+}
 
 static size_t scratch_bytes(srt_threadpool *tp, const srt_weight *w, int64_t n)
 {
@@ -117,9 +133,13 @@ static srt_weight make_weight(srt_dtype t, int64_t rows, int64_t cols)
 {
     size_t rb = srt_dtype_row_bytes(t, cols);
     uint8_t *p = aligned_alloc(64, (rows * rb + 63) / 64 * 64);
-    if (p)
-        fill(t, p, rows * rb, cols);
-    return (srt_weight){ t, rows, cols, p, rb };
+    if (!p)
+        return (srt_weight){ t, rows, cols, NULL, rb };
+    fill(t, p, rows * rb, cols);
+    srt_weight w = packed((srt_weight){ t, rows, cols, p, rb });
+    if (w.data != p)
+        free(p);
+    return w;
 }
 
 static int model_sweep(srt_threadpool *tp, int ms)
@@ -146,7 +166,7 @@ static int model_sweep(srt_threadpool *tp, int ms)
         float *x = aligned_alloc(64, n * D_FF * 4), *q = aligned_alloc(64, n * D_MODEL * 4);
         float *k = aligned_alloc(64, n * D_KV * 4), *v = aligned_alloc(64, n * D_KV * 4);
         float *g = aligned_alloc(64, n * D_FF * 4), *u = aligned_alloc(64, n * D_FF * 4);
-        float *logits = aligned_alloc(64, N_VOCAB * 4);
+        float *logits = aligned_alloc(64, N_VOCAB * 4), *r = aligned_alloc(64, n * D_MODEL * 4);
         size_t sb = scratch_bytes(tp, &L[0].down, n), sb2 = scratch_bytes(tp, &head, 1);
         void *scratch = aligned_alloc(64, ((sb > sb2 ? sb : sb2) + 63) / 64 * 64);
         for (int64_t i = 0; i < n * D_FF; i++)
@@ -158,12 +178,15 @@ static int model_sweep(srt_threadpool *tp, int ms)
                 const srt_weight *qkv[3] = { &L[l].q, &L[l].k, &L[l].v };
                 float *qkv_y[3] = { q, k, v };
                 mm_multi(tp, 3, qkv, x, n, qkv_y, scratch);
-                mm(tp, &L[l].o, q, n, x, scratch);
+                /* o and down write elsewhere, so x stays the same random input: written back,
+                 * random weights grew it to inf and NaN over the layers, which x8_scale does
+                 * not take, and the packed decode fell back to the prefill path */
+                mm(tp, &L[l].o, q, n, r, scratch);
                 const srt_weight *gu[2] = { &L[l].gate, &L[l].up };
                 float *gu_y[2] = { g, u };
                 mm_multi(tp, 2, gu, x, n, gu_y, scratch);
                 srt_cpu_silu_mul(tp, g, u, n * D_FF, g);
-                mm(tp, &L[l].down, g, n, x, scratch);
+                mm(tp, &L[l].down, g, n, r, scratch);
             }
             mm(tp, &head, x + (n - 1) * D_MODEL, 1, logits, scratch);
             iters++;
@@ -172,8 +195,9 @@ static int model_sweep(srt_threadpool *tp, int ms)
         double per = el / iters, cper = (cpu_s() - c0) / iters / srt_threadpool_size(tp);
         printf("forward n_tok=%-4lld %9.2f ms  %8.1f tok/s  (cpu %.2f ms/thread)\n", (long long)n,
                per * 1e3, n / per, cper * 1e3);
-        free(x); free(q); free(k); free(v); free(g); free(u); free(logits); free(scratch);
+        free(x); free(q); free(k); free(v); free(g); free(u); free(logits); free(r); free(scratch);
     }
+    free((void *)head.data);
     return 0;
 }
 
@@ -257,9 +281,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-c")) cold = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-M")) model = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-e")) exact = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-p")) pack = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-B")) bw_mb = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms] [-c 0|1] [-M 0|1] [-e 0|1] [-B MB]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t threads] [-s simd] [-d dtypes] [-n tokens] [-m ms] [-c 0|1] [-M 0|1] [-e 0|1] [-p 0|1] [-B MB]\n", argv[0]);
             return 1;
         }
     }
@@ -301,7 +326,14 @@ int main(int argc, char **argv)
             if (cols % srt_dtype_block_elems(t))
                 continue;
             size_t rb = srt_dtype_row_bytes(t, cols);
-            size_t wbytes = (rows * rb + 63) / 64 * 64;
+            uint8_t *src = aligned_alloc(64, (rows * rb + 63) / 64 * 64);
+            if (!src) {
+                fprintf(stderr, "out of memory\n");
+                return 1;
+            }
+            srt_weight w = { t, rows, cols, src, rb };
+            size_t pb = exact && pack ? srt_cpu_exact_pack_bytes(&w) : 0;   /* packed: its size */
+            size_t wbytes = ((pb ? pb : rows * rb) + 63) / 64 * 64;
             int copies = 1;
             if (cold) {
                 copies = (int)((256u << 20) / wbytes) + 1;
@@ -313,9 +345,16 @@ int main(int argc, char **argv)
                 fprintf(stderr, "out of memory\n");
                 return 1;
             }
-            for (int k = 0; k < copies; k++)
-                fill(t, wd + (size_t)k * wbytes, rows * rb, cols);
-            srt_weight w = { t, rows, cols, wd, rb };
+            for (int k = 0; k < copies; k++) {
+                uint8_t *dst = wd + (size_t)k * wbytes;
+                fill(t, pb ? src : dst, rows * rb, cols);
+                if (pb)
+                    srt_cpu_exact_pack(&(srt_weight){ t, rows, cols, src, rb }, dst, &w);
+                else
+                    w = (srt_weight){ t, rows, cols, dst, rb };
+            }
+            free(src);
+            w.data = wd;
             const char *np = nlist;
             while (*np) {
                 int64_t n_tok = strtol(np, (char **)&np, 10);
@@ -341,7 +380,7 @@ int main(int argc, char **argv)
                 char shape[32];
                 snprintf(shape, sizeof(shape), "%lldx%lld", (long long)rows, (long long)cols);
                 printf("%-6s %-14s %5lld %10.1f %9.1f %8.1f %10.1f %9.1f\n", ds, shape, (long long)n_tok,
-                       per * 1e6, 2.0 * rows * cols * n_tok / per * 1e-9, rows * rb / per * 1e-9,
+                       per * 1e6, 2.0 * rows * cols * n_tok / per * 1e-9, (pb ? pb : rows * rb) / per * 1e-9,
                        cper * 1e6, 2.0 * rows * cols * n_tok / cper * 1e-9);
                 fflush(stdout);
                 free(x); free(y); free(scratch);
