@@ -16,7 +16,7 @@ static const struct {
     [SRT_Q4_K] = { "q4_k", 256, 2 + 2 + 12 + 128 },    /* d, dmin, scales[12], qs[128] */
     [SRT_Q6_K] = { "q6_k", 256, 128 + 64 + 16 + 2 },   /* ql[128], qh[64], scales[16], d */
     [SRT_I32]  = { "i32",  1,   4 },
-    [SRT_Q4_1_X8] = { "q4_1x8", 32, 2 + 2 + 16 },      /* Q4_1's bytes, rows regrouped */
+    [SRT_Q4_1_X16] = { "q4_1x16", 32, 2 + 2 + 16 },    /* Q4_1's bytes, rows regrouped */
     [SRT_Q8_0_X8] = { "q8_0x8", 32, 2 + 32 },          /* Q8_0's bytes, rows regrouped */
     [SRT_Q5_0] = { "q5_0", 32,  2 + 4 + 16 },          /* d, qh[4], qs[16] */
     [SRT_Q5_1] = { "q5_1", 32,  2 + 2 + 4 + 16 },      /* d, m, qh[4], qs[16] */

@@ -42,12 +42,11 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
     }
 }
 
-/* Q4_1, Q8_0 and Q5_0 (as Q8_0) packed by the backend for its exact decode kernels (ops->pack)
- * give the bits of the GGUF rows they came from: decode (1 and 2 tokens), prefill, with and without a bias,
- * in matmul_n next to unpacked weights, for an x the Q4_1 kernel cannot scale exactly (values
- * near the bottom of the float range: the prefill way), and as an embedding table (a tied
- * embedding is packed with its lm_head). Only shapes they take are packed, and only when the
- * exact kernels are the ones that run. */
+/* Q4_1, Q8_0 and Q5_0 (as Q8_0) packed by the backend for its exact kernels (ops->pack) give
+ * the bits of the GGUF rows they came from: decode (1 and 2 tokens), prefill, with and without
+ * a bias, in matmul_n next to unpacked weights, for x near the bottom of the float range, and
+ * as an embedding table (a tied embedding is packed with its lm_head). Only shapes they take
+ * are packed, and only when the exact kernels are the ones that run. */
 static void packed(void)
 {
     static const char *paths[] = { "portable", "avx2", "avx512" };
@@ -75,12 +74,15 @@ static void packed(void)
         q8odd.rows = 12;
         f32.dtype = SRT_F32;
         int exact = strcmp(paths[p], "portable") != 0;
-        ok(be->ops->pack_bytes && (be->ops->pack_bytes(be, &q41) == 8 * q41.row_stride) == exact &&
-               (be->ops->pack_bytes(be, &q8) == 8 * q8.row_stride) == exact && be->ops->pack_bytes(be, &odd) == 0 &&
-               be->ops->pack_bytes(be, &narrow) == 0 && be->ops->pack_bytes(be, &q8odd) == 0 &&
+        /* Q4_1 in groups of 16 rows, the last one padded */
+        ok(be->ops->pack_bytes && (be->ops->pack_bytes(be, &q41) == 16 * q41.row_stride) == exact &&
+               (be->ops->pack_bytes(be, &q8) == 8 * q8.row_stride) == exact &&
+               (be->ops->pack_bytes(be, &odd) == 16 * odd.row_stride) == exact &&
+               (be->ops->pack_bytes(be, &narrow) == 16 * srt_dtype_row_bytes(SRT_Q4_1, 32)) == exact &&
+               be->ops->pack_bytes(be, &q8odd) == 0 &&
                be->ops->pack_bytes(be, &f32) == 0 && fast->ops->pack_bytes(fast, &q41) == 0 &&
                fast->ops->pack_bytes(fast, &q8) == 0,
-           "%s: Q4_1 and Q8_0 are packed only for the exact kernels, in 8-row multiples (Q4_1: 64 columns)",
+           "%s: Q4_1 and Q8_0 are packed only for the exact kernels (Q4_1: any rows, in 16-row groups; Q8_0: 8-row multiples)",
            paths[p]);
         if (!exact) {
             srt_backend_free(be);
@@ -93,8 +95,6 @@ static void packed(void)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 int64_t R = shapes[si][0], C = shapes[si][1];
                 srt_weight w = { .dtype = t, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(t, C) };
-                if (t == SRT_Q4_1 && C % 64)
-                    continue;
                 uint8_t *data = malloc(w.row_stride * (size_t)R), *pk = malloc(be->ops->pack_bytes(be, &w));
                 fill(t, data, R, C);
                 w.data = data;
@@ -102,8 +102,8 @@ static void packed(void)
                 be->ops->pack(be, &w, pk, &pw);
                 be->ops->reserve_matmul(be, &w, MT, &err);
                 for (int tiny = 0; tiny < 2; tiny++) {
-                    /* magnitudes from 1 down to 2^-40; tiny: all near 2^-118, where x * 16^-j is
-                     * subnormal and loses bits (the outputs are as small, so those bits show) */
+                    /* magnitudes from 1 down to 2^-40; tiny: all near 2^-118 (the outputs are as
+                     * small, so any lost bits show) */
                     for (int64_t i = 0; i < MT * C; i++)
                         x[i] = ldexpf(frnd(), tiny ? -118 : -(int)(rnd() % 41));
                     for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
@@ -163,11 +163,12 @@ static void packed(void)
     free(bias);
 }
 
-/* The 16-lane exact kernels (exact_avx512.c: two rows or two tokens per register) run only where AVX-512
- * is the chosen level, and give the 8-lane kernels' bits: on an AVX-512 CPU every prefill
- * below (odd row counts: a row left over from the pairs; 530 tokens: two runs of the paired
- * x) and every decode and prefill of the packed weights (one token: 16 lanes; two: still 8)
- * is compared, bit for bit, with the same matmul under SRT_CPU_SIMD=avx2. */
+/* The 16-lane exact kernels (exact_avx512.c: two rows or two tokens per register; exact_q41.c:
+ * 16 rows, VNNI) run only where AVX-512 is the chosen level, and give the 8-lane kernels' bits:
+ * on an AVX-512 CPU every prefill below (odd row counts: a row left over from the pairs, a
+ * partial group of 16; 530 tokens: two runs of the paired x, and of Q4_1's prepared x) and
+ * every decode and prefill of the packed weights is compared, bit for bit, with the same
+ * matmul under SRT_CPU_SIMD=avx2. */
 static void avx512_kernels(void)
 {
     static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K };
@@ -212,7 +213,7 @@ static void avx512_kernels(void)
                 uint8_t *pk = malloc(pb);
                 srt_weight pw;
                 be->ops->pack(be, &w, pk, &pw);
-                /* decode, then prefill of packed rows: up to 16 tokens Q4_1's q widened in registers */
+                /* decode, then prefill of packed rows */
                 static const int64_t pn[] = { 1, 2, 3, 9, 16, 19, 530 };
                 for (size_t i = 0; i < sizeof pn / sizeof pn[0]; i++) {
                     int64_t n = pn[i];
@@ -235,6 +236,132 @@ static void avx512_kernels(void)
     free(y0);
     free(y1);
     free(bias);
+}
+
+/* ---- Q4_1: exact_q41.c's contract, written out in scalar C ---- */
+
+/* the f32 block sum: lanes l of (x[0:8] + x[8:16]) + (x[16:24] + x[24:32]), then
+ * srt_hsum8's pairs */
+static float ref_block_sum(const float *x)
+{
+    float s[8];
+    for (int l = 0; l < 8; l++)
+        s[l] = (x[l] + x[8 + l]) + (x[16 + l] + x[24 + l]);
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+/* y[t][r] of a GGUF-layout Q4_1 weight as the header of exact_q41.c defines it */
+static void ref_q41(const srt_weight *w, const float *bias, const float *x, int64_t n_tok, float *y)
+{
+    int64_t nb = w->cols / 32;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < w->rows; r++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_stride;
+            float acc = 0.0f, off = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const float *xb = x + t * w->cols + 32 * b;
+                const uint8_t *blk = row + 20 * b;
+                float xs = ref_block_sum(xb), top = 0.0f, sc;
+                for (int j = 0; j < 32; j++)
+                    top = fabsf(xb[j]) > top ? fabsf(xb[j]) : top;
+                int32_t D[3][32] = { { 0 } };
+                if (!isfinite(xs) || top == 0.0f)
+                    sc = top == 0.0f && isfinite(xs) ? 0.0f : NAN;
+                else {
+                    int e;
+                    frexpf(top, &e);
+                    int k = 23 - e;
+                    if (rintf(ldexpf(top, k)) > 8355711.0f)
+                        k--;
+                    sc = ldexpf(1.0f, -k);
+                    for (int j = 0; j < 32; j++) {
+                        int32_t X = (int32_t)rintf(xb[j] * ldexpf(1.0f, k / 2) * ldexpf(1.0f, k - k / 2));
+                        D[0][j] = (int8_t)(X & 0xff);
+                        int32_t rest = (X - D[0][j]) / 256;
+                        D[1][j] = (int8_t)(rest & 0xff);
+                        D[2][j] = (rest - D[1][j]) / 256;
+                    }
+                }
+                int32_t S[3] = { 0, 0, 0 };
+                for (int j = 0; j < 32; j++) {
+                    int q = j < 16 ? blk[4 + j] & 15 : blk[4 + j - 16] >> 4;
+                    for (int i = 0; i < 3; i++)
+                        S[i] += q * D[i][j];
+                }
+                float d = srt_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+                float m = srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
+                float v = fmaf((float)S[1], 256.0f, (float)S[0]);
+                v = fmaf((float)S[2], 65536.0f, v);
+                acc = fmaf(v, d * sc, acc);
+                off = fmaf(m, xs, off);
+            }
+            y[t * w->rows + r] = (acc + off) + (bias ? bias[r] : 0.0f);
+        }
+}
+
+/* The Q4_1 kernels (8 and 16 lanes, packed and not, decode and prefill tiles) give the bits
+ * of the scalar contract, on x of wide magnitudes and on the edge blocks: all zeros, one
+ * value (the block's top at 2^23 exactly), a top that rounds past 0x7F7F7F, subnormals,
+ * values near FLT_MAX, and an inf and a NaN (their tokens' outputs NaN, the other tokens'
+ * untouched). */
+static void q41_contract(void)
+{
+    static const char *paths[] = { "avx2", "avx512" };
+    enum { R = 37, C = 256, T = 9 };
+    float *x = malloc(T * C * sizeof(float)), y[T * R], ref[T * R], bias[R];
+    srt_weight w = { .dtype = SRT_Q4_1, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, C) };
+    uint8_t *data = malloc(w.row_stride * R);
+    fill(SRT_Q4_1, data, R, C);
+    w.data = data;
+    for (int i = 0; i < R; i++)
+        bias[i] = frnd();
+    for (int64_t i = 0; i < T * C; i++)
+        x[i] = ldexpf(frnd(), -(int)(rnd() % 30));
+    memset(x + 0 * C + 32, 0, 32 * sizeof(float));            /* token 0, block 1: zeros */
+    x[1 * C + 70] = 3.0f;                                     /* token 1, block 2: one value */
+    for (int j = 0; j < 32; j++)
+        x[1 * C + 64 + j] = j == 6 ? 3.0f : 0.0f;
+    x[2 * C + 5] = 0.99999f;                                  /* token 2, block 0: a top that rounds up */
+    for (int j = 0; j < 32; j++)
+        x[3 * C + 96 + j] = ldexpf(frnd(), -140);             /* token 3, block 3: subnormals */
+    for (int j = 0; j < 32; j++)
+        x[4 * C + 128 + j] = ldexpf(frnd(), 120);             /* token 4, block 4: near FLT_MAX */
+    x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
+    x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
+    for (int pk = 0; pk < 2; pk++)
+        for (size_t p = 0; p < 2; p++) {
+            if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+                continue;
+            srt_err err;
+            srt_backend *be = srt_cpu_backend_create(2, 1, &err);
+            srt_weight pw = w;
+            uint8_t *pd = NULL;
+            if (pk) {
+                pd = malloc(be->ops->pack_bytes(be, &w));
+                be->ops->pack(be, &w, pd, &pw);
+            }
+            be->ops->reserve_matmul(be, &w, T, &err);
+            int bad = 0, nan_ok = 1;
+            for (int64_t n = 1; n <= T; n += 4 - (n == 1) * 2) {   /* 1, 3, 7, 9 tokens */
+                for (int64_t t0 = 0; t0 + n <= T; t0 += n) {
+                    be->ops->matmul(be, &pw, t0 & 1 ? bias : NULL, x + t0 * C, n, y);
+                    ref_q41(&w, t0 & 1 ? bias : NULL, x + t0 * C, n, ref);
+                    for (int64_t i = 0; i < n * R; i++) {
+                        int64_t t = t0 + i / R;
+                        if (t == 5 || t == 6)
+                            nan_ok &= isnan(y[i]) != 0;
+                        else
+                            bad += memcmp(&y[i], &ref[i], sizeof(float)) != 0;
+                    }
+                }
+            }
+            ok(bad == 0 && nan_ok, "%s%s Q4_1: outputs = the scalar contract, bit for bit, edge blocks too "
+               "(%d differ; inf/NaN tokens NaN: %s)", paths[p], pk ? " packed" : "", bad, nan_ok ? "yes" : "no");
+            free(pd);
+            srt_backend_free(be);
+        }
+    free(x);
+    free(data);
 }
 
 int main(void)
@@ -453,5 +580,6 @@ int main(void)
         free(ty[th]);
     packed();
     avx512_kernels();
+    q41_contract();
     return tap_done();
 }

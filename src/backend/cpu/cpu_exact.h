@@ -10,7 +10,7 @@
 #include "srt/backend.h"
 
 /* y[t][r] = sum_c x[t][c] * W[r][c] + bias[r] for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K W (and the
- * packed Q4_1 / Q8_0 below; AVX2 + FMA).
+ * packed Q4_1 / Q8_0 below; AVX2 + FMA). Q4_1 runs srt_cpu_q41_matmul_n.
  * scratch holds srt_cpu_exact_scratch_floats(threads of tp, W cols, n_tok) floats. Batch
  * invariant: a (row, token) output does not depend on n_tok or the token's place.
  * SRT_ERROR, nothing written, for other types or on a CPU without AVX2. */
@@ -23,10 +23,10 @@ int    srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float
 int    srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
                               const float *x, int64_t n_tok, float *const *y, float *scratch);
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok);
-/* Q4_1, Q8_0 and Q5_0 weights packed for the decode kernels (SRT_Q4_1_X8, SRT_Q8_0_X8: Q5_0
- * becomes Q8_0, the same weights; layouts in exact.c). pack_bytes: the bytes of w's packed
- * copy, 0 when w is of another type, its rows are not a multiple of 8 (Q4_1: its columns not
- * of 64) or the CPU has no AVX2. pack writes it to dst and describes it in *out (a weight with
+/* Q4_1, Q8_0 and Q5_0 weights packed for their kernels (SRT_Q4_1_X16, SRT_Q8_0_X8: Q5_0
+ * becomes Q8_0, the same weights; layouts in exact_q41.c and exact.c). pack_bytes: the bytes
+ * of w's packed copy (Q4_1: its rows rounded up to 16), 0 when w is of another type, its
+ * rows are not a multiple of 8 (Q8_0, Q5_0) or the CPU has no AVX2. pack writes it to dst and describes it in *out (a weight with
  * no packed form: *out = *w, dst untouched). A packed weight computes the same bits as w.
  * unpack_row writes row `row` of a packed weight back as GGUF bytes of the type it returns. */
 size_t    srt_cpu_exact_pack_bytes(const srt_weight *w);
@@ -41,11 +41,6 @@ srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out);
 #define SRT_EXACT_PRE_T 8
 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, const float *da, const float *db,
                                const float *xx, int64_t b0, int64_t b1, float *acc_a, float *acc_b);
-/* srt_cpu_exact_pre2_avx512 on packed Q4_1 (SRT_Q4_1_X8) rows: lanes la and lb of the group
- * at g (its first block pair), the scales da / db per block, over block pairs [p0, p1); xx as
- * there but each chunk k of block b scaled by 16^-j, j = 4 * (b % 2) + k (j = 7: by 1). */
-void srt_cpu_exact_x8pre2_avx512(int T, const uint8_t *g, int la, int lb, const float *da, const float *db,
-                                 const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b);
 /* The prefill's offsets of 16 rows on 16 lanes: off[t * 16 + i] = sum over blocks b, as a chain
  * of FMAs from 0 in block order, of o[b * ost + i] * xs[b * ldt + t], for t < SRT_EXACT_PRE_T. */
 void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb, float *off);
@@ -77,19 +72,29 @@ static inline const char *srt_exact_x8_pf(const srt_exact_dec_run *d, int64_t r)
     return NULL;
 }
 
-/* Bytes of a packed Q4_1 block pair and of a packed Q8_0 block, of 8 rows each
- * (SRT_Q4_1_X8, SRT_Q8_0_X8; the layouts: exact.c). */
-#define SRT_EXACT_X8_PAIR 320
+/* Bytes of a packed Q8_0 block of 8 rows (SRT_Q8_0_X8; the layout: exact.c). */
 #define SRT_EXACT_Q8X8_BLOCK 272
 
-/* The packed decode of one token on 16 lanes: rows [r0, r1) of d (whole groups of 8), two
- * rows per register, the bits of exact.c's kern_x8 (q8 0: SRT_Q4_1_X8; d->x is x scaled for
- * the layout, as x8_scale writes it) or kern_q8x8 (q8 1: SRT_Q8_0_X8). */
-void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8);
+/* The packed Q8_0 (SRT_Q8_0_X8) decode of one token on 16 lanes: rows [r0, r1) of d (whole
+ * groups of 8), two rows per register, the bits of exact.c's kern_q8x8. */
+void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d);
 
-/* Whether the exact path runs its 16-lane kernels (prefill, packed Q4_1 decode): 1 yes; 0 no
+/* Whether the exact path runs its 16-lane kernels (prefill, packed decode, Q4_1): 1 yes; 0 no
  * (no AVX-512, or SRT_CPU_SIMD chose another level); -1 no, because on this CPU they did not
  * give the 8-lane kernels' bits (checked once per process, before first use). */
 int       srt_cpu_exact_avx512(void);
+
+/* Q4_1 (exact_q41.c: x as a 24-bit fixed point per block, integer dot products; the contract
+ * and layout there). matmul_n: as srt_cpu_exact_matmul_n for n weights that are all SRT_Q4_1
+ * or SRT_Q4_1_X16 (SRT_ERROR, nothing written, otherwise or without AVX2); wide: the 16-lane
+ * VNNI kernel, else 8 lanes, the same bits. scratch: srt_cpu_q41_scratch_bytes. */
+int    srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
+                            const float *x, int64_t n_tok, float *const *y, void *scratch, int wide);
+size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok);
+size_t srt_cpu_q41_pack_bytes(const srt_weight *w);
+void   srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out);
+void   srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out);
+/* 1 when the 16-lane kernel gives the 8-lane one's bits on made-up data (srt_cpu_exact_avx512) */
+int    srt_cpu_q41_wide_matches(void);
 
 #endif

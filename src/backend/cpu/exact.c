@@ -1,6 +1,6 @@
 /* The exact matmul: f32 activations times the weights HF computes with, accumulated in f32
  * (AVX2 + FMA, 8 lanes). Nothing is rounded to fewer bits: a quantized block's weights are
- * w = d*q + o (Q4_1, Q5_1: o = m; Q4_0: q - 8 as d*q - 8d; Q8_0 and Q5_0, whose q (q - 16)
+ * w = d*q + o (Q5_1: o = m; Q4_0: q - 8 as d*q - 8d; Q8_0 and Q5_0, whose q (q - 16)
  * are signed: o = 0; the K-quants' sub-blocks too, see unp_q4k / unp_q6k), and
  *     sum_j w_j x_j = d * sum_j q_j x_j + o * sum_j x_j
  * where q_j are small integers (exact as floats) and sum_j x_j, the block sum of x, is
@@ -20,9 +20,12 @@
  * vector) both run exactly that sequence, so a token's logits have the same bits alone, in
  * any batch, chunked or prefix-cached.
  *
- * The CPU runner's own copy of the weights holds Q4_1 and Q8_0 matrices packed for decode
- * (SRT_Q4_1_X8, SRT_Q8_0_X8: eight rows' blocks together, see below), which run the same
- * sequence on the same values; prefill unpacks them like any other row.
+ * The CPU runner's own copy of the weights holds Q8_0 (and Q5_0) matrices packed for decode
+ * (SRT_Q8_0_X8: eight rows' blocks together, see below), which run the same sequence on the
+ * same values; prefill unpacks them like any other row.
+ *
+ * Q4_1 takes another route (exact_q41.c): x as a 24-bit fixed point per block and integer
+ * dot products, more exact than HF's own float32 against float64 and twice as fast.
  *
  * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
  * does not hold up a decode step. Which thread computes a row does not change its bits. */
@@ -48,9 +51,6 @@
 #define PAIR_TOK 512        /* prefill on 16 lanes: tokens per pair_x layout (a multiple of PRE_TOK); a
                              * longer prefill runs in runs of this many, so the scratch holds at most
                              * PAIR_TOK x cols floats of it whatever the chunked prefill size */
-#define FUSE_TOK 16         /* prefill on 16 lanes of packed Q4_1 with up to this many tokens (a batched
-                             * decode step): q widened in registers (srt_cpu_exact_x8pre2_avx512), not
-                             * written out as floats first, which took 23% of a decode-bound profile */
 #define PRE_SLICE 18        /* prefill: most blocks of a column slice: 8 tokens x 576 floats, 18 KB of
                              * L1; a 576-column layer in one slice ran 5-10% faster than in two */
 
@@ -71,19 +71,18 @@ static int64_t rows_cap(int64_t cols)
 static size_t per_thread_floats(int64_t cols) { return (size_t)rows_cap(cols) * ((size_t)cols + 2 * (size_t)(cols / 32)); }
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
-/* then (64-byte aligned) for a decode of packed weights x scaled for them (DEC_MAX_TOK x
- * cols), or for a prefill on 16 lanes x in pairs of tokens (pair_x: up to PAIR_TOK x cols) and
- * for up to FUSE_TOK tokens x scaled for packed Q4_1 (x8_scale) and paired */
+/* then for a prefill on 16 lanes x in pairs of tokens (pair_x: up to PAIR_TOK x cols); or,
+ * for Q4_1, exact_q41.c's own (srt_cpu_q41_scratch_bytes) */
 static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 15) / 16 * 16; }
 
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 {
+    /* both grow with n_tok, so the size never falls as it grows (a caller reserves for its largest) */
     int64_t pairs = sums_ld(n_tok) < PAIR_TOK ? sums_ld(n_tok) : PAIR_TOK;
-    /* + the scaled copy for packed Q4_1, taken only up to FUSE_TOK tokens; reserved at every
-     * count so that the size never falls as n_tok grows (a caller reserves for its largest) */
-    int64_t tail = (pairs > DEC_MAX_TOK ? pairs : DEC_MAX_TOK) + (sums_ld(n_tok) < FUSE_TOK ? sums_ld(n_tok) : FUSE_TOK);
-    return (size_t)(n_threads > 0 ? n_threads : 1) * per_thread_floats(cols) + xs_floats(cols, n_tok) +
-           (size_t)tail * (size_t)cols + 16;
+    size_t f32 = (size_t)(n_threads > 0 ? n_threads : 1) * per_thread_floats(cols) + xs_floats(cols, n_tok) +
+                 (size_t)pairs * (size_t)cols + 16;
+    size_t q41 = (srt_cpu_q41_scratch_bytes(n_threads, cols, n_tok) + sizeof(float) - 1) / sizeof(float);
+    return f32 > q41 ? f32 : q41;
 }
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -91,10 +90,10 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q4_1_X8, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1 };
-static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0), sizeof(blk_q4_1),
-                                    sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k), sizeof(blk_q5_0),
-                                    sizeof(blk_q5_1) };
+/* Q4_1 has its own path (exact_q41.c) */
+enum { FMT_Q4_0, FMT_Q8_0, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1 };
+static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q8_0), sizeof(blk_q8_0), sizeof(blk_q4_k),
+                                    sizeof(blk_q6_k), sizeof(blk_q5_0), sizeof(blk_q5_1) };
 
 /* the format has an offset term (o * sum x): not Q8_0, nor the formats whose q are signed
  * (Q5_0's q - 16, Q6_K's sc*(q - 32)) */
@@ -106,7 +105,7 @@ static inline int has_off(int fmt)
 /* where a 32-wide format's nibbles start: after d (and m), and for the 5-bit ones the qh word */
 static inline size_t qs_offset(int fmt)
 {
-    return fmt == FMT_Q4_1 ? 4 : fmt == FMT_Q5_0 ? 6 : fmt == FMT_Q5_1 ? 8 : 2;
+    return fmt == FMT_Q5_0 ? 6 : fmt == FMT_Q5_1 ? 8 : 2;
 }
 
 /* One block's q as four 8-float vectors in element order. */
@@ -143,13 +142,13 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
 INLINE void block_scale(int fmt, const uint8_t *blk, float *d, float *o)
 {
     *d = srt_half_at(blk);
-    *o = fmt == FMT_Q4_1 || fmt == FMT_Q5_1 ? srt_half_at(blk + 2) : fmt == FMT_Q4_0 ? -8.0f * *d : 0.0f;
+    *o = fmt == FMT_Q5_1 ? srt_half_at(blk + 2) : fmt == FMT_Q4_0 ? -8.0f * *d : 0.0f;
 }
 
 /* [d0 o0 d1 o1 d2 o2 d3 o3] of four rows' blocks: their halves converted in one go */
 INLINE __m256 scales4(int fmt, const uint8_t *b0, const uint8_t *b1, const uint8_t *b2, const uint8_t *b3)
 {
-    __m256 dd = srt_scales4_f16(b0, b1, b2, b3, fmt == FMT_Q4_1 || fmt == FMT_Q5_1);
+    __m256 dd = srt_scales4_f16(b0, b1, b2, b3, fmt == FMT_Q5_1);
     return fmt == FMT_Q4_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8)) : dd;
 }
 
@@ -501,96 +500,6 @@ INLINE void dec_loop(int fmt, int T, int NR, const dec_run *d)
     }
 }
 
-/* ---- Q4_1 packed for decode (SRT_Q4_1_X8, made once at load by srt_cpu_exact_pack) ----
- * Decode is bound by vector issue, and 6 of a GGUF block's 15 ops per row spread its 16 bytes
- * of nibbles over dword lanes. Packed, the blocks 2p and 2p+1 of rows 8g..8g+7 are 320 bytes:
- *     d[8] of block 2p, m[8] of 2p, d[8] of 2p+1, m[8] of 2p+1 (f16, row order), then per row
- *     8 dwords whose lane k holds in nibble j q[8j + k] of block 2p (j < 4), else q[8(j-4) + k]
- *     of block 2p+1.
- * Nibble j is one AND away from the integer q * 16^j, exact as a float (four significant bits),
- * and x is scaled by 16^-j once per call, so every product q*16^j * x*16^-j is exactly q*x: the
- * FMAs round what the GGUF kernel's round, in the same order, to the same bits. The top nibble
- * is one shift. The scales of eight rows convert in one go. A group takes eight rows' bytes, so
- * row 8g starts where it did in the file. */
-#define X8_PAIR SRT_EXACT_X8_PAIR
-_Static_assert(X8_PAIR == 2 * 8 * sizeof(blk_q4_1), "packed Q4_1 pair");
-
-/* x of one token scaled for the packed layout (xp[i] = x[i] * 16^-j, j = i / 8 % 8, but
- * 1 for j = 7); 0 when a scaled value is not exact (it would fall below the normal range) */
-TGT static int x8_scale(const float *x, int64_t cols, float *xp)
-{
-    __m256 bad = _mm256_setzero_ps();
-    for (int64_t i = 0; i < cols; i += 64)
-#pragma GCC unroll 7
-        for (int j = 0; j < 7; j++) {
-            __m256 v = _mm256_loadu_ps(x + i + 8 * j), s = _mm256_mul_ps(v, _mm256_set1_ps(1.0f / (float)(1 << 4 * j)));
-            _mm256_storeu_ps(xp + i + 8 * j, s);
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_mul_ps(s, _mm256_set1_ps((float)(1 << 4 * j))), v, _CMP_NEQ_UQ));
-            if (j == 6)
-                _mm256_storeu_ps(xp + i + 56, _mm256_loadu_ps(x + i + 56));
-        }
-    return _mm256_movemask_ps(bad) == 0;
-}
-
-/* NR rows (lanes lane0.. of group g) x T tokens; rows past nr are not stored */
-INLINE void kern_x8(int T, int NR, const uint8_t *g, int lane0, int nr, const char *pf, const float *xp,
-                    int64_t ldx, const float *xs, int64_t ldt, int64_t np, const float *bias, float *y, int64_t ldy)
-{
-    static const uint32_t mask[7][8] __attribute__((aligned(32))) = {
-#define X8_M(v) { v, v, v, v, v, v, v, v }
-        X8_M(0xFu), X8_M(0xF0u), X8_M(0xF00u), X8_M(0xF000u), X8_M(0xF0000u), X8_M(0xF00000u), X8_M(0xF000000u)
-#undef X8_M
-    };
-    __m256 acc[8][DEC_MAX_TOK], off[DEC_MAX_TOK];
-    zero_acc(acc, NR, T);
-#pragma GCC unroll 2
-    for (int t = 0; t < T; t++)
-        off[t] = _mm256_setzero_ps();
-    for (int64_t p = 0; p < np; p++, g += X8_PAIR) {
-        if (pf)
-#pragma GCC unroll 5
-            for (size_t o = 0; o < X8_PAIR; o += 64)
-                _mm_prefetch(pf + (size_t)p * X8_PAIR + o, _MM_HINT_T0);
-        _Alignas(32) float dd[16];
-        __m256 mA = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
-        __m256 mB = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 48)));
-        _mm256_store_ps(dd, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)));
-        _mm256_store_ps(dd + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32))));
-#pragma GCC unroll 2
-        for (int t = 0; t < T; t++) {
-            off[t] = _mm256_fmadd_ps(mA, _mm256_broadcast_ss(xs + 2 * p * ldt + t), off[t]);
-            off[t] = _mm256_fmadd_ps(mB, _mm256_broadcast_ss(xs + (2 * p + 1) * ldt + t), off[t]);
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 + 32 * (lane0 + r)));
-            __m256 q[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                q[j] = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_load_si256((const __m256i *)mask[j])));
-            __m256 dA = _mm256_broadcast_ss(dd + lane0 + r);
-#pragma GCC unroll 2
-            for (int t = 0; t < T; t++)
-                acc[r][t] = _mm256_fmadd_ps(block_dot(q, xp + t * ldx + p * 2 * QK), dA, acc[r][t]);
-#pragma GCC unroll 3
-            for (int j = 0; j < 3; j++)
-                q[j] = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_load_si256((const __m256i *)mask[4 + j])));
-            q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 28));
-            __m256 dB = _mm256_broadcast_ss(dd + 8 + lane0 + r);
-#pragma GCC unroll 2
-            for (int t = 0; t < T; t++)
-                acc[r][t] = _mm256_fmadd_ps(block_dot(q, xp + t * ldx + p * 2 * QK + QK), dB, acc[r][t]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int t = 0; t < T; t++) {
-        _Alignas(32) float o[8];
-        _mm256_store_ps(o, off[t]);
-        for (int r = 0; r < nr; r++)
-            y[t * ldy + r] = (srt_hsum8(acc[r][t]) + o[lane0 + r]) + (bias ? bias[r] : 0.0f);
-    }
-}
-
 /* Q8_0 packed (SRT_Q8_0_X8): block b of rows 8g..8g+7 is d[8] (f16, row order), then the 8
  * rows' 32 q in order (272 bytes). The q need no unpacking trick (one sign-extending load per 8);
  * what the layout buys is eight rows' scales in one convert (the GGUF kernel gathered four with
@@ -631,40 +540,25 @@ INLINE void kern_q8x8(int T, int NR, const uint8_t *g, int lane0, int nr, const 
 
 /* dec_loop for packed weights: items start on a group (multiples of DEC_ROWS rows); one token
  * takes a group at a time, two a half group (eight rows of two tokens need sixteen accumulators) */
-INLINE void dec_loop_x8(int fmt, int T, const dec_run *d)
+INLINE void dec_loop_x8(int T, const dec_run *d)
 {
     const int NR = T == 1 ? 8 : 4;
-    int64_t np = d->nb / 2;
     for (int64_t r = d->r0; r < d->r1; r += NR) {
         int n = d->r1 - r < NR ? (int)(d->r1 - r) : NR, lane0 = (int)(r % 8);
         const char *pf = lane0 == 0 ? srt_exact_x8_pf(d, r) : NULL;   /* once per group */
         const uint8_t *g = d->w + (size_t)(r - lane0) * d->stride;
-        if (fmt == FMT_Q8_0_X8)
-            kern_q8x8(T, NR, g, lane0, n, pf, d->x, d->ldx, d->nb, d->bias ? d->bias + r : NULL, d->y + r, d->R);
-        else
-            kern_x8(T, NR, g, lane0, n, pf, d->x, d->ldx, d->xs, d->ldt, np, d->bias ? d->bias + r : NULL,
-                    d->y + r, d->R);
+        kern_q8x8(T, NR, g, lane0, n, pf, d->x, d->ldx, d->nb, d->bias ? d->bias + r : NULL, d->y + r, d->R);
     }
-}
-
-TGT static void dec_FMT_Q4_1_X8(int T, const dec_run *d)
-{
-    if (T == 1 && d->wide)
-        srt_cpu_exact_x8_avx512(d, 0);
-    else if (T == 2)
-        dec_loop_x8(FMT_Q4_1_X8, 2, d);
-    else
-        dec_loop_x8(FMT_Q4_1_X8, 1, d);
 }
 
 TGT static void dec_FMT_Q8_0_X8(int T, const dec_run *d)
 {
     if (T == 1 && d->wide)
-        srt_cpu_exact_x8_avx512(d, 1);
+        srt_cpu_exact_x8_avx512(d);
     else if (T == 2)
-        dec_loop_x8(FMT_Q8_0_X8, 2, d);
+        dec_loop_x8(2, d);
     else
-        dec_loop_x8(FMT_Q8_0_X8, 1, d);
+        dec_loop_x8(1, d);
 }
 
 TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o,
@@ -680,35 +574,6 @@ TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t n
         dq[b] = srt_half_at(g + 2 * lane);
         o[b * ost] = 0.0f;
     }
-}
-
-/* the scales and offsets of row `row` of a packed Q4_1 weight, as unp_x8 writes them */
-TGT static void x8_scales(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *dq, float *o, int64_t ost)
-{
-    int lane = (int)(row % 8);
-    const uint8_t *g = w + (size_t)(row - lane) * stride;
-    for (int64_t p = 0; p < nb / 2; p++, g += X8_PAIR) {
-        dq[2 * p] = srt_half_at(g + 2 * lane);
-        o[2 * p * ost] = srt_half_at(g + 16 + 2 * lane);
-        dq[2 * p + 1] = srt_half_at(g + 32 + 2 * lane);
-        o[(2 * p + 1) * ost] = srt_half_at(g + 48 + 2 * lane);
-    }
-}
-
-/* row `row` of a packed weight as unp_* gives a GGUF one */
-TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb, float *q, float *dq, float *o,
-                       int64_t ost)
-{
-    int lane = (int)(row % 8);
-    const uint8_t *g = w + (size_t)(row - lane) * stride;
-    for (int64_t p = 0; p < nb / 2; p++, g += X8_PAIR) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 + 32 * lane));
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            _mm256_storeu_ps(q + p * 2 * QK + 8 * j,
-                             _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * j), _mm256_set1_epi32(0xF))));
-    }
-    x8_scales(w, stride, row, nb, dq, o, ost);
 }
 
 #define PRE_CASE(T) \
@@ -734,7 +599,6 @@ TGT static void unp_x8(const uint8_t *w, size_t stride, int64_t row, int64_t nb,
         }                                                                                      \
     }
 FMT_FNS(FMT_Q4_0)
-FMT_FNS(FMT_Q4_1)
 FMT_FNS(FMT_Q8_0)
 FMT_FNS(FMT_Q5_0)
 FMT_FNS(FMT_Q5_1)
@@ -829,9 +693,7 @@ typedef struct {
     dec_fn decs[SRT_MATMUL_N_MAX];
     unp_fn unps[SRT_MATMUL_N_MAX];
     const float *x, *xs;
-    const float *xp;             /* decode of packed weights: x scaled for them (x8_scale) */
     const float *xx;             /* prefill on 16 lanes: x in pairs of tokens (pair_x) */
-    const float *xxs;            /* x scaled for packed Q4_1 (x8_scale), then paired; or NULL */
     int64_t n_tok, nb, ldt;
     float *scratch;              /* per thread: per_thread_floats(cols) */
     int nth;                     /* threads taking items */
@@ -881,7 +743,7 @@ static void dec_item(void *arg, int64_t item, int ith)
     }
     dec_run d = { .w = w->data, .stride = w->row_stride, .r0 = r0, .r1 = r1, .R = w->rows,
                   .nw = nw ? nw->data : NULL, .nstride = nw ? nw->row_stride : 0, .nr0 = nr0, .nr1 = nr1,
-                  .x = j->fmts[k] == FMT_Q4_1_X8 ? j->xp : j->x, .ldx = w->cols, .xs = j->xs, .ldt = j->ldt, .nb = j->nb, .bias = j->biases[k],
+                  .x = j->x, .ldx = w->cols, .xs = j->xs, .ldt = j->ldt, .nb = j->nb, .bias = j->biases[k],
                   .y = j->ys[k], .wide = j->wide };
     j->decs[k]((int)j->n_tok, &d);
 }
@@ -899,13 +761,8 @@ static void pre_item(void *arg, int64_t i, int ith)
     int64_t t0 = i / j->n_rchunk * PRE_TOK, r0 = i % j->n_rchunk * j->rows_item;
     int64_t nr = R - r0 < j->rows_item ? R - r0 : j->rows_item;
     int64_t t1 = j->n_tok - t0 < PRE_TOK ? j->n_tok : t0 + PRE_TOK;
-    /* packed Q4_1 rows come in whole groups of 8 (rows and items are multiples of 8) */
-    int fused = j->fmts[k] == FMT_Q4_1_X8 && j->xxs;
     for (int64_t r = 0; r < nr; r++)
-        if (fused)
-            x8_scales(w->data, w->row_stride, r0 + r, nb, dq + r * nb, o + r, cap);
-        else
-            j->unps[k](w->data, w->row_stride, r0 + r, nb, q + r * C, dq + r * nb, o + r, cap);
+        j->unps[k](w->data, w->row_stride, r0 + r, nb, q + r * C, dq + r * nb, o + r, cap);
     /* pre_finish's vectors of 8 and 16 rows: the rows past nr add nothing and are not stored */
     for (int64_t b = 0; b < nb; b++)
         for (int64_t r = nr; r < cap && r < (nr + 15) / 16 * 16; r++)
@@ -915,16 +772,7 @@ static void pre_item(void *arg, int64_t i, int ith)
     int64_t n_slices = (nb + PRE_SLICE - 1) / PRE_SLICE, per = (nb + n_slices - 1) / n_slices;
     for (int64_t t = t0; t < t1; t += PRE_T) {
         int nt = t1 - t < PRE_T ? (int)(t1 - t) : PRE_T;
-        for (int64_t p0 = 0; fused && p0 < nb / 2; p0 += (per + 1) / 2) {   /* slices of whole pairs */
-            int64_t p1 = p0 + (per + 1) / 2 < nb / 2 ? p0 + (per + 1) / 2 : nb / 2;
-            for (int64_t r = 0; r < nr; r += 2) {
-                const uint8_t *g = (const uint8_t *)w->data + (size_t)((r0 + r) / 8 * 8) * w->row_stride;
-                int la = (int)((r0 + r) % 8);
-                srt_cpu_exact_x8pre2_avx512(nt, g, la, la + 1, dq + r * nb, dq + (r + 1) * nb, j->xxs + t * C, p0, p1,
-                                            acc + r * PRE_T * 8, acc + (r + 1) * PRE_T * 8);
-            }
-        }
-        for (int64_t b0 = 0; !fused && b0 < nb; b0 += per) {
+        for (int64_t b0 = 0; b0 < nb; b0 += per) {
             int64_t b1 = b0 + per < nb ? b0 + per : nb, r = 0;
             if (j->wide)
                 for (; r + 2 <= nr; r += 2)
@@ -942,11 +790,9 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
 {
     switch (t) {
     case SRT_Q4_0: *fmt = FMT_Q4_0; *dec = dec_FMT_Q4_0; *unp = unp_FMT_Q4_0; return SRT_OK;
-    case SRT_Q4_1: *fmt = FMT_Q4_1; *dec = dec_FMT_Q4_1; *unp = unp_FMT_Q4_1; return SRT_OK;
     case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
     case SRT_Q5_0: *fmt = FMT_Q5_0; *dec = dec_FMT_Q5_0; *unp = unp_FMT_Q5_0; return SRT_OK;
     case SRT_Q5_1: *fmt = FMT_Q5_1; *dec = dec_FMT_Q5_1; *unp = unp_FMT_Q5_1; return SRT_OK;
-    case SRT_Q4_1_X8: *fmt = FMT_Q4_1_X8; *dec = dec_FMT_Q4_1_X8; *unp = unp_x8; return SRT_OK;
     case SRT_Q8_0_X8: *fmt = FMT_Q8_0_X8; *dec = dec_FMT_Q8_0_X8; *unp = unp_q8x8; return SRT_OK;
     case SRT_Q4_K: *fmt = FMT_Q4_K; *dec = dec_q4k; *unp = unp_q4k; return SRT_OK;
     case SRT_Q6_K: *fmt = FMT_Q6_K; *dec = dec_q6k; *unp = unp_q6k; return SRT_OK;
@@ -957,8 +803,8 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
 /* The 16-lane kernels against the 8-lane ones on made-up data: prefill on rows of q small
  * integers of both signs, scales and x of both signs over a wide range of magnitudes, every
  * token count, the blocks in three column slices (so the accumulators are carried as in
- * pre_item); the packed Q4_1 and Q8_0 decodes on made-up GGUF blocks packed as the runner
- * packs them. */
+ * pre_item); the packed Q8_0 decode on made-up GGUF blocks packed as the runner packs them;
+ * the Q4_1 kernels (srt_cpu_q41_wide_matches). */
 static uint32_t lcg(uint32_t *s) { return (*s = *s * 1103515245u + 12345u) >> 8; }
 
 /* m in [-1, 1] times 2^e, e in [e0, e0 + ne) */
@@ -993,38 +839,19 @@ static int wide_matches(void)
         if (memcmp(a8[0], a16[0], sizeof(float) * 8 * (size_t)T) || memcmp(a8[1], a16[1], sizeof(float) * 8 * (size_t)T))
             return 0;
     }
-    /* packed Q4_1 decode, 16 rows (two groups, the second prefetched) of 128 columns */
+    /* packed Q8_0 decode, 16 rows (two groups, the second prefetched) of 128 columns: scales
+     * and x over a range of magnitudes, q of both signs */
     enum { DR = 16, DC = 128, DNB = DC / QK };
-    blk_q4_1 gguf[DR * DNB];
-    for (int b = 0; b < DR * DNB; b++) {
-        gguf[b].d = srt_f32_to_f16(made_up(&s, -12, 8));
-        gguf[b].m = srt_f32_to_f16(made_up(&s, -12, 8));
-        for (int i = 0; i < QK / 2; i++)
-            gguf[b].qs[i] = (uint8_t)lcg(&s);
-    }
-    _Alignas(64) uint8_t packed[DR * DNB * sizeof(blk_q4_1)];
-    srt_weight w = { .dtype = SRT_Q4_1, .rows = DR, .cols = DC, .row_stride = DNB * sizeof(blk_q4_1), .data = gguf }, pw;
-    srt_cpu_exact_pack(&w, packed, &pw);
-    float xd[DC], xp[DC], xs[DNB * PRE_T], bias[DR], y8[DR], y16[DR];
+    float xd[DC], xs[DNB * PRE_T], bias[DR], y8[DR], y16[DR];
     for (int i = 0; i < DC; i++)
         xd[i] = made_up(&s, -6, 12);
     for (int r = 0; r < DR; r++)
         bias[r] = made_up(&s, -6, 6);
-    if (pw.dtype != SRT_Q4_1_X8 || !x8_scale(xd, DC, xp))
-        return 0;
     block_sums(xd, DNB, xs, PRE_T);
-    dec_run run = { .w = pw.data, .stride = pw.row_stride, .r0 = 0, .r1 = DR, .R = DR, .x = xp, .xs = xs,
-                    .bias = bias, .ldx = DC, .ldt = PRE_T, .nb = DNB, .y = y8 };
-    dec_FMT_Q4_1_X8(1, &run);
-    run.y = y16;
-    run.wide = 1;
-    dec_FMT_Q4_1_X8(1, &run);
-    if (memcmp(y8, y16, sizeof y8))
-        return 0;
-    /* packed Q8_0 decode: the same rows' scales, q of both signs, plain x */
+    srt_weight pw;
     blk_q8_0 g8[DR * DNB];
     for (int b = 0; b < DR * DNB; b++) {
-        g8[b].d = gguf[b].d;
+        g8[b].d = srt_f32_to_f16(made_up(&s, -12, 8));
         for (int i = 0; i < QK; i++)
             g8[b].qs[i] = (int8_t)((int)(lcg(&s) % 255) - 127);
     }
@@ -1033,13 +860,13 @@ static int wide_matches(void)
     srt_cpu_exact_pack(&w8, packed8, &pw);
     if (pw.dtype != SRT_Q8_0_X8)
         return 0;
-    run = (dec_run){ .w = pw.data, .stride = pw.row_stride, .r0 = 0, .r1 = DR, .R = DR, .x = xd, .xs = xs,
+    dec_run run = { .w = pw.data, .stride = pw.row_stride, .r0 = 0, .r1 = DR, .R = DR, .x = xd, .xs = xs,
                      .bias = bias, .ldx = DC, .ldt = PRE_T, .nb = DNB, .y = y8 };
     dec_FMT_Q8_0_X8(1, &run);
     run.y = y16;
     run.wide = 1;
     dec_FMT_Q8_0_X8(1, &run);
-    return memcmp(y8, y16, sizeof y8) == 0;
+    return memcmp(y8, y16, sizeof y8) == 0 && srt_cpu_q41_wide_matches();
 }
 
 int srt_cpu_exact_avx512(void)
@@ -1088,16 +915,20 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     exact_job j = { .x = x, .n_tok = n_tok, .n_w = n };
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
+    /* Q4_1 runs its own kernels (exact_q41.c); weights of several kinds: one call each */
+    int q41 = 0;
+    for (int k = 0; k < n; k++)
+        q41 += w[k]->dtype == SRT_Q4_1 || w[k]->dtype == SRT_Q4_1_X16;
+    if (q41)
+        return q41 < n ? SRT_ERROR
+                       : srt_cpu_q41_matmul_n(tp, n, w, bias, x, n_tok, y, scratch, srt_cpu_exact_avx512() == 1);
     int64_t C = w[0]->cols, work = 0;
-    int packed = 0;
     for (int k = 0; k < n; k++) {
         if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &j.unps[k]) != SRT_OK || w[k]->cols != C ||
             C % srt_dtype_block_elems(w[k]->dtype))
             return SRT_ERROR;
-        if ((j.fmts[k] == FMT_Q4_1_X8 && (w[k]->rows % 8 || C % (2 * QK))) ||
-            (j.fmts[k] == FMT_Q8_0_X8 && w[k]->rows % 8))
+        if (j.fmts[k] == FMT_Q8_0_X8 && w[k]->rows % 8)
             return SRT_ERROR;
-        packed |= j.fmts[k] == FMT_Q4_1_X8;
         j.ws[k] = w[k];
         j.biases[k] = bias ? bias[k] : NULL;
         j.ys[k] = y[k];
@@ -1114,17 +945,8 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
         block_sums(x + t * C, j.nb, xs + t, j.ldt);
     j.xs = xs;
     j.scratch = scratch;
-    int exact_scale = 1;
-    if (packed && n_tok <= DEC_MAX_TOK) {
-        float *xp = xs + xs_floats(C, n_tok);
-        for (int64_t t = 0; t < n_tok; t++)
-            exact_scale &= x8_scale(x + t * C, C, xp + t * C);
-        j.xp = xp;
-    }
-    /* an x the packed kernel cannot take exactly (values near the bottom of the float range)
-     * goes the prefill way, which computes the same bits from the unpacked rows */
     j.wide = srt_cpu_exact_avx512() == 1;
-    if (n_tok > DEC_MAX_TOK || !exact_scale) {
+    if (n_tok > DEC_MAX_TOK) {
         /* prefill items are large: one region per weight costs nothing measurable. On 16
          * lanes in runs of PAIR_TOK tokens, each laid out in pairs first; a (row, token)
          * output does not depend on the run it is in. */
@@ -1138,18 +960,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
             for (int k = 0; k < n; k++)
                 jr.ys[k] = y[k] + t0 * w[k]->rows;
             if (j.wide) {
-                float *xx = xs + xs_floats(C, n_tok), *xxs = xx + sums_ld(jr.n_tok) * C;
-                if (packed && jr.n_tok <= FUSE_TOK) {
-                    /* x scaled as the packed decode takes it (into xx for the moment), then
-                     * paired; an x the scaling cannot take exactly: the rows are unpacked */
-                    int exact = 1;
-                    for (int64_t t = 0; t < jr.n_tok; t++)
-                        exact &= x8_scale(jr.x + t * C, C, xx + t * C);
-                    if (exact) {
-                        pair_x(xx, C, jr.n_tok, xxs);
-                        jr.xxs = xxs;
-                    }
-                }
+                float *xx = xs + xs_floats(C, n_tok);
                 pair_x(jr.x, C, jr.n_tok, xx);
                 jr.xx = xx;
             }
@@ -1190,9 +1001,10 @@ static srt_dtype packed_as(srt_dtype t) { return t == SRT_Q5_0 ? SRT_Q8_0 : t; }
 
 size_t srt_cpu_exact_pack_bytes(const srt_weight *w)
 {
+    if (w->dtype == SRT_Q4_1)
+        return srt_cpu_q41_pack_bytes(w);
     srt_dtype t = packed_as(w->dtype);
-    int ok = t == SRT_Q4_1 ? w->cols % (2 * QK) == 0 : t == SRT_Q8_0 ? w->cols % QK == 0 : 0;
-    if (!srt_cpu_have_avx2() || !ok || w->rows <= 0 || w->rows % 8 || w->cols <= 0)
+    if (!srt_cpu_have_avx2() || t != SRT_Q8_0 || w->cols % QK || w->rows <= 0 || w->rows % 8 || w->cols <= 0)
         return 0;
     return (size_t)w->rows * srt_dtype_row_bytes(t, w->cols);
 }
@@ -1207,40 +1019,14 @@ static void q5_0_as_q8_0(const uint8_t *src, uint8_t *dst)
         o->qs[i] = (int8_t)(q5_value(b->qs, b->qh, i) - 16);
 }
 
-/* the 8 rows' blocks 2p, 2p+1 (Q4_1) or b (Q8_0) of group g: packed into o from the rows a
- * (back 0: a is only read), or from o back into the rows (back 1: o is only read) */
 /* n bytes between a packed place and a row's: into the packed one, or back */
 static void move(uint8_t *packed, uint8_t *row, size_t n, int back)
 {
     memcpy(back ? row : packed, back ? packed : row, n);
 }
 
-static void x8_pair(uint8_t *o, const uint8_t *const *a, int back)
-{
-#pragma GCC unroll 1
-    for (int r = 0; r < 8; r++) {
-        uint32_t lane[8] = { 0 };
-        if (back)
-            memcpy(lane, o + 64 + 32 * r, sizeof lane);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            uint8_t *blk = (uint8_t *)a[r] + h * sizeof(blk_q4_1);
-            move(o + 32 * h + 2 * r, blk, 2, back);          /* d */
-            move(o + 32 * h + 16 + 2 * r, blk + 2, 2, back); /* m */
-#pragma GCC unroll 16
-            for (int e = 0; e < 16; e++) {   /* byte e: q[e] low, q[e + 16] high */
-                int lo = 4 * (4 * h + e / 8), hi = 4 * (4 * h + 2 + e / 8);
-                if (back)
-                    blk[4 + e] = (uint8_t)(((lane[e % 8] >> lo) & 15) | ((lane[e % 8] >> hi) & 15) << 4);
-                else
-                    lane[e % 8] |= (uint32_t)(blk[4 + e] & 15) << lo | (uint32_t)(blk[4 + e] >> 4) << hi;
-            }
-        }
-        if (!back)
-            memcpy(o + 64 + 32 * r, lane, sizeof lane);
-    }
-}
-
+/* the 8 rows' blocks b of group g: packed into o from the rows a (back 0: a is only read), or
+ * from o back into the rows (back 1: o is only read) */
 static void q8x8_block(uint8_t *o, const uint8_t *const *a, int back)
 {
     for (int r = 0; r < 8; r++) {
@@ -1256,13 +1042,17 @@ void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
         *out = *w;
         return;
     }
-    srt_dtype t = packed_as(w->dtype);
-    int q8 = t == SRT_Q8_0, q5 = w->dtype == SRT_Q5_0;
+    if (w->dtype == SRT_Q4_1) {
+        srt_cpu_q41_pack(w, dst, out);
+        return;
+    }
+    srt_dtype t = SRT_Q8_0;
+    int q5 = w->dtype == SRT_Q5_0;
     int64_t nb = w->cols / QK;
     size_t rb = srt_dtype_row_bytes(t, w->cols), bb = srt_dtype_block_bytes(t), sbb = srt_dtype_block_bytes(w->dtype);
     uint8_t conv[8][sizeof(blk_q8_0)];
     for (int64_t g = 0; g < w->rows / 8; g++)
-        for (int64_t b = 0; b < nb; b += q8 ? 1 : 2) {
+        for (int64_t b = 0; b < nb; b++) {
             const uint8_t *a[8];
             for (int r = 0; r < 8; r++) {
                 a[r] = (const uint8_t *)w->data + (size_t)(8 * g + r) * w->row_stride + (size_t)b * sbb;
@@ -1272,32 +1062,30 @@ void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
                 }
             }
             uint8_t *o = (uint8_t *)dst + (size_t)g * 8 * rb + (size_t)b * 8 * bb;
-            if (q8)
-                q8x8_block(o, a, 0);
-            else
-                x8_pair(o, a, 0);
+            q8x8_block(o, a, 0);
         }
-    *out = (srt_weight){ .dtype = q8 ? SRT_Q8_0_X8 : SRT_Q4_1_X8, .rows = w->rows, .cols = w->cols, .data = dst,
+    *out = (srt_weight){ .dtype = SRT_Q8_0_X8, .rows = w->rows, .cols = w->cols, .data = dst,
                          .row_stride = rb };
 }
 
 srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out)
 {
-    int q8 = w->dtype == SRT_Q8_0_X8, lane = (int)(row % 8);
+    if (w->dtype == SRT_Q4_1_X16) {
+        srt_cpu_q41_unpack_row(w, row, out);
+        return SRT_Q4_1;
+    }
+    int lane = (int)(row % 8);
     int64_t nb = w->cols / QK;
     size_t bb = srt_dtype_block_bytes(w->dtype);
-    uint8_t scratch[7][2 * sizeof(blk_q4_1)];   /* the group's other rows, unpacked and dropped */
-    for (int64_t b = 0; b < nb; b += q8 ? 1 : 2) {
+    uint8_t scratch[7][sizeof(blk_q8_0)];   /* the group's other rows, unpacked and dropped */
+    for (int64_t b = 0; b < nb; b++) {
         uint8_t *a[8];
         for (int r = 0; r < 8; r++)
             a[r] = r == lane ? (uint8_t *)out + (size_t)b * bb : scratch[r - (r > lane)];
         uint8_t *o = (uint8_t *)w->data + (size_t)(row - lane) * w->row_stride + (size_t)b * 8 * bb;
-        if (q8)
-            q8x8_block(o, (const uint8_t *const *)a, 1);
-        else
-            x8_pair(o, (const uint8_t *const *)a, 1);
+        q8x8_block(o, (const uint8_t *const *)a, 1);
     }
-    return q8 ? SRT_Q8_0 : SRT_Q4_1;
+    return SRT_Q8_0;
 }
 
 #else

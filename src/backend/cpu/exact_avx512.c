@@ -7,10 +7,10 @@
  * has the AVX2 bits: batch invariance holds and decode and prefill agree. On a core with two
  * 512-bit FMA units a block costs half the issue slots.
  * - prefill: the 1 row x 8 token micro-kernel becomes 2 rows x 4 pairs of tokens, a pair in
- *   the halves (x laid out in pairs beforehand: exact.c's pair_x); for a few tokens of packed
- *   Q4_1 the same on q widened from the packed bytes in registers;
- * - decode of one token on packed weights (SRT_Q4_1_X8, SRT_Q8_0_X8): a group's 8 rows as 4
- *   pairs of rows in the halves. Two tokens and the unpacked formats stay on AVX2.
+ *   the halves (x laid out in pairs beforehand: exact.c's pair_x);
+ * - decode of one token on packed Q8_0 (SRT_Q8_0_X8): a group's 8 rows as 4 pairs of rows in
+ *   the halves. Two tokens and the unpacked formats stay on AVX2.
+ * (Q4_1 has its own kernels, exact_q41.c.)
  * exact.c checks these kernels against its own once per process (srt_cpu_exact_avx512) before
  * using them: a CPU or compiler that rounded a half differently would leave the exact path on
  * AVX2 instead of changing its output. Compiled per function with target attributes so the
@@ -124,54 +124,6 @@ TGT512 void srt_cpu_exact_pre2_avx512(int T, const float *qa, const float *qb, c
     }
 }
 
-/* kern_pre2 on packed Q4_1 rows (lanes la and lb of group g, SRT_Q4_1_X8) over block pairs
- * [p0, p1): each row's 32 bytes of a pair in both halves of a register, nibble j kept in place
- * (q * 16^j, exact) against x scaled by 16^-j (xx: exact.c's x8_scale, then pair_x), as exact.c's
- * kern_x8 does; the products, and so the bits, are kern_pre2's on the unpacked rows. For a
- * few tokens (a batched decode step) this skips writing every weight out as a float. */
-INLINE512 void kern_x8pre2(int NP, const uint8_t *g, int la, int lb, const float *da, const float *db,
-                           const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b)
-{
-    __m512 aa[SRT_EXACT_PRE_T / 2], ab[SRT_EXACT_PRE_T / 2];
-    pairs_load(NP, p0 == 0, acc_a, acc_b, aa, ab);
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t *gp = g + p * SRT_EXACT_X8_PAIR + 64;
-        __m512i va = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(gp + 32 * la)));
-        __m512i vb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(gp + 32 * lb)));
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512 qA[4], qB[4];
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                int j = 4 * h + k;
-                if (j < 7) {
-                    __m512i m = _mm512_set1_epi32((int)(0xFu << 4 * j));
-                    qA[k] = _mm512_cvtepi32_ps(_mm512_and_si512(va, m));
-                    qB[k] = _mm512_cvtepi32_ps(_mm512_and_si512(vb, m));
-                } else {
-                    qA[k] = _mm512_cvtepi32_ps(_mm512_srli_epi32(va, 28));
-                    qB[k] = _mm512_cvtepi32_ps(_mm512_srli_epi32(vb, 28));
-                }
-            }
-            int64_t b = 2 * p + h;
-            pairs_block(NP, qA, qB, _mm512_set1_ps(da[b]), _mm512_set1_ps(db[b]), xx + b * SRT_EXACT_PRE_T * QK, aa,
-                        ab);
-        }
-    }
-    pairs_store(NP, aa, ab, acc_a, acc_b);
-}
-
-#define X8PRE2_CASE(NP) \
-    case NP: kern_x8pre2(NP, g, la, lb, da, db, xx, p0, p1, acc_a, acc_b); return;
-
-TGT512 void srt_cpu_exact_x8pre2_avx512(int T, const uint8_t *g, int la, int lb, const float *da, const float *db,
-                                        const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b)
-{
-    switch ((T + 1) / 2) {
-    X8PRE2_CASE(4) X8PRE2_CASE(3) X8PRE2_CASE(2) default: X8PRE2_CASE(1)
-    }
-}
-
 /* exact.c's off8 on 16 rows: off[t * 16 + i] = row i's offset for token t, the chain of nb
  * FMAs from 0 in block order (o[b * ost + i], xs[b * ldt + t]) */
 TGT512 void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb,
@@ -190,62 +142,6 @@ TGT512 void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float 
 #pragma GCC unroll 8
     for (int t = 0; t < SRT_EXACT_PRE_T; t++)
         _mm512_storeu_ps(off + 16 * t, a[t]);
-}
-
-/* Packed Q4_1, one token, 8 rows of group g (exact.c's kern_x8 with T = 1, NR = 8): rows 2i
- * and 2i+1 are 64 contiguous bytes of the pair, so a pair of rows is one load; nibble j is
- * one AND (q * 16^j, exact) against x scaled by 16^-j, as there. The offsets stay in 8 lanes
- * over the rows, as there. */
-INLINE512 void kern_x8_16(const uint8_t *g, const char *pf, const float *xp, const float *xs, int64_t ldt,
-                          int64_t np, const float *bias, float *y)
-{
-    /* per pair of rows i, the scale of row 2i in the low half, of 2i+1 in the high half:
-     * indices into [d of block A (8 rows) | d of block B (8 rows)] */
-    const __m512i ia[4] = { _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                            _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-                            _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-                            _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6) };
-    const __m512i eight = _mm512_set1_epi32(8);
-    __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
-    __m256 off = _mm256_setzero_ps();
-    for (int64_t p = 0; p < np; p++, g += SRT_EXACT_X8_PAIR) {
-        if (pf)
-#pragma GCC unroll 5
-            for (size_t o = 0; o < SRT_EXACT_X8_PAIR; o += 64)
-                _mm_prefetch(pf + (size_t)p * SRT_EXACT_X8_PAIR + o, _MM_HINT_T0);
-        __m256 mA = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
-        __m256 mB = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 48)));
-        __m512d dlo = _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g))));
-        __m512 dd = _mm512_castpd_ps(_mm512_insertf64x4(
-            dlo, _mm256_castps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32)))), 1));
-        off = _mm256_fmadd_ps(mA, _mm256_broadcast_ss(xs + 2 * p * ldt), off);
-        off = _mm256_fmadd_ps(mB, _mm256_broadcast_ss(xs + (2 * p + 1) * ldt), off);
-        const float *xa = xp + p * 2 * QK, *xb = xa + QK;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            __m512i v = _mm512_loadu_si512((const void *)(g + 64 + 64 * i));
-            __m512 q[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                q[j] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)(0xFu << 4 * j))));
-            acc[i] = _mm512_fmadd_ps(block_dot16(q, xa), _mm512_permutexvar_ps(ia[i], dd), acc[i]);
-#pragma GCC unroll 3
-            for (int j = 0; j < 3; j++)
-                q[j] = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)(0xFu << 4 * (4 + j)))));
-            q[3] = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 28));
-            acc[i] = _mm512_fmadd_ps(block_dot16(q, xb), _mm512_permutexvar_ps(_mm512_add_epi32(ia[i], eight), dd),
-                                     acc[i]);
-        }
-    }
-    _Alignas(32) float o[8];
-    _mm256_store_ps(o, off);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        float lo, hi;
-        hsum_halves(acc[i], &lo, &hi);
-        y[2 * i] = (lo + o[2 * i]) + (bias ? bias[2 * i] : 0.0f);
-        y[2 * i + 1] = (hi + o[2 * i + 1]) + (bias ? bias[2 * i + 1] : 0.0f);
-    }
 }
 
 /* Packed Q8_0, one token, 8 rows of group g (exact.c's kern_q8x8 with T = 1, NR = 8). A pair
@@ -290,30 +186,20 @@ INLINE512 void kern_q8x8_16(const uint8_t *g, const char *pf, const float *x, in
 }
 
 /* dec_loop_x8's loop for one token: the item's groups, each prefetching as that one does */
-TGT512 void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8)
+TGT512 void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d)
 {
-    for (int64_t r = d->r0; r < d->r1; r += 8) {
-        const uint8_t *g = d->w + (size_t)r * d->stride;
-        const float *bias = d->bias ? d->bias + r : NULL;
-        if (q8)
-            kern_q8x8_16(g, srt_exact_x8_pf(d, r), d->x, d->nb, bias, d->y + r);
-        else
-            kern_x8_16(g, srt_exact_x8_pf(d, r), d->x, d->xs, d->ldt, d->nb / 2, bias, d->y + r);
-    }
+    for (int64_t r = d->r0; r < d->r1; r += 8)
+        kern_q8x8_16(d->w + (size_t)r * d->stride, srt_exact_x8_pf(d, r), d->x, d->nb, d->bias ? d->bias + r : NULL,
+                     d->y + r);
 }
 
 #else
 
-void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d, int q8)
+void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d)
 {
 }
 
 void srt_cpu_exact_off16_avx512(const float *o, int64_t ost, const float *xs, int64_t ldt, int64_t nb, float *off)
-{
-}
-
-void srt_cpu_exact_x8pre2_avx512(int T, const uint8_t *g, int la, int lb, const float *da, const float *db,
-                                 const float *xx, int64_t p0, int64_t p1, float *acc_a, float *acc_b)
 {
 }
 

@@ -12,4 +12,5 @@ ENGINE_SRCS += src/backend/cpu/cpu_backend.c \
                src/backend/cpu/kernels_avx2.c \
                src/backend/cpu/kernels_avx512.c \
                src/backend/cpu/exact.c \
+               src/backend/cpu/exact_q41.c \
                src/backend/cpu/exact_avx512.c

@@ -18,8 +18,8 @@ typedef enum srt_dtype {
     SRT_Q4_K,   /* 256 elems super-block */
     SRT_Q6_K,   /* 256 elems super-block */
     SRT_I32,
-    SRT_Q4_1_X8, /* Q4_1 and Q8_0 in 8-row groups, made at load by the CPU backend's pack for */
-    SRT_Q8_0_X8, /* its exact matmul (backend/cpu/exact.c); never in a file */
+    SRT_Q4_1_X16, /* Q4_1 in 16-row groups and Q8_0 in 8-row groups, made at load by the CPU */
+    SRT_Q8_0_X8,  /* backend's pack for its exact matmul (backend/cpu/exact*.c); never in a file */
     SRT_Q5_0,   /* 32 elems: f16 d, 4 bytes of fifth bits, 16 bytes of nibbles */
     SRT_Q5_1,   /* 32 elems: f16 d, f16 m, 4 bytes of fifth bits, 16 bytes of nibbles */
     SRT_DTYPE_COUNT

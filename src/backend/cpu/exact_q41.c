@@ -1,0 +1,581 @@
+/* The exact path's Q4_1 matmul: HF's weights w = d*q + m against x held as a 24-bit fixed
+ * point per block, multiplied in integers.
+ *
+ * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
+ * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM).
+ * VNNI's vpdpbusd takes 64 byte products per instruction, and the nibbles q (0..15) are its
+ * unsigned operand as they are. x becomes integers, per token and 32-block b:
+ *     s_b = 2^-k, k the largest with rint(|x_j| * 2^k) <= 0x7F7F7F for every j of the block,
+ *     X_j = rint(x_j * 2^k) = D0 + 256*D1 + 65536*D2, balanced digits in [-128, 127].
+ * Rounding x to 24 bits of its block's largest value moved SmolLM2's logits by at most 7.5e-5
+ * over all 3,249 positions of the project's 24 chats against HF in float64, less than HF's
+ * own float32 (1.1e-4); 16 bits moved them 1.8e-2 (scripts/activation_rounding_error.py).
+ *
+ * Then per (row, token), the rows in lanes:
+ *     S_i = sum_j q_j * D_ij                  exact in int32 (|S_i| <= 32 * 15 * 128)
+ *     t   = fma(S2, 65536, fma(S1, 256, S0))  (the inner one exact: below 2^24)
+ *     acc = fma(t, d_b * s_b, acc)            block by block from 0
+ *     off = fma(m_b, xsum_b, off)             block by block from 0; xsum_b the f32 block sum
+ *     y   = (acc + off) + bias
+ * The integers are exact whichever instructions form them (AVX-512 VNNI, or AVX2's vpmaddubsw
+ * + vpaddw + vpmaddwd) and every float step is per lane, so a (row, token) output has the
+ * same bits on 16 lanes or 8, alone or in any batch, decoded or prefilled, packed or not:
+ * batch invariance holds by construction. The 16-lane kernel runs only after it gave the
+ * 8-lane one's bits on this CPU (srt_cpu_q41_wide_matches, from srt_cpu_exact_avx512).
+ *
+ * Packed (SRT_Q4_1_X16, made once at load): rows 16g..16g+15, block b at (g * nb + b) * 320:
+ *     four 64-byte vectors v_c (c = 0..3): dword r is row 16g + r's GGUF bytes qs[4c..4c+3]
+ *     (low nibbles q[4c..4c+3], high nibbles q[16+4c..16+4c+3]);
+ *     d[16], then m[16] (f16, row order).
+ * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
+ * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
+ * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
+ * per-thread scratch, at little cost, and runs the same kernels. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_exact.h"
+#include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/hsum_avx2.h"
+#include "srt/common.h"
+
+#define G 16            /* rows per group: the lanes of a 512-bit register */
+#define BB 320          /* bytes of a group's block */
+#define XB 96           /* bytes of a token's block of x: digits D2, D1, D0, 32 each */
+#define TILE 4          /* tokens per kernel call (the 16-lane kernel's accumulators: 4 x 5) */
+#define RUN_TOK 512     /* tokens prepared at once, so the scratch is bounded at any chunk size */
+#define ITEM_TOK 128    /* prefill: tokens per work item */
+#define ITEM_MIN 1      /* decode: fewest groups per work item */
+#define X_MAX 8355711.0f   /* 0x7F7F7F: the largest X of three digits in [-128, 127] */
+
+_Static_assert(BB == G * sizeof(blk_q4_1), "a packed group block holds 16 GGUF blocks' bytes");
+
+/* Scratch (bytes): the prepared x of up to RUN_TOK tokens (per token nb * (96 + 8)), then per
+ * thread one group of a GGUF-layout weight packed (nb * 320). */
+static size_t x_bytes(int64_t nb, int64_t n_tok)
+{
+    int64_t t = n_tok < RUN_TOK ? (n_tok > 0 ? n_tok : 1) : RUN_TOK;
+    return ((size_t)t * (size_t)nb * (XB + 2 * sizeof(float)) + 63) & ~(size_t)63;
+}
+
+size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
+{
+    int64_t nb = cols / QK;
+    return x_bytes(nb, n_tok) + (size_t)(n_threads > 0 ? n_threads : 1) * (size_t)nb * BB + 64;
+}
+
+/* ---- the layout ---- */
+
+/* Row r's GGUF block k into the packed block o, or back (the same moves reversed) */
+static inline void pack_row(uint8_t *o, int r, const blk_q4_1 *k)
+{
+    for (int c = 0; c < 4; c++)
+        memcpy(o + 64 * c + 4 * r, k->qs + 4 * c, 4);
+    memcpy(o + 256 + 2 * r, &k->d, 2);
+    memcpy(o + 288 + 2 * r, &k->m, 2);
+}
+
+static inline void unpack_row(const uint8_t *o, int r, blk_q4_1 *k)
+{
+    for (int c = 0; c < 4; c++)
+        memcpy(k->qs + 4 * c, o + 64 * c + 4 * r, 4);
+    memcpy(&k->d, o + 256 + 2 * r, 2);
+    memcpy(&k->m, o + 288 + 2 * r, 2);
+}
+
+/* group g of a GGUF-layout Q4_1 weight, packed into o (nb blocks); rows past the weight's zero */
+static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
+{
+    int64_t nb = w->cols / QK;
+    for (int r = 0; r < G; r++) {
+        int64_t row = g * G + r;
+        if (row >= w->rows) {
+            static const blk_q4_1 zero;
+            for (int64_t b = 0; b < nb; b++)
+                pack_row(o + (size_t)b * BB, r, &zero);
+            continue;
+        }
+        const blk_q4_1 *k = (const blk_q4_1 *)((const uint8_t *)w->data + (size_t)row * w->row_stride);
+        for (int64_t b = 0; b < nb; b++)
+            pack_row(o + (size_t)b * BB, r, k + b);
+    }
+}
+
+size_t srt_cpu_q41_pack_bytes(const srt_weight *w)
+{
+    if (w->dtype != SRT_Q4_1 || w->rows <= 0 || w->cols <= 0 || w->cols % QK || !srt_cpu_have_avx2())
+        return 0;
+    return (size_t)((w->rows + G - 1) / G * G) * srt_dtype_row_bytes(SRT_Q4_1, w->cols);
+}
+
+void srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out)
+{
+    size_t rb = srt_dtype_row_bytes(SRT_Q4_1, w->cols);
+    for (int64_t g = 0; g < (w->rows + G - 1) / G; g++)
+        pack_group(w, g, (uint8_t *)dst + (size_t)g * G * rb);
+    *out = (srt_weight){ .dtype = SRT_Q4_1_X16, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
+}
+
+void srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
+{
+    int64_t nb = w->cols / QK;
+    const uint8_t *g = (const uint8_t *)w->data + (size_t)(row / G * G) * w->row_stride;
+    for (int64_t b = 0; b < nb; b++)
+        unpack_row(g + (size_t)b * BB, (int)(row % G), (blk_q4_1 *)out + b);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TGT
+#define TGT512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define INLINE512 static inline __attribute__((always_inline)) TGT512
+
+/* ---- x as digits ---- */
+
+/* the 32 int32 of one digit plane (four vectors) as 32 bytes in element order */
+INLINE void store_plane(int8_t *o, const __m256i p[4])
+{
+    __m256i a = _mm256_packs_epi32(p[0], p[1]), b = _mm256_packs_epi32(p[2], p[3]);
+    __m256i v = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)o, v);
+}
+
+/* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc and block sums
+ * xs. A block whose sum is not finite (an inf or NaN in x) gets a NaN scale: its rows' outputs
+ * are NaN, as the products would be. A block of zeros has scale 0 and digits 0. */
+TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < nb; b++, x += QK, dig += XB) {
+        __m256 v[4] = { _mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), _mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24) };
+        xs[b] = srt_hsum8(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
+        __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+                                 _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        float top = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        if (!isfinite(xs[b]) || top == 0.0f) {
+            memset(dig, 0, XB);
+            sc[b] = top == 0.0f && isfinite(xs[b]) ? 0.0f : NAN;
+            continue;
+        }
+        int e;
+        frexpf(top, &e);   /* top < 2^e */
+        int k = 23 - e;
+        if (rintf(ldexpf(top, k)) > X_MAX)
+            k--;
+        sc[b] = ldexpf(1.0f, -k);
+        /* x * 2^k in two exact steps: 2^k alone can pass the float range (k up to 172) */
+        __m256 f1 = _mm256_set1_ps(ldexpf(1.0f, k / 2)), f2 = _mm256_set1_ps(ldexpf(1.0f, k - k / 2));
+        __m256i d0[4], d1[4], d2[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m256i X = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[i], f1), f2));   /* rint */
+            d0[i] = _mm256_srai_epi32(_mm256_slli_epi32(X, 24), 24);
+            __m256i r = _mm256_srai_epi32(_mm256_sub_epi32(X, d0[i]), 8);
+            d1[i] = _mm256_srai_epi32(_mm256_slli_epi32(r, 24), 24);
+            d2[i] = _mm256_srai_epi32(_mm256_sub_epi32(r, d1[i]), 8);
+        }
+        store_plane(dig, d2);
+        store_plane(dig + 32, d1);
+        store_plane(dig + 64, d0);
+    }
+}
+
+/* ---- the kernels: one group of 16 rows x T tokens over all nb blocks; out[t * 16 + r] =
+ * acc + off of row r, token t (the header's sequence). pf: bytes to prefetch alongside,
+ * block for block (the next group), or NULL. ---- */
+
+INLINE512 void k16(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+                   const float *xs, int64_t lds, const uint8_t *pf, float *out)
+{
+    __m512 acc[TILE], off[TILE];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = off[t] = _mm512_setzero_ps();
+    const __m512i lo = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++, g += BB) {
+        if (pf)
+#pragma GCC unroll 5
+            for (int o = 0; o < BB; o += 64)
+                _mm_prefetch((const char *)pf + b * BB + o, _MM_HINT_T0);
+        __m512i q[8];   /* q[j] meets x's dword j */
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i v = _mm512_loadu_si512(g + 64 * c);
+            q[c] = _mm512_and_si512(v, lo);
+            q[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+        }
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 256)));
+        __m512 mm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
+            __m512i s2 = _mm512_setzero_si512(), s1 = s2, s0 = s2;
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                s2 = _mm512_dpbusd_epi32(s2, q[j], _mm512_set1_epi32(x2[j]));
+                s1 = _mm512_dpbusd_epi32(s1, q[j], _mm512_set1_epi32(x1[j]));
+                s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
+            }
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(s0));
+            v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(65536.0f), v);
+            acc[t] = _mm512_fmadd_ps(v, _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])), acc[t]);
+            off[t] = _mm512_fmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        _mm512_storeu_ps(out + G * t, _mm512_add_ps(acc[t], off[t]));
+}
+
+TGT512 static void kern16(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+                          const float *xs, int64_t lds, const uint8_t *pf, float *out)
+{
+    switch (T) {
+    case 1: k16(1, g, nb, dig, ldd, sc, xs, lds, pf, out); break;
+    case 2: k16(2, g, nb, dig, ldd, sc, xs, lds, pf, out); break;
+    case 3: k16(3, g, nb, dig, ldd, sc, xs, lds, pf, out); break;
+    default: k16(4, g, nb, dig, ldd, sc, xs, lds, pf, out); break;
+    }
+}
+
+/* sum_j q_j * D_j of one plane for 8 rows: byte pairs to int16 (|q0*D0 + q1*D1| <= 3840), eight
+ * of those added in int16 (<= 30720: no wrap), then the pairs to int32 */
+INLINE __m256i plane8(const __m256i q[8], const int32_t *xd)
+{
+    __m256i s = _mm256_maddubs_epi16(q[0], _mm256_set1_epi32(xd[0]));
+#pragma GCC unroll 7
+    for (int j = 1; j < 8; j++)
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[j], _mm256_set1_epi32(xd[j])));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+
+/* rows 8h..8h+7 of the group, T <= 2 tokens: out[t * 16 + 8h + r] */
+INLINE void k8(int T, int h, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+               const float *xs, int64_t lds, const uint8_t *pf, float *out)
+{
+    __m256 acc[2], off[2];
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++)
+        acc[t] = off[t] = _mm256_setzero_ps();
+    const __m256i lo = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++, g += BB) {
+        if (pf)
+#pragma GCC unroll 3
+            for (int o = 0; o < BB / 2; o += 64)
+                _mm_prefetch((const char *)pf + b * BB + h * (BB / 2) + o, _MM_HINT_T0);
+        __m256i q[8];   /* q[j] meets x's dword j */
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
+            q[c] = _mm256_and_si256(v, lo);
+            q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+        }
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 256 + 16 * h)));
+        __m256 mm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)));
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
+            __m256i s2 = plane8(q, x2), s1 = plane8(q, x2 + 8), s0 = plane8(q, x2 + 16);
+            __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_set1_ps(256.0f), _mm256_cvtepi32_ps(s0));
+            v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_set1_ps(65536.0f), v);
+            acc[t] = _mm256_fmadd_ps(v, _mm256_mul_ps(d, _mm256_set1_ps(sc[t * lds + b])), acc[t]);
+            off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++)
+        _mm256_storeu_ps(out + G * t + 8 * h, _mm256_add_ps(acc[t], off[t]));
+}
+
+TGT static void kern8(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+                      const float *xs, int64_t lds, const uint8_t *pf, float *out)
+{
+    for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds)
+        for (int h = 0; h < 2; h++)
+            if (T - t >= 2)
+                k8(2, h, g, nb, dig, ldd, sc, xs, lds, t ? NULL : pf, out);
+            else
+                k8(1, h, g, nb, dig, ldd, sc, xs, lds, t ? NULL : pf, out);
+}
+
+/* pack_group on 16 lanes, a block at a time: the 16 rows' 16 bytes of nibbles loaded, rows
+ * 4L..4L+3 in 128-bit lane L of four registers, then a 4 x 4 dword transpose within the lanes
+ * gives v_0..v_3 in row order; d and m (a dword per row) by one gather. Moving dwords one by
+ * one took 3/4 of a GGUF-layout decode, five gathers a block over half. A partial last group
+ * goes the scalar way (its rows past the weight must not be read). */
+TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
+{
+    if (w->rows - g * G < G) {
+        pack_group(w, g, o);
+        return;
+    }
+    int64_t nb = w->cols / QK;
+    size_t st = w->row_stride;
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)st));
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
+    for (int64_t b = 0; b < nb; b++, o += BB, base += sizeof(blk_q4_1)) {
+        __m512i a[4];   /* a[i], lane L: row 4L + i's qs */
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *p = base + 4 + (size_t)i * st;
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 8 * st)), 2);
+            a[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 12 * st)), 3);
+        }
+        __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+        __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+        _mm512_storeu_si512(o, _mm512_unpacklo_epi64(t0, t2));
+        _mm512_storeu_si512(o + 64, _mm512_unpackhi_epi64(t0, t2));
+        _mm512_storeu_si512(o + 128, _mm512_unpacklo_epi64(t1, t3));
+        _mm512_storeu_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
+        __m512i dm = _mm512_i32gather_epi32(rows, base, 1);
+        _mm256_storeu_si256((__m256i *)(o + 256), _mm512_cvtepi32_epi16(dm));
+        _mm256_storeu_si256((__m256i *)(o + 288), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    }
+}
+
+/* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
+ * d and m moved one by one */
+TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
+{
+    if (w->rows - g * G < G) {
+        pack_group(w, g, o);
+        return;
+    }
+    int64_t nb = w->cols / QK;
+    size_t st = w->row_stride;
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
+    for (int64_t b = 0; b < nb; b++, o += BB, base += sizeof(blk_q4_1)) {
+        for (int h = 0; h < 2; h++) {
+            __m256i a[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const uint8_t *p = base + 4 + (size_t)(8 * h + i) * st;
+                a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
+                                               _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
+            }
+            __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+            __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+            _mm256_storeu_si256((__m256i *)(o + 32 * h), _mm256_unpacklo_epi64(t0, t2));
+            _mm256_storeu_si256((__m256i *)(o + 64 + 32 * h), _mm256_unpackhi_epi64(t0, t2));
+            _mm256_storeu_si256((__m256i *)(o + 128 + 32 * h), _mm256_unpacklo_epi64(t1, t3));
+            _mm256_storeu_si256((__m256i *)(o + 192 + 32 * h), _mm256_unpackhi_epi64(t1, t3));
+        }
+        for (int r = 0; r < G; r++) {
+            memcpy(o + 256 + 2 * r, base + (size_t)r * st, 2);
+            memcpy(o + 288 + 2 * r, base + (size_t)r * st + 2, 2);
+        }
+    }
+}
+
+typedef void (*kern_fn)(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+                        const float *xs, int64_t lds, const uint8_t *pf, float *out);
+
+/* ---- the 16-lane kernel against the 8-lane one, once per process ---- */
+
+static uint32_t lcg(uint32_t *s) { return (*s = *s * 1103515245u + 12345u) >> 8; }
+
+/* m in [-1, 1] times 2^e, e in [e0, e0 + ne) */
+static float made_up(uint32_t *s, int e0, int ne)
+{
+    float m = (float)((int)(lcg(s) % 20001) - 10000) / 10000.0f;
+    return ldexpf(m, e0 + (int)(lcg(s) % (uint32_t)ne));
+}
+
+int srt_cpu_q41_wide_matches(void)
+{
+    enum { NB = 5 };
+    _Alignas(64) uint8_t g[NB * BB];
+    _Alignas(64) int8_t dig[TILE * NB * XB];
+    float x[TILE * NB * QK], sc[TILE * NB], xs[TILE * NB], y8[TILE * G], y16[TILE * G];
+    uint32_t s = 4242;
+    for (int b = 0; b < NB; b++)
+        for (int r = 0; r < G; r++) {
+            blk_q4_1 k = { .d = srt_f32_to_f16(made_up(&s, -12, 10)), .m = srt_f32_to_f16(made_up(&s, -12, 10)) };
+            for (int i = 0; i < QK / 2; i++)
+                k.qs[i] = (uint8_t)lcg(&s);
+            pack_row(g + b * BB, r, &k);
+        }
+    for (int i = 0; i < TILE * NB * QK; i++)
+        x[i] = made_up(&s, -20, 30);
+    for (int t = 0; t < TILE; t++)
+        prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB);
+    for (int T = 1; T <= TILE; T++) {
+        kern8(T, g, NB, dig, NB * XB, sc, xs, NB, NULL, y8);
+        kern16(T, g, NB, dig, NB * XB, sc, xs, NB, NULL, y16);
+        if (memcmp(y8, y16, sizeof(float) * G * (size_t)T))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- the matmul ---- */
+
+typedef struct {
+    int n;
+    const srt_weight *w[SRT_MATMUL_N_MAX];
+    const float *bias[SRT_MATMUL_N_MAX];
+    float *y[SRT_MATMUL_N_MAX];
+    int64_t first[SRT_MATMUL_N_MAX + 1];   /* weight k's items: [first[k], first[k + 1]) */
+    int64_t per[SRT_MATMUL_N_MAX];         /* groups per item */
+    int64_t n_chunk[SRT_MATMUL_N_MAX];     /* items per token block */
+    int64_t nb, n_tok, t0, item_tok;       /* this run: tokens [t0, t0 + n_tok) of the call */
+    const float *x;                        /* the run's first token */
+    const int8_t *dig;                     /* the run's tokens: nb * XB bytes each */
+    const float *sc, *xs;                  /* nb floats each */
+    uint8_t *rep;                          /* per thread: nb * BB bytes */
+    int nth;                               /* threads taking items */
+    kern_fn kern;
+    void (*pack)(const srt_weight *w, int64_t g, uint8_t *o);   /* a GGUF-layout group */
+} q41_job;
+
+static void prep_item(void *arg, int64_t i, int ith)
+{
+    q41_job *j = arg;
+    for (int64_t t = i * 16; t < j->n_tok && t < i * 16 + 16; t++)
+        prep_token(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
+                   (float *)j->xs + t * j->nb);
+}
+
+/* Item i: weight *k, its groups [*g0, *g1) and token block *tb */
+static void item_at(const q41_job *j, int64_t i, int *k, int64_t *g0, int64_t *g1, int64_t *tb)
+{
+    *k = 0;
+    while (i >= j->first[*k + 1])
+        (*k)++;
+    int64_t li = i - j->first[*k], ng = (j->w[*k]->rows + G - 1) / G;
+    *tb = li / j->n_chunk[*k];
+    *g0 = li % j->n_chunk[*k] * j->per[*k];
+    *g1 = *g0 + j->per[*k] < ng ? *g0 + j->per[*k] : ng;
+}
+
+static const uint8_t *group_at(const srt_weight *w, int64_t g)
+{
+    return (const uint8_t *)w->data + (size_t)(g * G) * w->row_stride;
+}
+
+/* One item: groups [g0, g1) of weight k x the tokens of one token block; the group's packed
+ * bytes are reused by every tile of it. Decode streams the weights from DRAM, in items small
+ * enough that a late thread still finds work; so that each item's start does not wait on
+ * memory, every group prefetches the next one, the item's last the first group of the item
+ * this thread will likely claim next (items are claimed in turn: i + nth), and a thread's
+ * first item (no earlier one prefetched it) asks for its first group at once. */
+static void run_item(void *arg, int64_t i, int ith)
+{
+    q41_job *j = arg;
+    int k, nk;
+    int64_t g0, g1, tb, ng0, ng1, ntb;
+    item_at(j, i, &k, &g0, &g1, &tb);
+    const srt_weight *w = j->w[k];
+    int64_t ta = tb * j->item_tok, tz = ta + j->item_tok < j->n_tok ? ta + j->item_tok : j->n_tok;
+    int packed = w->dtype == SRT_Q4_1_X16;
+    const uint8_t *next = NULL;   /* the next item's first group */
+    if (i + j->nth < j->first[j->n]) {
+        item_at(j, i + j->nth, &nk, &ng0, &ng1, &ntb);
+        if (j->w[nk]->dtype == SRT_Q4_1_X16)
+            next = group_at(j->w[nk], ng0);
+    }
+    if (packed && i < j->nth)
+        for (size_t o = 0; o < (size_t)j->nb * BB; o += 64)
+            _mm_prefetch((const char *)group_at(w, g0) + o, _MM_HINT_T0);
+    uint8_t *rep = j->rep + (size_t)ith * (size_t)j->nb * BB;
+    _Alignas(64) float out[TILE * G];
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *gp = group_at(w, g);
+        if (!packed) {
+            j->pack(w, g, rep);
+            gp = rep;
+        }
+        const uint8_t *pf = g + 1 < g1 ? (packed ? group_at(w, g + 1) : NULL) : next;
+        int nr = w->rows - g * G < G ? (int)(w->rows - g * G) : G;
+        const float *bias = j->bias[k] ? j->bias[k] + g * G : NULL;
+        for (int64_t t = ta; t < tz; t += TILE) {
+            int T = tz - t < TILE ? (int)(tz - t) : TILE;
+            j->kern(T, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb, j->nb,
+                    t == ta ? pf : NULL, out);
+            for (int u = 0; u < T; u++) {
+                float *y = j->y[k] + (j->t0 + t + u) * w->rows + g * G;
+                for (int r = 0; r < nr; r++)
+                    y[r] = out[G * u + r] + (bias ? bias[r] : 0.0f);
+            }
+        }
+    }
+}
+
+int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
+                         const float *x, int64_t n_tok, float *const *y, void *scratch, int wide)
+{
+    if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
+        return SRT_ERROR;
+    int64_t C = w[0]->cols;
+    for (int k = 0; k < n; k++)
+        if ((w[k]->dtype != SRT_Q4_1 && w[k]->dtype != SRT_Q4_1_X16) || w[k]->cols != C || C <= 0 || C % QK)
+            return SRT_ERROR;
+    if (n_tok == 0)
+        return SRT_OK;
+    q41_job j = { .n = n, .nb = C / QK, .kern = wide ? kern16 : kern8, .pack = wide ? pack_group16 : pack_group8 };
+    int nth = tp ? srt_threadpool_size(tp) : 1;
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    size_t xb = x_bytes(j.nb, n_tok);
+    j.rep = base + xb;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += RUN_TOK) {
+        j.t0 = t0;
+        j.n_tok = n_tok - t0 < RUN_TOK ? n_tok - t0 : RUN_TOK;
+        j.dig = (const int8_t *)base;
+        j.sc = (const float *)(base + (size_t)j.n_tok * (size_t)j.nb * XB);
+        j.xs = j.sc + j.n_tok * j.nb;
+        /* the digits: 16 tokens an item */
+        j.x = x + t0 * C;
+        int64_t n_prep = (j.n_tok + 15) / 16;
+        if (nth > 1 && n_prep > 1)
+            srt_threadpool_run_items(tp, prep_item, &j, n_prep);
+        else
+            for (int64_t i = 0; i < n_prep; i++)
+                prep_item(&j, i, 0);
+        /* items: a token block (all of a decode's tokens, else ITEM_TOK) x a run of groups,
+         * enough of them that a thread which starts late still finds work */
+        j.item_tok = j.n_tok <= 2 * TILE ? j.n_tok : ITEM_TOK;
+        int64_t n_tb = (j.n_tok + j.item_tok - 1) / j.item_tok, work = 0;
+        j.first[0] = 0;
+        for (int k = 0; k < n; k++) {
+            int64_t ng = (w[k]->rows + G - 1) / G;
+            int64_t want = n_tb >= 4 * nth ? 1 : (8 * nth + n_tb - 1) / n_tb;   /* items per token block */
+            j.per[k] = (ng + want - 1) / want;
+            if (j.per[k] < ITEM_MIN)
+                j.per[k] = ITEM_MIN;
+            j.n_chunk[k] = (ng + j.per[k] - 1) / j.per[k];
+            j.first[k + 1] = j.first[k] + j.n_chunk[k] * n_tb;
+            j.w[k] = w[k];
+            j.bias[k] = bias ? bias[k] : NULL;
+            j.y[k] = y[k];
+            work += w[k]->rows;
+        }
+        int par = nth > 1 && (double)work * (double)C * (double)j.n_tok >= 64 * 1024;
+        j.nth = par ? nth : 1;
+        if (par)
+            srt_threadpool_run_items(tp, run_item, &j, j.first[n]);
+        else
+            for (int64_t i = 0; i < j.first[n]; i++)
+                run_item(&j, i, 0);
+    }
+    return SRT_OK;
+}
+
+#else
+
+int srt_cpu_q41_wide_matches(void) { return 0; }
+
+int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
+                         const float *x, int64_t n_tok, float *const *y, void *scratch, int wide)
+{
+    return SRT_ERROR;
+}
+
+#endif
