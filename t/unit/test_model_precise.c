@@ -301,7 +301,7 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
 
 /* The Q4_1 kernels (8 and 16 lanes, packed and not, decode and prefill tiles) give the bits
  * of the scalar contract, on x of wide magnitudes and on the edge blocks: all zeros, one
- * value (the block's top at 2^23 exactly), a top that rounds past 0x7F7F7F, subnormals,
+ * value, tops that round past 0x7F7F7F and at its edge (ties to even), subnormals,
  * values near FLT_MAX, and an inf and a NaN (their tokens' outputs NaN, the other tokens'
  * untouched). */
 static void q41_contract(void)
@@ -326,6 +326,8 @@ static void q41_contract(void)
         x[3 * C + 96 + j] = ldexpf(frnd(), -140);             /* token 3, block 3: subnormals */
     for (int j = 0; j < 32; j++)
         x[4 * C + 128 + j] = ldexpf(frnd(), 120);             /* token 4, block 4: near FLT_MAX */
+    x[7 * C + 40] = 16711423.0f / 16777216.0f;                /* token 7, block 1: top * 2^23 = 8355711.5 */
+    x[8 * C + 40] = -16711421.0f / 16777216.0f;               /* token 8, block 1: 8355710.5, rounds down */
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
     for (int pk = 0; pk < 2; pk++)

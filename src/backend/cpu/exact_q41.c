@@ -13,7 +13,7 @@
  *
  * Then per (row, token), the rows in lanes:
  *     S_i = sum_j q_j * D_ij                  exact in int32 (|S_i| <= 32 * 15 * 128)
- *     t   = fma(S2, 65536, fma(S1, 256, S0))  (the inner one exact: below 2^24)
+ *     t   = fma(S2, 65536, S1 * 256 + S0)     (the inner sum exact: below 2^24)
  *     acc = fma(t, d_b * s_b, acc)            block by block from 0
  *     off = fma(m_b, xsum_b, off)             block by block from 0; xsum_b the f32 block sum
  *     y   = (acc + off) + bias
@@ -143,6 +143,38 @@ INLINE void store_plane(int8_t *o, const __m256i p[4])
     _mm256_storeu_si256((__m256i *)o, v);
 }
 
+/* 2^n as a float (0 or subnormal below 2^-126, as ldexpf gives) */
+static inline float pow2(int n)
+{
+    if (n < -126 || n > 127)
+        return ldexpf(1.0f, n);
+    uint32_t u = (uint32_t)(n + 127) << 23;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The block's k for its largest magnitude top (finite, > 0): the largest with
+ * rint(top * 2^k) <= X_MAX. With top = f * 2^e, f in [0.5, 1): k = 23 - e, less one when
+ * top * 2^(23 - e) rounds past X_MAX. A normal top's bits give both at once (this ran
+ * once per block and token as frexpf, ldexpf and rintf, 5% of a prefill). */
+static inline int scale_exp(float top)
+{
+    uint32_t u;
+    memcpy(&u, &top, sizeof u);
+    uint32_t ex = u >> 23 & 0xFF, man = (u & 0x7FFFFF) | 0x800000;
+    if (ex == 0) {   /* subnormal */
+        int e;
+        frexpf(top, &e);
+        int k = 23 - e;
+        return rintf(ldexpf(top, k)) > X_MAX ? k - 1 : k;
+    }
+    /* top * 2^(23 - e) = man / 2, e = ex - 126; it rounds (to even) past X_MAX from
+     * 8355711.5 = 16711423 / 2 on */
+    int k = 23 - ((int)ex - 126);
+    return man >= 16711423u ? k - 1 : k;
+}
+
 /* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc and block sums
  * xs. A block whose sum is not finite (an inf or NaN in x) gets a NaN scale: its rows' outputs
  * are NaN, as the products would be. A block of zeros has scale 0 and digits 0. */
@@ -162,14 +194,10 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
             sc[b] = top == 0.0f && isfinite(xs[b]) ? 0.0f : NAN;
             continue;
         }
-        int e;
-        frexpf(top, &e);   /* top < 2^e */
-        int k = 23 - e;
-        if (rintf(ldexpf(top, k)) > X_MAX)
-            k--;
-        sc[b] = ldexpf(1.0f, -k);
+        int k = scale_exp(top);
+        sc[b] = pow2(-k);
         /* x * 2^k in two exact steps: 2^k alone can pass the float range (k up to 172) */
-        __m256 f1 = _mm256_set1_ps(ldexpf(1.0f, k / 2)), f2 = _mm256_set1_ps(ldexpf(1.0f, k - k / 2));
+        __m256 f1 = _mm256_set1_ps(pow2(k / 2)), f2 = _mm256_set1_ps(pow2(k - k / 2));
         __m256i d0[4], d1[4], d2[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
@@ -221,7 +249,8 @@ INLINE512 void k16(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64
                 s1 = _mm512_dpbusd_epi32(s1, q[j], _mm512_set1_epi32(x1[j]));
                 s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
             }
-            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(s0));
+            /* S1 * 256 + S0 in integers: below 2^24, so its conversion is the exact fma's */
+            __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s1, 8), s0));
             v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(65536.0f), v);
             acc[t] = _mm512_fmadd_ps(v, _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])), acc[t]);
             off[t] = _mm512_fmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
@@ -281,7 +310,7 @@ INLINE void k8(int T, int h, const uint8_t *g, int64_t nb, const int8_t *dig, in
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
             __m256i s2 = plane8(q, x2), s1 = plane8(q, x2 + 8), s0 = plane8(q, x2 + 16);
-            __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_set1_ps(256.0f), _mm256_cvtepi32_ps(s0));
+            __m256 v = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0));
             v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_set1_ps(65536.0f), v);
             acc[t] = _mm256_fmadd_ps(v, _mm256_mul_ps(d, _mm256_set1_ps(sc[t * lds + b])), acc[t]);
             off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
@@ -444,6 +473,19 @@ static void prep_item(void *arg, int64_t i, int ith)
                    (float *)j->xs + t * j->nb);
 }
 
+/* y[r] = out[r] + bias[r] (bias NULL: + 0.0f) for the group's nr rows */
+TGT static void store_rows(const float *out, const float *bias, float *y, int nr)
+{
+    if (nr < G) {
+        for (int r = 0; r < nr; r++)
+            y[r] = out[r] + (bias ? bias[r] : 0.0f);
+        return;
+    }
+    for (int h = 0; h < G; h += 8)
+        _mm256_storeu_ps(y + h, _mm256_add_ps(_mm256_loadu_ps(out + h),
+                                              bias ? _mm256_loadu_ps(bias + h) : _mm256_setzero_ps()));
+}
+
 /* Item i: weight *k, its groups [*g0, *g1) and token block *tb */
 static void item_at(const q41_job *j, int64_t i, int *k, int64_t *g0, int64_t *g1, int64_t *tb)
 {
@@ -500,11 +542,8 @@ static void run_item(void *arg, int64_t i, int ith)
             int T = tz - t < TILE ? (int)(tz - t) : TILE;
             j->kern(T, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb, j->nb,
                     t == ta ? pf : NULL, out);
-            for (int u = 0; u < T; u++) {
-                float *y = j->y[k] + (j->t0 + t + u) * w->rows + g * G;
-                for (int r = 0; r < nr; r++)
-                    y[r] = out[G * u + r] + (bias ? bias[r] : 0.0f);
-            }
+            for (int u = 0; u < T; u++)
+                store_rows(out + G * u, bias, j->y[k] + (j->t0 + t + u) * w->rows + g * G, nr);
         }
     }
 }
