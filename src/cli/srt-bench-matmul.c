@@ -16,10 +16,11 @@
  * decode step reads every weight once, so bandwidth / weight bytes is the decode roofline
  * (scripts/bench_engine.py reports each engine against it).
  *
- * -e 1 times the exact kernels (f32 activations, srt_cpu_exact_matmul) instead of the fast
- * 8-bit-activation ones; fused q|k|v and gate|up become one call per weight. Q4_1 and Q8_0
- * weights are packed first, as the CPU runner's own copy of them is (srt_cpu_exact_pack), so
- * a decode times the packed kernels the server runs; -p 0 keeps them in the GGUF layout.
+ * -e 1 times the exact kernels (f32 activations, Q4_1's a 24-bit fixed point;
+ * srt_cpu_exact_matmul) instead of the fast 8-bit-activation ones; fused q|k|v and gate|up
+ * become one call per weight. Q4_1 and Q8_0 weights are packed first, as the CPU runner's own
+ * copy of them is (srt_cpu_exact_pack), so a decode times the packed kernels the server runs;
+ * -p 0 keeps them in the GGUF layout (srt_weights_mmap on).
  *
  * GFLOP/s counts 2*rows*cols*n_tok; GB/s counts weight bytes read once per call. Both
  * use wall time; cpu_us is process CPU time per call divided by the thread count (with

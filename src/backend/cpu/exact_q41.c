@@ -334,9 +334,10 @@ TGT static void kern8(int T, const uint8_t *g, int64_t nb, const int8_t *dig, in
 
 /* pack_group on 16 lanes, a block at a time: the 16 rows' 16 bytes of nibbles loaded, rows
  * 4L..4L+3 in 128-bit lane L of four registers, then a 4 x 4 dword transpose within the lanes
- * gives v_0..v_3 in row order; d and m (a dword per row) by one gather. Moving dwords one by
- * one took 3/4 of a GGUF-layout decode, five gathers a block over half. A partial last group
- * goes the scalar way (its rows past the weight must not be read). */
+ * gives v_0..v_3 in row order; d and m (each row's first dword) the same way from loads 4
+ * bytes earlier. Moving dwords one by one took 3/4 of a GGUF-layout decode; a gather for d
+ * and m took a third of it (a cold decode ran below the old f32 kernel's speed). A partial
+ * last group goes the scalar way (its rows past the weight must not be read). */
 TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 {
     if (w->rows - g * G < G) {
@@ -345,8 +346,6 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
     }
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)st));
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     for (int64_t b = 0; b < nb; b++, o += BB, base += sizeof(blk_q4_1)) {
         __m512i a[4];   /* a[i], lane L: row 4L + i's qs */
@@ -364,7 +363,16 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
         _mm512_storeu_si512(o + 64, _mm512_unpackhi_epi64(t0, t2));
         _mm512_storeu_si512(o + 128, _mm512_unpacklo_epi64(t1, t3));
         _mm512_storeu_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
-        __m512i dm = _mm512_i32gather_epi32(rows, base, 1);
+        __m512i e[4];   /* e[i], lane L: row 4L + i's d, m and first 12 bytes of nibbles */
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *p = base + (size_t)i * st;
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 8 * st)), 2);
+            e[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 12 * st)), 3);
+        }
+        __m512i dm = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(e[0], e[1]), _mm512_unpacklo_epi32(e[2], e[3]));
         _mm256_storeu_si256((__m256i *)(o + 256), _mm512_cvtepi32_epi16(dm));
         _mm256_storeu_si256((__m256i *)(o + 288), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
     }
@@ -508,7 +516,10 @@ static const uint8_t *group_at(const srt_weight *w, int64_t g)
  * enough that a late thread still finds work; so that each item's start does not wait on
  * memory, every group prefetches the next one, the item's last the first group of the item
  * this thread will likely claim next (items are claimed in turn: i + nth), and a thread's
- * first item (no earlier one prefetched it) asks for its first group at once. */
+ * first item (no earlier one prefetched it) asks for its first group at once. A group is
+ * nb * 320 contiguous bytes in either layout (GGUF: its 16 rows), prefetched in order, a
+ * block's share at a time: rows interleaved as the packing reads them were a pattern the
+ * hardware prefetcher did not follow (a cold GGUF-layout decode ran at half the speed). */
 static void run_item(void *arg, int64_t i, int ith)
 {
     q41_job *j = arg;
@@ -521,21 +532,19 @@ static void run_item(void *arg, int64_t i, int ith)
     const uint8_t *next = NULL;   /* the next item's first group */
     if (i + j->nth < j->first[j->n]) {
         item_at(j, i + j->nth, &nk, &ng0, &ng1, &ntb);
-        if (j->w[nk]->dtype == SRT_Q4_1_X16)
-            next = group_at(j->w[nk], ng0);
+        next = group_at(j->w[nk], ng0);
     }
-    if (packed && i < j->nth)
+    if (i < j->nth)
         for (size_t o = 0; o < (size_t)j->nb * BB; o += 64)
             _mm_prefetch((const char *)group_at(w, g0) + o, _MM_HINT_T0);
     uint8_t *rep = j->rep + (size_t)ith * (size_t)j->nb * BB;
     _Alignas(64) float out[TILE * G];
     for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *gp = group_at(w, g);
+        const uint8_t *gp = group_at(w, g), *pf = g + 1 < g1 ? group_at(w, g + 1) : next;
         if (!packed) {
             j->pack(w, g, rep);
             gp = rep;
         }
-        const uint8_t *pf = g + 1 < g1 ? (packed ? group_at(w, g + 1) : NULL) : next;
         int nr = w->rows - g * G < G ? (int)(w->rows - g * G) : G;
         const float *bias = j->bias[k] ? j->bias[k] + g * G : NULL;
         for (int64_t t = ta; t < tz; t += TILE) {
