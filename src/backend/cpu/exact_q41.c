@@ -338,6 +338,18 @@ TGT static void kern8(int T, const uint8_t *g, int64_t nb, const int8_t *dig, in
  * bytes earlier. Moving dwords one by one took 3/4 of a GGUF-layout decode; a gather for d
  * and m took a third of it (a cold decode ran below the old f32 kernel's speed). A partial
  * last group goes the scalar way (its rows past the weight must not be read). */
+/* a[i], 128-bit lane L: the 16 bytes at p + (4L + i) * st */
+INLINE512 void rows16(const uint8_t *p, size_t st, __m512i a[4])
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++, p += st) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 8 * st)), 2);
+        a[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 12 * st)), 3);
+    }
+}
+
 TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 {
     if (w->rows - g * G < G) {
@@ -348,30 +360,15 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     for (int64_t b = 0; b < nb; b++, o += BB, base += sizeof(blk_q4_1)) {
-        __m512i a[4];   /* a[i], lane L: row 4L + i's qs */
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            const uint8_t *p = base + 4 + (size_t)i * st;
-            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 8 * st)), 2);
-            a[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 12 * st)), 3);
-        }
+        __m512i a[4], e[4];
+        rows16(base + 4, st, a);   /* the nibbles */
+        rows16(base, st, e);       /* d, m and the first 12 bytes of nibbles */
         __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
         __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
         _mm512_storeu_si512(o, _mm512_unpacklo_epi64(t0, t2));
         _mm512_storeu_si512(o + 64, _mm512_unpackhi_epi64(t0, t2));
         _mm512_storeu_si512(o + 128, _mm512_unpacklo_epi64(t1, t3));
         _mm512_storeu_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
-        __m512i e[4];   /* e[i], lane L: row 4L + i's d, m and first 12 bytes of nibbles */
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            const uint8_t *p = base + (size_t)i * st;
-            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
-            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 8 * st)), 2);
-            e[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 12 * st)), 3);
-        }
         __m512i dm = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(e[0], e[1]), _mm512_unpacklo_epi32(e[2], e[3]));
         _mm256_storeu_si256((__m256i *)(o + 256), _mm512_cvtepi32_epi16(dm));
         _mm256_storeu_si256((__m256i *)(o + 288), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
