@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__)
+#include <xmmintrin.h>
 /* GCC emits nothing for __builtin_prefetch at the x86-64 baseline (prefetcht0 is SSE, but
  * -march=x86-64 does not claim it), and this file is built for the baseline */
 #define PREFETCH(p) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)(p)))
@@ -92,6 +93,34 @@ static inline void prefetch_row(const void *cache, size_t elt, const int32_t *sl
     PREFETCH(p + bytes - 1);
 }
 
+/* s[j] *= scale for j < n, and the largest: four lanes at a time where SSE is the baseline
+ * (the scalar loop was 4.7% of a concurrency-16 prefill). Each product is the scalar one; the
+ * maximum is the same value whatever the order (only which zero, +0 or -0, can differ, and
+ * every use of it, a difference or a comparison, treats them alike; a NaN is passed over in
+ * both, as x > max is false for it). */
+static float scale_max(float *s, int32_t n, float scale)
+{
+    float bmx = -INFINITY;
+    int32_t j = 0;
+#if defined(__x86_64__)
+    __m128 vs = _mm_set1_ps(scale), m = _mm_set1_ps(-INFINITY);
+    for (; j + 4 <= n; j += 4) {
+        __m128 v = _mm_mul_ps(_mm_loadu_ps(s + j), vs);
+        _mm_storeu_ps(s + j, v);
+        m = _mm_max_ps(v, m);   /* v > m ? v : m */
+    }
+    _Alignas(16) float l[4];
+    _mm_store_ps(l, m);
+    for (int i = 0; i < 4; i++)
+        bmx = l[i] > bmx ? l[i] : bmx;
+#endif
+    for (; j < n; j++) {
+        s[j] *= scale;
+        bmx = s[j] > bmx ? s[j] : bmx;
+    }
+    return bmx;
+}
+
 /* query heads h0 .. h0+nh-1 of token t, all on KV head kvh, over keys [k0, k1): the
  * unnormalised state acc[i][hd], mx[i], sum[i] of each head */
 static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t k0,
@@ -142,11 +171,7 @@ static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0
             }
         }
         for (int32_t i = 0; i < nh; i++) {
-            float bmx = -INFINITY;
-            for (int32_t j = 0; j < nb; j++) {
-                score[i][j] *= a->scale;
-                bmx = score[i][j] > bmx ? score[i][j] : bmx;
-            }
+            float bmx = scale_max(score[i], nb, a->scale);
             if (bmx > mx[i]) {
                 float corr = expf(mx[i] - bmx);   /* 0 on the first block */
                 sum[i] *= corr;
