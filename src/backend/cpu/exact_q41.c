@@ -2,7 +2,8 @@
  * point per block, multiplied in integers.
  *
  * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
- * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM).
+ * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM),
+ * prefill by FMA throughput (38).
  * VNNI's vpdpbusd takes 64 byte products per instruction, and the nibbles q (0..15) are its
  * unsigned operand as they are. x becomes integers, per token and 32-block b:
  *     s_b = 2^-k, k the largest with rint(|x_j| * 2^k) <= 0x7F7F7F for every j of the block,
@@ -46,7 +47,6 @@
 #define TILE 4          /* tokens per kernel call (the 16-lane kernel's accumulators: 4 x 5) */
 #define RUN_TOK 512     /* tokens prepared at once, so the scratch is bounded at any chunk size */
 #define ITEM_TOK 128    /* prefill: tokens per work item */
-#define ITEM_MIN 1      /* decode: fewest groups per work item */
 #define X_MAX 8355711.0f   /* 0x7F7F7F: the largest X of three digits in [-128, 127] */
 
 _Static_assert(BB == G * sizeof(blk_q4_1), "a packed group block holds 16 GGUF blocks' bytes");
@@ -593,8 +593,6 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
             int64_t ng = (w[k]->rows + G - 1) / G;
             int64_t want = n_tb >= 4 * nth ? 1 : (8 * nth + n_tb - 1) / n_tb;   /* items per token block */
             j.per[k] = (ng + want - 1) / want;
-            if (j.per[k] < ITEM_MIN)
-                j.per[k] = ITEM_MIN;
             j.n_chunk[k] = (ng + j.per[k] - 1) / j.per[k];
             j.first[k + 1] = j.first[k] + j.n_chunk[k] * n_tb;
             j.w[k] = w[k];
