@@ -364,6 +364,41 @@ static void q41_contract(void)
         }
     free(x);
     free(data);
+
+    /* the smallest shapes: one row, one block; one whole group; a group and a row */
+    static const int64_t small[][2] = { { 1, 32 }, { 16, 32 }, { 17, 64 } };
+    for (size_t p = 0; p < 2; p++) {
+        if (srt_cpu_force_simd(paths[p]) != SRT_OK)
+            continue;
+        srt_err err;
+        srt_backend *be = srt_cpu_backend_create(3, 1, &err);
+        int bad = 0;
+        for (size_t si = 0; si < sizeof small / sizeof small[0]; si++) {
+            int64_t sr = small[si][0], sc = small[si][1];
+            srt_weight sw = { .dtype = SRT_Q4_1, .rows = sr, .cols = sc, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, sc) };
+            uint8_t *sd = malloc(sw.row_stride * (size_t)sr), *pd = malloc(be->ops->pack_bytes(be, &sw));
+            fill(SRT_Q4_1, sd, sr, sc);
+            sw.data = sd;
+            srt_weight pw;
+            be->ops->pack(be, &sw, pd, &pw);
+            be->ops->reserve_matmul(be, &sw, 5, &err);
+            float sx[5 * 64], sy[5 * 17], sref[5 * 17];
+            for (int i = 0; i < 5 * 64; i++)
+                sx[i] = frnd();
+            for (int64_t n = 1; n <= 5; n++) {
+                ref_q41(&sw, NULL, sx, n, sref);
+                be->ops->matmul(be, &sw, NULL, sx, n, sy);
+                bad += memcmp(sy, sref, sizeof(float) * (size_t)(n * sr)) != 0;
+                be->ops->matmul(be, &pw, NULL, sx, n, sy);
+                bad += memcmp(sy, sref, sizeof(float) * (size_t)(n * sr)) != 0;
+            }
+            free(sd);
+            free(pd);
+        }
+        ok(bad == 0, "%s Q4_1, 1x32, 16x32 and 17x64 on 3 threads: the scalar contract, bit for bit (%d differ)",
+           paths[p], bad);
+        srt_backend_free(be);
+    }
 }
 
 int main(void)
