@@ -135,12 +135,27 @@ void srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
 
 /* ---- x as digits ---- */
 
-/* the 32 int32 of one digit plane (four vectors) as 32 bytes in element order */
-INLINE void store_plane(int8_t *o, const __m256i p[4])
+/* The digits of 32 integers X (|X| <= 0x7F7F7F, four vectors in element order), stored as
+ * three 32-byte planes D2, D1, D0. X + 0x808080 is unsigned below 2^24 and its bytes are
+ * D_i + 128 (balanced digits are base-256 digits shifted by 128, no carries), so the planes
+ * are its bytes, gathered with shuffles, with the top bit flipped. (Shifts and subtractions
+ * per digit, then saturating packs, were twice the instructions.) */
+INLINE void store_digits(int8_t *o, const __m256i X[4])
 {
-    __m256i a = _mm256_packs_epi32(p[0], p[1]), b = _mm256_packs_epi32(p[2], p[3]);
-    __m256i v = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)o, v);
+    /* per 128-bit lane: bytes 0, 1, 2 of its four dwords to dwords 0, 1, 2 */
+    const __m256i sh = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, -1, -1, -1, -1,
+                                        0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, -1, -1, -1, -1);
+    const __m256i bias = _mm256_set1_epi32(0x808080), top = _mm256_set1_epi8((char)0x80);
+    __m256i a[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)   /* qword j: digit j of the vector's 8 elements, in order */
+        a[i] = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(_mm256_add_epi32(X[i], bias), sh),
+                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    __m256i t0 = _mm256_unpacklo_epi64(a[0], a[1]), t1 = _mm256_unpackhi_epi64(a[0], a[1]);
+    __m256i t2 = _mm256_unpacklo_epi64(a[2], a[3]), t3 = _mm256_unpackhi_epi64(a[2], a[3]);
+    _mm256_storeu_si256((__m256i *)o, _mm256_xor_si256(_mm256_permute2x128_si256(t0, t2, 0x31), top));
+    _mm256_storeu_si256((__m256i *)(o + 32), _mm256_xor_si256(_mm256_permute2x128_si256(t1, t3, 0x20), top));
+    _mm256_storeu_si256((__m256i *)(o + 64), _mm256_xor_si256(_mm256_permute2x128_si256(t0, t2, 0x20), top));
 }
 
 /* 2^n as a float (0 or subnormal below 2^-126, as ldexpf gives) */
@@ -198,18 +213,11 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
         sc[b] = pow2(-k);
         /* x * 2^k in two exact steps: 2^k alone can pass the float range (k up to 172) */
         __m256 f1 = _mm256_set1_ps(pow2(k / 2)), f2 = _mm256_set1_ps(pow2(k - k / 2));
-        __m256i d0[4], d1[4], d2[4];
+        __m256i X[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            __m256i X = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[i], f1), f2));   /* rint */
-            d0[i] = _mm256_srai_epi32(_mm256_slli_epi32(X, 24), 24);
-            __m256i r = _mm256_srai_epi32(_mm256_sub_epi32(X, d0[i]), 8);
-            d1[i] = _mm256_srai_epi32(_mm256_slli_epi32(r, 24), 24);
-            d2[i] = _mm256_srai_epi32(_mm256_sub_epi32(r, d1[i]), 8);
-        }
-        store_plane(dig, d2);
-        store_plane(dig + 32, d1);
-        store_plane(dig + 64, d0);
+        for (int i = 0; i < 4; i++)
+            X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[i], f1), f2));   /* rint */
+        store_digits(dig, X);
     }
 }
 
