@@ -50,7 +50,7 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
 static void packed(void)
 {
     static const char *paths[] = { "portable", "avx2", "avx512" };
-    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q8_0, SRT_Q5_0 };   /* Q5_0: packed as Q8_0 */
+    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0 };   /* Q5_0: packed as Q8_0 */
     static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 }, { 16, 96 } };
     static const int64_t ntoks[] = { 1, 2, 3, 8, 19 };
     enum { MT = 19, MC = 1536, MR = 200 };
@@ -250,17 +250,19 @@ static float ref_block_sum(const float *x)
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
-/* y[t][r] of a GGUF-layout Q4_1 weight as the header of exact_q41.c defines it */
+/* y[t][r] of a GGUF-layout Q4_1 or Q4_0 weight as the header of exact_q41.c defines it */
 static void ref_q41(const srt_weight *w, const float *bias, const float *x, int64_t n_tok, float *y)
 {
     int64_t nb = w->cols / 32;
+    int q40 = w->dtype == SRT_Q4_0;
+    size_t bbytes = q40 ? 18 : 20, qs = q40 ? 2 : 4;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < w->rows; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_stride;
             float acc = 0.0f, off = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 const float *xb = x + t * w->cols + 32 * b;
-                const uint8_t *blk = row + 20 * b;
+                const uint8_t *blk = row + bbytes * b;
                 float xs = ref_block_sum(xb), top = 0.0f, sc;
                 for (int j = 0; j < 32; j++)
                     top = fabsf(xb[j]) > top ? fabsf(xb[j]) : top;
@@ -284,12 +286,12 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                 }
                 int32_t S[3] = { 0, 0, 0 };
                 for (int j = 0; j < 32; j++) {
-                    int q = j < 16 ? blk[4 + j] & 15 : blk[4 + j - 16] >> 4;
+                    int q = j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4;
                     for (int i = 0; i < 3; i++)
                         S[i] += q * D[i][j];
                 }
                 float d = srt_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
-                float m = srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
+                float m = q40 ? -8.0f * d : srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
                 float v = fmaf((float)S[1], 256.0f, (float)S[0]);
                 v = fmaf((float)S[2], 65536.0f, v);
                 acc = fmaf(v, d * sc, acc);
@@ -299,19 +301,19 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
         }
 }
 
-/* The Q4_1 kernels (8 and 16 lanes, packed and not, decode and prefill tiles) give the bits
+/* The Q4_1 and Q4_0 kernels (8 and 16 lanes, packed and not, decode and prefill tiles) give the bits
  * of the scalar contract, on x of wide magnitudes and on the edge blocks: all zeros, one
  * value, tops that round past 0x7F7F7F and at its edge (ties to even), subnormals,
  * values near FLT_MAX, and an inf and a NaN (their tokens' outputs NaN, the other tokens'
  * untouched). */
-static void q41_contract(void)
+static void q41_contract(srt_dtype type)
 {
     static const char *paths[] = { "avx2", "avx512" };
     enum { R = 37, C = 256, T = 9 };
     float *x = malloc(T * C * sizeof(float)), y[T * R], ref[T * R], bias[R];
-    srt_weight w = { .dtype = SRT_Q4_1, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, C) };
+    srt_weight w = { .dtype = type, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(type, C) };
     uint8_t *data = malloc(w.row_stride * R);
-    fill(SRT_Q4_1, data, R, C);
+    fill(type, data, R, C);
     w.data = data;
     for (int i = 0; i < R; i++)
         bias[i] = frnd();
@@ -357,8 +359,9 @@ static void q41_contract(void)
                     }
                 }
             }
-            ok(bad == 0 && nan_ok, "%s%s Q4_1: outputs = the scalar contract, bit for bit, edge blocks too "
-               "(%d differ; inf/NaN tokens NaN: %s)", paths[p], pk ? " packed" : "", bad, nan_ok ? "yes" : "no");
+            ok(bad == 0 && nan_ok, "%s%s %s: outputs = the scalar contract, bit for bit, edge blocks too "
+               "(%d differ; inf/NaN tokens NaN: %s)", paths[p], pk ? " packed" : "", srt_dtype_name(type), bad,
+               nan_ok ? "yes" : "no");
             free(pd);
             srt_backend_free(be);
         }
@@ -375,9 +378,9 @@ static void q41_contract(void)
         int bad = 0;
         for (size_t si = 0; si < sizeof small / sizeof small[0]; si++) {
             int64_t sr = small[si][0], sc = small[si][1];
-            srt_weight sw = { .dtype = SRT_Q4_1, .rows = sr, .cols = sc, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, sc) };
+            srt_weight sw = { .dtype = type, .rows = sr, .cols = sc, .row_stride = srt_dtype_row_bytes(type, sc) };
             uint8_t *sd = malloc(sw.row_stride * (size_t)sr), *pd = malloc(be->ops->pack_bytes(be, &sw));
-            fill(SRT_Q4_1, sd, sr, sc);
+            fill(type, sd, sr, sc);
             sw.data = sd;
             srt_weight pw;
             be->ops->pack(be, &sw, pd, &pw);
@@ -395,8 +398,8 @@ static void q41_contract(void)
             free(sd);
             free(pd);
         }
-        ok(bad == 0, "%s Q4_1, 1x32, 16x32 and 17x64 on 3 threads: the scalar contract, bit for bit (%d differ)",
-           paths[p], bad);
+        ok(bad == 0, "%s %s, 1x32, 16x32 and 17x64 on 3 threads: the scalar contract, bit for bit (%d differ)",
+           paths[p], srt_dtype_name(type), bad);
         srt_backend_free(be);
     }
 }
@@ -560,7 +563,7 @@ int main(void)
      * row runs differently. And a token's row of a 130-token prefill is its one-token decode. */
     enum { TC = 4096, TT = 130, TR = 192 };
     static const int64_t trows[] = { TR, 37, 70 }, tcols[] = { 512, 512, TC }, tn[] = { 1, 2, 16, 130 };
-    static const srt_dtype tty[] = { SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K, SRT_Q6_K };
+    static const srt_dtype tty[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K, SRT_Q6_K };
     float *tx = malloc(TT * TC * sizeof(float)), *tb = malloc(TR * sizeof(float));
     float *ty[3] = { malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)) };
     float *t1 = malloc(TR * sizeof(float));
@@ -617,6 +620,7 @@ int main(void)
         free(ty[th]);
     packed();
     avx512_kernels();
-    q41_contract();
+    q41_contract(SRT_Q4_1);
+    q41_contract(SRT_Q4_0);
     return tap_done();
 }

@@ -84,16 +84,18 @@ void srt_cpu_exact_x8_avx512(const srt_exact_dec_run *d);
  * give the 8-lane kernels' bits (checked once per process, before first use). */
 int       srt_cpu_exact_avx512(void);
 
-/* Q4_1 (exact_q41.c: x as a 24-bit fixed point per block, integer dot products; the contract
- * and layout there). matmul_n: as srt_cpu_exact_matmul_n for n weights that are all SRT_Q4_1
- * or SRT_Q4_1_X16 (SRT_ERROR, nothing written, otherwise or without AVX2); wide: the 16-lane
+/* Q4_1 and Q4_0 (exact_q41.c: x as a 24-bit fixed point per block, integer dot products; the
+ * contract and layout there). matmul_n: as srt_cpu_exact_matmul_n for n weights that are all
+ * of those types, packed or not (SRT_ERROR, nothing written, otherwise or without AVX2); wide: the 16-lane
  * VNNI kernel, else 8 lanes, the same bits. scratch: srt_cpu_q41_scratch_bytes. */
 int    srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
                             const float *x, int64_t n_tok, float *const *y, void *scratch, int wide);
 size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok);
 size_t srt_cpu_q41_pack_bytes(const srt_weight *w);
 void   srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out);
-void   srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out);
+srt_dtype srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out);   /* the GGUF type */
+/* 1 for the types this path takes: Q4_1, Q4_0 and their packed forms */
+int    srt_cpu_q41_takes(srt_dtype t);
 /* 1 when the 16-lane kernel gives the 8-lane one's bits on made-up data (srt_cpu_exact_avx512) */
 int    srt_cpu_q41_wide_matches(void);
 

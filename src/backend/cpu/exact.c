@@ -1,6 +1,6 @@
 /* The exact matmul: f32 activations times the weights HF computes with, accumulated in f32
  * (AVX2 + FMA, 8 lanes). Nothing is rounded to fewer bits: a quantized block's weights are
- * w = d*q + o (Q5_1: o = m; Q4_0: q - 8 as d*q - 8d; Q8_0 and Q5_0, whose q (q - 16)
+ * w = d*q + o (Q5_1: o = m; Q8_0 and Q5_0, whose q (q - 16)
  * are signed: o = 0; the K-quants' sub-blocks too, see unp_q4k / unp_q6k), and
  *     sum_j w_j x_j = d * sum_j q_j x_j + o * sum_j x_j
  * where q_j are small integers (exact as floats) and sum_j x_j, the block sum of x, is
@@ -90,10 +90,10 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-/* Q4_1 has its own path (exact_q41.c) */
-enum { FMT_Q4_0, FMT_Q8_0, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1 };
-static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q8_0), sizeof(blk_q8_0), sizeof(blk_q4_k),
-                                    sizeof(blk_q6_k), sizeof(blk_q5_0), sizeof(blk_q5_1) };
+/* Q4_1 and Q4_0 have their own path (exact_q41.c) */
+enum { FMT_Q8_0, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1 };
+static const size_t fmt_bytes[] = { sizeof(blk_q8_0), sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k),
+                                    sizeof(blk_q5_0), sizeof(blk_q5_1) };
 
 /* the format has an offset term (o * sum x): not Q8_0, nor the formats whose q are signed
  * (Q5_0's q - 16, Q6_K's sc*(q - 32)) */
@@ -117,39 +117,28 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
             q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k))));
         return;
     }
-    const uint8_t *qs = blk + qs_offset(fmt);
-    if (fmt == FMT_Q5_0 || fmt == FMT_Q5_1) {   /* the 32 values as bytes, then widened 8 at a time */
-        __m256i v = srt_q5_bytes(qs - 4);
-        if (fmt == FMT_Q5_0)   /* q - 16 in -16..15, signed bytes, as HF's dequantization takes it */
-            v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
-        __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-        q[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
-        q[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
-        q[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
-        q[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
-        return;
-    }
-    __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)qs));
-    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8)));
-    __m256i m = _mm256_set1_epi32(0x0F);
-    q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(a, m));
-    q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b, m));
-    q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(a, 4));
-    q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+    /* Q5_0, Q5_1: the 32 values as bytes, then widened 8 at a time */
+    __m256i v = srt_q5_bytes(blk + qs_offset(fmt) - 4);
+    if (fmt == FMT_Q5_0)   /* q - 16 in -16..15, signed bytes, as HF's dequantization takes it */
+        v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+    __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    q[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    q[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+    q[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    q[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
 }
 
-/* A block's scale d and offset o (Q4_0: -8d, exact in f32; Q8_0, Q5_0: 0). */
+/* A block's scale d and offset o (Q5_1: m; Q8_0, Q5_0: 0). */
 INLINE void block_scale(int fmt, const uint8_t *blk, float *d, float *o)
 {
     *d = srt_half_at(blk);
-    *o = fmt == FMT_Q5_1 ? srt_half_at(blk + 2) : fmt == FMT_Q4_0 ? -8.0f * *d : 0.0f;
+    *o = fmt == FMT_Q5_1 ? srt_half_at(blk + 2) : 0.0f;
 }
 
 /* [d0 o0 d1 o1 d2 o2 d3 o3] of four rows' blocks: their halves converted in one go */
 INLINE __m256 scales4(int fmt, const uint8_t *b0, const uint8_t *b1, const uint8_t *b2, const uint8_t *b3)
 {
-    __m256 dd = srt_scales4_f16(b0, b1, b2, b3, fmt == FMT_Q5_1);
-    return fmt == FMT_Q4_0 ? _mm256_mul_ps(dd, _mm256_setr_ps(1, -8, 1, -8, 1, -8, 1, -8)) : dd;
+    return srt_scales4_f16(b0, b1, b2, b3, fmt == FMT_Q5_1);
 }
 
 /* sum_j q_j x_j of one block, the fixed order of the header comment */
@@ -598,7 +587,6 @@ TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t n
                 _mm256_storeu_ps(q + b * QK + 8 * k, v[k]);                                    \
         }                                                                                      \
     }
-FMT_FNS(FMT_Q4_0)
 FMT_FNS(FMT_Q8_0)
 FMT_FNS(FMT_Q5_0)
 FMT_FNS(FMT_Q5_1)
@@ -789,7 +777,6 @@ static void pre_item(void *arg, int64_t i, int ith)
 static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
 {
     switch (t) {
-    case SRT_Q4_0: *fmt = FMT_Q4_0; *dec = dec_FMT_Q4_0; *unp = unp_FMT_Q4_0; return SRT_OK;
     case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
     case SRT_Q5_0: *fmt = FMT_Q5_0; *dec = dec_FMT_Q5_0; *unp = unp_FMT_Q5_0; return SRT_OK;
     case SRT_Q5_1: *fmt = FMT_Q5_1; *dec = dec_FMT_Q5_1; *unp = unp_FMT_Q5_1; return SRT_OK;
@@ -915,10 +902,10 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     exact_job j = { .x = x, .n_tok = n_tok, .n_w = n };
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
-    /* Q4_1 runs its own kernels (exact_q41.c); weights of several kinds: one call each */
+    /* Q4_1 and Q4_0 run their own kernels (exact_q41.c); weights of both kinds: one call each */
     int q41 = 0;
     for (int k = 0; k < n; k++)
-        q41 += w[k]->dtype == SRT_Q4_1 || w[k]->dtype == SRT_Q4_1_X16;
+        q41 += srt_cpu_q41_takes(w[k]->dtype);
     if (q41)
         return q41 < n ? SRT_ERROR
                        : srt_cpu_q41_matmul_n(tp, n, w, bias, x, n_tok, y, scratch, srt_cpu_exact_avx512() == 1);
@@ -1001,7 +988,7 @@ static srt_dtype packed_as(srt_dtype t) { return t == SRT_Q5_0 ? SRT_Q8_0 : t; }
 
 size_t srt_cpu_exact_pack_bytes(const srt_weight *w)
 {
-    if (w->dtype == SRT_Q4_1)
+    if (srt_cpu_q41_takes(w->dtype))
         return srt_cpu_q41_pack_bytes(w);
     srt_dtype t = packed_as(w->dtype);
     if (!srt_cpu_have_avx2() || t != SRT_Q8_0 || w->cols % QK || w->rows <= 0 || w->rows % 8 || w->cols <= 0)
@@ -1042,7 +1029,7 @@ void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
         *out = *w;
         return;
     }
-    if (w->dtype == SRT_Q4_1) {
+    if (srt_cpu_q41_takes(w->dtype)) {
         srt_cpu_q41_pack(w, dst, out);
         return;
     }
@@ -1070,10 +1057,8 @@ void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
 
 srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out)
 {
-    if (w->dtype == SRT_Q4_1_X16) {
-        srt_cpu_q41_unpack_row(w, row, out);
-        return SRT_Q4_1;
-    }
+    if (srt_cpu_q41_takes(w->dtype))
+        return srt_cpu_q41_unpack_row(w, row, out);
     int lane = (int)(row % 8);
     int64_t nb = w->cols / QK;
     size_t bb = srt_dtype_block_bytes(w->dtype);

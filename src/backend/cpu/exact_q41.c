@@ -1,5 +1,6 @@
-/* The exact path's Q4_1 matmul: HF's weights w = d*q + m against x held as a 24-bit fixed
- * point per block, multiplied in integers.
+/* The exact path's Q4_1 and Q4_0 matmul: HF's weights w = d*q + m (Q4_0: d*(q - 8), taken as
+ * m = -8d, exact in f32) against x held as a 24-bit fixed point per block, multiplied in
+ * integers.
  *
  * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
  * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM),
@@ -27,7 +28,7 @@
  * Packed (SRT_Q4_1_X16, made once at load): rows 16g..16g+15, block b at (g * nb + b) * 320:
  *     four 64-byte vectors v_c (c = 0..3): dword r is row 16g + r's GGUF bytes qs[4c..4c+3]
  *     (low nibbles q[4c..4c+3], high nibbles q[16+4c..16+4c+3]);
- *     d[16], then m[16] (f16, row order).
+ *     d[16], then m[16] (f16, row order); Q4_0 (SRT_Q4_0_X16, 288 bytes): no m.
  * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
  * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
  * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
@@ -67,62 +68,83 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
 
 /* ---- the layout ---- */
 
+/* The two formats: Q4_1, and Q4_0 (w = d*(q - 8), taken as m = -8d, exact in f32 as HF's
+ * dequantization computes it; its packed block has no m) */
+typedef struct {
+    srt_dtype gguf, packed;
+    size_t src, qs;   /* a GGUF block's bytes, and where its nibbles start */
+    size_t bb;        /* a packed group block's bytes */
+    int m;            /* 1: m stored after d (Q4_1); 0: m = -8d (Q4_0) */
+} q4_fmt;
+
+static const q4_fmt FMTS[2] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, 1 },
+                                { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, 0 } };
+
+static const q4_fmt *fmt_of(srt_dtype t)
+{
+    return t == SRT_Q4_1 || t == SRT_Q4_1_X16 ? &FMTS[0] : t == SRT_Q4_0 || t == SRT_Q4_0_X16 ? &FMTS[1] : NULL;
+}
+
+int srt_cpu_q41_takes(srt_dtype t) { return fmt_of(t) != NULL; }
+
 /* Row r's GGUF block k into the packed block o, or back (the same moves reversed) */
-static inline void pack_row(uint8_t *o, int r, const blk_q4_1 *k)
+static inline void pack_row(const q4_fmt *f, uint8_t *o, int r, const uint8_t *k)
 {
     for (int c = 0; c < 4; c++)
-        memcpy(o + 64 * c + 4 * r, k->qs + 4 * c, 4);
-    memcpy(o + 256 + 2 * r, &k->d, 2);
-    memcpy(o + 288 + 2 * r, &k->m, 2);
+        memcpy(o + 64 * c + 4 * r, k + f->qs + 4 * c, 4);
+    memcpy(o + 256 + 2 * r, k, 2);
+    if (f->m)
+        memcpy(o + 288 + 2 * r, k + 2, 2);
 }
 
-static inline void unpack_row(const uint8_t *o, int r, blk_q4_1 *k)
+static inline void unpack_row(const q4_fmt *f, const uint8_t *o, int r, uint8_t *k)
 {
     for (int c = 0; c < 4; c++)
-        memcpy(k->qs + 4 * c, o + 64 * c + 4 * r, 4);
-    memcpy(&k->d, o + 256 + 2 * r, 2);
-    memcpy(&k->m, o + 288 + 2 * r, 2);
+        memcpy(k + f->qs + 4 * c, o + 64 * c + 4 * r, 4);
+    memcpy(k, o + 256 + 2 * r, 2);
+    if (f->m)
+        memcpy(k + 2, o + 288 + 2 * r, 2);
 }
 
-/* group g of a GGUF-layout Q4_1 weight, packed into o (nb blocks); rows past the weight's zero */
+/* group g of a GGUF-layout weight, packed into o (nb blocks); rows past the weight's zero */
 static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
 {
+    const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     for (int r = 0; r < G; r++) {
         int64_t row = g * G + r;
-        if (row >= w->rows) {
-            static const blk_q4_1 zero;
-            for (int64_t b = 0; b < nb; b++)
-                pack_row(o + (size_t)b * BB, r, &zero);
-            continue;
-        }
-        const blk_q4_1 *k = (const blk_q4_1 *)((const uint8_t *)w->data + (size_t)row * w->row_stride);
+        static const uint8_t zero[sizeof(blk_q4_1)];
+        const uint8_t *k = row < w->rows ? (const uint8_t *)w->data + (size_t)row * w->row_stride : zero;
         for (int64_t b = 0; b < nb; b++)
-            pack_row(o + (size_t)b * BB, r, k + b);
+            pack_row(f, o + (size_t)b * f->bb, r, row < w->rows ? k + (size_t)b * f->src : zero);
     }
 }
 
 size_t srt_cpu_q41_pack_bytes(const srt_weight *w)
 {
-    if (w->dtype != SRT_Q4_1 || w->rows <= 0 || w->cols <= 0 || w->cols % QK || !srt_cpu_have_avx2())
+    const q4_fmt *f = fmt_of(w->dtype);
+    if (!f || w->dtype != f->gguf || w->rows <= 0 || w->cols <= 0 || w->cols % QK || !srt_cpu_have_avx2())
         return 0;
-    return (size_t)((w->rows + G - 1) / G * G) * srt_dtype_row_bytes(SRT_Q4_1, w->cols);
+    return (size_t)((w->rows + G - 1) / G * G) * srt_dtype_row_bytes(f->gguf, w->cols);
 }
 
 void srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out)
 {
-    size_t rb = srt_dtype_row_bytes(SRT_Q4_1, w->cols);
+    const q4_fmt *f = fmt_of(w->dtype);
+    size_t rb = srt_dtype_row_bytes(f->gguf, w->cols);
     for (int64_t g = 0; g < (w->rows + G - 1) / G; g++)
         pack_group(w, g, (uint8_t *)dst + (size_t)g * G * rb);
-    *out = (srt_weight){ .dtype = SRT_Q4_1_X16, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
+    *out = (srt_weight){ .dtype = f->packed, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
 }
 
-void srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
+srt_dtype srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
 {
+    const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     const uint8_t *g = (const uint8_t *)w->data + (size_t)(row / G * G) * w->row_stride;
     for (int64_t b = 0; b < nb; b++)
-        unpack_row(g + (size_t)b * BB, (int)(row % G), (blk_q4_1 *)out + b);
+        unpack_row(f, g + (size_t)b * f->bb, (int)(row % G), (uint8_t *)out + (size_t)b * f->src);
+    return f->gguf;
 }
 
 #if defined(__x86_64__)
@@ -225,19 +247,20 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
  * acc + off of row r, token t (the header's sequence). pf: bytes to prefetch alongside,
  * block for block (the next group), or NULL. ---- */
 
-INLINE512 void k16(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                    const float *xs, int64_t lds, const uint8_t *pf, float *out)
 {
+    const int bb = M ? BB : BB - 32;   /* Q4_1's block, Q4_0's (no m) */
     __m512 acc[TILE], off[TILE];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
         acc[t] = off[t] = _mm512_setzero_ps();
     const __m512i lo = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nb; b++, g += BB) {
+    for (int64_t b = 0; b < nb; b++, g += bb) {
         if (pf)
 #pragma GCC unroll 5
-            for (int o = 0; o < BB; o += 64)
-                _mm_prefetch((const char *)pf + b * BB + o, _MM_HINT_T0);
+            for (int o = 0; o < bb; o += 64)
+                _mm_prefetch((const char *)pf + b * bb + o, _MM_HINT_T0);
         __m512i q[8];   /* q[j] meets x's dword j */
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
@@ -246,7 +269,8 @@ INLINE512 void k16(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64
             q[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
         }
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 256)));
-        __m512 mm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)));
+        __m512 mm = M ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)))
+                      : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
@@ -269,15 +293,16 @@ INLINE512 void k16(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64
         _mm512_storeu_ps(out + G * t, _mm512_add_ps(acc[t], off[t]));
 }
 
-TGT512 static void kern16(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
-                          const float *xs, int64_t lds, const uint8_t *pf, float *out)
+#define K16_CASE(T, M) \
+    case T: k16(T, M, g, nb, dig, ldd, sc, xs, lds, pf, out); return;
+
+TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd,
+                          const float *sc, const float *xs, int64_t lds, const uint8_t *pf, float *out)
 {
-    switch (T) {
-    case 1: k16(1, g, nb, dig, ldd, sc, xs, lds, pf, out); break;
-    case 2: k16(2, g, nb, dig, ldd, sc, xs, lds, pf, out); break;
-    case 3: k16(3, g, nb, dig, ldd, sc, xs, lds, pf, out); break;
-    default: k16(4, g, nb, dig, ldd, sc, xs, lds, pf, out); break;
-    }
+    if (m)
+        switch (T) { K16_CASE(1, 1) K16_CASE(2, 1) K16_CASE(3, 1) default: K16_CASE(4, 1) }
+    else
+        switch (T) { K16_CASE(1, 0) K16_CASE(2, 0) K16_CASE(3, 0) default: K16_CASE(4, 0) }
 }
 
 /* sum_j q_j * D_j of one plane for 8 rows: byte pairs to int16 (|q0*D0 + q1*D1| <= 3840), eight
@@ -292,19 +317,20 @@ INLINE __m256i plane8(const __m256i q[8], const int32_t *xd)
 }
 
 /* rows 8h..8h+7 of the group, T <= 2 tokens: out[t * 16 + 8h + r] */
-INLINE void k8(int T, int h, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                const float *xs, int64_t lds, const uint8_t *pf, float *out)
 {
+    const int bb = M ? BB : BB - 32;
     __m256 acc[2], off[2];
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++)
         acc[t] = off[t] = _mm256_setzero_ps();
     const __m256i lo = _mm256_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nb; b++, g += BB) {
-        if (pf)
-#pragma GCC unroll 3
-            for (int o = 0; o < BB / 2; o += 64)
-                _mm_prefetch((const char *)pf + b * BB + h * (BB / 2) + o, _MM_HINT_T0);
+    for (int64_t b = 0; b < nb; b++, g += bb) {
+        if (pf && h == 0)
+#pragma GCC unroll 5
+            for (int o = 0; o < bb; o += 64)
+                _mm_prefetch((const char *)pf + b * bb + o, _MM_HINT_T0);
         __m256i q[8];   /* q[j] meets x's dword j */
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
@@ -313,7 +339,8 @@ INLINE void k8(int T, int h, const uint8_t *g, int64_t nb, const int8_t *dig, in
             q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
         }
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 256 + 16 * h)));
-        __m256 mm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)));
+        __m256 mm = M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)))
+                      : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
@@ -329,15 +356,21 @@ INLINE void k8(int T, int h, const uint8_t *g, int64_t nb, const int8_t *dig, in
         _mm256_storeu_ps(out + G * t + 8 * h, _mm256_add_ps(acc[t], off[t]));
 }
 
-TGT static void kern8(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                       const float *xs, int64_t lds, const uint8_t *pf, float *out)
 {
     for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds)
-        for (int h = 0; h < 2; h++)
-            if (T - t >= 2)
-                k8(2, h, g, nb, dig, ldd, sc, xs, lds, t ? NULL : pf, out);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *p = t ? NULL : pf;
+            if (T - t >= 2 && m)
+                k8(2, 1, h, g, nb, dig, ldd, sc, xs, lds, p, out);
+            else if (T - t >= 2)
+                k8(2, 0, h, g, nb, dig, ldd, sc, xs, lds, p, out);
+            else if (m)
+                k8(1, 1, h, g, nb, dig, ldd, sc, xs, lds, p, out);
             else
-                k8(1, h, g, nb, dig, ldd, sc, xs, lds, t ? NULL : pf, out);
+                k8(1, 0, h, g, nb, dig, ldd, sc, xs, lds, p, out);
+        }
 }
 
 /* pack_group on 16 lanes, a block at a time: the 16 rows' 16 bytes of nibbles loaded, rows
@@ -364,13 +397,14 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
         pack_group(w, g, o);
         return;
     }
+    const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
-    for (int64_t b = 0; b < nb; b++, o += BB, base += sizeof(blk_q4_1)) {
+    for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
         __m512i a[4], e[4];
-        rows16(base + 4, st, a);   /* the nibbles */
-        rows16(base, st, e);       /* d, m and the first 12 bytes of nibbles */
+        rows16(base + f->qs, st, a);   /* the nibbles */
+        rows16(base, st, e);           /* d (and m) first */
         __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
         __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
         _mm512_storeu_si512(o, _mm512_unpacklo_epi64(t0, t2));
@@ -379,7 +413,8 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
         _mm512_storeu_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
         __m512i dm = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(e[0], e[1]), _mm512_unpacklo_epi32(e[2], e[3]));
         _mm256_storeu_si256((__m256i *)(o + 256), _mm512_cvtepi32_epi16(dm));
-        _mm256_storeu_si256((__m256i *)(o + 288), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+        if (f->m)
+            _mm256_storeu_si256((__m256i *)(o + 288), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
     }
 }
 
@@ -391,15 +426,16 @@ TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
         pack_group(w, g, o);
         return;
     }
+    const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
-    for (int64_t b = 0; b < nb; b++, o += BB, base += sizeof(blk_q4_1)) {
+    for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
         for (int h = 0; h < 2; h++) {
             __m256i a[4];
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
-                const uint8_t *p = base + 4 + (size_t)(8 * h + i) * st;
+                const uint8_t *p = base + f->qs + (size_t)(8 * h + i) * st;
                 a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
                                                _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
             }
@@ -412,12 +448,13 @@ TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
         }
         for (int r = 0; r < G; r++) {
             memcpy(o + 256 + 2 * r, base + (size_t)r * st, 2);
-            memcpy(o + 288 + 2 * r, base + (size_t)r * st + 2, 2);
+            if (f->m)
+                memcpy(o + 288 + 2 * r, base + (size_t)r * st + 2, 2);
         }
     }
 }
 
-typedef void (*kern_fn)(int T, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+typedef void (*kern_fn)(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                         const float *xs, int64_t lds, const uint8_t *pf, float *out);
 
 /* ---- the 16-lane kernel against the 8-lane one, once per process ---- */
@@ -434,27 +471,30 @@ static float made_up(uint32_t *s, int e0, int ne)
 int srt_cpu_q41_wide_matches(void)
 {
     enum { NB = 5 };
-    _Alignas(64) uint8_t g[NB * BB];
+    _Alignas(64) uint8_t g[2][NB * BB];   /* the same made-up blocks as Q4_1 and as Q4_0 */
     _Alignas(64) int8_t dig[TILE * NB * XB];
     float x[TILE * NB * QK], sc[TILE * NB], xs[TILE * NB], y8[TILE * G], y16[TILE * G];
     uint32_t s = 4242;
     for (int b = 0; b < NB; b++)
         for (int r = 0; r < G; r++) {
             blk_q4_1 k = { .d = srt_f32_to_f16(made_up(&s, -12, 10)), .m = srt_f32_to_f16(made_up(&s, -12, 10)) };
+            blk_q4_0 k0 = { .d = k.d };
             for (int i = 0; i < QK / 2; i++)
-                k.qs[i] = (uint8_t)lcg(&s);
-            pack_row(g + b * BB, r, &k);
+                k.qs[i] = k0.qs[i] = (uint8_t)lcg(&s);
+            pack_row(&FMTS[0], g[0] + b * FMTS[0].bb, r, (const uint8_t *)&k);
+            pack_row(&FMTS[1], g[1] + b * FMTS[1].bb, r, (const uint8_t *)&k0);
         }
     for (int i = 0; i < TILE * NB * QK; i++)
         x[i] = made_up(&s, -20, 30);
     for (int t = 0; t < TILE; t++)
         prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB);
-    for (int T = 1; T <= TILE; T++) {
-        kern8(T, g, NB, dig, NB * XB, sc, xs, NB, NULL, y8);
-        kern16(T, g, NB, dig, NB * XB, sc, xs, NB, NULL, y16);
-        if (memcmp(y8, y16, sizeof(float) * G * (size_t)T))
-            return 0;
-    }
+    for (int f = 0; f < 2; f++)
+        for (int T = 1; T <= TILE; T++) {
+            kern8(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, NB, NULL, y8);
+            kern16(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, NB, NULL, y16);
+            if (memcmp(y8, y16, sizeof(float) * G * (size_t)T))
+                return 0;
+        }
     return 1;
 }
 
@@ -533,14 +573,15 @@ static void run_item(void *arg, int64_t i, int ith)
     item_at(j, i, &k, &g0, &g1, &tb);
     const srt_weight *w = j->w[k];
     int64_t ta = tb * j->item_tok, tz = ta + j->item_tok < j->n_tok ? ta + j->item_tok : j->n_tok;
-    int packed = w->dtype == SRT_Q4_1_X16;
+    const q4_fmt *f = fmt_of(w->dtype);
+    int packed = w->dtype == f->packed;
     const uint8_t *next = NULL;   /* the next item's first group */
     if (i + j->nth < j->first[j->n]) {
         item_at(j, i + j->nth, &nk, &ng0, &ng1, &ntb);
         next = group_at(j->w[nk], ng0);
     }
     if (i < j->nth)
-        for (size_t o = 0; o < (size_t)j->nb * BB; o += 64)
+        for (size_t o = 0; o < (size_t)j->nb * f->bb; o += 64)
             _mm_prefetch((const char *)group_at(w, g0) + o, _MM_HINT_T0);
     uint8_t *rep = j->rep + (size_t)ith * (size_t)j->nb * BB;
     _Alignas(64) float out[TILE * G];
@@ -554,7 +595,7 @@ static void run_item(void *arg, int64_t i, int ith)
         const float *bias = j->bias[k] ? j->bias[k] + g * G : NULL;
         for (int64_t t = ta; t < tz; t += TILE) {
             int T = tz - t < TILE ? (int)(tz - t) : TILE;
-            j->kern(T, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb, j->nb,
+            j->kern(T, f->m, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb, j->nb,
                     t == ta ? pf : NULL, out);
             for (int u = 0; u < T; u++)
                 store_rows(out + G * u, bias, j->y[k] + (j->t0 + t + u) * w->rows + g * G, nr);
@@ -569,7 +610,7 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
         return SRT_ERROR;
     int64_t C = w[0]->cols;
     for (int k = 0; k < n; k++)
-        if ((w[k]->dtype != SRT_Q4_1 && w[k]->dtype != SRT_Q4_1_X16) || w[k]->cols != C || C <= 0 || C % QK)
+        if (!fmt_of(w[k]->dtype) || w[k]->cols != C || C <= 0 || C % QK)
             return SRT_ERROR;
     if (n_tok == 0)
         return SRT_OK;

@@ -22,6 +22,7 @@ typedef enum srt_dtype {
     SRT_Q8_0_X8,  /* backend's pack for its exact matmul (backend/cpu/exact*.c); never in a file */
     SRT_Q5_0,   /* 32 elems: f16 d, 4 bytes of fifth bits, 16 bytes of nibbles */
     SRT_Q5_1,   /* 32 elems: f16 d, f16 m, 4 bytes of fifth bits, 16 bytes of nibbles */
+    SRT_Q4_0_X16, /* Q4_0 in 16-row groups, as SRT_Q4_1_X16; never in a file */
     SRT_DTYPE_COUNT
 } srt_dtype;
 
