@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Rewrites a GGUF with every tensor of one quantized type requantized to another (gguf-py's
+quantizer), the rest and the metadata unchanged.
+
+Why: the exact path has kernels per weight type, and a model in each type is needed to check
+them against HF transformers end to end (scripts/hf_unseen_chats.py --model OUT). The weights
+are the input file's values dequantized and quantized again, so the model is the same up to
+that rounding; HF loads OUT itself, so both sides compute with the same weights.
+
+    scripts/gguf_requantize.py IN.gguf OUT.gguf [--from Q4_1] [--to Q4_0]
+
+Needs the gguf package (and numpy).
+"""
+import argparse
+
+import gguf
+import numpy as np
+
+SKIP = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
+FILE_TYPES = {"Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+              "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
+              "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    ap.add_argument("--from", dest="src_type", default="Q4_1", choices=sorted(FILE_TYPES))
+    ap.add_argument("--to", dest="dst_type", default="Q4_0", choices=sorted(FILE_TYPES))
+    args = ap.parse_args()
+    src_t = gguf.GGMLQuantizationType[args.src_type]
+    dst_t = gguf.GGMLQuantizationType[args.dst_type]
+    reader = gguf.GGUFReader(args.src)
+    writer = gguf.GGUFWriter(args.dst, reader.get_field("general.architecture").contents())
+    for field in reader.fields.values():
+        if field.name in SKIP:
+            continue
+        if field.name == "general.file_type":
+            writer.add_uint32(field.name, int(FILE_TYPES[args.dst_type]))
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    tensors = []
+    for t in reader.tensors:
+        if t.tensor_type == src_t:
+            # numpy order: the reversed GGUF dims (rows last), as the reader gives them
+            f32 = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            data, ty = gguf.quants.quantize(f32.reshape([int(d) for d in reversed(t.shape)]), dst_t), dst_t
+        else:
+            data, ty = np.asarray(t.data), t.tensor_type
+        tensors.append(data)
+        writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, ty)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for data in tensors:
+        writer.write_tensor_data(data)
+    writer.close()
+
+
+if __name__ == "__main__":
+    main()
