@@ -12,11 +12,15 @@ that rounding; HF loads OUT itself, so both sides compute with the same weights.
 Needs the gguf package (and numpy).
 """
 import argparse
+import os
+import sys
 
 import gguf
 import numpy as np
 
-SKIP = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_to_f32 import copy_metadata  # noqa: E402
+
 FILE_TYPES = {"Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
               "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
               "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
@@ -32,16 +36,7 @@ def main():
     src_t = gguf.GGMLQuantizationType[args.src_type]
     dst_t = gguf.GGMLQuantizationType[args.dst_type]
     reader = gguf.GGUFReader(args.src)
-    writer = gguf.GGUFWriter(args.dst, reader.get_field("general.architecture").contents())
-    for field in reader.fields.values():
-        if field.name in SKIP:
-            continue
-        if field.name == "general.file_type":
-            writer.add_uint32(field.name, int(FILE_TYPES[args.dst_type]))
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    writer = copy_metadata(reader, args.dst, FILE_TYPES[args.dst_type])
     tensors = []
     for t in reader.tensors:
         if t.tensor_type == src_t:

@@ -18,21 +18,26 @@ import numpy as np
 SKIP = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: gguf_to_f32.py IN.gguf OUT.gguf")
-    reader = gguf.GGUFReader(sys.argv[1])
-    arch = reader.get_field("general.architecture").contents()
-    writer = gguf.GGUFWriter(sys.argv[2], arch)
+def copy_metadata(reader, path, file_type):
+    """A writer for path with reader's metadata, general.file_type set to file_type"""
+    writer = gguf.GGUFWriter(path, reader.get_field("general.architecture").contents())
     for field in reader.fields.values():
         if field.name in SKIP:
             continue
         if field.name == "general.file_type":
-            writer.add_uint32(field.name, int(gguf.LlamaFileType.ALL_F32))
+            writer.add_uint32(field.name, int(file_type))
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    return writer
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: gguf_to_f32.py IN.gguf OUT.gguf")
+    reader = gguf.GGUFReader(sys.argv[1])
+    writer = copy_metadata(reader, sys.argv[2], gguf.LlamaFileType.ALL_F32)
     tensors = []
     for t in reader.tensors:
         if t.tensor_type == gguf.GGMLQuantizationType.F32:

@@ -25,10 +25,7 @@ import torch  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_NEW = 48
-
-
-def u(text):
-    return [{"role": "user", "content": text}]
+u = fx.u   # one user message
 
 
 LONG = " ".join(f"Im Jahr {1900 + i} baute die Gemeinde {i + 2} neue Häuser am Fluss, und der Bürgermeister "

@@ -18,9 +18,9 @@
  *
  * -e 1 times the exact kernels (f32 activations, Q4_0/Q4_1's a 24-bit fixed point;
  * srt_cpu_exact_matmul) instead of the fast 8-bit-activation ones; fused q|k|v and gate|up
- * become one call per weight. Q4_0, Q4_1 and Q8_0 weights are packed first, as the CPU runner's own
- * copy of them is (srt_cpu_exact_pack), so a decode times the packed kernels the server runs;
- * -p 0 keeps them in the GGUF layout (srt_weights_mmap on).
+ * become one call per weight. Q4_0, Q4_1 and Q8_0 weights are packed first, as the CPU
+ * runner's own copy of them is (srt_cpu_exact_pack), so a decode times the packed kernels the
+ * server runs; -p 0 keeps them in the GGUF layout (srt_weights_mmap on).
  *
  * GFLOP/s counts 2*rows*cols*n_tok; GB/s counts weight bytes read once per call. Both
  * use wall time; cpu_us is process CPU time per call divided by the thread count (with
@@ -180,8 +180,8 @@ static int model_sweep(srt_threadpool *tp, int ms)
                 float *qkv_y[3] = { q, k, v };
                 mm_multi(tp, 3, qkv, x, n, qkv_y, scratch);
                 /* o and down write elsewhere, so x stays the same random input: written back,
-                 * random weights grew it to inf and NaN over the layers, which x8_scale does
-                 * not take, and the packed decode fell back to the prefill path */
+                 * random weights grew it to inf and NaN over the layers, not the activations a
+                 * model has (the f32 packed decode of the time then took a slower path) */
                 mm(tp, &L[l].o, q, n, r, scratch);
                 const srt_weight *gu[2] = { &L[l].gate, &L[l].up };
                 float *gu_y[2] = { g, u };

@@ -24,8 +24,8 @@
  * (SRT_Q8_0_X8: eight rows' blocks together, see below), which run the same sequence on the
  * same values; prefill unpacks them like any other row.
  *
- * Q4_1 takes another route (exact_q41.c): x as a 24-bit fixed point per block and integer
- * dot products, more exact than HF's own float32 against float64 and twice as fast.
+ * Q4_1 and Q4_0 take another route (exact_q41.c): x as a 24-bit fixed point per block and
+ * integer dot products, more exact than HF's own float32 against float64 and twice as fast.
  *
  * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
  * does not hold up a decode step. Which thread computes a row does not change its bits. */
@@ -72,7 +72,7 @@ static size_t per_thread_floats(int64_t cols) { return (size_t)rows_cap(cols) * 
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
 /* then for a prefill on 16 lanes x in pairs of tokens (pair_x: up to PAIR_TOK x cols); or,
- * for Q4_1, exact_q41.c's own (srt_cpu_q41_scratch_bytes) */
+ * for Q4_0 and Q4_1, exact_q41.c's own (srt_cpu_q41_scratch_bytes) */
 static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 15) / 16 * 16; }
 
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
@@ -102,12 +102,6 @@ static inline int has_off(int fmt)
     return fmt != FMT_Q8_0 && fmt != FMT_Q8_0_X8 && fmt != FMT_Q6_K && fmt != FMT_Q5_0;
 }
 
-/* where a 32-wide format's nibbles start: after d (and m), and for the 5-bit ones the qh word */
-static inline size_t qs_offset(int fmt)
-{
-    return fmt == FMT_Q5_0 ? 6 : fmt == FMT_Q5_1 ? 8 : 2;
-}
-
 /* One block's q as four 8-float vectors in element order. */
 INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
 {
@@ -117,8 +111,8 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
             q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k))));
         return;
     }
-    /* Q5_0, Q5_1: the 32 values as bytes, then widened 8 at a time */
-    __m256i v = srt_q5_bytes(blk + qs_offset(fmt) - 4);
+    /* Q5_0, Q5_1: the 32 values as bytes (from the qh word after d, and m), widened 8 at a time */
+    __m256i v = srt_q5_bytes(blk + (fmt == FMT_Q5_1 ? 4 : 2));
     if (fmt == FMT_Q5_0)   /* q - 16 in -16..15, signed bytes, as HF's dequantization takes it */
         v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
     __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
@@ -791,7 +785,7 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
  * integers of both signs, scales and x of both signs over a wide range of magnitudes, every
  * token count, the blocks in three column slices (so the accumulators are carried as in
  * pre_item); the packed Q8_0 decode on made-up GGUF blocks packed as the runner packs them;
- * the Q4_1 kernels (srt_cpu_q41_wide_matches). */
+ * the Q4_0 and Q4_1 kernels (srt_cpu_q41_wide_matches). */
 static uint32_t lcg(uint32_t *s) { return (*s = *s * 1103515245u + 12345u) >> 8; }
 
 /* m in [-1, 1] times 2^e, e in [e0, e0 + ne) */

@@ -377,8 +377,9 @@ TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *
  * 4L..4L+3 in 128-bit lane L of four registers, then a 4 x 4 dword transpose within the lanes
  * gives v_0..v_3 in row order; d and m (each row's first dword) the same way from loads 4
  * bytes earlier. Moving dwords one by one took 3/4 of a GGUF-layout decode; a gather for d
- * and m took a third of it (a cold decode ran below the old f32 kernel's speed). A partial
- * last group goes the scalar way (its rows past the weight must not be read). */
+ * and m took a third of it (a cold decode ran below the old f32 kernel's speed). Whole
+ * groups only: run_item packs a partial last one with pack_group (the rows past the weight
+ * must not be read). */
 /* a[i], 128-bit lane L: the 16 bytes at p + (4L + i) * st */
 INLINE512 void rows16(const uint8_t *p, size_t st, __m512i a[4])
 {
@@ -393,10 +394,6 @@ INLINE512 void rows16(const uint8_t *p, size_t st, __m512i a[4])
 
 TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 {
-    if (w->rows - g * G < G) {
-        pack_group(w, g, o);
-        return;
-    }
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
@@ -422,10 +419,6 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
  * d and m moved one by one */
 TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 {
-    if (w->rows - g * G < G) {
-        pack_group(w, g, o);
-        return;
-    }
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
@@ -515,7 +508,7 @@ typedef struct {
     uint8_t *rep;                          /* per thread: nb * BB bytes */
     int nth;                               /* threads taking items */
     kern_fn kern;
-    void (*pack)(const srt_weight *w, int64_t g, uint8_t *o);   /* a GGUF-layout group */
+    void (*pack)(const srt_weight *w, int64_t g, uint8_t *o);   /* a whole GGUF-layout group */
 } q41_job;
 
 static void prep_item(void *arg, int64_t i, int ith)
@@ -588,7 +581,7 @@ static void run_item(void *arg, int64_t i, int ith)
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *gp = group_at(w, g), *pf = g + 1 < g1 ? group_at(w, g + 1) : next;
         if (!packed) {
-            j->pack(w, g, rep);
+            (w->rows - g * G < G ? pack_group : j->pack)(w, g, rep);
             gp = rep;
         }
         int nr = w->rows - g * G < G ? (int)(w->rows - g * G) : G;
