@@ -467,11 +467,14 @@ static void test_matmul_batch_invariance(srt_dtype t, srt_threadpool *tp)
 }
 
 /* Attention: a token's output is the same bits decoded alone (unsplit, or with its keys
- * split over the threads), as the last token of a prefill chunk, and next to another
- * sequence, for F32 and F16 KV on every SIMD path. */
+ * split over the threads), at every place of a prefill chunk (the tokens of a chunk are
+ * attended in tiles that share K/V blocks; one chunk ends inside a 256-key chunk of keys,
+ * one crosses from one to the next), and next to another sequence, for F32 and F16 KV on
+ * every SIMD path. */
 static void test_attention_invariance(srt_threadpool *tp)
 {
-    enum { NH = 6, NKV = 2, HD = 64, NSLOT = 1024, S = 700, CH = 40 };
+    enum { NH = 6, NKV = 2, HD = 64, NSLOT = 1024, S = 700, CH = 40, NP = 2 };
+    static const int32_t first[NP] = { S - CH, 256 - CH / 2 };   /* the chunks' first positions */
     float *kc = malloc(sizeof(float) * NSLOT * NKV * HD), *vc = malloc(sizeof(float) * NSLOT * NKV * HD);
     uint16_t *kh = malloc(2 * NSLOT * NKV * HD), *vh = malloc(2 * NSLOT * NKV * HD);
     for (int i = 0; i < NSLOT * NKV * HD; i++) {
@@ -488,10 +491,10 @@ static void test_attention_invariance(srt_threadpool *tp)
     float *q = malloc(sizeof(float) * (CH + 8) * NH * HD), *qb = malloc(sizeof(float) * (CH + 8) * NH * HD);
     for (int i = 0; i < (CH + 8) * NH * HD; i++)
         q[i] = frand(-2, 2);
-    float *ref = malloc(sizeof(float) * NH * HD), *out = malloc(sizeof(float) * (CH + 8) * NH * HD);
+    float *ref = malloc(sizeof(float) * NP * CH * NH * HD), *out = malloc(sizeof(float) * (CH + 8) * NH * HD);
     size_t nsc = srt_cpu_attention_scratch_floats(srt_threadpool_size(tp), HD);
     float *scratch = malloc(sizeof(float) * nsc);
-    const float *qlast = q + (size_t)(CH - 1) * NH * HD;   /* the query of position S-1 */
+    const size_t tok = (size_t)NH * HD;
     for (int kd = 0; kd < 2; kd++)
         for (int p = 0; p < 3; p++) {
             if (srt_cpu_force_simd(paths[p]) != SRT_OK)
@@ -502,39 +505,54 @@ static void test_attention_invariance(srt_threadpool *tp)
                                     .seq_slots = ss };
             srt_attn_args a = { &b, qb, out, kd ? (const void *)kh : kc, kd ? (const void *)vh : vc,
                                 kd ? SRT_F16 : SRT_F32, NH, NKV, HD, 0.125f };
-            /* decode alone, one thread */
-            memcpy(qb, qlast, sizeof(float) * NH * HD);
-            pos[0] = S - 1, start[0] = 0, start[1] = 1, len[0] = S, ss[0] = slots;
-            b.n_tokens = 1, b.n_seqs = 1;
-            srt_cpu_attention(NULL, &a, NULL, 0);
-            memcpy(ref, out, sizeof(float) * NH * HD);
-            /* decode alone on the pool: the keys split over the threads */
-            memset(out, 0xff, sizeof(float) * (CH + 8) * NH * HD);   /* NaNs: every output must be written */
+            /* every position of both chunks decoded alone, one thread: the references */
+            b.n_tokens = 1, b.n_seqs = 1, start[0] = 0, start[1] = 1, ss[0] = slots;
+            for (int c = 0; c < NP; c++)
+                for (int i = 0; i < CH; i++) {
+                    memcpy(qb, q + i * tok, sizeof(float) * tok);
+                    pos[0] = first[c] + i, len[0] = first[c] + i + 1;
+                    srt_cpu_attention(NULL, &a, NULL, 0);
+                    memcpy(ref + ((size_t)c * CH + i) * tok, out, sizeof(float) * tok);
+                }
+            const float *rlast = ref + (size_t)(CH - 1) * tok, *qlast = q + (size_t)(CH - 1) * tok;
+            /* the last position decoded alone on the pool: the keys split over the threads */
+            memcpy(qb, qlast, sizeof(float) * tok);
+            pos[0] = S - 1, len[0] = S;
+            memset(out, 0xff, sizeof(float) * (CH + 8) * tok);   /* NaNs: every output must be written */
             srt_cpu_attention(tp, &a, scratch, nsc);
-            int same_split = !memcmp(ref, out, sizeof(float) * NH * HD);
-            /* last token of a prefill chunk of CH positions */
-            memcpy(qb, q, sizeof(float) * CH * NH * HD);
-            for (int i = 0; i < CH; i++)
-                pos[i] = S - CH + i;
+            int same_split = !memcmp(rlast, out, sizeof(float) * tok);
+            /* each chunk as one prefill: every token equals its decode */
+            int same_chunk = 1, bad_at = -1;
+            memcpy(qb, q, sizeof(float) * CH * tok);
             b.n_tokens = CH, start[1] = CH;
-            memset(out, 0xff, sizeof(float) * (CH + 8) * NH * HD);
-            srt_cpu_attention(tp, &a, scratch, nsc);
-            int same_chunk = !memcmp(ref, out + (size_t)(CH - 1) * NH * HD, sizeof(float) * NH * HD);
+            for (int c = 0; c < NP; c++) {
+                for (int i = 0; i < CH; i++)
+                    pos[i] = first[c] + i;
+                len[0] = first[c] + CH;
+                memset(out, 0xff, sizeof(float) * (CH + 8) * tok);
+                srt_cpu_attention(tp, &a, scratch, nsc);
+                for (int i = 0; i < CH; i++)
+                    if (memcmp(ref + ((size_t)c * CH + i) * tok, out + (size_t)i * tok, sizeof(float) * tok)) {
+                        same_chunk = 0;
+                        bad_at = bad_at < 0 ? first[c] + i : bad_at;
+                    }
+            }
             /* next to another sequence's 5-token prefill */
-            memcpy(qb, q + (size_t)CH * NH * HD, sizeof(float) * 5 * NH * HD);
-            memcpy(qb + (size_t)5 * NH * HD, qlast, sizeof(float) * NH * HD);
+            memcpy(qb, q + (size_t)CH * tok, sizeof(float) * 5 * tok);
+            memcpy(qb + (size_t)5 * tok, qlast, sizeof(float) * tok);
             for (int i = 0; i < 5; i++)
                 pos[i] = i;
             pos[5] = S - 1;
             start[0] = 0, start[1] = 5, start[2] = 6, len[0] = 5, len[1] = S, ss[0] = oslots, ss[1] = slots;
             b.n_tokens = 6, b.n_seqs = 2;
-            memset(out, 0xff, sizeof(float) * (CH + 8) * NH * HD);
+            memset(out, 0xff, sizeof(float) * (CH + 8) * tok);
             srt_cpu_attention(tp, &a, scratch, nsc);
-            int same_mix = !memcmp(ref, out + (size_t)5 * NH * HD, sizeof(float) * NH * HD);
-            ok(same_split && same_chunk && same_mix,
-               "attention %s %s, %d keys: decode alone == split over threads (%d) == in a prefill chunk (%d) == "
-               "next to another sequence (%d), bit for bit", kd ? "f16" : "f32", paths[p], S, same_split, same_chunk,
-               same_mix);
+            int same_mix = !memcmp(rlast, out + (size_t)5 * tok, sizeof(float) * tok);
+            if (!ok(same_split && same_chunk && same_mix,
+                    "attention %s %s: decode alone == split over threads (%d) == at each place of prefill chunks "
+                    "at %d and %d (%d) == next to another sequence (%d), bit for bit", kd ? "f16" : "f32", paths[p],
+                    same_split, first[0], first[1], same_chunk, same_mix))
+                tap_diag("first position that differs in a chunk: %d", bad_at);
         }
     free(kc); free(vc); free(kh); free(vh); free(q); free(qb); free(ref); free(out); free(scratch);
 }

@@ -41,6 +41,7 @@ typedef struct attn_job {
     int32_t              run;      /* query heads per item */
     int32_t              runs;     /* items per (token, kv head) */
     int32_t              chunks;   /* key ranges per item (split decode), 1 otherwise */
+    int32_t              tile;     /* batch tokens per item (split decode: 1) */
     float               *partial;  /* split decode: per (item, chunk) acc[run][hd], mx[run], sum[run] */
 } attn_job;
 
@@ -121,127 +122,154 @@ static float scale_max(float *s, int32_t n, float scale)
     return bmx;
 }
 
-/* query heads h0 .. h0+nh-1 of token t, all on KV head kvh, over keys [k0, k1): the
- * unnormalised state acc[i][hd], mx[i], sum[i] of each head */
-static void attend_range(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t k0,
-                         int32_t k1, float (*acc)[1024], float *mx, float *sum)
+/* A prefill's tokens are taken in tiles of up to TILE_TOK consecutive tokens of one
+ * sequence: the tile's query rows (token x head) share each block of K/V rows, read and
+ * converted once while they are in L1, where one token at a time found them evicted by the
+ * other KV heads' rows (K loads were half of the scores' time). Each token still takes its
+ * own keys, blocks and softmax steps in its own order, so its bits are those it has alone. */
+#define TILE_TOK  8
+#define TILE_ROWS 32     /* query rows per tile */
+#define STATE_FLOATS 8192   /* acc floats per tile: TILE_ROWS x 256, or MAX_RUN x 1024 */
+
+/* query heads h0 .. h0+nh-1 on KV head kvh of the nt tokens t0.. of one sequence: token i
+ * takes keys [k0, k1[i]) (none if k1[i] <= k0); the unnormalised state of query row
+ * r = i * nh + h is acc[r * hd ..], mx[r], sum[r] */
+static void attend_range(const attn_job *job, int32_t t0, int32_t nt, int32_t kvh, int32_t h0, int32_t nh,
+                         int32_t k0, const int32_t *k1, float *acc, float *mx, float *sum)
 {
     const srt_attn_args *a = job->a;
     const srt_forward_batch *b = a->batch;
-    int32_t hd = a->head_dim, s = seq_of_token(b, t);
+    int32_t hd = a->head_dim, s = seq_of_token(b, t0), nr = nt * nh, kmax = k0;
     size_t row = (size_t)a->n_kv_heads * hd;
     const int32_t *slots = b->seq_slots[s];
-    float score[MAX_RUN][KEY_BLOCK];
-    const float *q[MAX_RUN];
+    float score[TILE_ROWS][KEY_BLOCK];
+    const float *q[TILE_ROWS];
     int f32 = a->kv_dtype == SRT_F32;
     size_t elt = f32 ? sizeof(float) : sizeof(uint16_t), off = (size_t)kvh * hd, bytes = (size_t)hd * elt;
 
-    for (int32_t i = 0; i < nh; i++) {
-        q[i] = a->q + ((size_t)t * a->n_heads + h0 + i) * hd;
-        memset(acc[i], 0, (size_t)hd * sizeof(float));
-        mx[i] = -INFINITY;
-        sum[i] = 0.0f;
+    for (int32_t i = 0; i < nt; i++) {
+        kmax = k1[i] > kmax ? k1[i] : kmax;
+        for (int32_t h = 0; h < nh; h++) {
+            int32_t r = i * nh + h;
+            q[r] = a->q + ((size_t)(t0 + i) * a->n_heads + h0 + h) * hd;
+            memset(acc + (size_t)r * hd, 0, (size_t)hd * sizeof(float));
+            mx[r] = -INFINITY;
+            sum[r] = 0.0f;
+        }
     }
     const float *rows[KEY_BLOCK];
     const uint16_t *hrows[KEY_BLOCK];
     /* K rows PF_KEYS keys ahead and each block's V rows while its scores are computed, a few
      * at a time: a burst of a block's worth of prefetches overflows the miss buffers and most
      * are dropped */
-    for (int32_t j = k0; j < k1 && j < k0 + PF_KEYS; j++)
+    for (int32_t j = k0; j < kmax && j < k0 + PF_KEYS; j++)
         prefetch_row(a->k_cache, elt, slots, j, row, off, bytes);
-    for (int32_t j0 = k0; j0 < k1; j0 += KEY_BLOCK) {
-        int32_t nb = k1 - j0 < KEY_BLOCK ? k1 - j0 : KEY_BLOCK;
+    for (int32_t j0 = k0; j0 < kmax; j0 += KEY_BLOCK) {
+        int32_t nb = kmax - j0 < KEY_BLOCK ? kmax - j0 : KEY_BLOCK;
         for (int32_t j = 0; j < nb; j++) {
-            if (j0 + j + PF_KEYS < k1)
+            if (j0 + j + PF_KEYS < kmax)
                 prefetch_row(a->k_cache, elt, slots, j0 + j + PF_KEYS, row, off, bytes);
             prefetch_row(a->v_cache, elt, slots, j0 + j, row, off, bytes);
             if ((j + 1) % PF_STEP && j + 1 < nb)
                 continue;
             int32_t s0 = j / PF_STEP * PF_STEP, n = j + 1 - s0;   /* the keys [s0, j] */
             if (f32) {
-                /* K rows once, each head's query held in registers across them */
+                /* K rows once, each query held in registers across them */
                 for (int32_t i = 0; i < n; i++)
                     rows[i] = (const float *)a->k_cache + (size_t)slots[j0 + s0 + i] * row + off;
-                for (int32_t i = 0; i < nh; i++)
-                    job->dot_rows(q[i], rows, n, hd, score[i] + s0);
+                for (int32_t r = 0; r < nr; r++)
+                    job->dot_rows(q[r], rows, n, hd, score[r] + s0);
             } else {
                 for (int32_t i = 0; i < n; i++)
                     hrows[i] = (const uint16_t *)a->k_cache + (size_t)slots[j0 + s0 + i] * row + off;
-                job->f16_dot((const float *const *)q, nh, hrows, n, hd, score[0] + s0, KEY_BLOCK);
+                job->f16_dot((const float *const *)q, nr, hrows, n, hd, score[0] + s0, KEY_BLOCK);
             }
         }
-        for (int32_t i = 0; i < nh; i++) {
-            float bmx = scale_max(score[i], nb, a->scale);
-            if (bmx > mx[i]) {
-                float corr = expf(mx[i] - bmx);   /* 0 on the first block */
-                sum[i] *= corr;
-                for (int32_t d = 0; d < hd; d++)
-                    acc[i][d] *= corr;
-                mx[i] = bmx;
-            }
-            sum[i] += job->exp_sum(score[i], nb, mx[i]);
-        }
-        if (f32) {
-            for (int32_t j = 0; j < nb; j++)
+        for (int32_t j = 0; j < nb; j++)
+            if (f32)
                 rows[j] = (const float *)a->v_cache + (size_t)slots[j0 + j] * row + off;
-            for (int32_t i = 0; i < nh; i++)
-                job->axpy_rows(acc[i], score[i], rows, nb, hd);
-        } else {
-            float *accs[MAX_RUN];
-            for (int32_t i = 0; i < nh; i++)
-                accs[i] = acc[i];
-            for (int32_t j = 0; j < nb; j++)
+            else
                 hrows[j] = (const uint16_t *)a->v_cache + (size_t)slots[j0 + j] * row + off;
-            job->f16_axpy(accs, score[0], KEY_BLOCK, nh, hrows, nb, hd);
+        for (int32_t i = 0; i < nt; i++) {
+            /* the token's own block: the keys past its position were scored for the others */
+            int32_t nbi = k1[i] - j0 < nb ? k1[i] - j0 : nb;
+            if (nbi <= 0)
+                continue;
+            float *accs[MAX_RUN];
+            for (int32_t h = 0; h < nh; h++) {
+                int32_t r = i * nh + h;
+                accs[h] = acc + (size_t)r * hd;
+                float bmx = scale_max(score[r], nbi, a->scale);
+                if (bmx > mx[r]) {
+                    float corr = expf(mx[r] - bmx);   /* 0 on the first block */
+                    sum[r] *= corr;
+                    for (int32_t d = 0; d < hd; d++)
+                        accs[h][d] *= corr;
+                    mx[r] = bmx;
+                }
+                sum[r] += job->exp_sum(score[r], nbi, mx[r]);
+            }
+            if (f32)
+                for (int32_t h = 0; h < nh; h++)
+                    job->axpy_rows(accs[h], score[i * nh + h], rows, nbi, hd);
+            else
+                job->f16_axpy(accs, score[i * nh], KEY_BLOCK, nh, hrows, nbi, hd);
         }
     }
 }
 
-/* Chunk c of the token's keys alone (part != NULL: its state, for a later merge), or, with
- * c < 0, every chunk merged and normalised into the output. */
-static void attend(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t c, float *part)
+/* Chunk c of token t's keys alone, its state into part (for a later merge). */
+static void attend_part(const attn_job *job, int32_t t, int32_t kvh, int32_t h0, int32_t nh, int32_t c, float *part)
 {
     const srt_attn_args *a = job->a;
     int32_t hd = a->head_dim, n_keys = a->batch->positions[t] + 1;
-    float acc[MAX_RUN][1024], mx[MAX_RUN], sum[MAX_RUN];
-    if (part) {
-        int32_t k0 = c * ATTN_CHUNK, k1 = k0 + ATTN_CHUNK < n_keys ? k0 + ATTN_CHUNK : n_keys;
-        attend_range(job, t, kvh, h0, nh, k0, k1, acc, mx, sum);
-        for (int32_t i = 0; i < nh; i++) {
-            memcpy(part + (size_t)i * hd, acc[i], (size_t)hd * sizeof(float));
-            part[(size_t)job->run * hd + i] = mx[i];
-            part[(size_t)job->run * hd + job->run + i] = sum[i];
-        }
-        return;
-    }
-    float tot[MAX_RUN][1024], tm[MAX_RUN], ts[MAX_RUN];
-    int32_t nc = n_chunks_of(n_keys);
-    for (int32_t ci = 0; ci < nc; ci++) {
-        int32_t k0 = ci * ATTN_CHUNK, k1 = k0 + ATTN_CHUNK < n_keys ? k0 + ATTN_CHUNK : n_keys;
-        if (nc == 1) {
-            attend_range(job, t, kvh, h0, nh, k0, k1, tot, tm, ts);
-            break;
-        }
-        attend_range(job, t, kvh, h0, nh, k0, k1, ci == 0 ? tot : acc, ci == 0 ? tm : mx, ci == 0 ? ts : sum);
-        if (ci > 0)
-            for (int32_t i = 0; i < nh; i++)
-                merge_state(tot[i], &tm[i], &ts[i], acc[i], mx[i], sum[i], hd);
-    }
+    float acc[STATE_FLOATS], mx[MAX_RUN], sum[MAX_RUN];
+    int32_t k0 = c * ATTN_CHUNK, k1 = k0 + ATTN_CHUNK < n_keys ? k0 + ATTN_CHUNK : n_keys;
+    attend_range(job, t, 1, kvh, h0, nh, k0, &k1, acc, mx, sum);
     for (int32_t i = 0; i < nh; i++) {
-        float inv = 1.0f / ts[i], *out = a->out + ((size_t)t * a->n_heads + h0 + i) * hd;
-        for (int32_t d = 0; d < hd; d++)
-            out[d] = tot[i][d] * inv;
+        memcpy(part + (size_t)i * hd, acc + (size_t)i * hd, (size_t)hd * sizeof(float));
+        part[(size_t)job->run * hd + i] = mx[i];
+        part[(size_t)job->run * hd + job->run + i] = sum[i];
     }
 }
 
-/* (token, kv head, run) of base item i */
+/* The nt tokens t0.. of one sequence: each token's chunks merged in order and normalised
+ * into the output. A token whose keys end in an earlier chunk sits out the later ones. */
+static void attend(const attn_job *job, int32_t t0, int32_t nt, int32_t kvh, int32_t h0, int32_t nh)
+{
+    const srt_attn_args *a = job->a;
+    int32_t hd = a->head_dim, n_keys[TILE_TOK], k1[TILE_TOK], nc = 0;
+    float acc[STATE_FLOATS], mx[TILE_ROWS], sum[TILE_ROWS];
+    float tot[STATE_FLOATS], tm[TILE_ROWS], ts[TILE_ROWS];
+    for (int32_t i = 0; i < nt; i++) {
+        n_keys[i] = a->batch->positions[t0 + i] + 1;
+        nc = n_chunks_of(n_keys[i]) > nc ? n_chunks_of(n_keys[i]) : nc;
+    }
+    for (int32_t ci = 0; ci < nc; ci++) {
+        int32_t k0 = ci * ATTN_CHUNK;
+        for (int32_t i = 0; i < nt; i++)
+            k1[i] = k0 + ATTN_CHUNK < n_keys[i] ? k0 + ATTN_CHUNK : n_keys[i];
+        attend_range(job, t0, nt, kvh, h0, nh, k0, k1, ci == 0 ? tot : acc, ci == 0 ? tm : mx, ci == 0 ? ts : sum);
+        if (ci > 0)
+            for (int32_t r = 0; r < nt * nh; r++)
+                if (k1[r / nh] > k0)
+                    merge_state(tot + (size_t)r * hd, &tm[r], &ts[r], acc + (size_t)r * hd, mx[r], sum[r], hd);
+    }
+    for (int32_t r = 0; r < nt * nh; r++) {
+        float inv = 1.0f / ts[r], *out = a->out + ((size_t)(t0 + r / nh) * a->n_heads + h0 + r % nh) * hd;
+        for (int32_t d = 0; d < hd; d++)
+            out[d] = tot[(size_t)r * hd + d] * inv;
+    }
+}
+
+/* (tile, kv head, run) of base item i */
 static void item_heads(const attn_job *job, int64_t i, int32_t *t, int32_t *kvh, int32_t *h0, int32_t *nh)
 {
     const srt_attn_args *a = job->a;
     int32_t group = a->n_heads / a->n_kv_heads;
-    int64_t per_tok = (int64_t)a->n_kv_heads * job->runs;
-    int32_t rem = (int32_t)(i % per_tok), r;
-    *t = (int32_t)(i / per_tok);
+    int64_t per_tile = (int64_t)a->n_kv_heads * job->runs;
+    int32_t rem = (int32_t)(i % per_tile), r;
+    *t = (int32_t)(i / per_tile);
     *kvh = rem / job->runs;
     r = rem % job->runs;
     *h0 = *kvh * group + r * job->run;
@@ -250,17 +278,26 @@ static void item_heads(const attn_job *job, int64_t i, int32_t *t, int32_t *kvh,
 
 static size_t part_stride(const attn_job *job) { return (size_t)job->run * (size_t)(job->a->head_dim + 2); }
 
-/* one item: a (token, KV head run) pair, or one key chunk of it when decode is split */
+/* one item: a tile of batch tokens (each run of one sequence's tokens in it attended
+ * together) on a KV head run, or one key chunk of one token when decode is split */
 static void attn_item(void *arg, int64_t i, int ith)
 {
     const attn_job *job = arg;
+    const srt_forward_batch *b = job->a->batch;
     int32_t t, kvh, h0, nh, c = (int32_t)(i % job->chunks);
     (void)ith;
     item_heads(job, i / job->chunks, &t, &kvh, &h0, &nh);
-    if (job->chunks == 1)
-        attend(job, t, kvh, h0, nh, -1, NULL);
-    else if (c < n_chunks_of(job->a->batch->positions[t] + 1))
-        attend(job, t, kvh, h0, nh, c, job->partial + (size_t)i * part_stride(job));
+    if (job->chunks > 1) {
+        if (c < n_chunks_of(b->positions[t] + 1))
+            attend_part(job, t, kvh, h0, nh, c, job->partial + (size_t)i * part_stride(job));
+        return;
+    }
+    int32_t u = t * job->tile, end = u + job->tile < b->n_tokens ? u + job->tile : b->n_tokens;
+    while (u < end) {
+        int32_t s = seq_of_token(b, u), v = b->seq_start[s + 1] < end ? b->seq_start[s + 1] : end;
+        attend(job, u, v - u, kvh, h0, nh);
+        u = v;
+    }
 }
 
 /* split decode: each item's chunk states merged in chunk order, as attend does */
@@ -318,12 +355,23 @@ void srt_cpu_attention(srt_threadpool *tp, const srt_attn_args *a, float *scratc
      * rather than 9 single-head items (busiest thread: 5 heads, each with its own K/V pass) */
     while (chunks == 1 && run > 1 && base * ((group + run - 1) / run) < (int64_t)nth)
         run = (run + 1) / 2;
+    /* tiles where sequences bring several tokens (prefill), as many tokens as the query rows
+     * and state allow, and halved while there would be few items per thread */
+    int32_t tile = 1;
+    if (chunks == 1 && a->batch->n_tokens >= 2 * a->batch->n_seqs) {
+        tile = TILE_TOK < TILE_ROWS / run ? TILE_TOK : TILE_ROWS / run;
+        while (tile > 1 && tile * run * a->head_dim > STATE_FLOATS)
+            tile /= 2;
+        while (tile > 1 && (a->batch->n_tokens + tile - 1) / tile * a->n_kv_heads * ((group + run - 1) / run) < 4 * nth)
+            tile /= 2;
+    }
+    int64_t tiles = (a->batch->n_tokens + tile - 1) / tile;
     attn_job job = { a, srt_cpu_dot_f32(), srt_cpu_axpy_f32(), srt_cpu_exp_sum(), srt_cpu_dot_rows(), srt_cpu_axpy_rows(),
                      srt_cpu_f16_dot_block(), srt_cpu_f16_axpy_block(), run,
-                     (group + run - 1) / run, chunks, scratch };
+                     (group + run - 1) / run, chunks, tile, scratch };
     /* items claimed one at a time: causal items grow with position, and a thread the OS
      * runs late finds the rest done (the bits do not depend on who computes an item) */
-    srt_threadpool_run_items(tp, attn_item, &job, base * job.runs * chunks);
+    srt_threadpool_run_items(tp, attn_item, &job, tiles * a->n_kv_heads * job.runs * chunks);
     if (chunks > 1)
         srt_threadpool_run_items(tp, merge_item, &job, base * job.runs);
 }
