@@ -16,7 +16,7 @@
  * decode step reads every weight once, so bandwidth / weight bytes is the decode roofline
  * (scripts/bench_engine.py reports each engine against it).
  *
- * -e 1 times the exact kernels (f32 activations, Q4_0/Q4_1's a 24-bit fixed point;
+ * -e 1 times the exact kernels (f32 activations, Q4_0/Q4_1/Q8_0's a 24-bit fixed point;
  * srt_cpu_exact_matmul) instead of the fast 8-bit-activation ones; fused q|k|v and gate|up
  * become one call per weight. Q4_0, Q4_1 and Q8_0 weights are packed first, as the CPU
  * runner's own copy of them is (srt_cpu_exact_pack), so a decode times the packed kernels the

@@ -65,25 +65,32 @@ static void packed(void)
         srt_err err;
         srt_backend *be = srt_cpu_backend_create(2, 1, &err), *fast = srt_cpu_backend_create(2, 0, &err);
         srt_weight q41 = { .dtype = SRT_Q4_1, .rows = 8, .cols = 64, .row_stride = srt_dtype_row_bytes(SRT_Q4_1, 64) };
-        srt_weight odd = q41, narrow = q41, q8 = q41, q8odd = q41, f32 = q41;
+        srt_weight odd = q41, narrow = q41, q8 = q41, q8odd, q5, q5odd, f32 = q41;
         odd.rows = 12;
         narrow.cols = 32;
-        q8.dtype = q8odd.dtype = SRT_Q8_0;
+        q8.dtype = SRT_Q8_0;
         q8.cols = 32;
         q8.row_stride = srt_dtype_row_bytes(SRT_Q8_0, 32);
+        q8odd = q8;
         q8odd.rows = 12;
+        q5 = q8;
+        q5.dtype = SRT_Q5_0;
+        q5.row_stride = srt_dtype_row_bytes(SRT_Q5_0, 32);
+        q5odd = q5;
+        q5odd.rows = 12;
         f32.dtype = SRT_F32;
         int exact = strcmp(paths[p], "portable") != 0;
         /* Q4_1 in groups of 16 rows, the last one padded */
         ok(be->ops->pack_bytes && (be->ops->pack_bytes(be, &q41) == 16 * q41.row_stride) == exact &&
-               (be->ops->pack_bytes(be, &q8) == 8 * q8.row_stride) == exact &&
+               (be->ops->pack_bytes(be, &q8) == 16 * q8.row_stride) == exact &&
                (be->ops->pack_bytes(be, &odd) == 16 * odd.row_stride) == exact &&
                (be->ops->pack_bytes(be, &narrow) == 16 * srt_dtype_row_bytes(SRT_Q4_1, 32)) == exact &&
-               be->ops->pack_bytes(be, &q8odd) == 0 &&
+               (be->ops->pack_bytes(be, &q8odd) == 16 * q8odd.row_stride) == exact &&
+               (be->ops->pack_bytes(be, &q5) == 8 * q8.row_stride) == exact && be->ops->pack_bytes(be, &q5odd) == 0 &&
                be->ops->pack_bytes(be, &f32) == 0 && fast->ops->pack_bytes(fast, &q41) == 0 &&
                fast->ops->pack_bytes(fast, &q8) == 0,
-           "%s: Q4_1 and Q8_0 are packed only for the exact kernels (Q4_1: any rows, in 16-row groups; Q8_0: 8-row multiples)",
-           paths[p]);
+           "%s: Q4_1, Q8_0 and Q5_0 are packed only for the exact kernels (Q4_1, Q8_0: any rows, in 16-row groups; "
+           "Q5_0, as Q8_0: 8-row multiples)", paths[p]);
         if (!exact) {
             srt_backend_free(be);
             srt_backend_free(fast);
@@ -238,7 +245,7 @@ static void avx512_kernels(void)
     free(bias);
 }
 
-/* ---- Q4_1: exact_q41.c's contract, written out in scalar C ---- */
+/* ---- Q4_1, Q4_0 and Q8_0: exact_q41.c's contract, written out in scalar C ---- */
 
 /* the f32 block sum: lanes l of (x[0:8] + x[8:16]) + (x[16:24] + x[24:32]), then
  * srt_hsum8's pairs */
@@ -250,12 +257,12 @@ static float ref_block_sum(const float *x)
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
-/* y[t][r] of a GGUF-layout Q4_1 or Q4_0 weight as the header of exact_q41.c defines it */
+/* y[t][r] of a GGUF-layout Q4_1, Q4_0 or Q8_0 weight as the header of exact_q41.c defines it */
 static void ref_q41(const srt_weight *w, const float *bias, const float *x, int64_t n_tok, float *y)
 {
     int64_t nb = w->cols / 32;
-    int q40 = w->dtype == SRT_Q4_0;
-    size_t bbytes = q40 ? 18 : 20, qs = q40 ? 2 : 4;
+    int q40 = w->dtype == SRT_Q4_0, q80 = w->dtype == SRT_Q8_0;
+    size_t bbytes = q80 ? 34 : q40 ? 18 : 20, qs = q40 || q80 ? 2 : 4;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < w->rows; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_stride;
@@ -286,22 +293,22 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                 }
                 int32_t S[3] = { 0, 0, 0 };
                 for (int j = 0; j < 32; j++) {
-                    int q = j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4;
+                    int q = q80 ? (int8_t)blk[qs + j] : j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4;
                     for (int i = 0; i < 3; i++)
                         S[i] += q * D[i][j];
                 }
                 float d = srt_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
-                float m = q40 ? -8.0f * d : srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
-                float v = fmaf((float)S[1], 256.0f, (float)S[0]);
-                v = fmaf((float)S[2], 65536.0f, v);
+                float m = q40 ? -8.0f * d : q80 ? 0.0f : srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
+                float v = fmaf((float)S[2], 65536.0f, (float)(S[1] * 256 + S[0]));
                 acc = fmaf(v, d * sc, acc);
-                off = fmaf(m, xs, off);
+                if (!q80)
+                    off = fmaf(m, xs, off);
             }
             y[t * w->rows + r] = (acc + off) + (bias ? bias[r] : 0.0f);
         }
 }
 
-/* The Q4_1 and Q4_0 kernels (8 and 16 lanes, packed and not, decode and prefill tiles) give the bits
+/* The Q4_1, Q4_0 and Q8_0 kernels (8 and 16 lanes, packed and not, decode and prefill tiles) give the bits
  * of the scalar contract, on x of wide magnitudes and on the edge blocks: all zeros, one
  * value, tops that round past 0x7F7F7F and at its edge (ties to even), subnormals,
  * values near FLT_MAX, and an inf and a NaN (their tokens' outputs NaN, the other tokens'
@@ -622,5 +629,6 @@ int main(void)
     avx512_kernels();
     q41_contract(SRT_Q4_1);
     q41_contract(SRT_Q4_0);
+    q41_contract(SRT_Q8_0);
     return tap_done();
 }

@@ -1,6 +1,6 @@
-/* The exact path's Q4_1 and Q4_0 matmul: HF's weights w = d*q + m (Q4_0: d*(q - 8), taken as
- * m = -8d, exact in f32) against x held as a 24-bit fixed point per block, multiplied in
- * integers.
+/* The exact path's Q4_1, Q4_0 and Q8_0 matmul: HF's weights w = d*q + m (Q4_0: d*(q - 8),
+ * taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes) against x held as a 24-bit fixed
+ * point per block, multiplied in integers.
  *
  * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
  * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM),
@@ -14,11 +14,17 @@
  * own float32 (1.1e-4); 16 bits moved them 1.8e-2 (scripts/activation_rounding_error.py).
  *
  * Then per (row, token), the rows in lanes:
- *     S_i = sum_j q_j * D_ij                  exact in int32 (|S_i| <= 32 * 15 * 128)
- *     t   = fma(S2, 65536, S1 * 256 + S0)     (the inner sum exact: below 2^24)
+ *     S_i = sum_j q_j * D_ij                  exact in int32 (|S_i| <= 32 * 15 * 128; Q8_0: 2^19)
+ *     t   = fma(S2, 65536, (float)(S1 * 256 + S0))
+ *                                             (Q4: the inner sum exact, below 2^24; Q8_0: rounded
+ *                                             to nearest even, as int32 to float converts)
  *     acc = fma(t, d_b * s_b, acc)            block by block from 0
  *     off = fma(m_b, xsum_b, off)             block by block from 0; xsum_b the f32 block sum
+ *                                             (Q8_0: none, off = 0)
  *     y   = (acc + off) + bias
+ * Q8_0's q is signed and vpdpbusd's first operand unsigned, so the packed bytes are q + 128
+ * and each sum starts from -128 * sum_j D_ij (prepared with the digits). AVX2's vpmaddubsw would
+ * saturate on bytes that large, so the 8-lane kernel takes their nibbles: 16 * (hi . D) + lo . D.
  * The integers are exact whichever instructions form them (AVX-512 VNNI, or AVX2's vpmaddubsw
  * + vpaddw + vpmaddwd) and every float step is per lane, so a (row, token) output has the
  * same bits on 16 lanes or 8, alone or in any batch, decoded or prefilled, packed or not:
@@ -29,6 +35,8 @@
  *     four 64-byte vectors v_c (c = 0..3): dword r is row 16g + r's GGUF bytes qs[4c..4c+3]
  *     (low nibbles q[4c..4c+3], high nibbles q[16+4c..16+4c+3]);
  *     d[16], then m[16] (f16, row order); Q4_0 (SRT_Q4_0_X16, 288 bytes): no m.
+ * Q8_0 (SRT_Q8_0_X16, 544 bytes): eight vectors v_c, dword r row r's qs[4c..4c+3] + 128 (the
+ * top bits flipped), then d[16].
  * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
  * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
  * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
@@ -43,77 +51,91 @@
 #include "srt/common.h"
 
 #define G 16            /* rows per group: the lanes of a 512-bit register */
-#define BB 320          /* bytes of a group's block */
+#define BB 320          /* bytes of a Q4_1 group's block */
+#define BB_MAX 544      /* the largest: Q8_0's */
 #define XB 96           /* bytes of a token's block of x: digits D2, D1, D0, 32 each */
 #define TILE 4          /* tokens per kernel call (the 16-lane kernel's accumulators: 4 x 5) */
 #define RUN_TOK 512     /* tokens prepared at once, so the scratch is bounded at any chunk size */
 #define ITEM_TOK 128    /* prefill: tokens per work item */
+#define L1_BUDGET (20 * 1024)   /* bytes of L1 the groups in use may take (x's digits too) */
 #define X_MAX 8355711.0f   /* 0x7F7F7F: the largest X of three digits in [-128, 127] */
 
-_Static_assert(BB == G * sizeof(blk_q4_1), "a packed group block holds 16 GGUF blocks' bytes");
+_Static_assert(BB == G * sizeof(blk_q4_1) && BB_MAX == G * sizeof(blk_q8_0),
+               "a packed group block holds 16 GGUF blocks' bytes");
 
-/* Scratch (bytes): the prepared x of up to RUN_TOK tokens (per token nb * (96 + 8)), then per
- * thread one group of a GGUF-layout weight packed (nb * 320). */
+/* Scratch (bytes): the prepared x of up to RUN_TOK tokens (per token nb * (96 + 8 + 12): the
+ * digits, scale and sum, and Q8_0's three sums' starts), then per thread one group of a
+ * GGUF-layout weight packed (nb * 544). */
 static size_t x_bytes(int64_t nb, int64_t n_tok)
 {
     int64_t t = n_tok < RUN_TOK ? (n_tok > 0 ? n_tok : 1) : RUN_TOK;
-    return ((size_t)t * (size_t)nb * (XB + 2 * sizeof(float)) + 63) & ~(size_t)63;
+    return ((size_t)t * (size_t)nb * (XB + 2 * sizeof(float) + 3 * sizeof(int32_t)) + 63) & ~(size_t)63;
 }
 
 size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
 {
     int64_t nb = cols / QK;
-    return x_bytes(nb, n_tok) + (size_t)(n_threads > 0 ? n_threads : 1) * (size_t)nb * BB + 64;
+    return x_bytes(nb, n_tok) + (size_t)(n_threads > 0 ? n_threads : 1) * (size_t)nb * BB_MAX + 64;
 }
 
 /* ---- the layout ---- */
 
-/* The two formats: Q4_1, and Q4_0 (w = d*(q - 8), taken as m = -8d, exact in f32 as HF's
- * dequantization computes it; its packed block has no m) */
+/* The formats: Q4_1; Q4_0 (w = d*(q - 8), taken as m = -8d, exact in f32 as HF's
+ * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m) */
+enum { M_Q4_0, M_Q4_1, M_Q8_0 };
 typedef struct {
     srt_dtype gguf, packed;
-    size_t src, qs;   /* a GGUF block's bytes, and where its nibbles start */
+    size_t src, qs;   /* a GGUF block's bytes, and where its q start */
     size_t bb;        /* a packed group block's bytes */
-    int m;            /* 1: m stored after d (Q4_1); 0: m = -8d (Q4_0) */
+    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0 */
+    int nv;           /* 64-byte vectors of q per packed block */
 } q4_fmt;
 
-static const q4_fmt FMTS[2] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, 1 },
-                                { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, 0 } };
+static const q4_fmt FMTS[3] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4 },
+                                { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4 },
+                                { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8 } };
 
 static const q4_fmt *fmt_of(srt_dtype t)
 {
-    return t == SRT_Q4_1 || t == SRT_Q4_1_X16 ? &FMTS[0] : t == SRT_Q4_0 || t == SRT_Q4_0_X16 ? &FMTS[1] : NULL;
+    for (int i = 0; i < 3; i++)
+        if (t == FMTS[i].gguf || t == FMTS[i].packed)
+            return &FMTS[i];
+    return NULL;
 }
 
 int srt_cpu_q41_takes(srt_dtype t) { return fmt_of(t) != NULL; }
 
-/* Row r's GGUF block k into the packed block o, or back (the same moves reversed) */
+/* Row r's GGUF block k into the packed block o, or back (the same moves reversed; Q8_0's
+ * bytes with their top bit flipped, q + 128) */
 static inline void pack_row(const q4_fmt *f, uint8_t *o, int r, const uint8_t *k)
 {
-    for (int c = 0; c < 4; c++)
-        memcpy(o + 64 * c + 4 * r, k + f->qs + 4 * c, 4);
-    memcpy(o + 256 + 2 * r, k, 2);
-    if (f->m)
+    for (int c = 0; c < f->nv; c++)
+        for (int i = 0; i < 4; i++)
+            o[64 * c + 4 * r + i] = k[f->qs + 4 * c + i] ^ (f->m == M_Q8_0 ? 0x80 : 0);
+    memcpy(o + 64 * f->nv + 2 * r, k, 2);
+    if (f->m == M_Q4_1)
         memcpy(o + 288 + 2 * r, k + 2, 2);
 }
 
 static inline void unpack_row(const q4_fmt *f, const uint8_t *o, int r, uint8_t *k)
 {
-    for (int c = 0; c < 4; c++)
-        memcpy(k + f->qs + 4 * c, o + 64 * c + 4 * r, 4);
-    memcpy(k, o + 256 + 2 * r, 2);
-    if (f->m)
+    for (int c = 0; c < f->nv; c++)
+        for (int i = 0; i < 4; i++)
+            k[f->qs + 4 * c + i] = o[64 * c + 4 * r + i] ^ (f->m == M_Q8_0 ? 0x80 : 0);
+    memcpy(k, o + 64 * f->nv + 2 * r, 2);
+    if (f->m == M_Q4_1)
         memcpy(k + 2, o + 288 + 2 * r, 2);
 }
 
 /* group g of a GGUF-layout weight, packed into o (nb blocks); rows past the weight's zero */
-static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
+static void pack_group(const srt_weight *w, int64_t g, uint8_t *o, const uint8_t *pf)
 {
+    (void)pf;
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     for (int r = 0; r < G; r++) {
         int64_t row = g * G + r;
-        static const uint8_t zero[sizeof(blk_q4_1)];
+        static const uint8_t zero[sizeof(blk_q8_0)];
         const uint8_t *k = row < w->rows ? (const uint8_t *)w->data + (size_t)row * w->row_stride : zero;
         for (int64_t b = 0; b < nb; b++)
             pack_row(f, o + (size_t)b * f->bb, r, row < w->rows ? k + (size_t)b * f->src : zero);
@@ -133,7 +155,7 @@ void srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out)
     const q4_fmt *f = fmt_of(w->dtype);
     size_t rb = srt_dtype_row_bytes(f->gguf, w->cols);
     for (int64_t g = 0; g < (w->rows + G - 1) / G; g++)
-        pack_group(w, g, (uint8_t *)dst + (size_t)g * G * rb);
+        pack_group(w, g, (uint8_t *)dst + (size_t)g * G * rb, NULL);
     *out = (srt_weight){ .dtype = f->packed, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
 }
 
@@ -154,6 +176,17 @@ srt_dtype srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
 #define INLINE static inline __attribute__((always_inline)) TGT
 #define TGT512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLINE512 static inline __attribute__((always_inline)) TGT512
+
+/* bb bytes at p asked for, to L1 or (l2) to L2 */
+INLINE void prefetch_block(const char *p, int bb, int l2)
+{
+    if (l2)
+        for (int o = 0; o < bb; o += 64)
+            _mm_prefetch(p + o, _MM_HINT_T1);
+    else
+        for (int o = 0; o < bb; o += 64)
+            _mm_prefetch(p + o, _MM_HINT_T0);
+}
 
 /* ---- x as digits ---- */
 
@@ -212,10 +245,25 @@ static inline int scale_exp(float top)
     return man >= 16711423u ? k - 1 : k;
 }
 
-/* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc and block sums
- * xs. A block whose sum is not finite (an inf or NaN in x) gets a NaN scale: its rows' outputs
- * are NaN, as the products would be. A block of zeros has scale 0 and digits 0. */
-TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs)
+/* cs[i] = -128 * (the sum of plane i's 32 digits), Q8_0's starts: sums of the bytes D + 128
+ * (vpsadbw against zero) less 32 * 128 */
+INLINE void digit_sums(const int8_t *dig, int32_t *cs)
+{
+    const __m256i top = _mm256_set1_epi8((char)0x80);
+    for (int i = 0; i < 3; i++) {
+        __m256i u = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(dig + 32 * i)), top),
+                                    _mm256_setzero_si256());
+        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+        int32_t sum = (int32_t)(_mm_cvtsi128_si32(h) + _mm_extract_epi32(h, 2)) - 32 * 128;
+        cs[i] = -128 * sum;
+    }
+}
+
+/* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc, block sums xs
+ * and Q8_0's starts cs (three per block). A block whose sum is not finite (an inf or NaN in x)
+ * gets a NaN scale: its rows' outputs are NaN, as the products would be. A block of zeros has
+ * scale 0 and digits 0. */
+TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *cs)
 {
     const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < nb; b++, x += QK, dig += XB) {
@@ -228,6 +276,7 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
         float top = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
         if (!isfinite(xs[b]) || top == 0.0f) {
             memset(dig, 0, XB);
+            memset(cs + 3 * b, 0, 3 * sizeof(int32_t));
             sc[b] = top == 0.0f && isfinite(xs[b]) ? 0.0f : NAN;
             continue;
         }
@@ -240,17 +289,28 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
         for (int i = 0; i < 4; i++)
             X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[i], f1), f2));   /* rint */
         store_digits(dig, X);
+        digit_sums(dig, cs + 3 * b);
     }
 }
 
 /* ---- the kernels: one group of 16 rows x T tokens over all nb blocks; out[t * 16 + r] =
- * acc + off of row r, token t (the header's sequence). pf: bytes to prefetch alongside,
+ * acc + off of row r, token t (the header's sequence). M: the format (M_Q4_0, M_Q4_1,
+ * M_Q8_0). Token t's block b: digits at dig + t * ldd + 96 * b, its scale, sum and Q8_0's
+ * starts at sc, xs [t * lds + b] and cs [3 * (t * lds + b)]. pf: bytes to prefetch alongside,
  * block for block (the next group), or NULL. ---- */
 
-INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
-                   const float *xs, int64_t lds, const uint8_t *pf, float *out)
+/* t = fma(S2, 65536, (float)(S1 * 256 + S0)): S1 * 256 + S0 fits int32 (Q4: below 2^24, so
+ * its conversion is the exact fma's; Q8_0: below 2^28, rounded by the conversion) */
+INLINE512 __m512 combine16(__m512i s2, __m512i s1, __m512i s0)
 {
-    const int bb = M ? BB : BB - 32;   /* Q4_1's block, Q4_0's (no m) */
+    __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s1, 8), s0));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(65536.0f), v);
+}
+
+INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+                   const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
+{
+    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q4_1 ? BB : BB - 32;
     __m512 acc[TILE], off[TILE];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
@@ -258,34 +318,55 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
     const __m512i lo = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, g += bb) {
         if (pf)
-#pragma GCC unroll 5
-            for (int o = 0; o < bb; o += 64)
-                _mm_prefetch((const char *)pf + b * bb + o, _MM_HINT_T0);
+            prefetch_block((const char *)pf + b * bb, bb, pf2);
         __m512i q[8];   /* q[j] meets x's dword j */
+        if (M == M_Q8_0) {
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                q[c] = _mm512_loadu_si512(g + 64 * c);
+        } else {
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m512i v = _mm512_loadu_si512(g + 64 * c);
-            q[c] = _mm512_and_si512(v, lo);
-            q[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+            for (int c = 0; c < 4; c++) {
+                __m512i v = _mm512_loadu_si512(g + 64 * c);
+                q[c] = _mm512_and_si512(v, lo);
+                q[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+            }
         }
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 256)));
-        __m512 mm = M ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)))
-                      : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (M == M_Q8_0 ? 512 : 256))));
+        __m512 mm = M == M_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)))
+                                : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
             __m512i s2 = _mm512_setzero_si512(), s1 = s2, s0 = s2;
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) {
-                s2 = _mm512_dpbusd_epi32(s2, q[j], _mm512_set1_epi32(x2[j]));
-                s1 = _mm512_dpbusd_epi32(s1, q[j], _mm512_set1_epi32(x1[j]));
-                s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
+            if (M == M_Q8_0) {
+                const int32_t *c = cs + 3 * (t * lds + b);
+                s2 = _mm512_set1_epi32(c[0]), s1 = _mm512_set1_epi32(c[1]), s0 = _mm512_set1_epi32(c[2]);
             }
-            /* S1 * 256 + S0 in integers: below 2^24, so its conversion is the exact fma's */
-            __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s1, 8), s0));
-            v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(65536.0f), v);
-            acc[t] = _mm512_fmadd_ps(v, _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])), acc[t]);
-            off[t] = _mm512_fmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
+            if (T == 1) {
+                /* one token: each sum as two chains of four (the same integers), since eight
+                 * dependent vpdpbusd left a decode waiting on their latency */
+                __m512i e2 = _mm512_setzero_si512(), e1 = e2, e0 = e2;
+#pragma GCC unroll 4
+                for (int j = 0; j < 8; j += 2) {
+                    s2 = _mm512_dpbusd_epi32(s2, q[j], _mm512_set1_epi32(x2[j]));
+                    s1 = _mm512_dpbusd_epi32(s1, q[j], _mm512_set1_epi32(x1[j]));
+                    s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
+                    e2 = _mm512_dpbusd_epi32(e2, q[j + 1], _mm512_set1_epi32(x2[j + 1]));
+                    e1 = _mm512_dpbusd_epi32(e1, q[j + 1], _mm512_set1_epi32(x1[j + 1]));
+                    e0 = _mm512_dpbusd_epi32(e0, q[j + 1], _mm512_set1_epi32(x0[j + 1]));
+                }
+                s2 = _mm512_add_epi32(s2, e2), s1 = _mm512_add_epi32(s1, e1), s0 = _mm512_add_epi32(s0, e0);
+            } else
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    s2 = _mm512_dpbusd_epi32(s2, q[j], _mm512_set1_epi32(x2[j]));
+                    s1 = _mm512_dpbusd_epi32(s1, q[j], _mm512_set1_epi32(x1[j]));
+                    s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
+                }
+            acc[t] = _mm512_fmadd_ps(combine16(s2, s1, s0), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])), acc[t]);
+            if (M != M_Q8_0)
+                off[t] = _mm512_fmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
         }
     }
 #pragma GCC unroll 4
@@ -294,15 +375,20 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
 }
 
 #define K16_CASE(T, M) \
-    case T: k16(T, M, g, nb, dig, ldd, sc, xs, lds, pf, out); return;
+    case T: k16(T, M, g, nb, dig, ldd, sc, xs, cs, lds, pf, pf2, out); return;
+#define K16_TS(M) \
+    switch (T) { K16_CASE(1, M) K16_CASE(2, M) K16_CASE(3, M) default: K16_CASE(4, M) }
 
 TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd,
-                          const float *sc, const float *xs, int64_t lds, const uint8_t *pf, float *out)
+                          const float *sc, const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf,
+                          int pf2, float *out)
 {
-    if (m)
-        switch (T) { K16_CASE(1, 1) K16_CASE(2, 1) K16_CASE(3, 1) default: K16_CASE(4, 1) }
+    if (m == M_Q4_1)
+        K16_TS(M_Q4_1)
+    else if (m == M_Q4_0)
+        K16_TS(M_Q4_0)
     else
-        switch (T) { K16_CASE(1, 0) K16_CASE(2, 0) K16_CASE(3, 0) default: K16_CASE(4, 0) }
+        K16_TS(M_Q8_0)
 }
 
 /* sum_j q_j * D_j of one plane for 8 rows: byte pairs to int16 (|q0*D0 + q1*D1| <= 3840), eight
@@ -316,11 +402,18 @@ INLINE __m256i plane8(const __m256i q[8], const int32_t *xd)
     return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
 }
 
+/* the 8-lane combine16 */
+INLINE __m256 combine8(__m256i s2, __m256i s1, __m256i s0)
+{
+    __m256 v = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_set1_ps(65536.0f), v);
+}
+
 /* rows 8h..8h+7 of the group, T <= 2 tokens: out[t * 16 + 8h + r] */
 INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
-               const float *xs, int64_t lds, const uint8_t *pf, float *out)
+               const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    const int bb = M ? BB : BB - 32;
+    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q4_1 ? BB : BB - 32;
     __m256 acc[2], off[2];
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++)
@@ -328,27 +421,56 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
     const __m256i lo = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, g += bb) {
         if (pf && h == 0)
-#pragma GCC unroll 5
-            for (int o = 0; o < bb; o += 64)
-                _mm_prefetch((const char *)pf + b * bb + o, _MM_HINT_T0);
-        __m256i q[8];   /* q[j] meets x's dword j */
+            prefetch_block((const char *)pf + b * bb, bb, pf2);
+        __m256i s[2][3];   /* per token, planes D2, D1, D0 */
+        __m256i q[8];      /* q[j] meets x's dword j */
+        if (M == M_Q8_0) {
+            /* the bytes' high nibbles, then their low ones: S = 16 * (hi . D) + lo . D + start */
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++) {
+                const int32_t *c = cs + 3 * (t * lds + b);
+                for (int i = 0; i < 3; i++)
+                    s[t][i] = _mm256_set1_epi32(c[i]);
+            }
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; half++) {
+#pragma GCC unroll 8
+                for (int c = 0; c < 8; c++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
+                    q[c] = _mm256_and_si256(half ? v : _mm256_srli_epi16(v, 4), lo);
+                }
+#pragma GCC unroll 2
+                for (int t = 0; t < T; t++) {
+                    const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
+#pragma GCC unroll 3
+                    for (int i = 0; i < 3; i++) {
+                        __m256i p = plane8(q, x2 + 8 * i);
+                        s[t][i] = _mm256_add_epi32(s[t][i], half ? p : _mm256_slli_epi32(p, 4));
+                    }
+                }
+            }
+        } else {
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
-            q[c] = _mm256_and_si256(v, lo);
-            q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
+                q[c] = _mm256_and_si256(v, lo);
+                q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+            }
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++) {
+                const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
+                s[t][0] = plane8(q, x2), s[t][1] = plane8(q, x2 + 8), s[t][2] = plane8(q, x2 + 16);
+            }
         }
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 256 + 16 * h)));
-        __m256 mm = M ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)))
-                      : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (M == M_Q8_0 ? 512 : 256) + 16 * h)));
+        __m256 mm = M == M_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)))
+                                : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++) {
-            const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
-            __m256i s2 = plane8(q, x2), s1 = plane8(q, x2 + 8), s0 = plane8(q, x2 + 16);
-            __m256 v = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0));
-            v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_set1_ps(65536.0f), v);
-            acc[t] = _mm256_fmadd_ps(v, _mm256_mul_ps(d, _mm256_set1_ps(sc[t * lds + b])), acc[t]);
-            off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
+            acc[t] = _mm256_fmadd_ps(combine8(s[t][0], s[t][1], s[t][2]), _mm256_mul_ps(d, _mm256_set1_ps(sc[t * lds + b])),
+                                     acc[t]);
+            if (M != M_Q8_0)
+                off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
         }
     }
 #pragma GCC unroll 2
@@ -356,20 +478,21 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
         _mm256_storeu_ps(out + G * t + 8 * h, _mm256_add_ps(acc[t], off[t]));
 }
 
+#define K8_CASE(T, M) k8(T, M, h, g, nb, dig, ldd, sc, xs, cs, lds, p, pf2, out)
+
 TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
-                      const float *xs, int64_t lds, const uint8_t *pf, float *out)
+                      const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds)
+    for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds, cs += 6 * lds)
         for (int h = 0; h < 2; h++) {
             const uint8_t *p = t ? NULL : pf;
-            if (T - t >= 2 && m)
-                k8(2, 1, h, g, nb, dig, ldd, sc, xs, lds, p, out);
-            else if (T - t >= 2)
-                k8(2, 0, h, g, nb, dig, ldd, sc, xs, lds, p, out);
-            else if (m)
-                k8(1, 1, h, g, nb, dig, ldd, sc, xs, lds, p, out);
+            int two = T - t >= 2;
+            if (m == M_Q4_1)
+                two ? K8_CASE(2, M_Q4_1) : K8_CASE(1, M_Q4_1);
+            else if (m == M_Q4_0)
+                two ? K8_CASE(2, M_Q4_0) : K8_CASE(1, M_Q4_0);
             else
-                k8(1, 0, h, g, nb, dig, ldd, sc, xs, lds, p, out);
+                two ? K8_CASE(2, M_Q8_0) : K8_CASE(1, M_Q8_0);
         }
 }
 
@@ -392,63 +515,104 @@ INLINE512 void rows16(const uint8_t *p, size_t st, __m512i a[4])
     }
 }
 
-TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
+TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o, const uint8_t *pf)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
+    const __m512i flip = _mm512_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
-        __m512i a[4], e[4];
-        rows16(base + f->qs, st, a);   /* the nibbles */
-        rows16(base, st, e);           /* d (and m) first */
-        __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
-        __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
-        _mm512_storeu_si512(o, _mm512_unpacklo_epi64(t0, t2));
-        _mm512_storeu_si512(o + 64, _mm512_unpackhi_epi64(t0, t2));
-        _mm512_storeu_si512(o + 128, _mm512_unpacklo_epi64(t1, t3));
-        _mm512_storeu_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
+        if (pf)
+            for (size_t p = 0; p < f->bb; p += 64)
+                _mm_prefetch((const char *)pf + b * f->bb + p, _MM_HINT_T0);
+        if (f->m == M_Q8_0) {
+            /* rows r and 8 + r's 32 bytes in the halves of z[r], then an 8 x 8 dword transpose
+             * in each half: two 16-byte chunks the Q4 way took twice the loads, and half of
+             * them split a cache line */
+            __m512i z[8], t[8], u[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                z[r] = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(base + f->qs + (size_t)r * st))),
+                    _mm256_loadu_si256((const __m256i *)(base + f->qs + (size_t)(8 + r) * st)), 1);
+#pragma GCC unroll 4
+            for (int r = 0; r < 8; r += 2) {
+                t[r] = _mm512_unpacklo_epi32(z[r], z[r + 1]);
+                t[r + 1] = _mm512_unpackhi_epi32(z[r], z[r + 1]);
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 8; h += 4) {   /* rows h..h+3: dword c (lane 0) and 4 + c (lane 1) */
+                u[h] = _mm512_unpacklo_epi64(t[h], t[h + 2]);
+                u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);
+                u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
+                u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+            }
+            const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                _mm512_storeu_si512(o + 64 * c, _mm512_xor_si512(_mm512_permutex2var_epi64(u[c], lo, u[4 + c]), flip));
+                _mm512_storeu_si512(o + 64 * (4 + c), _mm512_xor_si512(_mm512_permutex2var_epi64(u[c], hi, u[4 + c]), flip));
+            }
+        } else {
+            __m512i a[4];
+            rows16(base + f->qs, st, a);
+            __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+            __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+            _mm512_storeu_si512(o, _mm512_unpacklo_epi64(t0, t2));
+            _mm512_storeu_si512(o + 64, _mm512_unpackhi_epi64(t0, t2));
+            _mm512_storeu_si512(o + 128, _mm512_unpacklo_epi64(t1, t3));
+            _mm512_storeu_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
+        }
+        __m512i e[4];
+        rows16(base, st, e);   /* d (and m) first */
         __m512i dm = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(e[0], e[1]), _mm512_unpacklo_epi32(e[2], e[3]));
-        _mm256_storeu_si256((__m256i *)(o + 256), _mm512_cvtepi32_epi16(dm));
-        if (f->m)
+        _mm256_storeu_si256((__m256i *)(o + 64 * f->nv), _mm512_cvtepi32_epi16(dm));
+        if (f->m == M_Q4_1)
             _mm256_storeu_si256((__m256i *)(o + 288), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
     }
 }
 
 /* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
  * d and m moved one by one */
-TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
+TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o, const uint8_t *pf)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
+    const __m256i flip = _mm256_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
-        for (int h = 0; h < 2; h++) {
-            __m256i a[4];
+        if (pf)
+            for (size_t p = 0; p < f->bb; p += 64)
+                _mm_prefetch((const char *)pf + b * f->bb + p, _MM_HINT_T0);
+        for (int ch = 0; ch < f->nv / 4; ch++)
+            for (int h = 0; h < 2; h++) {
+                __m256i a[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                const uint8_t *p = base + f->qs + (size_t)(8 * h + i) * st;
-                a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
-                                               _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *p = base + f->qs + 16 * ch + (size_t)(8 * h + i) * st;
+                    a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
+                                                   _mm_loadu_si128((const __m128i *)(p + 4 * st)), 1);
+                }
+                __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+                __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+                uint8_t *v = o + 256 * ch + 32 * h;
+                _mm256_storeu_si256((__m256i *)v, _mm256_xor_si256(_mm256_unpacklo_epi64(t0, t2), flip));
+                _mm256_storeu_si256((__m256i *)(v + 64), _mm256_xor_si256(_mm256_unpackhi_epi64(t0, t2), flip));
+                _mm256_storeu_si256((__m256i *)(v + 128), _mm256_xor_si256(_mm256_unpacklo_epi64(t1, t3), flip));
+                _mm256_storeu_si256((__m256i *)(v + 192), _mm256_xor_si256(_mm256_unpackhi_epi64(t1, t3), flip));
             }
-            __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-            __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-            _mm256_storeu_si256((__m256i *)(o + 32 * h), _mm256_unpacklo_epi64(t0, t2));
-            _mm256_storeu_si256((__m256i *)(o + 64 + 32 * h), _mm256_unpackhi_epi64(t0, t2));
-            _mm256_storeu_si256((__m256i *)(o + 128 + 32 * h), _mm256_unpacklo_epi64(t1, t3));
-            _mm256_storeu_si256((__m256i *)(o + 192 + 32 * h), _mm256_unpackhi_epi64(t1, t3));
-        }
         for (int r = 0; r < G; r++) {
-            memcpy(o + 256 + 2 * r, base + (size_t)r * st, 2);
-            if (f->m)
+            memcpy(o + 64 * f->nv + 2 * r, base + (size_t)r * st, 2);
+            if (f->m == M_Q4_1)
                 memcpy(o + 288 + 2 * r, base + (size_t)r * st + 2, 2);
         }
     }
 }
 
 typedef void (*kern_fn)(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
-                        const float *xs, int64_t lds, const uint8_t *pf, float *out);
+                        const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out);
 
 /* ---- the 16-lane kernel against the 8-lane one, once per process ---- */
 
@@ -464,27 +628,32 @@ static float made_up(uint32_t *s, int e0, int ne)
 int srt_cpu_q41_wide_matches(void)
 {
     enum { NB = 5 };
-    _Alignas(64) uint8_t g[2][NB * BB];   /* the same made-up blocks as Q4_1 and as Q4_0 */
+    _Alignas(64) uint8_t g[3][NB * BB_MAX];   /* made-up blocks as Q4_1, as Q4_0 and as Q8_0 */
     _Alignas(64) int8_t dig[TILE * NB * XB];
     float x[TILE * NB * QK], sc[TILE * NB], xs[TILE * NB], y8[TILE * G], y16[TILE * G];
+    int32_t cs[TILE * NB * 3];
     uint32_t s = 4242;
     for (int b = 0; b < NB; b++)
         for (int r = 0; r < G; r++) {
             blk_q4_1 k = { .d = srt_f32_to_f16(made_up(&s, -12, 10)), .m = srt_f32_to_f16(made_up(&s, -12, 10)) };
             blk_q4_0 k0 = { .d = k.d };
+            blk_q8_0 k8 = { .d = k.d };
             for (int i = 0; i < QK / 2; i++)
                 k.qs[i] = k0.qs[i] = (uint8_t)lcg(&s);
+            for (int i = 0; i < QK; i++)   /* -128 too */
+                k8.qs[i] = (int8_t)(lcg(&s) & 0xFF);
             pack_row(&FMTS[0], g[0] + b * FMTS[0].bb, r, (const uint8_t *)&k);
             pack_row(&FMTS[1], g[1] + b * FMTS[1].bb, r, (const uint8_t *)&k0);
+            pack_row(&FMTS[2], g[2] + b * FMTS[2].bb, r, (const uint8_t *)&k8);
         }
     for (int i = 0; i < TILE * NB * QK; i++)
         x[i] = made_up(&s, -20, 30);
     for (int t = 0; t < TILE; t++)
-        prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB);
-    for (int f = 0; f < 2; f++)
+        prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB, cs + t * NB * 3);
+    for (int f = 0; f < 3; f++)
         for (int T = 1; T <= TILE; T++) {
-            kern8(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, NB, NULL, y8);
-            kern16(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, NB, NULL, y16);
+            kern8(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y8);
+            kern16(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y16);
             if (memcmp(y8, y16, sizeof(float) * G * (size_t)T))
                 return 0;
         }
@@ -505,10 +674,12 @@ typedef struct {
     const float *x;                        /* the run's first token */
     const int8_t *dig;                     /* the run's tokens: nb * XB bytes each */
     const float *sc, *xs;                  /* nb floats each */
-    uint8_t *rep;                          /* per thread: nb * BB bytes */
+    const int32_t *cs;                     /* 3 * nb each */
+    uint8_t *rep;                          /* per thread: nb * BB_MAX bytes */
     int nth;                               /* threads taking items */
     kern_fn kern;
-    void (*pack)(const srt_weight *w, int64_t g, uint8_t *o);   /* a whole GGUF-layout group */
+    /* a whole GGUF-layout group, prefetching pf's bytes alongside */
+    void (*pack)(const srt_weight *w, int64_t g, uint8_t *o, const uint8_t *pf);
 } q41_job;
 
 static void prep_item(void *arg, int64_t i, int ith)
@@ -516,7 +687,7 @@ static void prep_item(void *arg, int64_t i, int ith)
     q41_job *j = arg;
     for (int64_t t = i * 16; t < j->n_tok && t < i * 16 + 16; t++)
         prep_token(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
-                   (float *)j->xs + t * j->nb);
+                   (float *)j->xs + t * j->nb, (int32_t *)j->cs + 3 * t * j->nb);
 }
 
 /* y[r] = out[r] + bias[r] (bias NULL: + 0.0f) for the group's nr rows */
@@ -555,7 +726,7 @@ static const uint8_t *group_at(const srt_weight *w, int64_t g)
  * memory, every group prefetches the next one, the item's last the first group of the item
  * this thread will likely claim next (items are claimed in turn: i + nth), and a thread's
  * first item (no earlier one prefetched it) asks for its first group at once. A group is
- * nb * 320 contiguous bytes in either layout (GGUF: its 16 rows), prefetched in order, a
+ * nb * bb contiguous bytes in either layout (GGUF: its 16 rows), prefetched in order, a
  * block's share at a time: rows interleaved as the packing reads them were a pattern the
  * hardware prefetcher did not follow (a cold GGUF-layout decode ran at half the speed). */
 static void run_item(void *arg, int64_t i, int ith)
@@ -576,20 +747,25 @@ static void run_item(void *arg, int64_t i, int ith)
     if (i < j->nth)
         for (size_t o = 0; o < (size_t)j->nb * f->bb; o += 64)
             _mm_prefetch((const char *)group_at(w, g0) + o, _MM_HINT_T0);
-    uint8_t *rep = j->rep + (size_t)ith * (size_t)j->nb * BB;
+    uint8_t *rep = j->rep + (size_t)ith * (size_t)j->nb * BB_MAX;
+    /* the next group to L1, unless it would not fit there beside this one (and its packed copy,
+     * GGUF layout): then to L2, so as not to evict what is in use (a GGUF-layout Q8_0 lm_head,
+     * three 9.8 KB groups in a 32 KB L1, ran at half speed) */
+    size_t group = (size_t)j->nb * f->bb;
+    int pf2 = (packed ? 2 : 3) * group > L1_BUDGET;
     _Alignas(64) float out[TILE * G];
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *gp = group_at(w, g), *pf = g + 1 < g1 ? group_at(w, g + 1) : next;
         if (!packed) {
-            (w->rows - g * G < G ? pack_group : j->pack)(w, g, rep);
+            (w->rows - g * G < G ? pack_group : j->pack)(w, g, rep, NULL);
             gp = rep;
         }
         int nr = w->rows - g * G < G ? (int)(w->rows - g * G) : G;
         const float *bias = j->bias[k] ? j->bias[k] + g * G : NULL;
         for (int64_t t = ta; t < tz; t += TILE) {
             int T = tz - t < TILE ? (int)(tz - t) : TILE;
-            j->kern(T, f->m, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb, j->nb,
-                    t == ta ? pf : NULL, out);
+            j->kern(T, f->m, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb,
+                    j->cs + 3 * t * j->nb, j->nb, t == ta ? pf : NULL, pf2, out);
             for (int u = 0; u < T; u++)
                 store_rows(out + G * u, bias, j->y[k] + (j->t0 + t + u) * w->rows + g * G, nr);
         }
@@ -618,6 +794,7 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
         j.dig = (const int8_t *)base;
         j.sc = (const float *)(base + (size_t)j.n_tok * (size_t)j.nb * XB);
         j.xs = j.sc + j.n_tok * j.nb;
+        j.cs = (const int32_t *)(j.xs + j.n_tok * j.nb);
         /* the digits: 16 tokens an item */
         j.x = x + t0 * C;
         int64_t n_prep = (j.n_tok + 15) / 16;

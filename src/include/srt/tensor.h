@@ -18,11 +18,12 @@ typedef enum srt_dtype {
     SRT_Q4_K,   /* 256 elems super-block */
     SRT_Q6_K,   /* 256 elems super-block */
     SRT_I32,
-    SRT_Q4_1_X16, /* Q4_1 in 16-row groups and Q8_0 in 8-row groups, made at load by the CPU */
-    SRT_Q8_0_X8,  /* backend's pack for its exact matmul (backend/cpu/exact*.c); never in a file */
+    SRT_Q4_1_X16, /* Q4_1 in 16-row groups, made at load by the CPU */
+    SRT_Q8_0_X8,  /* Q5_0 as Q8_0 in 8-row groups for the f32 exact kernels; never in a file */
     SRT_Q5_0,   /* 32 elems: f16 d, 4 bytes of fifth bits, 16 bytes of nibbles */
     SRT_Q5_1,   /* 32 elems: f16 d, f16 m, 4 bytes of fifth bits, 16 bytes of nibbles */
     SRT_Q4_0_X16, /* Q4_0 in 16-row groups, as SRT_Q4_1_X16; never in a file */
+    SRT_Q8_0_X16, /* Q8_0 in 16-row groups for the integer kernels; never in a file */
     SRT_DTYPE_COUNT
 } srt_dtype;
 
