@@ -79,18 +79,18 @@ static void packed(void)
         q5odd = q5;
         q5odd.rows = 12;
         f32.dtype = SRT_F32;
-        int exact = strcmp(paths[p], "portable") != 0;
+        int exact = strcmp(paths[p], "portable") != 0, wide = !strcmp(paths[p], "avx512");
         /* Q4_1 in groups of 16 rows, the last one padded */
         ok(be->ops->pack_bytes && (be->ops->pack_bytes(be, &q41) == 16 * q41.row_stride) == exact &&
-               (be->ops->pack_bytes(be, &q8) == 16 * q8.row_stride) == exact &&
+               (be->ops->pack_bytes(be, &q8) == (wide ? 16 : 8) * q8.row_stride) == exact &&
                (be->ops->pack_bytes(be, &odd) == 16 * odd.row_stride) == exact &&
                (be->ops->pack_bytes(be, &narrow) == 16 * srt_dtype_row_bytes(SRT_Q4_1, 32)) == exact &&
-               (be->ops->pack_bytes(be, &q8odd) == 16 * q8odd.row_stride) == exact &&
+               be->ops->pack_bytes(be, &q8odd) == (wide ? 16 * q8odd.row_stride : 0) &&
                (be->ops->pack_bytes(be, &q5) == 8 * q8.row_stride) == exact && be->ops->pack_bytes(be, &q5odd) == 0 &&
                be->ops->pack_bytes(be, &f32) == 0 && fast->ops->pack_bytes(fast, &q41) == 0 &&
                fast->ops->pack_bytes(fast, &q8) == 0,
-           "%s: Q4_1, Q8_0 and Q5_0 are packed only for the exact kernels (Q4_1, Q8_0: any rows, in 16-row groups; "
-           "Q5_0, as Q8_0: 8-row multiples)", paths[p]);
+           "%s: Q4_1, Q8_0 and Q5_0 are packed only for the exact kernels (Q4_1, and Q8_0 on AVX-512: any rows, in "
+           "16-row groups; Q8_0 on AVX2, Q5_0 as Q8_0: 8-row multiples)", paths[p]);
         if (!exact) {
             srt_backend_free(be);
             srt_backend_free(fast);
@@ -206,7 +206,10 @@ static void avx512_kernels(void)
             fill(w.dtype, data, R, C);
             w.data = data;
             be->ops->reserve_matmul(be, &w, MT, &err);
-            for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0]; k++) {
+            /* Q8_0 in the GGUF layout: f32 kernels on AVX2, integer ones on AVX-512 (their bits
+             * differ by design; each level's own contract is tested); its packed copy below runs
+             * the integer kernels on both */
+            for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0] && w.dtype != SRT_Q8_0; k++) {
                 int64_t n = ntoks[k];
                 srt_cpu_force_simd("avx2");
                 be->ops->matmul(be, &w, k & 1 ? bias : NULL, x, n, y0);
@@ -339,8 +342,10 @@ static void q41_contract(srt_dtype type)
     x[8 * C + 40] = -16711421.0f / 16777216.0f;               /* token 8, block 1: 8355710.5, rounds down */
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
+    /* Q8_0 runs this contract on the AVX-512 level only (exact_q41.c: srt_cpu_q41_takes) */
+    size_t p0 = type == SRT_Q8_0;
     for (int pk = 0; pk < 2; pk++)
-        for (size_t p = 0; p < 2; p++) {
+        for (size_t p = p0; p < 2; p++) {
             if (srt_cpu_force_simd(paths[p]) != SRT_OK)
                 continue;
             srt_err err;
@@ -377,7 +382,7 @@ static void q41_contract(srt_dtype type)
 
     /* the smallest shapes: one row, one block; one whole group; a group and a row */
     static const int64_t small[][2] = { { 1, 32 }, { 16, 32 }, { 17, 64 } };
-    for (size_t p = 0; p < 2; p++) {
+    for (size_t p = p0; p < 2; p++) {
         if (srt_cpu_force_simd(paths[p]) != SRT_OK)
             continue;
         srt_err err;

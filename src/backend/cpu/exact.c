@@ -1,7 +1,7 @@
 /* The exact matmul: f32 activations times the weights HF computes with, accumulated in f32
  * (AVX2 + FMA, 8 lanes). Nothing is rounded to fewer bits: a quantized block's weights are
- * w = d*q + o (Q5_1: o = m; Q5_0, whose q - 16 are signed:
- * o = 0; the K-quants' sub-blocks too, see unp_q4k / unp_q6k), and
+ * w = d*q + o (Q5_1: o = m; Q8_0 and Q5_0, whose q (q - 16)
+ * are signed: o = 0; the K-quants' sub-blocks too, see unp_q4k / unp_q6k), and
  *     sum_j w_j x_j = d * sum_j q_j x_j + o * sum_j x_j
  * where q_j are small integers (exact as floats) and sum_j x_j, the block sum of x, is
  * computed once per token and shared by every row. Per block and (row, token) that is four
@@ -20,13 +20,14 @@
  * vector) both run exactly that sequence, so a token's logits have the same bits alone, in
  * any batch, chunked or prefix-cached.
  *
- * The CPU runner's own copy of the weights holds Q5_0 matrices packed for decode as the Q8_0
- * blocks of the same weights (SRT_Q8_0_X8: eight rows' blocks together, see below), which run
- * the same sequence on the same values; prefill unpacks them like any other row.
+ * The CPU runner's own copy of the weights holds Q8_0 (and Q5_0) matrices packed for decode
+ * (SRT_Q8_0_X8: eight rows' blocks together, see below), which run the same sequence on the
+ * same values; prefill unpacks them like any other row.
  *
- * Q4_1, Q4_0 and Q8_0 take another route (exact_q41.c): x as a 24-bit fixed point per block
- * and integer dot products, more exact than HF's own float32 against float64 and twice as
- * fast.
+ * Q4_1 and Q4_0, and Q8_0 where the AVX-512 level runs (VNNI), take another route
+ * (exact_q41.c): x as a 24-bit fixed point per block and integer dot products, more exact than
+ * HF's own float32 against float64 and twice as fast. Q8_0 stays here on AVX2, where those
+ * products cost it twice Q4's instructions and this path is faster.
  *
  * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
  * does not hold up a decode step. Which thread computes a row does not change its bits. */
@@ -73,7 +74,7 @@ static size_t per_thread_floats(int64_t cols) { return (size_t)rows_cap(cols) * 
 static int64_t sums_ld(int64_t n_tok) { return ((n_tok > 0 ? n_tok : 1) + PRE_T - 1) / PRE_T * PRE_T; }
 
 /* then for a prefill on 16 lanes x in pairs of tokens (pair_x: up to PAIR_TOK x cols); or,
- * for Q4_0, Q4_1 and Q8_0, exact_q41.c's own (srt_cpu_q41_scratch_bytes) */
+ * for exact_q41.c's types, its own (srt_cpu_q41_scratch_bytes) */
 static size_t xs_floats(int64_t cols, int64_t n_tok) { return ((size_t)sums_ld(n_tok) * (size_t)(cols / 32) + 15) / 16 * 16; }
 
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
@@ -91,21 +92,27 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-/* Q4_1, Q4_0 and Q8_0 have their own path (exact_q41.c); FMT_Q8_0_X8 is packed Q5_0 */
-enum { FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1 };
-static const size_t fmt_bytes[] = { sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k), sizeof(blk_q5_0),
-                                    sizeof(blk_q5_1) };
+/* Q4_1 and Q4_0 have their own path (exact_q41.c), and Q8_0 on the AVX-512 level */
+enum { FMT_Q8_0, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1 };
+static const size_t fmt_bytes[] = { sizeof(blk_q8_0), sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k),
+                                    sizeof(blk_q5_0), sizeof(blk_q5_1) };
 
-/* the format has an offset term (o * sum x): not the formats whose q are signed (Q5_0's
- * q - 16, also when packed as Q8_0; Q6_K's sc*(q - 32)) */
+/* the format has an offset term (o * sum x): not Q8_0, nor the formats whose q are signed
+ * (Q5_0's q - 16, Q6_K's sc*(q - 32)) */
 static inline int has_off(int fmt)
 {
-    return fmt != FMT_Q8_0_X8 && fmt != FMT_Q6_K && fmt != FMT_Q5_0;
+    return fmt != FMT_Q8_0 && fmt != FMT_Q8_0_X8 && fmt != FMT_Q6_K && fmt != FMT_Q5_0;
 }
 
 /* One block's q as four 8-float vectors in element order. */
 INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
 {
+    if (fmt == FMT_Q8_0) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k))));
+        return;
+    }
     /* Q5_0, Q5_1: the 32 values as bytes (from the qh word after d, and m), widened 8 at a time */
     __m256i v = srt_q5_bytes(blk + (fmt == FMT_Q5_1 ? 4 : 2));
     if (fmt == FMT_Q5_0)   /* q - 16 in -16..15, signed bytes, as HF's dequantization takes it */
@@ -117,7 +124,7 @@ INLINE void unpack_q(int fmt, const uint8_t *blk, __m256 q[4])
     q[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
 }
 
-/* A block's scale d and offset o (Q5_1: m; Q5_0: 0). */
+/* A block's scale d and offset o (Q5_1: m; Q8_0, Q5_0: 0). */
 INLINE void block_scale(int fmt, const uint8_t *blk, float *d, float *o)
 {
     *d = srt_half_at(blk);
@@ -167,10 +174,11 @@ TGT static void pair_x(const float *x, int64_t cols, int64_t n_tok, float *xx)
         }
 }
 
-/* Rows a decode kernel call takes. One token takes eight: eight independent chains keep the
- * FMA units fed while a block's dot waits on its four dependent FMAs (two tokens already have
- * eight with four rows). */
-static inline int dec_rows(int fmt, int64_t n_tok) { (void)fmt; return n_tok == 1 ? 8 : 4; }
+/* Rows a decode kernel call takes. One token of a 4-bit format takes eight: eight
+ * independent chains keep the FMA units fed while a block's dot waits on its four dependent
+ * FMAs (two tokens already have eight with four rows; Q8_0's unpack needs the registers:
+ * eight rows spilled and its lm_head ran 19% slower). */
+static inline int dec_rows(int fmt, int64_t n_tok) { return n_tok == 1 && fmt != FMT_Q8_0 ? 8 : 4; }
 
 /* acc[r][t] = 0 for the NR rows and T tokens a decode kernel uses */
 INLINE void zero_acc(__m256 acc[][DEC_MAX_TOK], int NR, int T)
@@ -575,6 +583,7 @@ TGT static void unp_q8x8(const uint8_t *w, size_t stride, int64_t row, int64_t n
                 _mm256_storeu_ps(q + b * QK + 8 * k, v[k]);                                    \
         }                                                                                      \
     }
+FMT_FNS(FMT_Q8_0)
 FMT_FNS(FMT_Q5_0)
 FMT_FNS(FMT_Q5_1)
 
@@ -764,6 +773,7 @@ static void pre_item(void *arg, int64_t i, int ith)
 static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
 {
     switch (t) {
+    case SRT_Q8_0: *fmt = FMT_Q8_0; *dec = dec_FMT_Q8_0; *unp = unp_FMT_Q8_0; return SRT_OK;
     case SRT_Q5_0: *fmt = FMT_Q5_0; *dec = dec_FMT_Q5_0; *unp = unp_FMT_Q5_0; return SRT_OK;
     case SRT_Q5_1: *fmt = FMT_Q5_1; *dec = dec_FMT_Q5_1; *unp = unp_FMT_Q5_1; return SRT_OK;
     case SRT_Q8_0_X8: *fmt = FMT_Q8_0_X8; *dec = dec_FMT_Q8_0_X8; *unp = unp_q8x8; return SRT_OK;
@@ -776,8 +786,9 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
 /* The 16-lane kernels against the 8-lane ones on made-up data: prefill on rows of q small
  * integers of both signs, scales and x of both signs over a wide range of magnitudes, every
  * token count, the blocks in three column slices (so the accumulators are carried as in
- * pre_item); the packed Q8_0 decode on made-up Q5_0 blocks packed as the runner packs them;
- * the Q4_0, Q4_1 and Q8_0 kernels (srt_cpu_q41_wide_matches). */
+ * pre_item); the packed Q8_0 decode on made-up Q5_0 blocks packed as the runner packs them
+ * (Q8_0 itself takes exact_q41.c's kernels where these run); the Q4_0, Q4_1 and Q8_0 kernels
+ * there (srt_cpu_q41_wide_matches). */
 static uint32_t lcg(uint32_t *s) { return (*s = *s * 1103515245u + 12345u) >> 8; }
 
 /* m in [-1, 1] times 2^e, e in [e0, e0 + ne) */
@@ -890,7 +901,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     exact_job j = { .x = x, .n_tok = n_tok, .n_w = n };
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
-    /* Q4_1, Q4_0 and Q8_0 run their own kernels (exact_q41.c); weights of both kinds: one call each */
+    /* Q4_1, Q4_0 (and Q8_0 on AVX-512) run their own kernels (exact_q41.c); weights of both kinds: one call each */
     int q41 = 0;
     for (int k = 0; k < n; k++)
         q41 += srt_cpu_q41_takes(w[k]->dtype);
@@ -969,8 +980,8 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
 }
 
 /* Q5_0 is packed as Q8_0: its values q - 16 fit int8 with the same d, so the packed copy
- * holds exactly the weights d*(q - 16) and runs the packed Q8_0 kernels here (its own kernels
- * take q - 16 the same way, unoffset, so the bits do not change). 34 bytes a block instead of 22, but
+ * holds exactly the weights d*(q - 16) and runs the Q8_0 kernels here (its own kernels take
+ * q - 16 the same way, unoffset, so the bits do not change). 34 bytes a block instead of 22, but
  * the fifth bits' unpacking, which made a Q5_0 decode cost twice a Q4_1 one, is done once. */
 static srt_dtype packed_as(srt_dtype t) { return t == SRT_Q5_0 ? SRT_Q8_0 : t; }
 

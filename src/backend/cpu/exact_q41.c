@@ -25,6 +25,8 @@
  * Q8_0's q is signed and vpdpbusd's first operand unsigned, so the packed bytes are q + 128
  * and each sum starts from -128 * sum_j D_ij (prepared with the digits). AVX2's vpmaddubsw would
  * saturate on bytes that large, so the 8-lane kernel takes their nibbles: 16 * (hi . D) + lo . D.
+ * That costs twice the instructions, so Q8_0 takes this path only on the AVX-512 level
+ * (srt_cpu_q41_takes); the 8-lane kernel runs its packed copy if the level changes after.
  * The integers are exact whichever instructions form them (AVX-512 VNNI, or AVX2's vpmaddubsw
  * + vpaddw + vpmaddwd) and every float step is per lane, so a (row, token) output has the
  * same bits on 16 lanes or 8, alone or in any batch, decoded or prefilled, packed or not:
@@ -103,7 +105,17 @@ static const q4_fmt *fmt_of(srt_dtype t)
     return NULL;
 }
 
-int srt_cpu_q41_takes(srt_dtype t) { return fmt_of(t) != NULL; }
+/* Q8_0 in the GGUF layout comes here only where the 16-lane kernel runs: on AVX2 its bytes'
+ * products take twice the instructions of Q4's nibbles (vpmaddubsw would saturate on whole
+ * bytes), and exact.c's f32 kernels ran a Q8_0 prefill 2.3x and a decode 1.3x faster there. A
+ * packed copy (made on that level) stays on this path, on either kernel: the same bits. */
+int srt_cpu_q41_takes(srt_dtype t)
+{
+    const q4_fmt *f = fmt_of(t);
+    if (f && t == SRT_Q8_0)
+        return srt_cpu_exact_avx512() == 1;
+    return f != NULL;
+}
 
 /* Row r's GGUF block k into the packed block o, or back (the same moves reversed; Q8_0's
  * bytes with their top bit flipped, q + 128) */
