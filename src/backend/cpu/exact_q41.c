@@ -309,7 +309,7 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
  * acc + off of row r, token t (the header's sequence). M: the format (M_Q4_0, M_Q4_1,
  * M_Q8_0). Token t's block b: digits at dig + t * ldd + 96 * b, its scale, sum and Q8_0's
  * starts at sc, xs [t * lds + b] and cs [3 * (t * lds + b)]. pf: bytes to prefetch alongside,
- * block for block (the next group), or NULL. ---- */
+ * block for block (the next group), or NULL; to L1, or to L2 when pf2 (run_item says why). ---- */
 
 /* t = fma(S2, 65536, (float)(S1 * 256 + S0)): S1 * 256 + S0 fits int32 (Q4: below 2^24, so
  * its conversion is the exact fma's; Q8_0: below 2^28, rounded by the conversion) */
