@@ -140,9 +140,8 @@ static inline void unpack_row(const q4_fmt *f, const uint8_t *o, int r, uint8_t 
 }
 
 /* group g of a GGUF-layout weight, packed into o (nb blocks); rows past the weight's zero */
-static void pack_group(const srt_weight *w, int64_t g, uint8_t *o, const uint8_t *pf)
+static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
 {
-    (void)pf;
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     for (int r = 0; r < G; r++) {
@@ -167,7 +166,7 @@ void srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out)
     const q4_fmt *f = fmt_of(w->dtype);
     size_t rb = srt_dtype_row_bytes(f->gguf, w->cols);
     for (int64_t g = 0; g < (w->rows + G - 1) / G; g++)
-        pack_group(w, g, (uint8_t *)dst + (size_t)g * G * rb, NULL);
+        pack_group(w, g, (uint8_t *)dst + (size_t)g * G * rb);
     *out = (srt_weight){ .dtype = f->packed, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
 }
 
@@ -272,7 +271,7 @@ INLINE void digit_sums(const int8_t *dig, int32_t *cs)
 }
 
 /* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc, block sums xs
- * and Q8_0's starts cs (three per block). A block whose sum is not finite (an inf or NaN in x)
+ * and Q8_0's starts cs (three per block; NULL: none, no Q8_0 weight reads them). A block whose sum is not finite (an inf or NaN in x)
  * gets a NaN scale: its rows' outputs are NaN, as the products would be. A block of zeros has
  * scale 0 and digits 0. */
 TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *cs)
@@ -288,7 +287,8 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
         float top = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
         if (!isfinite(xs[b]) || top == 0.0f) {
             memset(dig, 0, XB);
-            memset(cs + 3 * b, 0, 3 * sizeof(int32_t));
+            if (cs)
+                memset(cs + 3 * b, 0, 3 * sizeof(int32_t));
             sc[b] = top == 0.0f && isfinite(xs[b]) ? 0.0f : NAN;
             continue;
         }
@@ -301,7 +301,8 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
         for (int i = 0; i < 4; i++)
             X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[i], f1), f2));   /* rint */
         store_digits(dig, X);
-        digit_sums(dig, cs + 3 * b);
+        if (cs)
+            digit_sums(dig, cs + 3 * b);
     }
 }
 
@@ -527,7 +528,7 @@ INLINE512 void rows16(const uint8_t *p, size_t st, __m512i a[4])
     }
 }
 
-TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o, const uint8_t *pf)
+TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
@@ -535,9 +536,6 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o, cons
     const __m512i flip = _mm512_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
-        if (pf)
-            for (size_t p = 0; p < f->bb; p += 64)
-                _mm_prefetch((const char *)pf + b * f->bb + p, _MM_HINT_T0);
         if (f->m == M_Q8_0) {
             /* rows r and 8 + r's 32 bytes in the halves of z[r], then an 8 x 8 dword transpose
              * in each half: two 16-byte chunks the Q4 way took twice the loads, and half of
@@ -587,7 +585,7 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o, cons
 
 /* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
  * d and m moved one by one */
-TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o, const uint8_t *pf)
+TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
@@ -595,9 +593,6 @@ TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o, const ui
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     const __m256i flip = _mm256_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
-        if (pf)
-            for (size_t p = 0; p < f->bb; p += 64)
-                _mm_prefetch((const char *)pf + b * f->bb + p, _MM_HINT_T0);
         for (int ch = 0; ch < f->nv / 4; ch++)
             for (int h = 0; h < 2; h++) {
                 __m256i a[4];
@@ -686,12 +681,11 @@ typedef struct {
     const float *x;                        /* the run's first token */
     const int8_t *dig;                     /* the run's tokens: nb * XB bytes each */
     const float *sc, *xs;                  /* nb floats each */
-    const int32_t *cs;                     /* 3 * nb each */
+    const int32_t *cs;                     /* 3 * nb each; NULL when no weight is Q8_0 */
     uint8_t *rep;                          /* per thread: nb * BB_MAX bytes */
     int nth;                               /* threads taking items */
     kern_fn kern;
-    /* a whole GGUF-layout group, prefetching pf's bytes alongside */
-    void (*pack)(const srt_weight *w, int64_t g, uint8_t *o, const uint8_t *pf);
+    void (*pack)(const srt_weight *w, int64_t g, uint8_t *o);   /* a whole GGUF-layout group */
 } q41_job;
 
 static void prep_item(void *arg, int64_t i, int ith)
@@ -699,7 +693,7 @@ static void prep_item(void *arg, int64_t i, int ith)
     q41_job *j = arg;
     for (int64_t t = i * 16; t < j->n_tok && t < i * 16 + 16; t++)
         prep_token(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
-                   (float *)j->xs + t * j->nb, (int32_t *)j->cs + 3 * t * j->nb);
+                   (float *)j->xs + t * j->nb, j->cs ? (int32_t *)j->cs + 3 * t * j->nb : NULL);
 }
 
 /* y[r] = out[r] + bias[r] (bias NULL: + 0.0f) for the group's nr rows */
@@ -769,7 +763,7 @@ static void run_item(void *arg, int64_t i, int ith)
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *gp = group_at(w, g), *pf = g + 1 < g1 ? group_at(w, g + 1) : next;
         if (!packed) {
-            (w->rows - g * G < G ? pack_group : j->pack)(w, g, rep, NULL);
+            (w->rows - g * G < G ? pack_group : j->pack)(w, g, rep);
             gp = rep;
         }
         int nr = w->rows - g * G < G ? (int)(w->rows - g * G) : G;
@@ -790,9 +784,12 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
     int64_t C = w[0]->cols;
-    for (int k = 0; k < n; k++)
+    int q8 = 0;   /* Q8_0's digit sums are prepared only when a Q8_0 weight will read them */
+    for (int k = 0; k < n; k++) {
         if (!fmt_of(w[k]->dtype) || w[k]->cols != C || C <= 0 || C % QK)
             return SRT_ERROR;
+        q8 |= fmt_of(w[k]->dtype)->m == M_Q8_0;
+    }
     if (n_tok == 0)
         return SRT_OK;
     q41_job j = { .n = n, .nb = C / QK, .kern = wide ? kern16 : kern8, .pack = wide ? pack_group16 : pack_group8 };
@@ -806,7 +803,7 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
         j.dig = (const int8_t *)base;
         j.sc = (const float *)(base + (size_t)j.n_tok * (size_t)j.nb * XB);
         j.xs = j.sc + j.n_tok * j.nb;
-        j.cs = (const int32_t *)(j.xs + j.n_tok * j.nb);
+        j.cs = q8 ? (const int32_t *)(j.xs + j.n_tok * j.nb) : NULL;
         /* the digits: 16 tokens an item */
         j.x = x + t0 * C;
         int64_t n_prep = (j.n_tok + 15) / 16;
