@@ -496,7 +496,9 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
 TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                       const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds, cs += 6 * lds)
+    /* cs is NULL unless the weight is Q8_0 (no arithmetic on it then) */
+    for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds,
+                            cs = cs ? cs + 6 * lds : NULL)
         for (int h = 0; h < 2; h++) {
             const uint8_t *p = t ? NULL : pf;
             int two = T - t >= 2;
@@ -771,7 +773,7 @@ static void run_item(void *arg, int64_t i, int ith)
         for (int64_t t = ta; t < tz; t += TILE) {
             int T = tz - t < TILE ? (int)(tz - t) : TILE;
             j->kern(T, f->m, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb,
-                    j->cs + 3 * t * j->nb, j->nb, t == ta ? pf : NULL, pf2, out);
+                    j->cs ? j->cs + 3 * t * j->nb : NULL, j->nb, t == ta ? pf : NULL, pf2, out);
             for (int u = 0; u < T; u++)
                 store_rows(out + G * u, bias, j->y[k] + (j->t0 + t + u) * w->rows + g * G, nr);
         }
