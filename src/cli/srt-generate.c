@@ -44,7 +44,7 @@ static void usage(void)
             "  --ignore-eos       keep going past EOS\n"
             "  --threads N        compute threads (default: all cores)\n"
             "  --batch N          prefill chunk size (default 512)\n"
-            "  --numerics exact|fast  exact (default): f32 activations (Q4_0/1, and Q8_0 on AVX-512:\n"
+            "  --numerics exact|fast  exact (default): f32 activations (Q4_0/1, and Q8_0, Q5_0 on AVX-512:\n"
             "                     a 24-bit fixed point per 32), HF's greedy tokens;\n"
             "                     fast: 8-bit activations on quantized weights (llama.cpp's scheme)\n"
             "  --kv-cache-dtype f16|f32  the KV cache's element type (default f16)\n"

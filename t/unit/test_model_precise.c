@@ -86,11 +86,12 @@ static void packed(void)
                (be->ops->pack_bytes(be, &odd) == 16 * odd.row_stride) == exact &&
                (be->ops->pack_bytes(be, &narrow) == 16 * srt_dtype_row_bytes(SRT_Q4_1, 32)) == exact &&
                be->ops->pack_bytes(be, &q8odd) == (wide ? 16 * q8odd.row_stride : 0) &&
-               (be->ops->pack_bytes(be, &q5) == 8 * q8.row_stride) == exact && be->ops->pack_bytes(be, &q5odd) == 0 &&
+               (be->ops->pack_bytes(be, &q5) == (wide ? 16 : 8) * q8.row_stride) == exact &&
+               be->ops->pack_bytes(be, &q5odd) == (wide ? 16 * q8.row_stride : 0) &&
                be->ops->pack_bytes(be, &f32) == 0 && fast->ops->pack_bytes(fast, &q41) == 0 &&
                fast->ops->pack_bytes(fast, &q8) == 0,
-           "%s: Q4_1, Q8_0 and Q5_0 are packed only for the exact kernels (Q4_1, and Q8_0 on AVX-512: any rows, in "
-           "16-row groups; Q8_0 on AVX2, Q5_0 as Q8_0: 8-row multiples)", paths[p]);
+           "%s: Q4_1, Q8_0 and Q5_0 are packed only for the exact kernels (Q4_1, and Q8_0 and Q5_0 as Q8_0 on "
+           "AVX-512: any rows, in 16-row groups; on AVX2 Q8_0 and Q5_0 as Q8_0: 8-row multiples)", paths[p]);
         if (!exact) {
             srt_backend_free(be);
             srt_backend_free(fast);
@@ -206,10 +207,11 @@ static void avx512_kernels(void)
             fill(w.dtype, data, R, C);
             w.data = data;
             be->ops->reserve_matmul(be, &w, MT, &err);
-            /* Q8_0 in the GGUF layout: f32 kernels on AVX2, integer ones on AVX-512 (their bits
-             * differ by design; each level's own contract is tested); its packed copy below runs
-             * the integer kernels on both */
-            for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0] && w.dtype != SRT_Q8_0; k++) {
+            /* Q8_0 and Q5_0 in the GGUF layout: f32 kernels on AVX2, integer ones on AVX-512
+             * (their bits differ by design; each level's own contract is tested); their packed
+             * copies below run the integer kernels on both */
+            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0;
+            for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0] && !by_level; k++) {
                 int64_t n = ntoks[k];
                 srt_cpu_force_simd("avx2");
                 be->ops->matmul(be, &w, k & 1 ? bias : NULL, x, n, y0);
@@ -260,12 +262,13 @@ static float ref_block_sum(const float *x)
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
-/* y[t][r] of a GGUF-layout Q4_1, Q4_0 or Q8_0 weight as the header of exact_q41.c defines it */
+/* y[t][r] of a GGUF-layout Q4_1, Q4_0, Q8_0 or Q5_0 weight as the header of exact_q41.c
+ * defines it (Q5_0: Q8_0's with the bytes q - 16) */
 static void ref_q41(const srt_weight *w, const float *bias, const float *x, int64_t n_tok, float *y)
 {
     int64_t nb = w->cols / 32;
-    int q40 = w->dtype == SRT_Q4_0, q80 = w->dtype == SRT_Q8_0;
-    size_t bbytes = q80 ? 34 : q40 ? 18 : 20, qs = q40 || q80 ? 2 : 4;
+    int q40 = w->dtype == SRT_Q4_0, q50 = w->dtype == SRT_Q5_0, q80 = w->dtype == SRT_Q8_0 || q50;
+    size_t bbytes = q50 ? 22 : q80 ? 34 : q40 ? 18 : 20, qs = q50 ? 6 : q40 || q80 ? 2 : 4;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < w->rows; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_stride;
@@ -296,7 +299,8 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                 }
                 int32_t S[3] = { 0, 0, 0 };
                 for (int j = 0; j < 32; j++) {
-                    int q = q80 ? (int8_t)blk[qs + j] : j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4;
+                    int nib = j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4;
+                    int q = q50 ? (nib | (blk[2 + j / 8] >> (j % 8) & 1) << 4) - 16 : q80 ? (int8_t)blk[qs + j] : nib;
                     for (int i = 0; i < 3; i++)
                         S[i] += q * D[i][j];
                 }
@@ -342,8 +346,8 @@ static void q41_contract(srt_dtype type)
     x[8 * C + 40] = -16711421.0f / 16777216.0f;               /* token 8, block 1: 8355710.5, rounds down */
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
-    /* Q8_0 runs this contract on the AVX-512 level only (exact_q41.c: srt_cpu_q41_takes) */
-    size_t p0 = type == SRT_Q8_0;
+    /* Q8_0 and Q5_0 run this contract on the AVX-512 level only (exact_q41.c: srt_cpu_q41_takes) */
+    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0;
     for (int pk = 0; pk < 2; pk++)
         for (size_t p = p0; p < 2; p++) {
             if (srt_cpu_force_simd(paths[p]) != SRT_OK)
@@ -635,5 +639,6 @@ int main(void)
     q41_contract(SRT_Q4_1);
     q41_contract(SRT_Q4_0);
     q41_contract(SRT_Q8_0);
+    q41_contract(SRT_Q5_0);
     return tap_done();
 }

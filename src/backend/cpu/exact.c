@@ -24,10 +24,10 @@
  * (SRT_Q8_0_X8: eight rows' blocks together, see below), which run the same sequence on the
  * same values; prefill unpacks them like any other row.
  *
- * Q4_1 and Q4_0, and Q8_0 where the AVX-512 level runs (VNNI), take another route
+ * Q4_1 and Q4_0, and Q8_0 and Q5_0 where the AVX-512 level runs (VNNI), take another route
  * (exact_q41.c): x as a 24-bit fixed point per block and integer dot products, more exact than
- * HF's own float32 against float64 and twice as fast. Q8_0 stays here on AVX2, where those
- * products cost it twice Q4's instructions and this path is faster.
+ * HF's own float32 against float64 and twice as fast. Q8_0 and Q5_0 stay here on AVX2, where
+ * those products cost bytes twice Q4's instructions and this path is faster.
  *
  * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
  * does not hold up a decode step. Which thread computes a row does not change its bits. */
@@ -798,6 +798,8 @@ static float made_up(uint32_t *s, int e0, int ne)
     return ldexpf(m, e0 + (int)(lcg(s) % (uint32_t)ne));
 }
 
+static void pack_q8x8(const srt_weight *w, void *dst, srt_weight *out);
+
 static int wide_matches(void)
 {
     enum { NB = 6, C = NB * QK };
@@ -843,9 +845,7 @@ static int wide_matches(void)
     }
     _Alignas(64) uint8_t packed8[DR * DNB * sizeof(blk_q8_0)];
     srt_weight w5 = { .dtype = SRT_Q5_0, .rows = DR, .cols = DC, .row_stride = DNB * sizeof(blk_q5_0), .data = g5 };
-    srt_cpu_exact_pack(&w5, packed8, &pw);
-    if (pw.dtype != SRT_Q8_0_X8)
-        return 0;
+    pack_q8x8(&w5, packed8, &pw);
     dec_run run = { .w = pw.data, .stride = pw.row_stride, .r0 = 0, .r1 = DR, .R = DR, .x = xd, .xs = xs,
                      .bias = bias, .ldx = DC, .ldt = PRE_T, .nb = DNB, .y = y8 };
     dec_FMT_Q8_0_X8(1, &run);
@@ -901,7 +901,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     exact_job j = { .x = x, .n_tok = n_tok, .n_w = n };
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
-    /* Q4_1, Q4_0 (and Q8_0 on AVX-512) run their own kernels (exact_q41.c); weights of both kinds: one call each */
+    /* Q4_1, Q4_0 (and Q8_0, Q5_0 on AVX-512) run their own kernels (exact_q41.c); weights of both kinds: one call each */
     int q41 = 0;
     for (int k = 0; k < n; k++)
         q41 += srt_cpu_q41_takes(w[k]->dtype);
@@ -979,7 +979,8 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
     return srt_cpu_exact_matmul_n(tp, 1, &w, &bias, x, n_tok, &y, scratch);
 }
 
-/* Q5_0 is packed as Q8_0: its values q - 16 fit int8 with the same d, so the packed copy
+/* Q5_0 is packed as Q8_0 (on AVX2 here, as SRT_Q8_0_X8; on AVX-512 by exact_q41.c, as
+ * SRT_Q8_0_X16): its values q - 16 fit int8 with the same d, so the packed copy
  * holds exactly the weights d*(q - 16) and runs the Q8_0 kernels here (its own kernels take
  * q - 16 the same way, unoffset, so the bits do not change). 34 bytes a block instead of 22, but
  * the fifth bits' unpacking, which made a Q5_0 decode cost twice a Q4_1 one, is done once. */
@@ -993,16 +994,6 @@ size_t srt_cpu_exact_pack_bytes(const srt_weight *w)
     if (!srt_cpu_have_avx2() || t != SRT_Q8_0 || w->cols % QK || w->rows <= 0 || w->rows % 8 || w->cols <= 0)
         return 0;
     return (size_t)w->rows * srt_dtype_row_bytes(t, w->cols);
-}
-
-/* a Q5_0 block as the Q8_0 block of the same weights */
-static void q5_0_as_q8_0(const uint8_t *src, uint8_t *dst)
-{
-    const blk_q5_0 *b = (const blk_q5_0 *)src;
-    blk_q8_0 *o = (blk_q8_0 *)dst;
-    o->d = b->d;
-    for (int i = 0; i < QK; i++)
-        o->qs[i] = (int8_t)(q5_value(b->qs, b->qh, i) - 16);
 }
 
 /* n bytes between a packed place and a row's: into the packed one, or back */
@@ -1022,29 +1013,22 @@ static void q8x8_block(uint8_t *o, const uint8_t *const *a, int back)
     }
 }
 
-void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
+/* Q8_0 or Q5_0 (rows a multiple of 8) as SRT_Q8_0_X8 */
+static void pack_q8x8(const srt_weight *w, void *dst, srt_weight *out)
 {
-    if (srt_cpu_exact_pack_bytes(w) == 0) {   /* a weight with no packed form stays as it is */
-        *out = *w;
-        return;
-    }
-    if (srt_cpu_q41_takes(w->dtype)) {
-        srt_cpu_q41_pack(w, dst, out);
-        return;
-    }
     srt_dtype t = SRT_Q8_0;
     int q5 = w->dtype == SRT_Q5_0;
     int64_t nb = w->cols / QK;
     size_t rb = srt_dtype_row_bytes(t, w->cols), bb = srt_dtype_block_bytes(t), sbb = srt_dtype_block_bytes(w->dtype);
-    uint8_t conv[8][sizeof(blk_q8_0)];
+    blk_q8_0 conv[8];
     for (int64_t g = 0; g < w->rows / 8; g++)
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *a[8];
             for (int r = 0; r < 8; r++) {
                 a[r] = (const uint8_t *)w->data + (size_t)(8 * g + r) * w->row_stride + (size_t)b * sbb;
                 if (q5) {
-                    q5_0_as_q8_0(a[r], conv[r]);
-                    a[r] = conv[r];
+                    q5_0_as_q8_0((const blk_q5_0 *)a[r], &conv[r]);
+                    a[r] = (const uint8_t *)&conv[r];
                 }
             }
             uint8_t *o = (uint8_t *)dst + (size_t)g * 8 * rb + (size_t)b * 8 * bb;
@@ -1052,6 +1036,18 @@ void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
         }
     *out = (srt_weight){ .dtype = SRT_Q8_0_X8, .rows = w->rows, .cols = w->cols, .data = dst,
                          .row_stride = rb };
+}
+
+void srt_cpu_exact_pack(const srt_weight *w, void *dst, srt_weight *out)
+{
+    if (srt_cpu_exact_pack_bytes(w) == 0) {   /* a weight with no packed form stays as it is */
+        *out = *w;
+        return;
+    }
+    if (srt_cpu_q41_takes(w->dtype))
+        srt_cpu_q41_pack(w, dst, out);
+    else
+        pack_q8x8(w, dst, out);
 }
 
 srt_dtype srt_cpu_exact_unpack_row(const srt_weight *w, int64_t row, void *out)

@@ -93,13 +93,18 @@ typedef struct {
     int nv;           /* 64-byte vectors of q per packed block */
 } q4_fmt;
 
-static const q4_fmt FMTS[3] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4 },
+/* Q5_0 (w = d*(q - 16), q of five bits) is packed as the Q8_0 block of the same weights, its
+ * bytes q - 16: the same integers, so the same kernels and bits. It comes last, so that the
+ * packed type finds Q8_0's entry. */
+#define F_Q8_0 2
+static const q4_fmt FMTS[4] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4 },
                                 { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4 },
-                                { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8 } };
+                                { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8 },
+                                { SRT_Q5_0, SRT_Q8_0_X16, sizeof(blk_q5_0), 6, BB_MAX, M_Q8_0, 8 } };
 
 static const q4_fmt *fmt_of(srt_dtype t)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (t == FMTS[i].gguf || t == FMTS[i].packed)
             return &FMTS[i];
     return NULL;
@@ -112,15 +117,24 @@ static const q4_fmt *fmt_of(srt_dtype t)
 int srt_cpu_q41_takes(srt_dtype t)
 {
     const q4_fmt *f = fmt_of(t);
-    if (f && t == SRT_Q8_0)
+    if (f && (t == SRT_Q8_0 || t == SRT_Q5_0))
         return srt_cpu_exact_avx512() == 1;
     return f != NULL;
 }
+
+/* bytes of a packed row (a sixteenth of its group's): a GGUF Q8_0 row's for Q5_0 */
+static size_t packed_row_bytes(const q4_fmt *f, int64_t cols) { return (size_t)(cols / QK) * f->bb / G; }
 
 /* Row r's GGUF block k into the packed block o, or back (the same moves reversed; Q8_0's
  * bytes with their top bit flipped, q + 128) */
 static inline void pack_row(const q4_fmt *f, uint8_t *o, int r, const uint8_t *k)
 {
+    blk_q8_0 q8;
+    if (f->gguf == SRT_Q5_0) {
+        q5_0_as_q8_0((const blk_q5_0 *)k, &q8);
+        f = &FMTS[F_Q8_0];
+        k = (const uint8_t *)&q8;
+    }
     for (int c = 0; c < f->nv; c++)
         for (int i = 0; i < 4; i++)
             o[64 * c + 4 * r + i] = k[f->qs + 4 * c + i] ^ (f->m == M_Q8_0 ? 0x80 : 0);
@@ -158,13 +172,13 @@ size_t srt_cpu_q41_pack_bytes(const srt_weight *w)
     const q4_fmt *f = fmt_of(w->dtype);
     if (!f || w->dtype != f->gguf || w->rows <= 0 || w->cols <= 0 || w->cols % QK || !srt_cpu_have_avx2())
         return 0;
-    return (size_t)((w->rows + G - 1) / G * G) * srt_dtype_row_bytes(f->gguf, w->cols);
+    return (size_t)((w->rows + G - 1) / G * G) * packed_row_bytes(f, w->cols);
 }
 
 void srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out)
 {
     const q4_fmt *f = fmt_of(w->dtype);
-    size_t rb = srt_dtype_row_bytes(f->gguf, w->cols);
+    size_t rb = packed_row_bytes(f, w->cols);
     for (int64_t g = 0; g < (w->rows + G - 1) / G; g++)
         pack_group(w, g, (uint8_t *)dst + (size_t)g * G * rb);
     *out = (srt_weight){ .dtype = f->packed, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
@@ -530,13 +544,10 @@ INLINE512 void rows16(const uint8_t *p, size_t st, __m512i a[4])
     }
 }
 
-TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
+/* nb blocks of 16 rows, row r's first at base + r * st */
+TGT512 static void pack_blocks16(const q4_fmt *f, const uint8_t *base, size_t st, int64_t nb, uint8_t *o)
 {
-    const q4_fmt *f = fmt_of(w->dtype);
-    int64_t nb = w->cols / QK;
-    size_t st = w->row_stride;
     const __m512i flip = _mm512_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
-    const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
         if (f->m == M_Q8_0) {
             /* rows r and 8 + r's 32 bytes in the halves of z[r], then an 8 x 8 dword transpose
@@ -585,14 +596,10 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
     }
 }
 
-/* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
+/* pack_blocks16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
  * d and m moved one by one */
-TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
+TGT static void pack_blocks8(const q4_fmt *f, const uint8_t *base, size_t st, int64_t nb, uint8_t *o)
 {
-    const q4_fmt *f = fmt_of(w->dtype);
-    int64_t nb = w->cols / QK;
-    size_t st = w->row_stride;
-    const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     const __m256i flip = _mm256_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
         for (int ch = 0; ch < f->nv / 4; ch++)
@@ -619,6 +626,48 @@ TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
         }
     }
 }
+
+/* Q5_0 block k as the Q8_0 block o of the same weights (q5_0_as_q8_0 in registers): the
+ * nibbles in element order, the fifth bits spread to their bytes (byte j tests bit j of qh) */
+INLINE void q5_block_as_q8_0(const uint8_t *k, blk_q8_0 *o)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    __m128i qs = _mm_loadu_si128((const __m128i *)(k + offsetof(blk_q5_0, qs)));
+    __m256i nib = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, m4)),
+                                          _mm_and_si128(_mm_srli_epi16(qs, 4), m4), 1);
+    uint32_t qh;
+    memcpy(&qh, k + offsetof(blk_q5_0, qh), 4);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
+    h = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16));
+    memcpy(&o->d, k, 2);
+    _mm256_storeu_si256((__m256i *)o->qs, _mm256_sub_epi8(_mm256_or_si256(nib, h), _mm256_set1_epi8(16)));
+}
+
+/* A whole GGUF-layout group g into o: the 16-lane or 8-lane packer; Q5_0 a block at a time
+ * through its Q8_0 blocks */
+#define PACK_GROUP(tgt, name, blocks)                                                              \
+    tgt static void name(const srt_weight *w, int64_t g, uint8_t *o)                            \
+    {                                                                                              \
+        const q4_fmt *f = fmt_of(w->dtype);                                                        \
+        int64_t nb = w->cols / QK;                                                                 \
+        size_t st = w->row_stride;                                                                 \
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;                     \
+        if (f->gguf != SRT_Q5_0) {                                                                 \
+            blocks(f, base, st, nb, o);                                                            \
+            return;                                                                                \
+        }                                                                                          \
+        blk_q8_0 q8[G];                                                                            \
+        for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {                             \
+            for (int r = 0; r < G; r++)                                                            \
+                q5_block_as_q8_0(base + (size_t)r * st, &q8[r]);                                   \
+            blocks(&FMTS[F_Q8_0], (const uint8_t *)q8, sizeof(blk_q8_0), 1, o);                   \
+        }                                                                                          \
+    }
+PACK_GROUP(TGT512, pack_group16, pack_blocks16)
+PACK_GROUP(TGT, pack_group8, pack_blocks8)
 
 typedef void (*kern_fn)(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                         const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out);
