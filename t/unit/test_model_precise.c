@@ -86,12 +86,12 @@ static void packed(void)
                (be->ops->pack_bytes(be, &odd) == 16 * odd.row_stride) == exact &&
                (be->ops->pack_bytes(be, &narrow) == 16 * srt_dtype_row_bytes(SRT_Q4_1, 32)) == exact &&
                be->ops->pack_bytes(be, &q8odd) == (wide ? 16 * q8odd.row_stride : 0) &&
-               (be->ops->pack_bytes(be, &q5) == (wide ? 16 : 8) * q8.row_stride) == exact &&
-               be->ops->pack_bytes(be, &q5odd) == (wide ? 16 * q8.row_stride : 0) &&
+               (be->ops->pack_bytes(be, &q5) == (wide ? 16 * q5.row_stride : 8 * q8.row_stride)) == exact &&
+               be->ops->pack_bytes(be, &q5odd) == (wide ? 16 * q5.row_stride : 0) &&
                be->ops->pack_bytes(be, &f32) == 0 && fast->ops->pack_bytes(fast, &q41) == 0 &&
                fast->ops->pack_bytes(fast, &q8) == 0,
-           "%s: Q4_1, Q8_0 and Q5_0 are packed only for the exact kernels (Q4_1, and Q8_0 and Q5_0 as Q8_0 on "
-           "AVX-512: any rows, in 16-row groups; on AVX2 Q8_0 and Q5_0 as Q8_0: 8-row multiples)", paths[p]);
+           "%s: Q4_1, Q8_0 and Q5_0 are packed only for the exact kernels (Q4_1, and Q8_0 and Q5_0 on AVX-512: "
+           "any rows, in 16-row groups; on AVX2 Q8_0 and Q5_0 as Q8_0: 8-row multiples)", paths[p]);
         if (!exact) {
             srt_backend_free(be);
             srt_backend_free(fast);

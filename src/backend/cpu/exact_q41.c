@@ -1,6 +1,6 @@
-/* The exact path's Q4_1, Q4_0 and Q8_0 matmul: HF's weights w = d*q + m (Q4_0: d*(q - 8),
- * taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes) against x held as a 24-bit fixed
- * point per block, multiplied in integers.
+/* The exact path's Q4_1, Q4_0, Q8_0 and Q5_0 matmul: HF's weights w = d*q + m (Q4_0: d*(q - 8),
+ * taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes; Q5_0: d*(q - 16), q of five bits)
+ * against x held as a 24-bit fixed point per block, multiplied in integers.
  *
  * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
  * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM),
@@ -14,19 +14,22 @@
  * own float32 (1.1e-4); 16 bits moved them 1.8e-2 (scripts/activation_rounding_error.py).
  *
  * Then per (row, token), the rows in lanes:
- *     S_i = sum_j q_j * D_ij                  exact in int32 (|S_i| <= 32 * 15 * 128; Q8_0: 2^19)
+ *     S_i = sum_j q_j * D_ij                  exact in int32 (|S_i| <= 32 * 15 * 128; Q8_0: 2^19;
+ *                                             Q5_0: q_j - 16 for q_j, 2^16)
  *     t   = fma(S2, 65536, (float)(S1 * 256 + S0))
- *                                             (Q4: the inner sum exact, below 2^24; Q8_0: rounded
- *                                             to nearest even, as int32 to float converts)
+ *                                             (Q4: the inner sum exact, below 2^24; Q8_0, Q5_0:
+ *                                             rounded to nearest even, as int32 to float converts)
  *     acc = fma(t, d_b * s_b, acc)            block by block from 0
  *     off = fma(m_b, xsum_b, off)             block by block from 0; xsum_b the f32 block sum
- *                                             (Q8_0: none, off = 0)
+ *                                             (Q8_0, Q5_0: none, off = 0)
  *     y   = (acc + off) + bias
  * Q8_0's q is signed and vpdpbusd's first operand unsigned, so the packed bytes are q + 128
  * and each sum starts from -128 * sum_j D_ij (prepared with the digits). AVX2's vpmaddubsw would
  * saturate on bytes that large, so the 8-lane kernel takes their nibbles: 16 * (hi . D) + lo . D.
  * That costs twice the instructions, so Q8_0 takes this path only on the AVX-512 level
  * (srt_cpu_q41_takes); the 8-lane kernel runs its packed copy if the level changes after.
+ * Q5_0's q (0..31) is unsigned as it is, so its sums start from -16 * sum_j D_ij (an eighth of
+ * Q8_0's start) and give the same integers as its bytes q - 16 would; the same rule of levels.
  * The integers are exact whichever instructions form them (AVX-512 VNNI, or AVX2's vpmaddubsw
  * + vpaddw + vpmaddwd) and every float step is per lane, so a (row, token) output has the
  * same bits on 16 lanes or 8, alone or in any batch, decoded or prefilled, packed or not:
@@ -39,6 +42,10 @@
  *     d[16], then m[16] (f16, row order); Q4_0 (SRT_Q4_0_X16, 288 bytes): no m.
  * Q8_0 (SRT_Q8_0_X16, 544 bytes): eight vectors v_c, dword r row r's qs[4c..4c+3] + 128 (the
  * top bits flipped), then d[16].
+ * Q5_0 (SRT_Q5_0_X16, 352 bytes, the GGUF's 22 a row): v_0..v_3 of its nibbles as Q4_0's; eight
+ * 64-bit masks k_j, bit 4r + i the fifth bit of row r's q[4j + i] (so k_j meets x's dword j,
+ * and a masked byte add of 16 completes q in registers; its bytes as Q8_0 took 34 a row, and
+ * decode streams them); then d[16].
  * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
  * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
  * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
@@ -54,6 +61,7 @@
 
 #define G 16            /* rows per group: the lanes of a 512-bit register */
 #define BB 320          /* bytes of a Q4_1 group's block */
+#define BB5 352         /* Q5_0's: nibbles, fifth bits, d */
 #define BB_MAX 544      /* the largest: Q8_0's */
 #define XB 96           /* bytes of a token's block of x: digits D2, D1, D0, 32 each */
 #define TILE 4          /* tokens per kernel call (the 16-lane kernel's accumulators: 4 x 5) */
@@ -83,24 +91,22 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
 /* ---- the layout ---- */
 
 /* The formats: Q4_1; Q4_0 (w = d*(q - 8), taken as m = -8d, exact in f32 as HF's
- * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m) */
-enum { M_Q4_0, M_Q4_1, M_Q8_0 };
+ * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m); Q5_0 (nibbles
+ * and fifth bits, no m) */
+enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0 };
 typedef struct {
     srt_dtype gguf, packed;
-    size_t src, qs;   /* a GGUF block's bytes, and where its q start */
+    size_t src, qs;   /* a GGUF block's bytes, and where its q (nibbles) start */
     size_t bb;        /* a packed group block's bytes */
-    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0 */
+    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0; M_Q5_0 */
     int nv;           /* 64-byte vectors of q per packed block */
+    size_t dof;       /* where d starts in a packed block */
 } q4_fmt;
 
-/* Q5_0 (w = d*(q - 16), q of five bits) is packed as the Q8_0 block of the same weights, its
- * bytes q - 16: the same integers, so the same kernels and bits. It comes last, so that the
- * packed type finds Q8_0's entry. */
-#define F_Q8_0 2
-static const q4_fmt FMTS[4] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4 },
-                                { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4 },
-                                { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8 },
-                                { SRT_Q5_0, SRT_Q8_0_X16, sizeof(blk_q5_0), 6, BB_MAX, M_Q8_0, 8 } };
+static const q4_fmt FMTS[4] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256 },
+                                { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4, 256 },
+                                { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8, 512 },
+                                { SRT_Q5_0, SRT_Q5_0_X16, sizeof(blk_q5_0), 6, BB5, M_Q5_0, 4, 320 } };
 
 static const q4_fmt *fmt_of(srt_dtype t)
 {
@@ -126,19 +132,23 @@ int srt_cpu_q41_takes(srt_dtype t)
 static size_t packed_row_bytes(const q4_fmt *f, int64_t cols) { return (size_t)(cols / QK) * f->bb / G; }
 
 /* Row r's GGUF block k into the packed block o, or back (the same moves reversed; Q8_0's
- * bytes with their top bit flipped, q + 128) */
+ * bytes with their top bit flipped, q + 128). Q5_0's fifth bits: mask j's bits 4r..4r+3 are
+ * row r's bits 4j..4j+3 of qh (nibble r of the mask's 64 bits) */
 static inline void pack_row(const q4_fmt *f, uint8_t *o, int r, const uint8_t *k)
 {
-    blk_q8_0 q8;
-    if (f->gguf == SRT_Q5_0) {
-        q5_0_as_q8_0((const blk_q5_0 *)k, &q8);
-        f = &FMTS[F_Q8_0];
-        k = (const uint8_t *)&q8;
-    }
     for (int c = 0; c < f->nv; c++)
         for (int i = 0; i < 4; i++)
             o[64 * c + 4 * r + i] = k[f->qs + 4 * c + i] ^ (f->m == M_Q8_0 ? 0x80 : 0);
-    memcpy(o + 64 * f->nv + 2 * r, k, 2);
+    if (f->m == M_Q5_0) {
+        uint32_t qh;
+        memcpy(&qh, k + offsetof(blk_q5_0, qh), 4);
+        for (int j = 0; j < 8; j++) {
+            uint8_t *m = o + 256 + 8 * j + r / 2;
+            int sh = 4 * (r % 2);
+            *m = (uint8_t)((*m & ~(0x0F << sh)) | (qh >> 4 * j & 0x0F) << sh);
+        }
+    }
+    memcpy(o + f->dof + 2 * r, k, 2);
     if (f->m == M_Q4_1)
         memcpy(o + 288 + 2 * r, k + 2, 2);
 }
@@ -148,7 +158,13 @@ static inline void unpack_row(const q4_fmt *f, const uint8_t *o, int r, uint8_t 
     for (int c = 0; c < f->nv; c++)
         for (int i = 0; i < 4; i++)
             k[f->qs + 4 * c + i] = o[64 * c + 4 * r + i] ^ (f->m == M_Q8_0 ? 0x80 : 0);
-    memcpy(k, o + 64 * f->nv + 2 * r, 2);
+    if (f->m == M_Q5_0) {
+        uint32_t qh = 0;
+        for (int j = 0; j < 8; j++)
+            qh |= (uint32_t)(o[256 + 8 * j + r / 2] >> 4 * (r % 2) & 0x0F) << 4 * j;
+        memcpy(k + offsetof(blk_q5_0, qh), &qh, 4);
+    }
+    memcpy(k, o + f->dof + 2 * r, 2);
     if (f->m == M_Q4_1)
         memcpy(k + 2, o + 288 + 2 * r, 2);
 }
@@ -270,8 +286,8 @@ static inline int scale_exp(float top)
     return man >= 16711423u ? k - 1 : k;
 }
 
-/* cs[i] = -128 * (the sum of plane i's 32 digits), Q8_0's starts: sums of the bytes D + 128
- * (vpsadbw against zero) less 32 * 128 */
+/* cs[i] = -128 * (the sum of plane i's 32 digits), Q8_0's starts (Q5_0's: an eighth): sums of
+ * the bytes D + 128 (vpsadbw against zero) less 32 * 128 */
 INLINE void digit_sums(const int8_t *dig, int32_t *cs)
 {
     const __m256i top = _mm256_set1_epi8((char)0x80);
@@ -285,9 +301,9 @@ INLINE void digit_sums(const int8_t *dig, int32_t *cs)
 }
 
 /* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc, block sums xs
- * and Q8_0's starts cs (three per block; NULL: none, no Q8_0 weight reads them). A block whose sum is not finite (an inf or NaN in x)
- * gets a NaN scale: its rows' outputs are NaN, as the products would be. A block of zeros has
- * scale 0 and digits 0. */
+ * and Q8_0's starts cs (three per block; NULL: none, no Q8_0 or Q5_0 weight reads them). A
+ * block whose sum is not finite (an inf or NaN in x) gets a NaN scale: its rows' outputs are
+ * NaN, as the products would be. A block of zeros has scale 0 and digits 0. */
 TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *cs)
 {
     const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -337,7 +353,7 @@ INLINE512 __m512 combine16(__m512i s2, __m512i s1, __m512i s0)
 INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                    const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q4_1 ? BB : BB - 32;
+    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_1 ? BB : BB - 32;
     __m512 acc[TILE], off[TILE];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
@@ -358,17 +374,27 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                 q[c] = _mm512_and_si512(v, lo);
                 q[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
             }
+            if (M == M_Q5_0)   /* + 16 where the fifth bit is set: a masked add, off the multiply pipes */
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    uint64_t k;
+                    memcpy(&k, g + 256 + 8 * j, 8);
+                    q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k), q[j], _mm512_set1_epi8(16));
+                }
         }
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (M == M_Q8_0 ? 512 : 256))));
+        const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 ? 320 : 256;
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
         __m512 mm = M == M_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)))
                                 : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
             __m512i s2 = _mm512_setzero_si512(), s1 = s2, s0 = s2;
-            if (M == M_Q8_0) {
+            if (M == M_Q8_0 || M == M_Q5_0) {   /* Q5_0's start: -16 * sum(D), cs / 8 exactly */
                 const int32_t *c = cs + 3 * (t * lds + b);
-                s2 = _mm512_set1_epi32(c[0]), s1 = _mm512_set1_epi32(c[1]), s0 = _mm512_set1_epi32(c[2]);
+                const int sh = M == M_Q5_0 ? 3 : 0;
+                s2 = _mm512_set1_epi32(c[0] >> sh), s1 = _mm512_set1_epi32(c[1] >> sh);
+                s0 = _mm512_set1_epi32(c[2] >> sh);
             }
             if (T == 1) {
                 /* one token: each sum as two chains of four (the same integers), since eight
@@ -392,7 +418,7 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                     s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
                 }
             acc[t] = _mm512_fmadd_ps(combine16(s2, s1, s0), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])), acc[t]);
-            if (M != M_Q8_0)
+            if (M == M_Q4_1 || M == M_Q4_0)
                 off[t] = _mm512_fmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
         }
     }
@@ -414,6 +440,8 @@ TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8
         K16_TS(M_Q4_1)
     else if (m == M_Q4_0)
         K16_TS(M_Q4_0)
+    else if (m == M_Q5_0)
+        K16_TS(M_Q5_0)
     else
         K16_TS(M_Q8_0)
 }
@@ -429,6 +457,31 @@ INLINE __m256i plane8(const __m256i q[8], const int32_t *xd)
     return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
 }
 
+/* plane8 for Q5_0's q (0..31): four byte pairs at most in int16 (<= 31744), then to int32 */
+INLINE __m256i plane8w(const __m256i q[8], const int32_t *xd)
+{
+    __m256i s[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        s[h] = _mm256_maddubs_epi16(q[4 * h], _mm256_set1_epi32(xd[4 * h]));
+#pragma GCC unroll 3
+        for (int j = 1; j < 4; j++)
+            s[h] = _mm256_add_epi16(s[h], _mm256_maddubs_epi16(q[4 * h + j], _mm256_set1_epi32(xd[4 * h + j])));
+    }
+    const __m256i one = _mm256_set1_epi16(1);
+    return _mm256_add_epi32(_mm256_madd_epi16(s[0], one), _mm256_madd_epi16(s[1], one));
+}
+
+/* 16 in byte b where bit b of k is set (Q5_0's fifth bits of 8 rows, 4 elements each) */
+INLINE __m256i fifth_bits8(uint32_t k)
+{
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)k), spread), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16));
+}
+
 /* the 8-lane combine16 */
 INLINE __m256 combine8(__m256i s2, __m256i s1, __m256i s0)
 {
@@ -440,7 +493,7 @@ INLINE __m256 combine8(__m256i s2, __m256i s1, __m256i s0)
 INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q4_1 ? BB : BB - 32;
+    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_1 ? BB : BB - 32;
     __m256 acc[2], off[2];
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++)
@@ -483,20 +536,36 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                 q[c] = _mm256_and_si256(v, lo);
                 q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
             }
+            if (M == M_Q5_0) {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    uint32_t k;
+                    memcpy(&k, g + 256 + 8 * j + 4 * h, 4);
+                    q[j] = _mm256_add_epi8(q[j], fifth_bits8(k));
+                }
 #pragma GCC unroll 2
-            for (int t = 0; t < T; t++) {
-                const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
-                s[t][0] = plane8(q, x2), s[t][1] = plane8(q, x2 + 8), s[t][2] = plane8(q, x2 + 16);
-            }
+                for (int t = 0; t < T; t++) {
+                    const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *c = cs + 3 * (t * lds + b);
+#pragma GCC unroll 3
+                    for (int i = 0; i < 3; i++)
+                        s[t][i] = _mm256_add_epi32(_mm256_set1_epi32(c[i] >> 3), plane8w(q, x2 + 8 * i));
+                }
+            } else
+#pragma GCC unroll 2
+                for (int t = 0; t < T; t++) {
+                    const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
+                    s[t][0] = plane8(q, x2), s[t][1] = plane8(q, x2 + 8), s[t][2] = plane8(q, x2 + 16);
+                }
         }
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (M == M_Q8_0 ? 512 : 256) + 16 * h)));
+        const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 ? 320 : 256;
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * h)));
         __m256 mm = M == M_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)))
                                 : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++) {
             acc[t] = _mm256_fmadd_ps(combine8(s[t][0], s[t][1], s[t][2]), _mm256_mul_ps(d, _mm256_set1_ps(sc[t * lds + b])),
                                      acc[t]);
-            if (M != M_Q8_0)
+            if (M == M_Q4_1 || M == M_Q4_0)
                 off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
         }
     }
@@ -510,7 +579,7 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
 TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                       const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    /* cs is NULL unless the weight is Q8_0 (no arithmetic on it then) */
+    /* cs is NULL unless the weight is Q8_0 or Q5_0 (no arithmetic on it then) */
     for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds,
                             cs = cs ? cs + 6 * lds : NULL)
         for (int h = 0; h < 2; h++) {
@@ -520,6 +589,8 @@ TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *
                 two ? K8_CASE(2, M_Q4_1) : K8_CASE(1, M_Q4_1);
             else if (m == M_Q4_0)
                 two ? K8_CASE(2, M_Q4_0) : K8_CASE(1, M_Q4_0);
+            else if (m == M_Q5_0)
+                two ? K8_CASE(2, M_Q5_0) : K8_CASE(1, M_Q5_0);
             else
                 two ? K8_CASE(2, M_Q8_0) : K8_CASE(1, M_Q8_0);
         }
@@ -544,9 +615,12 @@ INLINE512 void rows16(const uint8_t *p, size_t st, __m512i a[4])
     }
 }
 
-/* nb blocks of 16 rows, row r's first at base + r * st */
-TGT512 static void pack_blocks16(const q4_fmt *f, const uint8_t *base, size_t st, int64_t nb, uint8_t *o)
+TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 {
+    const q4_fmt *f = fmt_of(w->dtype);
+    int64_t nb = w->cols / QK;
+    size_t st = w->row_stride;
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     const __m512i flip = _mm512_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
         if (f->m == M_Q8_0) {
@@ -588,18 +662,41 @@ TGT512 static void pack_blocks16(const q4_fmt *f, const uint8_t *base, size_t st
             _mm512_storeu_si512(o + 192, _mm512_unpackhi_epi64(t1, t3));
         }
         __m512i e[4];
-        rows16(base, st, e);   /* d (and m) first */
-        __m512i dm = _mm512_unpacklo_epi64(_mm512_unpacklo_epi32(e[0], e[1]), _mm512_unpacklo_epi32(e[2], e[3]));
-        _mm256_storeu_si256((__m256i *)(o + 64 * f->nv), _mm512_cvtepi32_epi16(dm));
+        rows16(base, st, e);   /* d (and m; Q5_0: d and qh) first */
+        __m512i e01 = _mm512_unpacklo_epi32(e[0], e[1]), e23 = _mm512_unpacklo_epi32(e[2], e[3]);
+        __m512i dm = _mm512_unpacklo_epi64(e01, e23);   /* dword r: row r's first */
+        _mm256_storeu_si256((__m256i *)(o + f->dof), _mm512_cvtepi32_epi16(dm));
         if (f->m == M_Q4_1)
             _mm256_storeu_si256((__m256i *)(o + 288), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+        if (f->m == M_Q5_0) {
+            /* qh of row r in dword r (bytes 2..5: across its first two dwords), then mask j's
+             * byte k = rows 2k and 2k + 1's nibbles j: each qword's two lanes joined into its
+             * low byte, which vpmovqb keeps */
+            __m512i qh = _mm512_or_si512(_mm512_srli_epi32(dm, 16),
+                                         _mm512_slli_epi32(_mm512_unpackhi_epi64(e01, e23), 16));
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                __m512i n = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * j), _mm512_set1_epi32(0x0F));
+                __m512i two = _mm512_or_si512(n, _mm512_srli_epi64(n, 28));
+                _mm_storel_epi64((__m128i *)(o + 256 + 8 * j), _mm512_cvtepi64_epi8(two));
+            }
+        }
     }
 }
 
-/* pack_blocks16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
- * d and m moved one by one */
-TGT static void pack_blocks8(const q4_fmt *f, const uint8_t *base, size_t st, int64_t nb, uint8_t *o)
+/* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
+ * d and m moved one by one. Q5_0 in the GGUF layout runs only on the 16-lane level
+ * (srt_cpu_q41_takes), so its fifth bits are left to pack_group here. */
+TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 {
+    const q4_fmt *f = fmt_of(w->dtype);
+    int64_t nb = w->cols / QK;
+    size_t st = w->row_stride;
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
+    if (f->m == M_Q5_0) {
+        pack_group(w, g, o);
+        return;
+    }
     const __m256i flip = _mm256_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
         for (int ch = 0; ch < f->nv / 4; ch++)
@@ -620,54 +717,13 @@ TGT static void pack_blocks8(const q4_fmt *f, const uint8_t *base, size_t st, in
                 _mm256_storeu_si256((__m256i *)(v + 192), _mm256_xor_si256(_mm256_unpackhi_epi64(t1, t3), flip));
             }
         for (int r = 0; r < G; r++) {
-            memcpy(o + 64 * f->nv + 2 * r, base + (size_t)r * st, 2);
+            memcpy(o + f->dof + 2 * r, base + (size_t)r * st, 2);
             if (f->m == M_Q4_1)
                 memcpy(o + 288 + 2 * r, base + (size_t)r * st + 2, 2);
         }
     }
 }
 
-/* Q5_0 block k as the Q8_0 block o of the same weights (q5_0_as_q8_0 in registers): the
- * nibbles in element order, the fifth bits spread to their bytes (byte j tests bit j of qh) */
-INLINE void q5_block_as_q8_0(const uint8_t *k, blk_q8_0 *o)
-{
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    __m128i qs = _mm_loadu_si128((const __m128i *)(k + offsetof(blk_q5_0, qs)));
-    __m256i nib = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, m4)),
-                                          _mm_and_si128(_mm_srli_epi16(qs, 4), m4), 1);
-    uint32_t qh;
-    memcpy(&qh, k + offsetof(blk_q5_0, qh), 4);
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-    __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
-    h = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16));
-    memcpy(&o->d, k, 2);
-    _mm256_storeu_si256((__m256i *)o->qs, _mm256_sub_epi8(_mm256_or_si256(nib, h), _mm256_set1_epi8(16)));
-}
-
-/* A whole GGUF-layout group g into o: the 16-lane or 8-lane packer; Q5_0 a block at a time
- * through its Q8_0 blocks */
-#define PACK_GROUP(tgt, name, blocks)                                                              \
-    tgt static void name(const srt_weight *w, int64_t g, uint8_t *o)                            \
-    {                                                                                              \
-        const q4_fmt *f = fmt_of(w->dtype);                                                        \
-        int64_t nb = w->cols / QK;                                                                 \
-        size_t st = w->row_stride;                                                                 \
-        const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;                     \
-        if (f->gguf != SRT_Q5_0) {                                                                 \
-            blocks(f, base, st, nb, o);                                                            \
-            return;                                                                                \
-        }                                                                                          \
-        blk_q8_0 q8[G];                                                                            \
-        for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {                             \
-            for (int r = 0; r < G; r++)                                                            \
-                q5_block_as_q8_0(base + (size_t)r * st, &q8[r]);                                   \
-            blocks(&FMTS[F_Q8_0], (const uint8_t *)q8, sizeof(blk_q8_0), 1, o);                   \
-        }                                                                                          \
-    }
-PACK_GROUP(TGT512, pack_group16, pack_blocks16)
-PACK_GROUP(TGT, pack_group8, pack_blocks8)
 
 typedef void (*kern_fn)(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                         const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out);
@@ -686,7 +742,7 @@ static float made_up(uint32_t *s, int e0, int ne)
 int srt_cpu_q41_wide_matches(void)
 {
     enum { NB = 5 };
-    _Alignas(64) uint8_t g[3][NB * BB_MAX];   /* made-up blocks as Q4_1, as Q4_0 and as Q8_0 */
+    _Alignas(64) uint8_t g[4][NB * BB_MAX];   /* made-up blocks as Q4_1, Q4_0, Q8_0 and Q5_0 */
     _Alignas(64) int8_t dig[TILE * NB * XB];
     float x[TILE * NB * QK], sc[TILE * NB], xs[TILE * NB], y8[TILE * G], y16[TILE * G];
     int32_t cs[TILE * NB * 3];
@@ -696,19 +752,23 @@ int srt_cpu_q41_wide_matches(void)
             blk_q4_1 k = { .d = srt_f32_to_f16(made_up(&s, -12, 10)), .m = srt_f32_to_f16(made_up(&s, -12, 10)) };
             blk_q4_0 k0 = { .d = k.d };
             blk_q8_0 k8 = { .d = k.d };
+            blk_q5_0 k5 = { .d = k.d };
             for (int i = 0; i < QK / 2; i++)
-                k.qs[i] = k0.qs[i] = (uint8_t)lcg(&s);
+                k.qs[i] = k0.qs[i] = k5.qs[i] = (uint8_t)lcg(&s);
+            for (int i = 0; i < 4; i++)
+                k5.qh[i] = (uint8_t)lcg(&s);
             for (int i = 0; i < QK; i++)   /* -128 too */
                 k8.qs[i] = (int8_t)(lcg(&s) & 0xFF);
             pack_row(&FMTS[0], g[0] + b * FMTS[0].bb, r, (const uint8_t *)&k);
             pack_row(&FMTS[1], g[1] + b * FMTS[1].bb, r, (const uint8_t *)&k0);
             pack_row(&FMTS[2], g[2] + b * FMTS[2].bb, r, (const uint8_t *)&k8);
+            pack_row(&FMTS[3], g[3] + b * FMTS[3].bb, r, (const uint8_t *)&k5);
         }
     for (int i = 0; i < TILE * NB * QK; i++)
         x[i] = made_up(&s, -20, 30);
     for (int t = 0; t < TILE; t++)
         prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB, cs + t * NB * 3);
-    for (int f = 0; f < 3; f++)
+    for (int f = 0; f < 4; f++)
         for (int T = 1; T <= TILE; T++) {
             kern8(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y8);
             kern16(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y16);
@@ -732,7 +792,7 @@ typedef struct {
     const float *x;                        /* the run's first token */
     const int8_t *dig;                     /* the run's tokens: nb * XB bytes each */
     const float *sc, *xs;                  /* nb floats each */
-    const int32_t *cs;                     /* 3 * nb each; NULL when no weight is Q8_0 */
+    const int32_t *cs;                     /* 3 * nb each; NULL when no weight is Q8_0 or Q5_0 */
     uint8_t *rep;                          /* per thread: nb * BB_MAX bytes */
     int nth;                               /* threads taking items */
     kern_fn kern;
@@ -835,11 +895,11 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
     int64_t C = w[0]->cols;
-    int q8 = 0;   /* Q8_0's digit sums are prepared only when a Q8_0 weight will read them */
+    int q8 = 0;   /* the digit sums are prepared only when a Q8_0 or Q5_0 weight will read them */
     for (int k = 0; k < n; k++) {
         if (!fmt_of(w[k]->dtype) || w[k]->cols != C || C <= 0 || C % QK)
             return SRT_ERROR;
-        q8 |= fmt_of(w[k]->dtype)->m == M_Q8_0;
+        q8 |= fmt_of(w[k]->dtype)->m == M_Q8_0 || fmt_of(w[k]->dtype)->m == M_Q5_0;
     }
     if (n_tok == 0)
         return SRT_OK;
