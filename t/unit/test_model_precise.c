@@ -42,7 +42,7 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
     }
 }
 
-/* Q4_1, Q8_0 and Q5_0 (as Q8_0) packed by the backend for its exact kernels (ops->pack) give
+/* Q4_1, Q8_0, Q5_0 and Q4_K packed by the backend for its exact kernels (ops->pack) give
  * the bits of the GGUF rows they came from: decode (1 and 2 tokens), prefill, with and without
  * a bias, in matmul_n next to unpacked weights, for x near the bottom of the float range, and
  * as an embedding table (a tied embedding is packed with its lm_head). Only shapes they take
@@ -50,8 +50,9 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
 static void packed(void)
 {
     static const char *paths[] = { "portable", "avx2", "avx512" };
-    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0 };   /* Q5_0: packed as Q8_0 */
-    static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 }, { 16, 96 } };
+    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K };
+    /* (Q4_K takes the shapes whose columns are whole super-blocks of 256) */
+    static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 }, { 16, 96 }, { 37, 512 } };
     static const int64_t ntoks[] = { 1, 2, 3, 8, 19 };
     enum { MT = 19, MC = 1536, MR = 200 };
     /* y0, y1: MT tokens x MR rows, or three embedding rows of MC */
@@ -102,7 +103,11 @@ static void packed(void)
             int bad = 0, calls = 0, rows_bad = 0;
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 int64_t R = shapes[si][0], C = shapes[si][1];
+                if (C % srt_dtype_block_elems(t))
+                    continue;
                 srt_weight w = { .dtype = t, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(t, C) };
+                if (be->ops->pack_bytes(be, &w) == 0)   /* not packed on this level (Q4_K on AVX2) */
+                    continue;
                 uint8_t *data = malloc(w.row_stride * (size_t)R), *pk = malloc(be->ops->pack_bytes(be, &w));
                 fill(t, data, R, C);
                 w.data = data;
@@ -159,6 +164,8 @@ static void packed(void)
                 free(data);
                 free(pk);
             }
+            if (calls == 0)
+                continue;
             ok(bad == 0 && rows_bad == 0, "%s: packed %s = its GGUF rows, bit for bit (%d of %d calls differ, %d embeddings)",
                paths[p], srt_dtype_name(t), bad, calls, rows_bad);
         }
@@ -207,10 +214,10 @@ static void avx512_kernels(void)
             fill(w.dtype, data, R, C);
             w.data = data;
             be->ops->reserve_matmul(be, &w, MT, &err);
-            /* Q8_0 and Q5_0 in the GGUF layout: f32 kernels on AVX2, integer ones on AVX-512
-             * (their bits differ by design; each level's own contract is tested); their packed
-             * copies below run the integer kernels on both */
-            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0;
+            /* Q8_0, Q5_0 and Q4_K in the GGUF layout: f32 kernels on AVX2, integer ones on
+             * AVX-512 (their bits differ by design; each level's own contract is tested); their
+             * packed copies below run the integer kernels on both */
+            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0 || w.dtype == SRT_Q4_K;
             for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0] && !by_level; k++) {
                 int64_t n = ntoks[k];
                 srt_cpu_force_simd("avx2");
@@ -262,12 +269,27 @@ static float ref_block_sum(const float *x)
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
-/* y[t][r] of a GGUF-layout Q4_1, Q4_0, Q8_0 or Q5_0 weight as the header of exact_q41.c
- * defines it (Q5_0: Q8_0's with the bytes q - 16) */
+/* Q4_K's block j (0..7) of a super-block at k as a Q4_1 block: 16 bytes of nibbles (element i
+ * low, 16 + i high), its scale d * sc and offset -(dmin * mn) */
+static void q4k_block(const uint8_t *k, int j, uint8_t *nib, float *d, float *m)
+{
+    const uint8_t *s = k + 4, *qs = k + 16 + 32 * (j / 2);
+    int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+    int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    for (int i = 0; i < 16; i++)
+        nib[i] = (uint8_t)((qs[i] >> 4 * (j % 2) & 15) | (qs[16 + i] >> 4 * (j % 2) & 15) << 4);
+    *d = srt_f16_to_f32((uint16_t)(k[0] | k[1] << 8)) * (float)sc;
+    *m = -(srt_f16_to_f32((uint16_t)(k[2] | k[3] << 8)) * (float)mn);
+}
+
+/* y[t][r] of a GGUF-layout Q4_1, Q4_0, Q8_0, Q5_0 or Q4_K weight as the header of exact_q41.c
+ * defines it (Q5_0: Q8_0's with the bytes q - 16; Q4_K: Q4_1's with the scale d * sc and the
+ * offset -(dmin * mn) in f32) */
 static void ref_q41(const srt_weight *w, const float *bias, const float *x, int64_t n_tok, float *y)
 {
     int64_t nb = w->cols / 32;
     int q40 = w->dtype == SRT_Q4_0, q50 = w->dtype == SRT_Q5_0, q80 = w->dtype == SRT_Q8_0 || q50;
+    int q4k = w->dtype == SRT_Q4_K;
     size_t bbytes = q50 ? 22 : q80 ? 34 : q40 ? 18 : 20, qs = q50 ? 6 : q40 || q80 ? 2 : 4;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < w->rows; r++) {
@@ -276,6 +298,12 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
             for (int64_t b = 0; b < nb; b++) {
                 const float *xb = x + t * w->cols + 32 * b;
                 const uint8_t *blk = row + bbytes * b;
+                uint8_t kb[20];   /* Q4_K: the block as Q4_1's bytes, its d and m apart */
+                float kd = 0.0f, km = 0.0f;
+                if (q4k) {
+                    q4k_block(row + 144 * (b / 8), (int)(b % 8), kb + 4, &kd, &km);
+                    blk = kb;
+                }
                 float xs = ref_block_sum(xb), top = 0.0f, sc;
                 for (int j = 0; j < 32; j++)
                     top = fabsf(xb[j]) > top ? fabsf(xb[j]) : top;
@@ -304,8 +332,8 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                     for (int i = 0; i < 3; i++)
                         S[i] += q * D[i][j];
                 }
-                float d = srt_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
-                float m = q40 ? -8.0f * d : q80 ? 0.0f : srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
+                float d = q4k ? kd : srt_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+                float m = q4k ? km : q40 ? -8.0f * d : q80 ? 0.0f : srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
                 float v = fmaf((float)S[2], 65536.0f, (float)(S[1] * 256 + S[0]));
                 acc = fmaf(v, d * sc, acc);
                 if (!q80)
@@ -346,8 +374,8 @@ static void q41_contract(srt_dtype type)
     x[8 * C + 40] = -16711421.0f / 16777216.0f;               /* token 8, block 1: 8355710.5, rounds down */
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
-    /* Q8_0 and Q5_0 run this contract on the AVX-512 level only (exact_q41.c: srt_cpu_q41_takes) */
-    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0;
+    /* Q8_0, Q5_0 and Q4_K run this contract on the AVX-512 level only (exact_q41.c: srt_cpu_q41_takes) */
+    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0 || type == SRT_Q4_K;
     for (int pk = 0; pk < 2; pk++)
         for (size_t p = p0; p < 2; p++) {
             if (srt_cpu_force_simd(paths[p]) != SRT_OK)
@@ -384,8 +412,10 @@ static void q41_contract(srt_dtype type)
     free(x);
     free(data);
 
-    /* the smallest shapes: one row, one block; one whole group; a group and a row */
+    /* the smallest shapes: one row, one block; one whole group; a group and a row (Q4_K: blocks
+     * of 256) */
     static const int64_t small[][2] = { { 1, 32 }, { 16, 32 }, { 17, 64 } };
+    int64_t kq = type == SRT_Q4_K ? 8 : 1;
     for (size_t p = p0; p < 2; p++) {
         if (srt_cpu_force_simd(paths[p]) != SRT_OK)
             continue;
@@ -393,7 +423,7 @@ static void q41_contract(srt_dtype type)
         srt_backend *be = srt_cpu_backend_create(3, 1, &err);
         int bad = 0;
         for (size_t si = 0; si < sizeof small / sizeof small[0]; si++) {
-            int64_t sr = small[si][0], sc = small[si][1];
+            int64_t sr = small[si][0], sc = small[si][1] * kq;
             srt_weight sw = { .dtype = type, .rows = sr, .cols = sc, .row_stride = srt_dtype_row_bytes(type, sc) };
             uint8_t *sd = malloc(sw.row_stride * (size_t)sr), *pd = malloc(be->ops->pack_bytes(be, &sw));
             fill(type, sd, sr, sc);
@@ -401,8 +431,8 @@ static void q41_contract(srt_dtype type)
             srt_weight pw;
             be->ops->pack(be, &sw, pd, &pw);
             be->ops->reserve_matmul(be, &sw, 5, &err);
-            float sx[5 * 64], sy[5 * 17], sref[5 * 17];
-            for (int i = 0; i < 5 * 64; i++)
+            float sx[5 * 512], sy[5 * 17], sref[5 * 17];
+            for (int i = 0; i < 5 * 512; i++)
                 sx[i] = frnd();
             for (int64_t n = 1; n <= 5; n++) {
                 ref_q41(&sw, NULL, sx, n, sref);
@@ -414,8 +444,8 @@ static void q41_contract(srt_dtype type)
             free(sd);
             free(pd);
         }
-        ok(bad == 0, "%s %s, 1x32, 16x32 and 17x64 on 3 threads: the scalar contract, bit for bit (%d differ)",
-           paths[p], srt_dtype_name(type), bad);
+        ok(bad == 0, "%s %s, 1x%lld, 16x%lld and 17x%lld on 3 threads: the scalar contract, bit for bit (%d differ)",
+           paths[p], srt_dtype_name(type), (long long)(32 * kq), (long long)(32 * kq), (long long)(64 * kq), bad);
         srt_backend_free(be);
     }
 }
@@ -640,5 +670,6 @@ int main(void)
     q41_contract(SRT_Q4_0);
     q41_contract(SRT_Q8_0);
     q41_contract(SRT_Q5_0);
+    q41_contract(SRT_Q4_K);
     return tap_done();
 }

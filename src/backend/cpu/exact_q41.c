@@ -1,6 +1,8 @@
-/* The exact path's Q4_1, Q4_0, Q8_0 and Q5_0 matmul: HF's weights w = d*q + m (Q4_0: d*(q - 8),
- * taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes; Q5_0: d*(q - 16), q of five bits)
- * against x held as a 24-bit fixed point per block, multiplied in integers.
+/* The exact path's Q4_1, Q4_0, Q8_0, Q5_0 and Q4_K matmul: HF's weights w = d*q + m (Q4_0:
+ * d*(q - 8), taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes; Q5_0: d*(q - 16), q of
+ * five bits; Q4_K: block j of a super-block d*sc_j*q - dmin*mn_j, taken as Q4_1 with d = d*sc_j
+ * and m = -(dmin*mn_j), both exact in f32) against x held as a 24-bit fixed point per block,
+ * multiplied in integers.
  *
  * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
  * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM),
@@ -21,7 +23,8 @@
  *                                             rounded to nearest even, as int32 to float converts)
  *     acc = fma(t, d_b * s_b, acc)            block by block from 0
  *     off = fma(m_b, xsum_b, off)             block by block from 0; xsum_b the f32 block sum
- *                                             (Q8_0, Q5_0: none, off = 0)
+ *                                             (Q8_0, Q5_0: none, off = 0; Q4_K: the products
+ *                                             d*sc_j and -(dmin*mn_j) as d_b and m_b)
  *     y   = (acc + off) + bias
  * Q8_0's q is signed and vpdpbusd's first operand unsigned, so the packed bytes are q + 128
  * and each sum starts from -128 * sum_j D_ij (prepared with the digits). AVX2's vpmaddubsw would
@@ -46,6 +49,12 @@
  * 64-bit masks k_j, bit 4r + i the fifth bit of row r's q[4j + i] (so k_j meets x's dword j,
  * and a masked byte add of 16 completes q in registers; its bytes as Q8_0 took 34 a row, and
  * decode streams them); then d[16].
+ * Q4_K (SRT_Q4_K_X16): per super-block of 8 blocks a 320-byte header, d[16] and dmin[16] (f16),
+ * then each block's 6-bit scale sc[16] and min mn[16] as bytes; then its 8 blocks' nibbles as
+ * Q4's v_0..v_3 (GGUF Q4_K holds blocks 2c and 2c + 1 in the low and high nibbles of the same
+ * 32 bytes; here each is a Q4_1 block's 16 bytes): 2368 bytes, 148 a row (the GGUF's 144). The
+ * kernels form d*sc and dmin*mn once per block and group, for all the tile's tokens. Its GGUF
+ * layout (srt_weights_mmap) is packed a group at a time by pack_group, in scalar code.
  * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
  * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
  * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
@@ -62,6 +71,9 @@
 #define G 16            /* rows per group: the lanes of a 512-bit register */
 #define BB 320          /* bytes of a Q4_1 group's block */
 #define BB5 352         /* Q5_0's: nibbles, fifth bits, d */
+#define SB 8            /* Q4_K: 32-blocks per super-block */
+#define HDR_K 320       /* Q4_K: a group's super-block header: d[16], dmin[16], sc[8][16], mn[8][16] */
+#define BB_K 296        /* Q4_K: a group's super-block bytes (the header and 8 x 256 of nibbles) / 8 */
 #define BB_MAX 544      /* the largest: Q8_0's */
 #define XB 96           /* bytes of a token's block of x: digits D2, D1, D0, 32 each */
 #define TILE 4          /* tokens per kernel call (the 16-lane kernel's accumulators: 4 x 5) */
@@ -93,24 +105,26 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
 /* The formats: Q4_1; Q4_0 (w = d*(q - 8), taken as m = -8d, exact in f32 as HF's
  * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m); Q5_0 (nibbles
  * and fifth bits, no m) */
-enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0 };
+enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K };
 typedef struct {
     srt_dtype gguf, packed;
     size_t src, qs;   /* a GGUF block's bytes, and where its q (nibbles) start */
     size_t bb;        /* a packed group block's bytes */
-    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0; M_Q5_0 */
+    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0; M_Q5_0; M_Q4_K */
     int nv;           /* 64-byte vectors of q per packed block */
     size_t dof;       /* where d starts in a packed block */
 } q4_fmt;
 
-static const q4_fmt FMTS[4] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256 },
+static const q4_fmt FMTS[5] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256 },
                                 { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4, 256 },
                                 { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8, 512 },
-                                { SRT_Q5_0, SRT_Q5_0_X16, sizeof(blk_q5_0), 6, BB5, M_Q5_0, 4, 320 } };
+                                { SRT_Q5_0, SRT_Q5_0_X16, sizeof(blk_q5_0), 6, BB5, M_Q5_0, 4, 320 },
+                                /* per super-block of 8 blocks; its own packers (pack_sb_q4k) */
+                                { SRT_Q4_K, SRT_Q4_K_X16, sizeof(blk_q4_k), 0, BB_K, M_Q4_K, 4, 0 } };
 
 static const q4_fmt *fmt_of(srt_dtype t)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (t == FMTS[i].gguf || t == FMTS[i].packed)
             return &FMTS[i];
     return NULL;
@@ -119,17 +133,63 @@ static const q4_fmt *fmt_of(srt_dtype t)
 /* Q8_0 in the GGUF layout comes here only where the 16-lane kernel runs: on AVX2 its bytes'
  * products take twice the instructions of Q4's nibbles (vpmaddubsw would saturate on whole
  * bytes), and exact.c's f32 kernels ran a Q8_0 prefill 2.3x and a decode 1.3x faster there. A
- * packed copy (made on that level) stays on this path, on either kernel: the same bits. */
+ * packed copy (made on that level) stays on this path, on either kernel: the same bits. Q5_0
+ * and Q4_K follow the same rule (the 8-lane kernel was ~20% slower than exact.c's on Q4). */
 int srt_cpu_q41_takes(srt_dtype t)
 {
     const q4_fmt *f = fmt_of(t);
-    if (f && (t == SRT_Q8_0 || t == SRT_Q5_0))
+    if (f && (t == SRT_Q8_0 || t == SRT_Q5_0 || t == SRT_Q4_K))
         return srt_cpu_exact_avx512() == 1;
     return f != NULL;
 }
 
-/* bytes of a packed row (a sixteenth of its group's): a GGUF Q8_0 row's for Q5_0 */
+/* bytes of a packed row (a sixteenth of its group's) */
 static size_t packed_row_bytes(const q4_fmt *f, int64_t cols) { return (size_t)(cols / QK) * f->bb / G; }
+
+/* Row r's GGUF Q4_K super-block k into the group's packed super-block o, or back: d, dmin and
+ * each block's 6-bit scale and min as bytes in the header (HDR_K), then block j's nibbles as a
+ * Q4_1 block's (element i low, 16 + i high: GGUF Q4_K keeps blocks 2c and 2c + 1 in the low and
+ * high nibbles of the same 32 bytes) in Q4's four vectors. */
+static void pack_sb_q4k(uint8_t *o, int r, const blk_q4_k *k)
+{
+    memcpy(o + 2 * r, &k->d, 2);
+    memcpy(o + 32 + 2 * r, &k->dmin, 2);
+    for (int j = 0; j < SB; j++) {
+        int sc, mn;
+        q4k_scale_min(k->scales, j, &sc, &mn);
+        o[64 + 16 * j + r] = (uint8_t)sc;
+        o[192 + 16 * j + r] = (uint8_t)mn;
+        const uint8_t *qs = k->qs + 32 * (j / 2);
+        int sh = 4 * (j % 2);
+        for (int i = 0; i < 16; i++)
+            o[HDR_K + 256 * j + 64 * (i / 4) + 4 * r + i % 4] =
+                (uint8_t)((qs[i] >> sh & 0x0F) | (qs[16 + i] >> sh & 0x0F) << 4);
+    }
+}
+
+static void unpack_sb_q4k(const uint8_t *o, int r, blk_q4_k *k)
+{
+    int sc[SB], mn[SB];
+    memcpy(&k->d, o + 2 * r, 2);
+    memcpy(&k->dmin, o + 32 + 2 * r, 2);
+    memset(k->qs, 0, sizeof k->qs);
+    for (int j = 0; j < SB; j++) {
+        sc[j] = o[64 + 16 * j + r];
+        mn[j] = o[192 + 16 * j + r];
+        uint8_t *qs = k->qs + 32 * (j / 2);
+        int sh = 4 * (j % 2);
+        for (int i = 0; i < 16; i++) {
+            uint8_t b = o[HDR_K + 256 * j + 64 * (i / 4) + 4 * r + i % 4];
+            qs[i] |= (uint8_t)((b & 0x0F) << sh);
+            qs[16 + i] |= (uint8_t)((b >> 4) << sh);
+        }
+    }
+    for (int j = 0; j < 4; j++) {   /* q4k_scale_min reversed */
+        k->scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        k->scales[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+        k->scales[j + 8] = (uint8_t)((sc[j + 4] & 0x0F) | (mn[j + 4] & 0x0F) << 4);
+    }
+}
 
 /* Row r's GGUF block k into the packed block o, or back (the same moves reversed; Q8_0's
  * bytes with their top bit flipped, q + 128). Q5_0's fifth bits: mask j's bits 4r..4r+3 are
@@ -174,6 +234,16 @@ static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
+    if (f->m == M_Q4_K) {
+        static const blk_q4_k zk;
+        for (int r = 0; r < G; r++) {
+            int64_t row = g * G + r;
+            const blk_q4_k *k = row < w->rows ? (const blk_q4_k *)((const uint8_t *)w->data + (size_t)row * w->row_stride) : NULL;
+            for (int64_t s = 0; s < nb / SB; s++)
+                pack_sb_q4k(o + (size_t)s * SB * BB_K, r, k ? k + s : &zk);
+        }
+        return;
+    }
     for (int r = 0; r < G; r++) {
         int64_t row = g * G + r;
         static const uint8_t zero[sizeof(blk_q8_0)];
@@ -186,7 +256,8 @@ static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
 size_t srt_cpu_q41_pack_bytes(const srt_weight *w)
 {
     const q4_fmt *f = fmt_of(w->dtype);
-    if (!f || w->dtype != f->gguf || w->rows <= 0 || w->cols <= 0 || w->cols % QK || !srt_cpu_have_avx2())
+    if (!f || w->dtype != f->gguf || w->rows <= 0 || w->cols <= 0 || w->cols % (f->m == M_Q4_K ? QK_K : QK) ||
+        !srt_cpu_have_avx2())
         return 0;
     return (size_t)((w->rows + G - 1) / G * G) * packed_row_bytes(f, w->cols);
 }
@@ -205,6 +276,11 @@ srt_dtype srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     const uint8_t *g = (const uint8_t *)w->data + (size_t)(row / G * G) * w->row_stride;
+    if (f->m == M_Q4_K) {
+        for (int64_t s = 0; s < nb / SB; s++)
+            unpack_sb_q4k(g + (size_t)s * SB * BB_K, (int)(row % G), (blk_q4_k *)out + s);
+        return f->gguf;
+    }
     for (int64_t b = 0; b < nb; b++)
         unpack_row(f, g + (size_t)b * f->bb, (int)(row % G), (uint8_t *)out + (size_t)b * f->src);
     return f->gguf;
@@ -353,13 +429,22 @@ INLINE512 __m512 combine16(__m512i s2, __m512i s1, __m512i s0)
 INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                    const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_1 ? BB : BB - 32;
-    __m512 acc[TILE], off[TILE];
+    /* bb: bytes a block (Q4_K: on average, for the prefetch), step: nibbles and d a block */
+    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q4_1 ? BB : BB - 32;
+    const int step = M == M_Q4_K ? 256 : bb;
+    __m512 acc[TILE], off[TILE], dk = _mm512_setzero_ps(), mk = dk;
+    const uint8_t *hdr = g;   /* Q4_K: the super-block's header */
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
         acc[t] = off[t] = _mm512_setzero_ps();
     const __m512i lo = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nb; b++, g += bb) {
+    for (int64_t b = 0; b < nb; b++, g += step) {
+        if (M == M_Q4_K && b % SB == 0) {
+            hdr = g;
+            g += HDR_K;
+            dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hdr));
+            mk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hdr + 32)));
+        }
         if (pf)
             prefetch_block((const char *)pf + b * bb, bb, pf2);
         __m512i q[8];   /* q[j] meets x's dword j */
@@ -383,9 +468,16 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                 }
         }
         const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 ? 320 : 256;
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
-        __m512 mm = M == M_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)))
-                                : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
+        __m512 d, mm;
+        if (M == M_Q4_K) {   /* d * sc and dmin * mn, exact in f32 */
+            const uint8_t *s = hdr + 64 + 16 * (b % SB);
+            d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s))));
+            mm = _mm512_mul_ps(mk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 128)))));
+        } else {
+            d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
+            mm = M == M_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)))
+                             : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
@@ -420,6 +512,8 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
             acc[t] = _mm512_fmadd_ps(combine16(s2, s1, s0), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])), acc[t]);
             if (M == M_Q4_1 || M == M_Q4_0)
                 off[t] = _mm512_fmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
+            else if (M == M_Q4_K)   /* w = D*q - M: off = fma(-M, xsum, off) */
+                off[t] = _mm512_fnmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
         }
     }
 #pragma GCC unroll 4
@@ -442,6 +536,8 @@ TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8
         K16_TS(M_Q4_0)
     else if (m == M_Q5_0)
         K16_TS(M_Q5_0)
+    else if (m == M_Q4_K)
+        K16_TS(M_Q4_K)
     else
         K16_TS(M_Q8_0)
 }
@@ -493,13 +589,21 @@ INLINE __m256 combine8(__m256i s2, __m256i s1, __m256i s0)
 INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_1 ? BB : BB - 32;
-    __m256 acc[2], off[2];
+    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q4_1 ? BB : BB - 32;
+    const int step = M == M_Q4_K ? 256 : bb;
+    __m256 acc[2], off[2], dk = _mm256_setzero_ps(), mk = dk;
+    const uint8_t *hdr = g;
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++)
         acc[t] = off[t] = _mm256_setzero_ps();
     const __m256i lo = _mm256_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nb; b++, g += bb) {
+    for (int64_t b = 0; b < nb; b++, g += step) {
+        if (M == M_Q4_K && b % SB == 0) {
+            hdr = g;
+            g += HDR_K;
+            dk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 16 * h)));
+            mk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 32 + 16 * h)));
+        }
         if (pf && h == 0)
             prefetch_block((const char *)pf + b * bb, bb, pf2);
         __m256i s[2][3];   /* per token, planes D2, D1, D0 */
@@ -558,15 +662,24 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                 }
         }
         const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 ? 320 : 256;
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * h)));
-        __m256 mm = M == M_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)))
-                                : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+        __m256 d, mm;
+        if (M == M_Q4_K) {
+            const uint8_t *s8 = hdr + 64 + 16 * (b % SB) + 8 * h;
+            d = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
+            mm = _mm256_mul_ps(mk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 128)))));
+        } else {
+            d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * h)));
+            mm = M == M_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)))
+                             : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+        }
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++) {
             acc[t] = _mm256_fmadd_ps(combine8(s[t][0], s[t][1], s[t][2]), _mm256_mul_ps(d, _mm256_set1_ps(sc[t * lds + b])),
                                      acc[t]);
             if (M == M_Q4_1 || M == M_Q4_0)
                 off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
+            else if (M == M_Q4_K)
+                off[t] = _mm256_fnmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
         }
     }
 #pragma GCC unroll 2
@@ -591,6 +704,8 @@ TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *
                 two ? K8_CASE(2, M_Q4_0) : K8_CASE(1, M_Q4_0);
             else if (m == M_Q5_0)
                 two ? K8_CASE(2, M_Q5_0) : K8_CASE(1, M_Q5_0);
+            else if (m == M_Q4_K)
+                two ? K8_CASE(2, M_Q4_K) : K8_CASE(1, M_Q4_K);
             else
                 two ? K8_CASE(2, M_Q8_0) : K8_CASE(1, M_Q8_0);
         }
@@ -621,6 +736,10 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
+    if (f->m == M_Q4_K) {   /* its scales and nibbles move bit by bit: pack_group's loops */
+        pack_group(w, g, o);
+        return;
+    }
     const __m512i flip = _mm512_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
     for (int64_t b = 0; b < nb; b++, o += f->bb, base += f->src) {
         if (f->m == M_Q8_0) {
@@ -685,15 +804,15 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 }
 
 /* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
- * d and m moved one by one. Q5_0 in the GGUF layout runs only on the 16-lane level
- * (srt_cpu_q41_takes), so its fifth bits are left to pack_group here. */
+ * d and m moved one by one. Q5_0 and Q4_K in the GGUF layout run only on the 16-lane level
+ * (srt_cpu_q41_takes), so they are left to pack_group here. */
 TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
-    if (f->m == M_Q5_0) {
+    if (f->m == M_Q5_0 || f->m == M_Q4_K) {
         pack_group(w, g, o);
         return;
     }
@@ -741,8 +860,8 @@ static float made_up(uint32_t *s, int e0, int ne)
 
 int srt_cpu_q41_wide_matches(void)
 {
-    enum { NB = 5 };
-    _Alignas(64) uint8_t g[4][NB * BB_MAX];   /* made-up blocks as Q4_1, Q4_0, Q8_0 and Q5_0 */
+    enum { NB = 8 };   /* a Q4_K super-block */
+    _Alignas(64) uint8_t g[5][NB * BB_MAX];   /* made-up blocks as Q4_1, Q4_0, Q8_0, Q5_0 and Q4_K */
     _Alignas(64) int8_t dig[TILE * NB * XB];
     float x[TILE * NB * QK], sc[TILE * NB], xs[TILE * NB], y8[TILE * G], y16[TILE * G];
     int32_t cs[TILE * NB * 3];
@@ -764,11 +883,19 @@ int srt_cpu_q41_wide_matches(void)
             pack_row(&FMTS[2], g[2] + b * FMTS[2].bb, r, (const uint8_t *)&k8);
             pack_row(&FMTS[3], g[3] + b * FMTS[3].bb, r, (const uint8_t *)&k5);
         }
+    for (int r = 0; r < G; r++) {
+        blk_q4_k kk = { .d = srt_f32_to_f16(made_up(&s, -12, 10)), .dmin = srt_f32_to_f16(made_up(&s, -12, 10)) };
+        for (int i = 0; i < 12; i++)
+            kk.scales[i] = (uint8_t)lcg(&s);
+        for (int i = 0; i < QK_K / 2; i++)
+            kk.qs[i] = (uint8_t)lcg(&s);
+        pack_sb_q4k(g[4], r, &kk);
+    }
     for (int i = 0; i < TILE * NB * QK; i++)
         x[i] = made_up(&s, -20, 30);
     for (int t = 0; t < TILE; t++)
         prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB, cs + t * NB * 3);
-    for (int f = 0; f < 4; f++)
+    for (int f = 0; f < 5; f++)
         for (int T = 1; T <= TILE; T++) {
             kern8(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y8);
             kern16(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y16);
@@ -897,7 +1024,7 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
     int64_t C = w[0]->cols;
     int q8 = 0;   /* the digit sums are prepared only when a Q8_0 or Q5_0 weight will read them */
     for (int k = 0; k < n; k++) {
-        if (!fmt_of(w[k]->dtype) || w[k]->cols != C || C <= 0 || C % QK)
+        if (!fmt_of(w[k]->dtype) || w[k]->cols != C || C <= 0 || C % (fmt_of(w[k]->dtype)->m == M_Q4_K ? QK_K : QK))
             return SRT_ERROR;
         q8 |= fmt_of(w[k]->dtype)->m == M_Q8_0 || fmt_of(w[k]->dtype)->m == M_Q5_0;
     }
