@@ -24,6 +24,7 @@ static const struct {
     [SRT_Q8_0_X16] = { "q8_0x16", 32, 2 + 32 },        /* Q8_0's bytes, rows regrouped */
     [SRT_Q5_0_X16] = { "q5_0x16", 32, 2 + 4 + 16 },    /* Q5_0's bits, rows regrouped */
     [SRT_Q4_K_X16] = { "q4_kx16", 256, 4 + 16 + 128 }, /* d, dmin, 8 scales and mins as bytes, qs */
+    [SRT_Q6_K_X16] = { "q6_kx16", 256, 2 + 16 + 192 }, /* Q6_K's bytes, rows regrouped */
 };
 
 static int dtype_valid(srt_dtype t)

@@ -42,7 +42,7 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
     }
 }
 
-/* Q4_1, Q8_0, Q5_0 and Q4_K packed by the backend for its exact kernels (ops->pack) give
+/* Q4_1, Q8_0, Q5_0, Q4_K and Q6_K packed by the backend for its exact kernels (ops->pack) give
  * the bits of the GGUF rows they came from: decode (1 and 2 tokens), prefill, with and without
  * a bias, in matmul_n next to unpacked weights, for x near the bottom of the float range, and
  * as an embedding table (a tied embedding is packed with its lm_head). Only shapes they take
@@ -50,8 +50,8 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
 static void packed(void)
 {
     static const char *paths[] = { "portable", "avx2", "avx512" };
-    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K };
-    /* (Q4_K takes the shapes whose columns are whole super-blocks of 256) */
+    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K, SRT_Q6_K };
+    /* (K-quants take the shapes whose columns are whole super-blocks of 256) */
     static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 }, { 16, 96 }, { 37, 512 } };
     static const int64_t ntoks[] = { 1, 2, 3, 8, 19 };
     enum { MT = 19, MC = 1536, MR = 200 };
@@ -214,10 +214,10 @@ static void avx512_kernels(void)
             fill(w.dtype, data, R, C);
             w.data = data;
             be->ops->reserve_matmul(be, &w, MT, &err);
-            /* Q8_0, Q5_0 and Q4_K in the GGUF layout: f32 kernels on AVX2, integer ones on
+            /* Q8_0, Q5_0, Q4_K and Q6_K in the GGUF layout: f32 kernels on AVX2, integer ones on
              * AVX-512 (their bits differ by design; each level's own contract is tested); their
              * packed copies below run the integer kernels on both */
-            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0 || w.dtype == SRT_Q4_K;
+            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0 || w.dtype == SRT_Q4_K || w.dtype == SRT_Q6_K;
             for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0] && !by_level; k++) {
                 int64_t n = ntoks[k];
                 srt_cpu_force_simd("avx2");
@@ -282,14 +282,23 @@ static void q4k_block(const uint8_t *k, int j, uint8_t *nib, float *d, float *m)
     *m = -(srt_f16_to_f32((uint16_t)(k[2] | k[3] << 8)) * (float)mn);
 }
 
-/* y[t][r] of a GGUF-layout Q4_1, Q4_0, Q8_0, Q5_0 or Q4_K weight as the header of exact_q41.c
- * defines it (Q5_0: Q8_0's with the bytes q - 16; Q4_K: Q4_1's with the scale d * sc and the
- * offset -(dmin * mn) in f32) */
+/* Q6_K's q - 32 (-32..31) of element e of a super-block at k: ql's four bits and qh's two */
+static int q6k_value(const uint8_t *k, int e)
+{
+    int h = e / 128, kk = e % 128 / 32, l = e % 32;
+    int lo = k[64 * h + 32 * (kk % 2) + l] >> 4 * (kk / 2) & 15, hi = k[128 + 32 * h + l] >> 2 * kk & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* y[t][r] of a GGUF-layout Q4_1, Q4_0, Q8_0, Q5_0, Q4_K or Q6_K weight as the header of
+ * exact_q41.c defines it (Q5_0: Q8_0's with the bytes q - 16; Q4_K: Q4_1's with the scale
+ * d * sc and the offset -(dmin * mn) in f32; Q6_K: each half of 16 its own sums and scale d * sc,
+ * the first half's product added first) */
 static void ref_q41(const srt_weight *w, const float *bias, const float *x, int64_t n_tok, float *y)
 {
     int64_t nb = w->cols / 32;
     int q40 = w->dtype == SRT_Q4_0, q50 = w->dtype == SRT_Q5_0, q80 = w->dtype == SRT_Q8_0 || q50;
-    int q4k = w->dtype == SRT_Q4_K;
+    int q4k = w->dtype == SRT_Q4_K, q6k = w->dtype == SRT_Q6_K;
     size_t bbytes = q50 ? 22 : q80 ? 34 : q40 ? 18 : 20, qs = q50 ? 6 : q40 || q80 ? 2 : 4;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < w->rows; r++) {
@@ -324,6 +333,19 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                         D[1][j] = (int8_t)(rest & 0xff);
                         D[2][j] = (rest - D[1][j]) / 256;
                     }
+                }
+                if (q6k) {
+                    const uint8_t *k = row + 210 * (b / 8);
+                    float d6 = srt_f16_to_f32((uint16_t)(k[208] | k[209] << 8));
+                    for (int hh = 0; hh < 2; hh++) {
+                        int32_t S[3] = { 0, 0, 0 };
+                        for (int j = 16 * hh; j < 16 * hh + 16; j++)
+                            for (int i = 0; i < 3; i++)
+                                S[i] += q6k_value(k, (int)(32 * (b % 8)) + j) * D[i][j];
+                        float v = fmaf((float)S[2], 65536.0f, (float)(S[1] * 256 + S[0]));
+                        acc = fmaf(v, (d6 * (float)(int8_t)k[192 + 2 * (b % 8) + hh]) * sc, acc);
+                    }
+                    continue;
                 }
                 int32_t S[3] = { 0, 0, 0 };
                 for (int j = 0; j < 32; j++) {
@@ -374,8 +396,8 @@ static void q41_contract(srt_dtype type)
     x[8 * C + 40] = -16711421.0f / 16777216.0f;               /* token 8, block 1: 8355710.5, rounds down */
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
-    /* Q8_0, Q5_0 and Q4_K run this contract on the AVX-512 level only (exact_q41.c: srt_cpu_q41_takes) */
-    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0 || type == SRT_Q4_K;
+    /* Q8_0, Q5_0, Q4_K and Q6_K run this contract on the AVX-512 level only (srt_cpu_q41_takes) */
+    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0 || type == SRT_Q4_K || type == SRT_Q6_K;
     for (int pk = 0; pk < 2; pk++)
         for (size_t p = p0; p < 2; p++) {
             if (srt_cpu_force_simd(paths[p]) != SRT_OK)
@@ -415,7 +437,7 @@ static void q41_contract(srt_dtype type)
     /* the smallest shapes: one row, one block; one whole group; a group and a row (Q4_K: blocks
      * of 256) */
     static const int64_t small[][2] = { { 1, 32 }, { 16, 32 }, { 17, 64 } };
-    int64_t kq = type == SRT_Q4_K ? 8 : 1;
+    int64_t kq = type == SRT_Q4_K || type == SRT_Q6_K ? 8 : 1;
     for (size_t p = p0; p < 2; p++) {
         if (srt_cpu_force_simd(paths[p]) != SRT_OK)
             continue;
@@ -671,5 +693,6 @@ int main(void)
     q41_contract(SRT_Q8_0);
     q41_contract(SRT_Q5_0);
     q41_contract(SRT_Q4_K);
+    q41_contract(SRT_Q6_K);
     return tap_done();
 }

@@ -1,8 +1,8 @@
-/* The exact path's Q4_1, Q4_0, Q8_0, Q5_0 and Q4_K matmul: HF's weights w = d*q + m (Q4_0:
+/* The exact path's Q4_1, Q4_0, Q8_0, Q5_0, Q4_K and Q6_K matmul: HF's weights w = d*q + m (Q4_0:
  * d*(q - 8), taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes; Q5_0: d*(q - 16), q of
  * five bits; Q4_K: block j of a super-block d*sc_j*q - dmin*mn_j, taken as Q4_1 with d = d*sc_j
- * and m = -(dmin*mn_j), both exact in f32) against x held as a 24-bit fixed point per block,
- * multiplied in integers.
+ * and m = -(dmin*mn_j), both exact in f32; Q6_K: d*sc_h*(q - 32), q of six bits, sc_h per half
+ * block of 16) against x held as a 24-bit fixed point per block, multiplied in integers.
  *
  * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
  * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM),
@@ -17,11 +17,13 @@
  *
  * Then per (row, token), the rows in lanes:
  *     S_i = sum_j q_j * D_ij                  exact in int32 (|S_i| <= 32 * 15 * 128; Q8_0: 2^19;
- *                                             Q5_0: q_j - 16 for q_j, 2^16)
+ *                                             Q5_0: q_j - 16 for q_j, 2^16; Q6_K: q_j - 32, a
+ *                                             sum per half, 2^16)
  *     t   = fma(S2, 65536, (float)(S1 * 256 + S0))
  *                                             (Q4: the inner sum exact, below 2^24; Q8_0, Q5_0:
  *                                             rounded to nearest even, as int32 to float converts)
- *     acc = fma(t, d_b * s_b, acc)            block by block from 0
+ *     acc = fma(t, d_b * s_b, acc)            block by block from 0 (Q6_K: a half at a time,
+ *                                             the first first, d_b its d*sc_h)
  *     off = fma(m_b, xsum_b, off)             block by block from 0; xsum_b the f32 block sum
  *                                             (Q8_0, Q5_0: none, off = 0; Q4_K: the products
  *                                             d*sc_j and -(dmin*mn_j) as d_b and m_b)
@@ -33,6 +35,8 @@
  * (srt_cpu_q41_takes); the 8-lane kernel runs its packed copy if the level changes after.
  * Q5_0's q (0..31) is unsigned as it is, so its sums start from -16 * sum_j D_ij (an eighth of
  * Q8_0's start) and give the same integers as its bytes q - 16 would; the same rule of levels.
+ * Q6_K's q (0..63) likewise, each half's sums from -32 * its sum of D (the digit sums are kept
+ * per half for it: CS).
  * The integers are exact whichever instructions form them (AVX-512 VNNI, or AVX2's vpmaddubsw
  * + vpaddw + vpmaddwd) and every float step is per lane, so a (row, token) output has the
  * same bits on 16 lanes or 8, alone or in any batch, decoded or prefilled, packed or not:
@@ -53,8 +57,12 @@
  * then each block's 6-bit scale sc[16] and min mn[16] as bytes; then its 8 blocks' nibbles as
  * Q4's v_0..v_3 (GGUF Q4_K holds blocks 2c and 2c + 1 in the low and high nibbles of the same
  * 32 bytes; here each is a Q4_1 block's 16 bytes): 2368 bytes, 148 a row (the GGUF's 144). The
- * kernels form d*sc and dmin*mn once per block and group, for all the tile's tokens. Its GGUF
- * layout (srt_weights_mmap) is packed a group at a time by pack_group, in scalar code.
+ * kernels form d*sc and dmin*mn once per block and group, for all the tile's tokens.
+ * Q6_K (SRT_Q6_K_X16): per super-block a 288-byte header, d[16] (f16) and the 16 scales of 16
+ * elements sc[16][16] (int8); then each block's four low bits as Q4's v_0..v_3 and its bits of
+ * value 16 and 32 as two sets of Q5_0's masks (384 bytes): 3360 bytes, 210 a row (the GGUF's).
+ * The K-quants' GGUF layout (srt_weights_mmap) is packed a group at a time by pack_group, in
+ * scalar code.
  * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
  * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
  * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
@@ -74,8 +82,11 @@
 #define SB 8            /* Q4_K: 32-blocks per super-block */
 #define HDR_K 320       /* Q4_K: a group's super-block header: d[16], dmin[16], sc[8][16], mn[8][16] */
 #define BB_K 296        /* Q4_K: a group's super-block bytes (the header and 8 x 256 of nibbles) / 8 */
+#define HDR_6 288       /* Q6_K: a group's super-block header: d[16], sc[16][16] */
+#define BB_6 420        /* Q6_K: a group's super-block bytes (the header and 8 x 384) / 8 */
 #define BB_MAX 544      /* the largest: Q8_0's */
 #define XB 96           /* bytes of a token's block of x: digits D2, D1, D0, 32 each */
+#define CS 6            /* digit sums a token's block: planes D2, D1, D0 over its first 16, then its last 16 */
 #define TILE 4          /* tokens per kernel call (the 16-lane kernel's accumulators: 4 x 5) */
 #define RUN_TOK 512     /* tokens prepared at once, so the scratch is bounded at any chunk size */
 #define ITEM_TOK 128    /* prefill: tokens per work item */
@@ -85,13 +96,13 @@
 _Static_assert(BB == G * sizeof(blk_q4_1) && BB_MAX == G * sizeof(blk_q8_0),
                "a packed group block holds 16 GGUF blocks' bytes");
 
-/* Scratch (bytes): the prepared x of up to RUN_TOK tokens (per token nb * (96 + 8 + 12): the
- * digits, scale and sum, and Q8_0's three sums' starts), then per thread one group of a
+/* Scratch (bytes): the prepared x of up to RUN_TOK tokens (per token nb * (96 + 8 + 24): the
+ * digits, scale and sum, and the six digit sums' starts), then per thread one group of a
  * GGUF-layout weight packed (nb * 544). */
 static size_t x_bytes(int64_t nb, int64_t n_tok)
 {
     int64_t t = n_tok < RUN_TOK ? (n_tok > 0 ? n_tok : 1) : RUN_TOK;
-    return ((size_t)t * (size_t)nb * (XB + 2 * sizeof(float) + 3 * sizeof(int32_t)) + 63) & ~(size_t)63;
+    return ((size_t)t * (size_t)nb * (XB + 2 * sizeof(float) + CS * sizeof(int32_t)) + 63) & ~(size_t)63;
 }
 
 size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
@@ -105,26 +116,29 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
 /* The formats: Q4_1; Q4_0 (w = d*(q - 8), taken as m = -8d, exact in f32 as HF's
  * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m); Q5_0 (nibbles
  * and fifth bits, no m) */
-enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K };
+enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K, M_Q6_K };
 typedef struct {
     srt_dtype gguf, packed;
     size_t src, qs;   /* a GGUF block's bytes, and where its q (nibbles) start */
     size_t bb;        /* a packed group block's bytes */
-    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0; M_Q5_0; M_Q4_K */
+    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0; M_Q5_0; M_Q4_K; M_Q6_K */
     int nv;           /* 64-byte vectors of q per packed block */
     size_t dof;       /* where d starts in a packed block */
 } q4_fmt;
 
-static const q4_fmt FMTS[5] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256 },
+#define N_FMTS 6
+static const q4_fmt FMTS[N_FMTS] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256 },
                                 { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4, 256 },
                                 { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8, 512 },
                                 { SRT_Q5_0, SRT_Q5_0_X16, sizeof(blk_q5_0), 6, BB5, M_Q5_0, 4, 320 },
                                 /* per super-block of 8 blocks; its own packers (pack_sb_q4k) */
-                                { SRT_Q4_K, SRT_Q4_K_X16, sizeof(blk_q4_k), 0, BB_K, M_Q4_K, 4, 0 } };
+                                { SRT_Q4_K, SRT_Q4_K_X16, sizeof(blk_q4_k), 0, BB_K, M_Q4_K, 4, 0 },
+                                { SRT_Q6_K, SRT_Q6_K_X16, sizeof(blk_q6_k), 0, BB_6, M_Q6_K, 4, 0 } };
+#define SUPER(f) ((f)->m == M_Q4_K || (f)->m == M_Q6_K)   /* packed per super-block */
 
 static const q4_fmt *fmt_of(srt_dtype t)
 {
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < N_FMTS; i++)
         if (t == FMTS[i].gguf || t == FMTS[i].packed)
             return &FMTS[i];
     return NULL;
@@ -133,12 +147,12 @@ static const q4_fmt *fmt_of(srt_dtype t)
 /* Q8_0 in the GGUF layout comes here only where the 16-lane kernel runs: on AVX2 its bytes'
  * products take twice the instructions of Q4's nibbles (vpmaddubsw would saturate on whole
  * bytes), and exact.c's f32 kernels ran a Q8_0 prefill 2.3x and a decode 1.3x faster there. A
- * packed copy (made on that level) stays on this path, on either kernel: the same bits. Q5_0
- * and Q4_K follow the same rule (the 8-lane kernel was ~20% slower than exact.c's on Q4). */
+ * packed copy (made on that level) stays on this path, on either kernel: the same bits. Q5_0,
+ * Q4_K and Q6_K follow the same rule (the 8-lane kernel was ~20% slower than exact.c's on Q4). */
 int srt_cpu_q41_takes(srt_dtype t)
 {
     const q4_fmt *f = fmt_of(t);
-    if (f && (t == SRT_Q8_0 || t == SRT_Q5_0 || t == SRT_Q4_K))
+    if (f && (t == SRT_Q8_0 || t == SRT_Q5_0 || t == SRT_Q4_K || t == SRT_Q6_K))
         return srt_cpu_exact_avx512() == 1;
     return f != NULL;
 }
@@ -229,18 +243,78 @@ static inline void unpack_row(const q4_fmt *f, const uint8_t *o, int r, uint8_t 
         memcpy(k + 2, o + 288 + 2 * r, 2);
 }
 
+/* Q6_K's q (0..63) of element e (0..255) of super-block k: four low bits from ql, two high
+ * from qh, as GGUF lays them out (HF's dequantization; exact.c's unp_q6k_half) */
+static int q6k_q(const blk_q6_k *k, int e)
+{
+    int h = e / 128, kk = e % 128 / 32, l = e % 32;
+    const uint8_t *ql = k->ql + 64 * h + (kk & 1) * 32, *qh = k->qh + 32 * h;
+    return (ql[l] >> (kk >= 2 ? 4 : 0) & 0x0F) | (qh[l] >> 2 * kk & 3) << 4;
+}
+
+/* Row r's GGUF Q6_K super-block k into the group's packed super-block o, or back: the header
+ * d[16] (f16), then the 16 scales of 16 elements, sc[16][16] (int8); then block j (384 bytes):
+ * the four low bits as a Q4_1 block's nibbles in Q4's four vectors, and the bits of value 16
+ * and 32 as Q5_0's masks (bit 4r + i of mask c: element 4c + i), 64 bytes each. */
+static void pack_sb_q6k(uint8_t *o, int r, const blk_q6_k *k)
+{
+    memcpy(o + 2 * r, &k->d, 2);
+    for (int s = 0; s < 16; s++)
+        o[32 + 16 * s + r] = (uint8_t)k->scales[s];
+    for (int j = 0; j < SB; j++) {
+        uint8_t *blk = o + HDR_6 + 384 * j;
+        int q[QK];
+        for (int e = 0; e < QK; e++)
+            q[e] = q6k_q(k, QK * j + e);
+        for (int i = 0; i < 16; i++)
+            blk[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)((q[i] & 0x0F) | (q[16 + i] & 0x0F) << 4);
+        for (int e = 0; e < QK; e++) {
+            int bit = 4 * r + e % 4;
+            for (int p = 0; p < 2; p++) {
+                uint8_t *m = blk + 256 + 64 * p + 8 * (e / 4) + bit / 8;
+                *m = (uint8_t)((*m & ~(1 << bit % 8)) | (q[e] >> (4 + p) & 1) << bit % 8);
+            }
+        }
+    }
+}
+
+static void unpack_sb_q6k(const uint8_t *o, int r, blk_q6_k *k)
+{
+    memcpy(&k->d, o + 2 * r, 2);
+    for (int s = 0; s < 16; s++)
+        k->scales[s] = (int8_t)o[32 + 16 * s + r];
+    memset(k->ql, 0, sizeof k->ql);
+    memset(k->qh, 0, sizeof k->qh);
+    for (int j = 0; j < SB; j++) {
+        const uint8_t *blk = o + HDR_6 + 384 * j;
+        for (int e = 0; e < QK; e++) {
+            int bit = 4 * r + e % 4, E = QK * j + e;
+            int q = blk[64 * (e % 16 / 4) + 4 * r + e % 4] >> (e < 16 ? 0 : 4) & 0x0F;
+            for (int p = 0; p < 2; p++)
+                q |= (blk[256 + 64 * p + 8 * (e / 4) + bit / 8] >> bit % 8 & 1) << (4 + p);
+            int h = E / 128, kk = E % 128 / 32, l = E % 32;
+            k->ql[64 * h + (kk & 1) * 32 + l] |= (uint8_t)((q & 0x0F) << (kk >= 2 ? 4 : 0));
+            k->qh[32 * h + l] |= (uint8_t)((q >> 4) << 2 * kk);
+        }
+    }
+}
+
 /* group g of a GGUF-layout weight, packed into o (nb blocks); rows past the weight's zero */
 static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
-    if (f->m == M_Q4_K) {
+    if (SUPER(f)) {
         static const blk_q4_k zk;
+        static const blk_q6_k z6;
         for (int r = 0; r < G; r++) {
             int64_t row = g * G + r;
-            const blk_q4_k *k = row < w->rows ? (const blk_q4_k *)((const uint8_t *)w->data + (size_t)row * w->row_stride) : NULL;
-            for (int64_t s = 0; s < nb / SB; s++)
-                pack_sb_q4k(o + (size_t)s * SB * BB_K, r, k ? k + s : &zk);
+            const uint8_t *k = row < w->rows ? (const uint8_t *)w->data + (size_t)row * w->row_stride : NULL;
+            for (int64_t s = 0; s < nb / SB; s++, k = k ? k + f->src : NULL)
+                if (f->m == M_Q4_K)
+                    pack_sb_q4k(o + (size_t)s * SB * BB_K, r, k ? (const blk_q4_k *)k : &zk);
+                else
+                    pack_sb_q6k(o + (size_t)s * SB * BB_6, r, k ? (const blk_q6_k *)k : &z6);
         }
         return;
     }
@@ -256,7 +330,7 @@ static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
 size_t srt_cpu_q41_pack_bytes(const srt_weight *w)
 {
     const q4_fmt *f = fmt_of(w->dtype);
-    if (!f || w->dtype != f->gguf || w->rows <= 0 || w->cols <= 0 || w->cols % (f->m == M_Q4_K ? QK_K : QK) ||
+    if (!f || w->dtype != f->gguf || w->rows <= 0 || w->cols <= 0 || w->cols % (SUPER(f) ? QK_K : QK) ||
         !srt_cpu_have_avx2())
         return 0;
     return (size_t)((w->rows + G - 1) / G * G) * packed_row_bytes(f, w->cols);
@@ -279,6 +353,11 @@ srt_dtype srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
     if (f->m == M_Q4_K) {
         for (int64_t s = 0; s < nb / SB; s++)
             unpack_sb_q4k(g + (size_t)s * SB * BB_K, (int)(row % G), (blk_q4_k *)out + s);
+        return f->gguf;
+    }
+    if (f->m == M_Q6_K) {
+        for (int64_t s = 0; s < nb / SB; s++)
+            unpack_sb_q6k(g + (size_t)s * SB * BB_6, (int)(row % G), (blk_q6_k *)out + s);
         return f->gguf;
     }
     for (int64_t b = 0; b < nb; b++)
@@ -362,17 +441,18 @@ static inline int scale_exp(float top)
     return man >= 16711423u ? k - 1 : k;
 }
 
-/* cs[i] = -128 * (the sum of plane i's 32 digits), Q8_0's starts (Q5_0's: an eighth): sums of
- * the bytes D + 128 (vpsadbw against zero) less 32 * 128 */
+/* cs[i] and cs[3 + i] = -128 * (the sum of plane i's first and last 16 digits): their sum is
+ * Q8_0's start (an eighth of it Q5_0's, a quarter of each Q6_K's): sums of the bytes D + 128
+ * (vpsadbw against zero, a sum per 8 bytes) less 16 * 128 */
 INLINE void digit_sums(const int8_t *dig, int32_t *cs)
 {
     const __m256i top = _mm256_set1_epi8((char)0x80);
     for (int i = 0; i < 3; i++) {
         __m256i u = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(dig + 32 * i)), top),
                                     _mm256_setzero_si256());
-        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-        int32_t sum = (int32_t)(_mm_cvtsi128_si32(h) + _mm_extract_epi32(h, 2)) - 32 * 128;
-        cs[i] = -128 * sum;
+        __m128i a = _mm256_castsi256_si128(u), b = _mm256_extracti128_si256(u, 1);
+        cs[i] = -128 * ((int32_t)(_mm_cvtsi128_si32(a) + _mm_extract_epi32(a, 2)) - 16 * 128);
+        cs[3 + i] = -128 * ((int32_t)(_mm_cvtsi128_si32(b) + _mm_extract_epi32(b, 2)) - 16 * 128);
     }
 }
 
@@ -394,7 +474,7 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
         if (!isfinite(xs[b]) || top == 0.0f) {
             memset(dig, 0, XB);
             if (cs)
-                memset(cs + 3 * b, 0, 3 * sizeof(int32_t));
+                memset(cs + CS * b, 0, CS * sizeof(int32_t));
             sc[b] = top == 0.0f && isfinite(xs[b]) ? 0.0f : NAN;
             continue;
         }
@@ -408,14 +488,14 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
             X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[i], f1), f2));   /* rint */
         store_digits(dig, X);
         if (cs)
-            digit_sums(dig, cs + 3 * b);
+            digit_sums(dig, cs + CS * b);
     }
 }
 
 /* ---- the kernels: one group of 16 rows x T tokens over all nb blocks; out[t * 16 + r] =
  * acc + off of row r, token t (the header's sequence). M: the format (M_Q4_0, M_Q4_1,
  * M_Q8_0). Token t's block b: digits at dig + t * ldd + 96 * b, its scale, sum and Q8_0's
- * starts at sc, xs [t * lds + b] and cs [3 * (t * lds + b)]. pf: bytes to prefetch alongside,
+ * starts at sc, xs [t * lds + b] and cs [CS * (t * lds + b)]. pf: bytes to prefetch alongside,
  * block for block (the next group), or NULL; to L1, or to L2 when pf2 (run_item says why). ---- */
 
 /* t = fma(S2, 65536, (float)(S1 * 256 + S0)): S1 * 256 + S0 fits int32 (Q4: below 2^24, so
@@ -429,21 +509,23 @@ INLINE512 __m512 combine16(__m512i s2, __m512i s1, __m512i s0)
 INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                    const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    /* bb: bytes a block (Q4_K: on average, for the prefetch), step: nibbles and d a block */
-    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q4_1 ? BB : BB - 32;
-    const int step = M == M_Q4_K ? 256 : bb;
+    /* bb: bytes a block (K-quants: on average, for the prefetch), step: a block's own bytes */
+    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q6_K ? BB_6
+                 : M == M_Q4_1 ? BB : BB - 32;
+    const int step = M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : bb;
     __m512 acc[TILE], off[TILE], dk = _mm512_setzero_ps(), mk = dk;
-    const uint8_t *hdr = g;   /* Q4_K: the super-block's header */
+    const uint8_t *hdr = g;   /* K-quants: the super-block's header */
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
         acc[t] = off[t] = _mm512_setzero_ps();
     const __m512i lo = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, g += step) {
-        if (M == M_Q4_K && b % SB == 0) {
+        if ((M == M_Q4_K || M == M_Q6_K) && b % SB == 0) {
             hdr = g;
-            g += HDR_K;
+            g += M == M_Q4_K ? HDR_K : HDR_6;
             dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hdr));
-            mk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hdr + 32)));
+            if (M == M_Q4_K)
+                mk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hdr + 32)));
         }
         if (pf)
             prefetch_block((const char *)pf + b * bb, bb, pf2);
@@ -466,6 +548,15 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                     memcpy(&k, g + 256 + 8 * j, 8);
                     q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k), q[j], _mm512_set1_epi8(16));
                 }
+            if (M == M_Q6_K)   /* + 16 and + 32 where those bits are set */
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    uint64_t k4, k5;
+                    memcpy(&k4, g + 256 + 8 * j, 8);
+                    memcpy(&k5, g + 320 + 8 * j, 8);
+                    q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k4), q[j], _mm512_set1_epi8(16));
+                    q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k5), q[j], _mm512_set1_epi8(32));
+                }
         }
         const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 ? 320 : 256;
         __m512 d, mm;
@@ -473,6 +564,10 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
             const uint8_t *s = hdr + 64 + 16 * (b % SB);
             d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s))));
             mm = _mm512_mul_ps(mk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 128)))));
+        } else if (M == M_Q6_K) {   /* d * sc of the block's two halves, exact in f32 */
+            const uint8_t *s = hdr + 32 + 32 * (b % SB);
+            d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s))));
+            mm = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 16)))));
         } else {
             d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
             mm = M == M_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)))
@@ -481,12 +576,33 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
+            if (M == M_Q6_K) {
+                /* each half its own sums, from -32 * its sum(D) (a quarter of its start), and
+                 * its own scale: the first half's product added first */
+                const int32_t *c = cs + CS * (t * lds + b);
+                __m512i a2 = _mm512_set1_epi32(c[0] >> 2), a1 = _mm512_set1_epi32(c[1] >> 2);
+                __m512i a0 = _mm512_set1_epi32(c[2] >> 2), b2 = _mm512_set1_epi32(c[3] >> 2);
+                __m512i b1 = _mm512_set1_epi32(c[4] >> 2), b0 = _mm512_set1_epi32(c[5] >> 2);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    a2 = _mm512_dpbusd_epi32(a2, q[j], _mm512_set1_epi32(x2[j]));
+                    a1 = _mm512_dpbusd_epi32(a1, q[j], _mm512_set1_epi32(x1[j]));
+                    a0 = _mm512_dpbusd_epi32(a0, q[j], _mm512_set1_epi32(x0[j]));
+                    b2 = _mm512_dpbusd_epi32(b2, q[4 + j], _mm512_set1_epi32(x2[4 + j]));
+                    b1 = _mm512_dpbusd_epi32(b1, q[4 + j], _mm512_set1_epi32(x1[4 + j]));
+                    b0 = _mm512_dpbusd_epi32(b0, q[4 + j], _mm512_set1_epi32(x0[4 + j]));
+                }
+                __m512 s = _mm512_set1_ps(sc[t * lds + b]);
+                acc[t] = _mm512_fmadd_ps(combine16(a2, a1, a0), _mm512_mul_ps(d, s), acc[t]);
+                acc[t] = _mm512_fmadd_ps(combine16(b2, b1, b0), _mm512_mul_ps(mm, s), acc[t]);
+                continue;
+            }
             __m512i s2 = _mm512_setzero_si512(), s1 = s2, s0 = s2;
-            if (M == M_Q8_0 || M == M_Q5_0) {   /* Q5_0's start: -16 * sum(D), cs / 8 exactly */
-                const int32_t *c = cs + 3 * (t * lds + b);
+            if (M == M_Q8_0 || M == M_Q5_0) {   /* Q5_0's start: -16 * sum(D), an eighth exactly */
+                const int32_t *c = cs + CS * (t * lds + b);
                 const int sh = M == M_Q5_0 ? 3 : 0;
-                s2 = _mm512_set1_epi32(c[0] >> sh), s1 = _mm512_set1_epi32(c[1] >> sh);
-                s0 = _mm512_set1_epi32(c[2] >> sh);
+                s2 = _mm512_set1_epi32((c[0] + c[3]) >> sh), s1 = _mm512_set1_epi32((c[1] + c[4]) >> sh);
+                s0 = _mm512_set1_epi32((c[2] + c[5]) >> sh);
             }
             if (T == 1) {
                 /* one token: each sum as two chains of four (the same integers), since eight
@@ -538,6 +654,8 @@ TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8
         K16_TS(M_Q5_0)
     else if (m == M_Q4_K)
         K16_TS(M_Q4_K)
+    else if (m == M_Q6_K)
+        K16_TS(M_Q6_K)
     else
         K16_TS(M_Q8_0)
 }
@@ -568,14 +686,26 @@ INLINE __m256i plane8w(const __m256i q[8], const int32_t *xd)
     return _mm256_add_epi32(_mm256_madd_epi16(s[0], one), _mm256_madd_epi16(s[1], one));
 }
 
-/* 16 in byte b where bit b of k is set (Q5_0's fifth bits of 8 rows, 4 elements each) */
-INLINE __m256i fifth_bits8(uint32_t k)
+/* plane8w's sum over q[0..3] and xd[0..3] alone, for Q6_K's q (0..63): two byte pairs at most
+ * in int16 (<= 32256) */
+INLINE __m256i plane4_6(const __m256i q[4], const int32_t *xd)
+{
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], _mm256_set1_epi32(xd[0])),
+                                 _mm256_maddubs_epi16(q[1], _mm256_set1_epi32(xd[1])));
+    __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], _mm256_set1_epi32(xd[2])),
+                                 _mm256_maddubs_epi16(q[3], _mm256_set1_epi32(xd[3])));
+    return _mm256_add_epi32(_mm256_madd_epi16(a, one), _mm256_madd_epi16(b, one));
+}
+
+/* v in byte b where bit b of k is set (a mask's 8 rows, 4 elements each) */
+INLINE __m256i mask_bytes8(uint32_t k, char v)
 {
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
     __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)k), spread), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(v));
 }
 
 /* the 8-lane combine16 */
@@ -589,8 +719,9 @@ INLINE __m256 combine8(__m256i s2, __m256i s1, __m256i s0)
 INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q4_1 ? BB : BB - 32;
-    const int step = M == M_Q4_K ? 256 : bb;
+    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q6_K ? BB_6
+                 : M == M_Q4_1 ? BB : BB - 32;
+    const int step = M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : bb;
     __m256 acc[2], off[2], dk = _mm256_setzero_ps(), mk = dk;
     const uint8_t *hdr = g;
 #pragma GCC unroll 2
@@ -598,23 +729,24 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
         acc[t] = off[t] = _mm256_setzero_ps();
     const __m256i lo = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, g += step) {
-        if (M == M_Q4_K && b % SB == 0) {
+        if ((M == M_Q4_K || M == M_Q6_K) && b % SB == 0) {
             hdr = g;
-            g += HDR_K;
+            g += M == M_Q4_K ? HDR_K : HDR_6;
             dk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 16 * h)));
-            mk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 32 + 16 * h)));
+            if (M == M_Q4_K)
+                mk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 32 + 16 * h)));
         }
         if (pf && h == 0)
             prefetch_block((const char *)pf + b * bb, bb, pf2);
-        __m256i s[2][3];   /* per token, planes D2, D1, D0 */
+        __m256i s[2][6];   /* per token, planes D2, D1, D0 (Q6_K: of each half) */
         __m256i q[8];      /* q[j] meets x's dword j */
         if (M == M_Q8_0) {
             /* the bytes' high nibbles, then their low ones: S = 16 * (hi . D) + lo . D + start */
 #pragma GCC unroll 2
             for (int t = 0; t < T; t++) {
-                const int32_t *c = cs + 3 * (t * lds + b);
+                const int32_t *c = cs + CS * (t * lds + b);
                 for (int i = 0; i < 3; i++)
-                    s[t][i] = _mm256_set1_epi32(c[i]);
+                    s[t][i] = _mm256_set1_epi32(c[i] + c[3 + i]);
             }
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++) {
@@ -645,14 +777,31 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                 for (int j = 0; j < 8; j++) {
                     uint32_t k;
                     memcpy(&k, g + 256 + 8 * j + 4 * h, 4);
-                    q[j] = _mm256_add_epi8(q[j], fifth_bits8(k));
+                    q[j] = _mm256_add_epi8(q[j], mask_bytes8(k, 16));
                 }
 #pragma GCC unroll 2
                 for (int t = 0; t < T; t++) {
-                    const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *c = cs + 3 * (t * lds + b);
+                    const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *c = cs + CS * (t * lds + b);
 #pragma GCC unroll 3
                     for (int i = 0; i < 3; i++)
-                        s[t][i] = _mm256_add_epi32(_mm256_set1_epi32(c[i] >> 3), plane8w(q, x2 + 8 * i));
+                        s[t][i] = _mm256_add_epi32(_mm256_set1_epi32((c[i] + c[3 + i]) >> 3), plane8w(q, x2 + 8 * i));
+                }
+            } else if (M == M_Q6_K) {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    uint32_t k4, k5;
+                    memcpy(&k4, g + 256 + 8 * j + 4 * h, 4);
+                    memcpy(&k5, g + 320 + 8 * j + 4 * h, 4);
+                    q[j] = _mm256_add_epi8(q[j], _mm256_or_si256(mask_bytes8(k4, 16), mask_bytes8(k5, 32)));
+                }
+#pragma GCC unroll 2
+                for (int t = 0; t < T; t++) {
+                    const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *c = cs + CS * (t * lds + b);
+#pragma GCC unroll 3
+                    for (int i = 0; i < 3; i++) {
+                        s[t][i] = _mm256_add_epi32(_mm256_set1_epi32(c[i] >> 2), plane4_6(q, x2 + 8 * i));
+                        s[t][3 + i] = _mm256_add_epi32(_mm256_set1_epi32(c[3 + i] >> 2), plane4_6(q + 4, x2 + 8 * i + 4));
+                    }
                 }
             } else
 #pragma GCC unroll 2
@@ -667,6 +816,10 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
             const uint8_t *s8 = hdr + 64 + 16 * (b % SB) + 8 * h;
             d = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
             mm = _mm256_mul_ps(mk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 128)))));
+        } else if (M == M_Q6_K) {
+            const uint8_t *s8 = hdr + 32 + 32 * (b % SB) + 8 * h;
+            d = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
+            mm = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 16)))));
         } else {
             d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * h)));
             mm = M == M_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)))
@@ -676,6 +829,9 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
         for (int t = 0; t < T; t++) {
             acc[t] = _mm256_fmadd_ps(combine8(s[t][0], s[t][1], s[t][2]), _mm256_mul_ps(d, _mm256_set1_ps(sc[t * lds + b])),
                                      acc[t]);
+            if (M == M_Q6_K)
+                acc[t] = _mm256_fmadd_ps(combine8(s[t][3], s[t][4], s[t][5]),
+                                         _mm256_mul_ps(mm, _mm256_set1_ps(sc[t * lds + b])), acc[t]);
             if (M == M_Q4_1 || M == M_Q4_0)
                 off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
             else if (M == M_Q4_K)
@@ -694,7 +850,7 @@ TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *
 {
     /* cs is NULL unless the weight is Q8_0 or Q5_0 (no arithmetic on it then) */
     for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds,
-                            cs = cs ? cs + 6 * lds : NULL)
+                            cs = cs ? cs + 2 * CS * lds : NULL)
         for (int h = 0; h < 2; h++) {
             const uint8_t *p = t ? NULL : pf;
             int two = T - t >= 2;
@@ -706,6 +862,8 @@ TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *
                 two ? K8_CASE(2, M_Q5_0) : K8_CASE(1, M_Q5_0);
             else if (m == M_Q4_K)
                 two ? K8_CASE(2, M_Q4_K) : K8_CASE(1, M_Q4_K);
+            else if (m == M_Q6_K)
+                two ? K8_CASE(2, M_Q6_K) : K8_CASE(1, M_Q6_K);
             else
                 two ? K8_CASE(2, M_Q8_0) : K8_CASE(1, M_Q8_0);
         }
@@ -736,7 +894,7 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
-    if (f->m == M_Q4_K) {   /* its scales and nibbles move bit by bit: pack_group's loops */
+    if (SUPER(f)) {   /* their scales and bits move one by one: pack_group's loops */
         pack_group(w, g, o);
         return;
     }
@@ -804,7 +962,7 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 }
 
 /* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
- * d and m moved one by one. Q5_0 and Q4_K in the GGUF layout run only on the 16-lane level
+ * d and m moved one by one. Q5_0, Q4_K and Q6_K in the GGUF layout run only on the 16-lane level
  * (srt_cpu_q41_takes), so they are left to pack_group here. */
 TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 {
@@ -812,7 +970,7 @@ TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
-    if (f->m == M_Q5_0 || f->m == M_Q4_K) {
+    if (f->m == M_Q5_0 || SUPER(f)) {
         pack_group(w, g, o);
         return;
     }
@@ -861,10 +1019,10 @@ static float made_up(uint32_t *s, int e0, int ne)
 int srt_cpu_q41_wide_matches(void)
 {
     enum { NB = 8 };   /* a Q4_K super-block */
-    _Alignas(64) uint8_t g[5][NB * BB_MAX];   /* made-up blocks as Q4_1, Q4_0, Q8_0, Q5_0 and Q4_K */
+    _Alignas(64) uint8_t g[6][NB * BB_MAX];   /* made-up blocks as Q4_1, Q4_0, Q8_0, Q5_0, Q4_K and Q6_K */
     _Alignas(64) int8_t dig[TILE * NB * XB];
     float x[TILE * NB * QK], sc[TILE * NB], xs[TILE * NB], y8[TILE * G], y16[TILE * G];
-    int32_t cs[TILE * NB * 3];
+    int32_t cs[TILE * NB * CS];
     uint32_t s = 4242;
     for (int b = 0; b < NB; b++)
         for (int r = 0; r < G; r++) {
@@ -890,12 +1048,20 @@ int srt_cpu_q41_wide_matches(void)
         for (int i = 0; i < QK_K / 2; i++)
             kk.qs[i] = (uint8_t)lcg(&s);
         pack_sb_q4k(g[4], r, &kk);
+        blk_q6_k k6 = { .d = kk.d };
+        for (int i = 0; i < QK_K / 2; i++)
+            k6.ql[i] = (uint8_t)lcg(&s);
+        for (int i = 0; i < QK_K / 4; i++)
+            k6.qh[i] = (uint8_t)lcg(&s);
+        for (int i = 0; i < QK_K / 16; i++)   /* -128 too */
+            k6.scales[i] = (int8_t)(lcg(&s) & 0xFF);
+        pack_sb_q6k(g[5], r, &k6);
     }
     for (int i = 0; i < TILE * NB * QK; i++)
         x[i] = made_up(&s, -20, 30);
     for (int t = 0; t < TILE; t++)
-        prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB, cs + t * NB * 3);
-    for (int f = 0; f < 5; f++)
+        prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB, cs + t * NB * CS);
+    for (int f = 0; f < N_FMTS; f++)
         for (int T = 1; T <= TILE; T++) {
             kern8(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y8);
             kern16(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y16);
@@ -919,7 +1085,7 @@ typedef struct {
     const float *x;                        /* the run's first token */
     const int8_t *dig;                     /* the run's tokens: nb * XB bytes each */
     const float *sc, *xs;                  /* nb floats each */
-    const int32_t *cs;                     /* 3 * nb each; NULL when no weight is Q8_0 or Q5_0 */
+    const int32_t *cs;                     /* CS * nb each; NULL when no weight is Q8_0, Q5_0 or Q6_K */
     uint8_t *rep;                          /* per thread: nb * BB_MAX bytes */
     int nth;                               /* threads taking items */
     kern_fn kern;
@@ -931,7 +1097,7 @@ static void prep_item(void *arg, int64_t i, int ith)
     q41_job *j = arg;
     for (int64_t t = i * 16; t < j->n_tok && t < i * 16 + 16; t++)
         prep_token(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
-                   (float *)j->xs + t * j->nb, j->cs ? (int32_t *)j->cs + 3 * t * j->nb : NULL);
+                   (float *)j->xs + t * j->nb, j->cs ? (int32_t *)j->cs + CS * t * j->nb : NULL);
 }
 
 /* y[r] = out[r] + bias[r] (bias NULL: + 0.0f) for the group's nr rows */
@@ -1009,7 +1175,7 @@ static void run_item(void *arg, int64_t i, int ith)
         for (int64_t t = ta; t < tz; t += TILE) {
             int T = tz - t < TILE ? (int)(tz - t) : TILE;
             j->kern(T, f->m, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb,
-                    j->cs ? j->cs + 3 * t * j->nb : NULL, j->nb, t == ta ? pf : NULL, pf2, out);
+                    j->cs ? j->cs + CS * t * j->nb : NULL, j->nb, t == ta ? pf : NULL, pf2, out);
             for (int u = 0; u < T; u++)
                 store_rows(out + G * u, bias, j->y[k] + (j->t0 + t + u) * w->rows + g * G, nr);
         }
@@ -1022,11 +1188,12 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
     int64_t C = w[0]->cols;
-    int q8 = 0;   /* the digit sums are prepared only when a Q8_0 or Q5_0 weight will read them */
+    int q8 = 0;   /* the digit sums are prepared only when a Q8_0, Q5_0 or Q6_K weight will read them */
     for (int k = 0; k < n; k++) {
-        if (!fmt_of(w[k]->dtype) || w[k]->cols != C || C <= 0 || C % (fmt_of(w[k]->dtype)->m == M_Q4_K ? QK_K : QK))
+        const q4_fmt *f = fmt_of(w[k]->dtype);
+        if (!f || w[k]->cols != C || C <= 0 || C % (SUPER(f) ? QK_K : QK))
             return SRT_ERROR;
-        q8 |= fmt_of(w[k]->dtype)->m == M_Q8_0 || fmt_of(w[k]->dtype)->m == M_Q5_0;
+        q8 |= f->m == M_Q8_0 || f->m == M_Q5_0 || f->m == M_Q6_K;
     }
     if (n_tok == 0)
         return SRT_OK;

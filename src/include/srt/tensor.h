@@ -26,6 +26,7 @@ typedef enum srt_dtype {
     SRT_Q8_0_X16, /* Q8_0 in 16-row groups for the integer kernels; never in a file */
     SRT_Q5_0_X16, /* Q5_0 in 16-row groups, its fifth bits as masks; never in a file */
     SRT_Q4_K_X16, /* Q4_K in 16-row groups, scales unpacked; never in a file */
+    SRT_Q6_K_X16, /* Q6_K in 16-row groups, its top bits as masks; never in a file */
     SRT_DTYPE_COUNT
 } srt_dtype;
 
