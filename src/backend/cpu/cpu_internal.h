@@ -45,14 +45,6 @@ static inline int q5_value(const uint8_t *qs, const uint8_t *qh, int i)
     int nib = i < 16 ? qs[i] & 0x0F : qs[i - 16] >> 4;
     return nib | (int)((h >> i) & 1) << 4;
 }
-
-/* A Q5_0 block as the Q8_0 block of the same weights d*(q - 16): q - 16 fits a signed byte. */
-static inline void q5_0_as_q8_0(const blk_q5_0 *b, blk_q8_0 *o)
-{
-    o->d = b->d;
-    for (int i = 0; i < QK; i++)
-        o->qs[i] = (int8_t)(q5_value(b->qs, b->qh, i) - 16);
-}
 _Static_assert(sizeof(blk_q4_k) == 144, "q4_k layout");
 _Static_assert(sizeof(blk_q6_k) == 210, "q6_k layout");
 

@@ -979,8 +979,8 @@ int srt_cpu_exact_matmul(srt_threadpool *tp, const srt_weight *w, const float *b
     return srt_cpu_exact_matmul_n(tp, 1, &w, &bias, x, n_tok, &y, scratch);
 }
 
-/* Q5_0 is packed as Q8_0 (on AVX2 here, as SRT_Q8_0_X8; on AVX-512 by exact_q41.c, as
- * SRT_Q8_0_X16): its values q - 16 fit int8 with the same d, so the packed copy
+/* On AVX2 Q5_0 is packed as Q8_0 (SRT_Q8_0_X8; on AVX-512 exact_q41.c packs it in its own
+ * bits, SRT_Q5_0_X16): its values q - 16 fit int8 with the same d, so the packed copy
  * holds exactly the weights d*(q - 16) and runs the Q8_0 kernels here (its own kernels take
  * q - 16 the same way, unoffset, so the bits do not change). 34 bytes a block instead of 22, but
  * the fifth bits' unpacking, which made a Q5_0 decode cost twice a Q4_1 one, is done once. */
@@ -994,6 +994,14 @@ size_t srt_cpu_exact_pack_bytes(const srt_weight *w)
     if (!srt_cpu_have_avx2() || t != SRT_Q8_0 || w->cols % QK || w->rows <= 0 || w->rows % 8 || w->cols <= 0)
         return 0;
     return (size_t)w->rows * srt_dtype_row_bytes(t, w->cols);
+}
+
+/* a Q5_0 block as the Q8_0 block of the same weights d*(q - 16): q - 16 fits a signed byte */
+static void q5_0_as_q8_0(const blk_q5_0 *b, blk_q8_0 *o)
+{
+    o->d = b->d;
+    for (int i = 0; i < QK; i++)
+        o->qs[i] = (int8_t)(q5_value(b->qs, b->qh, i) - 16);
 }
 
 /* n bytes between a packed place and a row's: into the packed one, or back */

@@ -79,7 +79,7 @@
 #define G 16            /* rows per group: the lanes of a 512-bit register */
 #define BB 320          /* bytes of a Q4_1 group's block */
 #define BB5 352         /* Q5_0's: nibbles, fifth bits, d */
-#define SB 8            /* Q4_K: 32-blocks per super-block */
+#define SB 8            /* K-quants: 32-blocks per super-block */
 #define HDR_K 320       /* Q4_K: a group's super-block header: d[16], dmin[16], sc[8][16], mn[8][16] */
 #define BB_K 296        /* Q4_K: a group's super-block bytes (the header and 8 x 256 of nibbles) / 8 */
 #define HDR_6 288       /* Q6_K: a group's super-block header: d[16], sc[16][16] */
@@ -115,7 +115,8 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
 
 /* The formats: Q4_1; Q4_0 (w = d*(q - 8), taken as m = -8d, exact in f32 as HF's
  * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m); Q5_0 (nibbles
- * and fifth bits, no m) */
+ * and fifth bits, no m); Q4_K (Q4_1's form, its d and m made from a header); Q6_K (nibbles and
+ * two bits, no m, two scales a block) */
 enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K, M_Q6_K };
 typedef struct {
     srt_dtype gguf, packed;
@@ -127,13 +128,15 @@ typedef struct {
 } q4_fmt;
 
 #define N_FMTS 6
-static const q4_fmt FMTS[N_FMTS] = { { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256 },
-                                { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4, 256 },
-                                { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8, 512 },
-                                { SRT_Q5_0, SRT_Q5_0_X16, sizeof(blk_q5_0), 6, BB5, M_Q5_0, 4, 320 },
-                                /* per super-block of 8 blocks; its own packers (pack_sb_q4k) */
-                                { SRT_Q4_K, SRT_Q4_K_X16, sizeof(blk_q4_k), 0, BB_K, M_Q4_K, 4, 0 },
-                                { SRT_Q6_K, SRT_Q6_K_X16, sizeof(blk_q6_k), 0, BB_6, M_Q6_K, 4, 0 } };
+static const q4_fmt FMTS[N_FMTS] = {
+    { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256 },
+    { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4, 256 },
+    { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8, 512 },
+    { SRT_Q5_0, SRT_Q5_0_X16, sizeof(blk_q5_0), 6, BB5, M_Q5_0, 4, 320 },
+    /* a GGUF block is a super-block of 8 blocks (src); their own packers (pack_sb_q4k, _q6k) */
+    { SRT_Q4_K, SRT_Q4_K_X16, sizeof(blk_q4_k), 0, BB_K, M_Q4_K, 4, 0 },
+    { SRT_Q6_K, SRT_Q6_K_X16, sizeof(blk_q6_k), 0, BB_6, M_Q6_K, 4, 0 },
+};
 #define SUPER(f) ((f)->m == M_Q4_K || (f)->m == M_Q6_K)   /* packed per super-block */
 
 static const q4_fmt *fmt_of(srt_dtype t)
