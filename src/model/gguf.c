@@ -124,6 +124,7 @@ int srt_ggml_type_to_dtype(uint32_t t, srt_dtype *out)
     case 7:  *out = SRT_Q5_1; return SRT_OK;
     case 8:  *out = SRT_Q8_0; return SRT_OK;
     case 12: *out = SRT_Q4_K; return SRT_OK;
+    case 13: *out = SRT_Q5_K; return SRT_OK;
     case 14: *out = SRT_Q6_K; return SRT_OK;
     case 30: *out = SRT_BF16; return SRT_OK;
     default: return SRT_ERROR;

@@ -25,6 +25,9 @@ static const struct {
     [SRT_Q5_0_X16] = { "q5_0x16", 32, 2 + 4 + 16 },    /* Q5_0's bits, rows regrouped */
     [SRT_Q4_K_X16] = { "q4_kx16", 256, 4 + 16 + 128 }, /* d, dmin, 8 scales and mins as bytes, qs */
     [SRT_Q6_K_X16] = { "q6_kx16", 256, 2 + 16 + 192 }, /* Q6_K's bytes, rows regrouped */
+    [SRT_Q5_K] = { "q5_k", 256, 2 + 2 + 12 + 32 + 128 }, /* d, dmin, scales[12], qh[32], qs[128] */
+    [SRT_Q5_K_X16] = { "q5_kx16", 256, 4 + 16 + 32 + 128 }, /* Q4_K_X16's and the fifth bits */
+    [SRT_Q5_1_X16] = { "q5_1x16", 32, 2 + 2 + 4 + 16 },  /* Q5_1's bits, rows regrouped */
 };
 
 static int dtype_valid(srt_dtype t)

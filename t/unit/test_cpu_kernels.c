@@ -38,6 +38,7 @@ static void test_dtype_table(void)
     is_int(srt_dtype_block_elems(SRT_Q4_K), 256, "q4_k block elems");
     is_int(srt_dtype_block_bytes(SRT_Q4_K), 144, "q4_k block bytes");
     is_int(srt_dtype_block_bytes(SRT_Q6_K), 210, "q6_k block bytes");
+    is_int(srt_dtype_block_bytes(SRT_Q5_K), 176, "q5_k block bytes");
     is_int(srt_dtype_block_bytes(SRT_I32), 4, "i32 block bytes");
     is_int(srt_dtype_row_bytes(SRT_Q4_1, 576), 18 * 20, "q4_1 row of 576");
     is_int(srt_dtype_row_bytes(SRT_Q6_K, 512), 2 * 210, "q6_k row of 512");
@@ -216,6 +217,21 @@ static void test_block_decoders(void)
     /* element 0: q = 11, scale s6[0] = -70 -> 0.125 * -70 * -21 = 183.75 */
     ok(out[0] == 183.75f, "q6_k element 0 = 183.75 (got %g)", out[0]);
 
+    /* Q5_K, values worked by hand: d 0.5, dmin 0.25; block 0 scale 3 min 5, block 1 scale 2 min
+     * 1, block 5 scale 19 (0x13: low bits in scales[9], high in scales[1]'s top) min 4 */
+    uint8_t k5[176];
+    memset(k5, 0, sizeof k5);
+    put_f16(k5, 0.5f);
+    put_f16(k5 + 2, 0.25f);
+    uint8_t *s5 = k5 + 4, *h5 = k5 + 16, *qs5 = k5 + 48;
+    s5[0] = 3, s5[4] = 5, s5[1] = 0x40 | 2, s5[5] = 1, s5[9] = 0x43;
+    qs5[0] = 0x07, h5[0] = 0x01;     /* element 0: 7 + 16 = 23 -> 0.5 * 3 * 23 - 0.25 * 5 = 33.25 */
+    qs5[1] = 0x90, h5[1] = 0x02;     /* element 33: 9 + 16 = 25 -> 0.5 * 2 * 25 - 0.25 = 24.75 */
+    qs5[64] = 0xA0;                  /* element 160: 10 -> 0.5 * 19 * 10 - 0.25 * 4 = 94 */
+    srt_cpu_dequant(SRT_Q5_K, k5, 256, out);
+    ok(out[0] == 33.25f && out[33] == 24.75f && out[160] == 94.0f && out[2] == -1.25f,
+       "q5_k known block (got %g %g %g %g)", out[0], out[33], out[160], out[2]);
+
     /* dequant_row honours row_stride and rejects rows out of range */
     uint8_t two[2 * 40];
     memset(two, 0, sizeof(two));
@@ -250,12 +266,12 @@ static void fill_random_weight(srt_dtype t, uint8_t *row, int64_t cols)
         case SRT_Q4_1: put_f16(p, frand(0.01f, 0.2f)); put_f16(p + 2, frand(-1.5f, 0.5f)); break;
         case SRT_Q5_0: put_f16(p, frand(-0.1f, 0.1f)); break;
         case SRT_Q5_1: put_f16(p, frand(0.005f, 0.1f)); put_f16(p + 2, frand(-1.5f, 0.5f)); break;
-        case SRT_Q4_K: {
-            /* mins near 8 steps, as a quantizer centres them; random mins would make rows
-             * mostly one offset and the outputs mostly cancellation */
+        case SRT_Q4_K: case SRT_Q5_K: {
+            /* mins near 8 (Q5_K: 16) steps, as a quantizer centres them; random mins would
+             * make rows mostly one offset and the outputs mostly cancellation */
             float d = frand(0.001f, 0.02f);
             put_f16(p, d);
-            put_f16(p + 2, d * 8.0f * frand(0.8f, 1.2f));
+            put_f16(p + 2, d * (t == SRT_Q5_K ? 16.0f : 8.0f) * frand(0.8f, 1.2f));
             break;
         }
         case SRT_Q6_K: put_f16(p + 208, frand(-0.004f, 0.004f)); break;
@@ -1002,7 +1018,8 @@ int main(void)
     test_half_conversions();
     test_block_decoders();
     srt_threadpool *tp = srt_threadpool_create(3);
-    const srt_dtype all[] = { SRT_F32, SRT_F16, SRT_BF16, SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K };
+    const srt_dtype all[] = { SRT_F32,  SRT_F16,  SRT_BF16, SRT_Q8_0, SRT_Q4_0, SRT_Q4_1,
+                              SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q5_K, SRT_Q6_K };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         test_matmul_dtype(all[i], tp);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)

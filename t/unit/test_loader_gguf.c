@@ -142,7 +142,7 @@ static void quantized_model(void)
 {
     static const struct { uint32_t ggml; srt_dtype dt; } qt[] = {
         { 12, SRT_Q4_K }, { 14, SRT_Q6_K }, { 8, SRT_Q8_0 }, { 2, SRT_Q4_0 }, { 3, SRT_Q4_1 }, { 1, SRT_F16 }, { 30, SRT_BF16 },
-        { 6, SRT_Q5_0 }, { 7, SRT_Q5_1 },
+        { 6, SRT_Q5_0 }, { 7, SRT_Q5_1 }, { 13, SRT_Q5_K },
     };
     enum { NQ = sizeof qt / sizeof qt[0] };
     tw_model m;
@@ -170,7 +170,7 @@ static void quantized_model(void)
             switch (dt) {
             case SRT_Q8_0: case SRT_Q4_0: case SRT_Q5_0: memcpy(blk, &sc, 2); break;
             case SRT_Q4_1: case SRT_Q5_1: memcpy(blk, &sc, 2); memcpy(blk + 2, &mn, 2); break;
-            case SRT_Q4_K: memcpy(blk, &sc, 2); memcpy(blk + 2, &sc, 2); break;
+            case SRT_Q4_K: case SRT_Q5_K: memcpy(blk, &sc, 2); memcpy(blk + 2, &sc, 2); break;
             case SRT_Q6_K: memcpy(blk + 208, &sc, 2); break;
             case SRT_F16: { uint16_t h = srt_f32_to_f16(0.5f * tw_rand()); memcpy(blk, &h, 2); } break;
             case SRT_BF16: { uint16_t h = srt_f32_to_bf16(0.5f * tw_rand()); memcpy(blk, &h, 2); } break;
@@ -258,9 +258,9 @@ static void quant_types(void)
     static const struct { uint32_t ggml; srt_dtype dt; int block; int bytes; } types[] = {
         { 0, SRT_F32, 1, 4 }, { 1, SRT_F16, 1, 2 }, { 30, SRT_BF16, 1, 2 }, { 8, SRT_Q8_0, 32, 34 },
         { 2, SRT_Q4_0, 32, 18 }, { 3, SRT_Q4_1, 32, 20 }, { 12, SRT_Q4_K, 256, 144 }, { 14, SRT_Q6_K, 256, 210 },
-        { 6, SRT_Q5_0, 32, 22 }, { 7, SRT_Q5_1, 32, 24 },
+        { 6, SRT_Q5_0, 32, 22 }, { 7, SRT_Q5_1, 32, 24 }, { 13, SRT_Q5_K, 256, 176 },
     };
-    const int nt = 10, cols = 256, rows = 2;
+    const int nt = 11, cols = 256, rows = 2;
     char path[512];
     snprintf(path, sizeof path, "%s/types.gguf", tmpdir);
     FILE *f = fopen(path, "wb");
@@ -292,7 +292,7 @@ static void quant_types(void)
     srt_gguf *g = NULL;
     srt_err err = { { 0 } };
     int rc = srt_gguf_open(path, &g, &err);
-    if (!ok(rc == SRT_OK, "GGUF v2 with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1 tensors opens"))
+    if (!ok(rc == SRT_OK, "GGUF v2 with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1, Q5_K tensors opens"))
         tap_diag("%s", err.msg);
     if (rc != SRT_OK)
         return;

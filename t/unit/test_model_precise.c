@@ -32,7 +32,7 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
         switch (t) {
         case SRT_Q8_0: case SRT_Q4_0: case SRT_Q5_0: memcpy(blk, &h1, 2); break;
         case SRT_Q4_1: case SRT_Q5_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
-        case SRT_Q4_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h1, 2); break;
+        case SRT_Q4_K: case SRT_Q5_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h1, 2); break;
         case SRT_Q6_K: memcpy(blk + 208, &h1, 2); break;
         case SRT_F32: for (size_t k = 0; k < bb; k += 4) { float f = frnd(); memcpy(blk + k, &f, 4); } break;
         case SRT_F16: { uint16_t h = srt_f32_to_f16(frnd()); memcpy(blk, &h, 2); } break;
@@ -42,7 +42,7 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
     }
 }
 
-/* Q4_1, Q8_0, Q5_0, Q4_K and Q6_K packed by the backend for its exact kernels (ops->pack) give
+/* Q4_1, Q8_0, Q5_0, Q5_1 and the K-quants packed by the backend for its exact kernels (ops->pack) give
  * the bits of the GGUF rows they came from: decode (1 and 2 tokens), prefill, with and without
  * a bias, in matmul_n next to unpacked weights, for x near the bottom of the float range, and
  * as an embedding table (a tied embedding is packed with its lm_head). Only shapes they take
@@ -50,7 +50,7 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
 static void packed(void)
 {
     static const char *paths[] = { "portable", "avx2", "avx512" };
-    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K, SRT_Q6_K };
+    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K, SRT_Q5_K };
     /* (K-quants take the shapes whose columns are whole super-blocks of 256) */
     static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 }, { 16, 96 }, { 37, 512 } };
     static const int64_t ntoks[] = { 1, 2, 3, 8, 19 };
@@ -186,7 +186,7 @@ static void packed(void)
  * matmul under SRT_CPU_SIMD=avx2. */
 static void avx512_kernels(void)
 {
-    static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K };
+    static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K, SRT_Q5_K };
     static const int64_t shapes[][2] = { { 37, 512 }, { 64, 768 }, { 45, 1536 } };
     static const int64_t ntoks[] = { 3, 8, 19, 130, 530 };   /* 530: two runs of pair_x (512 + 18) */
     enum { MT = 530, MC = 1536, MR = 64 };
@@ -214,10 +214,11 @@ static void avx512_kernels(void)
             fill(w.dtype, data, R, C);
             w.data = data;
             be->ops->reserve_matmul(be, &w, MT, &err);
-            /* Q8_0, Q5_0, Q4_K and Q6_K in the GGUF layout: f32 kernels on AVX2, integer ones on
-             * AVX-512 (their bits differ by design; each level's own contract is tested); their
-             * packed copies below run the integer kernels on both */
-            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0 || w.dtype == SRT_Q4_K || w.dtype == SRT_Q6_K;
+            /* Q8_0, Q5_0, Q5_1 and the K-quants in the GGUF layout: f32 kernels on AVX2 (Q5_K: the
+             * precise path), integer ones on AVX-512 (their bits differ by design; each level's
+             * own contract is tested); their packed copies below run the integer kernels on both */
+            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0 || w.dtype == SRT_Q5_1 || w.dtype == SRT_Q4_K ||
+                           w.dtype == SRT_Q6_K || w.dtype == SRT_Q5_K;
             for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0] && !by_level; k++) {
                 int64_t n = ntoks[k];
                 srt_cpu_force_simd("avx2");
@@ -270,10 +271,16 @@ static float ref_block_sum(const float *x)
 }
 
 /* Q4_K's block j (0..7) of a super-block at k as a Q4_1 block: 16 bytes of nibbles (element i
- * low, 16 + i high), its scale d * sc and offset -(dmin * mn) */
-static void q4k_block(const uint8_t *k, int j, uint8_t *nib, float *d, float *m)
+ * low, 16 + i high), its scale d * sc and offset -(dmin * mn). Q5_K (qh non-NULL): qh[32]
+ * before qs, and *qh the block's fifth bits, bit l for element l. */
+static void q4k_block(const uint8_t *k, int j, uint8_t *nib, float *d, float *m, uint32_t *qh)
 {
-    const uint8_t *s = k + 4, *qs = k + 16 + 32 * (j / 2);
+    const uint8_t *s = k + 4, *qs = k + (qh ? 48 : 16) + 32 * (j / 2);
+    if (qh) {
+        *qh = 0;
+        for (int l = 0; l < 32; l++)
+            *qh |= (uint32_t)(k[16 + l] >> j & 1) << l;
+    }
     int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
     int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
     for (int i = 0; i < 16; i++)
@@ -298,8 +305,9 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
 {
     int64_t nb = w->cols / 32;
     int q40 = w->dtype == SRT_Q4_0, q50 = w->dtype == SRT_Q5_0, q80 = w->dtype == SRT_Q8_0 || q50;
-    int q4k = w->dtype == SRT_Q4_K, q6k = w->dtype == SRT_Q6_K;
-    size_t bbytes = q50 ? 22 : q80 ? 34 : q40 ? 18 : 20, qs = q50 ? 6 : q40 || q80 ? 2 : 4;
+    int q51 = w->dtype == SRT_Q5_1;
+    int q5k = w->dtype == SRT_Q5_K, q4k = w->dtype == SRT_Q4_K || q5k, q6k = w->dtype == SRT_Q6_K;
+    size_t bbytes = q51 ? 24 : q50 ? 22 : q80 ? 34 : q40 ? 18 : 20, qs = q51 ? 8 : q50 ? 6 : q40 || q80 ? 2 : 4;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < w->rows; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_stride;
@@ -309,8 +317,9 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                 const uint8_t *blk = row + bbytes * b;
                 uint8_t kb[20];   /* Q4_K: the block as Q4_1's bytes, its d and m apart */
                 float kd = 0.0f, km = 0.0f;
+                uint32_t fifth = 0;   /* Q5_K: bit l, element l's fifth bit */
                 if (q4k) {
-                    q4k_block(row + 144 * (b / 8), (int)(b % 8), kb + 4, &kd, &km);
+                    q4k_block(row + (q5k ? 176 : 144) * (b / 8), (int)(b % 8), kb + 4, &kd, &km, q5k ? &fifth : NULL);
                     blk = kb;
                 }
                 float xs = ref_block_sum(xb), top = 0.0f, sc;
@@ -350,7 +359,10 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                 int32_t S[3] = { 0, 0, 0 };
                 for (int j = 0; j < 32; j++) {
                     int nib = j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4;
-                    int q = q50 ? (nib | (blk[2 + j / 8] >> (j % 8) & 1) << 4) - 16 : q80 ? (int8_t)blk[qs + j] : nib;
+                    if (q51)
+                        fifth = (uint32_t)blk[4] | (uint32_t)blk[5] << 8 | (uint32_t)blk[6] << 16 | (uint32_t)blk[7] << 24;
+                    int q = q50 ? (nib | (blk[2 + j / 8] >> (j % 8) & 1) << 4) - 16 : q80 ? (int8_t)blk[qs + j]
+                                                                                      : nib | (int)(fifth >> j & 1) << 4;
                     for (int i = 0; i < 3; i++)
                         S[i] += q * D[i][j];
                 }
@@ -397,7 +409,8 @@ static void q41_contract(srt_dtype type)
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
     /* Q8_0, Q5_0, Q4_K and Q6_K run this contract on the AVX-512 level only (srt_cpu_q41_takes) */
-    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0 || type == SRT_Q4_K || type == SRT_Q6_K;
+    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0 || type == SRT_Q5_1 || type == SRT_Q4_K || type == SRT_Q6_K ||
+                type == SRT_Q5_K;
     for (int pk = 0; pk < 2; pk++)
         for (size_t p = p0; p < 2; p++) {
             if (srt_cpu_force_simd(paths[p]) != SRT_OK)
@@ -437,7 +450,7 @@ static void q41_contract(srt_dtype type)
     /* the smallest shapes: one row, one block; one whole group; a group and a row (Q4_K: blocks
      * of 256) */
     static const int64_t small[][2] = { { 1, 32 }, { 16, 32 }, { 17, 64 } };
-    int64_t kq = type == SRT_Q4_K || type == SRT_Q6_K ? 8 : 1;
+    int64_t kq = srt_dtype_block_elems(type) / 32;
     for (size_t p = p0; p < 2; p++) {
         if (srt_cpu_force_simd(paths[p]) != SRT_OK)
             continue;
@@ -475,7 +488,7 @@ static void q41_contract(srt_dtype type)
 int main(void)
 {
     static const srt_dtype types[] = { SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K,
-                                       SRT_F32,  SRT_F16,  SRT_BF16 };
+                                       SRT_Q5_K, SRT_F32,  SRT_F16,  SRT_BF16 };
     static const char *paths[] = { "portable", "avx2", "avx512" };
     const int64_t rows = 48, cols = 512, ntoks[] = { 1, 3, 8, 19 };
     float *x = malloc(19 * cols * sizeof(float)), *y = malloc(19 * rows * sizeof(float));
@@ -631,7 +644,7 @@ int main(void)
      * row runs differently. And a token's row of a 130-token prefill is its one-token decode. */
     enum { TC = 4096, TT = 130, TR = 192 };
     static const int64_t trows[] = { TR, 37, 70 }, tcols[] = { 512, 512, TC }, tn[] = { 1, 2, 16, 130 };
-    static const srt_dtype tty[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q4_K, SRT_Q6_K };
+    static const srt_dtype tty[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K, SRT_Q5_K };
     float *tx = malloc(TT * TC * sizeof(float)), *tb = malloc(TR * sizeof(float));
     float *ty[3] = { malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)) };
     float *t1 = malloc(TR * sizeof(float));
@@ -694,5 +707,7 @@ int main(void)
     q41_contract(SRT_Q5_0);
     q41_contract(SRT_Q4_K);
     q41_contract(SRT_Q6_K);
+    q41_contract(SRT_Q5_K);
+    q41_contract(SRT_Q5_1);
     return tap_done();
 }

@@ -26,6 +26,12 @@ typedef struct {
     uint8_t  qs[QK_K / 2];   /* per 64 elements: 32 bytes, low nibbles first 32, high next 32 */
 } blk_q4_k;
 typedef struct {
+    uint16_t d, dmin;        /* as Q4_K's */
+    uint8_t  scales[12];     /* as Q4_K's */
+    uint8_t  qh[QK_K / 8];   /* fifth bits: element 32j + l's is bit j of qh[l] */
+    uint8_t  qs[QK_K / 2];   /* as Q4_K's */
+} blk_q5_k;
+typedef struct {
     uint8_t  ql[QK_K / 2];   /* low 4 bits */
     uint8_t  qh[QK_K / 4];   /* high 2 bits */
     int8_t   scales[QK_K / 16];
@@ -47,6 +53,7 @@ static inline int q5_value(const uint8_t *qs, const uint8_t *qh, int i)
 }
 _Static_assert(sizeof(blk_q4_k) == 144, "q4_k layout");
 _Static_assert(sizeof(blk_q6_k) == 210, "q6_k layout");
+_Static_assert(sizeof(blk_q5_k) == 176, "q5_k layout");
 
 /* Q4_K sub-block j (0..7): 6-bit scale and min. */
 static inline void q4k_scale_min(const uint8_t *s, int j, int *sc, int *mn)

@@ -126,6 +126,23 @@ static void dequant_q4_k(const blk_q4_k *b, int64_t nb, float *out)
     }
 }
 
+/* Q5_K: Q4_K's with bit j of qh[l] as the fifth bit (16) of element 32j + l */
+static void dequant_q5_k(const blk_q5_k *b, int64_t nb, float *out)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = srt_f16_to_f32(b[i].d), dmin = srt_f16_to_f32(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            q4k_scale_min(b[i].scales, j, &sc, &m);
+            for (int l = 0; l < 32; l++) {
+                int v = (q[32 * (j / 2) + l] >> 4 * (j % 2) & 0x0F) | (b[i].qh[l] >> j & 1) << 4;
+                *out++ = d * sc * v - dmin * m;
+            }
+        }
+    }
+}
+
 static void dequant_q6_k(const blk_q6_k *b, int64_t nb, float *out)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -179,6 +196,7 @@ void srt_cpu_dequant(srt_dtype t, const void *src, int64_t n, float *out)
     case SRT_Q5_0: dequant_q5_0(src, nb, out); break;
     case SRT_Q5_1: dequant_q5_1(src, nb, out); break;
     case SRT_Q4_K: dequant_q4_k(src, nb, out); break;
+    case SRT_Q5_K: dequant_q5_k(src, nb, out); break;
     case SRT_Q6_K: dequant_q6_k(src, nb, out); break;
     case SRT_I32: {
         const int32_t *v = src;
@@ -198,7 +216,8 @@ void srt_cpu_dequant_row(const srt_weight *w, int64_t row, float *out)
         return;
     }
     if (w->dtype == SRT_Q4_1_X16 || w->dtype == SRT_Q4_0_X16 || w->dtype == SRT_Q8_0_X16 ||
-        w->dtype == SRT_Q5_0_X16 || w->dtype == SRT_Q4_K_X16 || w->dtype == SRT_Q6_K_X16 ||
+        w->dtype == SRT_Q5_0_X16 || w->dtype == SRT_Q4_K_X16 || w->dtype == SRT_Q6_K_X16 || w->dtype == SRT_Q5_K_X16 ||
+        w->dtype == SRT_Q5_1_X16 ||
         w->dtype == SRT_Q8_0_X8) {   /* packed (tied) */
         uint8_t *gguf = malloc(srt_dtype_row_bytes(w->dtype, w->cols));
         if (!gguf) {

@@ -24,10 +24,11 @@
  * (SRT_Q8_0_X8: eight rows' blocks together, see below), which run the same sequence on the
  * same values; prefill unpacks them like any other row.
  *
- * Q4_1 and Q4_0, and Q8_0, Q5_0, Q4_K and Q6_K where the AVX-512 level runs (VNNI), take
- * another route (exact_q41.c): x as a 24-bit fixed point per block and integer dot products,
- * more exact than HF's own float32 against float64 and twice as fast. The last four stay here
- * on AVX2, where those products cost bytes twice Q4's instructions and this path is faster.
+ * Q4_1 and Q4_0, and Q8_0, Q5_0, Q5_1 and the K-quants where the AVX-512 level runs (VNNI),
+ * take another route (exact_q41.c): x as a 24-bit fixed point per block and integer dot
+ * products, more exact than HF's own float32 against float64 and twice as fast. Those stay here
+ * on AVX2, where those products cost bytes twice Q4's instructions and this path is faster;
+ * Q5_K has no kernel here (SRT_ERROR: the precise path takes it on AVX2).
  *
  * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
  * does not hold up a decode step. Which thread computes a row does not change its bits. */
@@ -901,7 +902,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
     exact_job j = { .x = x, .n_tok = n_tok, .n_w = n };
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
-    /* Q4_1, Q4_0 (and Q8_0, Q5_0, Q4_K, Q6_K on AVX-512) run their own kernels (exact_q41.c); weights of both kinds: one call each */
+    /* Q4_1, Q4_0 (and Q8_0, Q5_0/1 and the K-quants on AVX-512) run their own kernels (exact_q41.c); weights of both kinds: one call each */
     int q41 = 0;
     for (int k = 0; k < n; k++)
         q41 += srt_cpu_q41_takes(w[k]->dtype);

@@ -1,8 +1,9 @@
-/* The exact path's Q4_1, Q4_0, Q8_0, Q5_0, Q4_K and Q6_K matmul: HF's weights w = d*q + m (Q4_0:
- * d*(q - 8), taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes; Q5_0: d*(q - 16), q of
- * five bits; Q4_K: block j of a super-block d*sc_j*q - dmin*mn_j, taken as Q4_1 with d = d*sc_j
- * and m = -(dmin*mn_j), both exact in f32; Q6_K: d*sc_h*(q - 32), q of six bits, sc_h per half
- * block of 16) against x held as a 24-bit fixed point per block, multiplied in integers.
+/* The exact path's Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K matmul: HF's weights
+ * w = d*q + m (Q4_0: d*(q - 8), taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes; Q5_0:
+ * d*(q - 16), q of five bits; Q5_1: Q4_1's with q of five bits; Q4_K: block j of a super-block
+ * d*sc_j*q - dmin*mn_j, taken as Q4_1 with d = d*sc_j and m = -(dmin*mn_j), both exact in f32;
+ * Q5_K: Q4_K's with q of five bits; Q6_K: d*sc_h*(q - 32), q of six bits, sc_h per half block
+ * of 16) against x held as a 24-bit fixed point per block, multiplied in integers.
  *
  * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
  * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM),
@@ -52,12 +53,14 @@
  * Q5_0 (SRT_Q5_0_X16, 352 bytes, the GGUF's 22 a row): v_0..v_3 of its nibbles as Q4_0's; eight
  * 64-bit masks k_j, bit 4r + i the fifth bit of row r's q[4j + i] (so k_j meets x's dword j,
  * and a masked byte add of 16 completes q in registers; its bytes as Q8_0 took 34 a row, and
- * decode streams them); then d[16].
+ * decode streams them); then d[16]. Q5_1 (SRT_Q5_1_X16, 384 bytes): Q5_0's, then m[16].
  * Q4_K (SRT_Q4_K_X16): per super-block of 8 blocks a 320-byte header, d[16] and dmin[16] (f16),
  * then each block's 6-bit scale sc[16] and min mn[16] as bytes; then its 8 blocks' nibbles as
  * Q4's v_0..v_3 (GGUF Q4_K holds blocks 2c and 2c + 1 in the low and high nibbles of the same
  * 32 bytes; here each is a Q4_1 block's 16 bytes): 2368 bytes, 148 a row (the GGUF's 144). The
- * kernels form d*sc and dmin*mn once per block and group, for all the tile's tokens.
+ * kernels form d*sc and dmin*mn once per block and group, for all the tile's tokens. Q5_K
+ * (SRT_Q5_K_X16): Q4_K's, each block's nibbles followed by its fifth bits as Q5_0's masks (320
+ * bytes a block): 2880 bytes, 180 a row (the GGUF's 176).
  * Q6_K (SRT_Q6_K_X16): per super-block a 288-byte header, d[16] (f16) and the 16 scales of 16
  * elements sc[16][16] (int8); then each block's four low bits as Q4's v_0..v_3 and its bits of
  * value 16 and 32 as two sets of Q5_0's masks (384 bytes): 3360 bytes, 210 a row (the GGUF's).
@@ -78,10 +81,11 @@
 
 #define G 16            /* rows per group: the lanes of a 512-bit register */
 #define BB 320          /* bytes of a Q4_1 group's block */
-#define BB5 352         /* Q5_0's: nibbles, fifth bits, d */
+#define BB5 352         /* Q5_0's: nibbles, fifth bits, d (Q5_1: and m, 384) */
 #define SB 8            /* K-quants: 32-blocks per super-block */
 #define HDR_K 320       /* Q4_K: a group's super-block header: d[16], dmin[16], sc[8][16], mn[8][16] */
 #define BB_K 296        /* Q4_K: a group's super-block bytes (the header and 8 x 256 of nibbles) / 8 */
+#define BB_K5 360       /* Q5_K: as Q4_K's, each block's nibbles followed by its fifth bits' masks */
 #define HDR_6 288       /* Q6_K: a group's super-block header: d[16], sc[16][16] */
 #define BB_6 420        /* Q6_K: a group's super-block bytes (the header and 8 x 384) / 8 */
 #define BB_MAX 544      /* the largest: Q8_0's */
@@ -117,27 +121,31 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
  * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m); Q5_0 (nibbles
  * and fifth bits, no m); Q4_K (Q4_1's form, its d and m made from a header); Q6_K (nibbles and
  * two bits, no m, two scales a block) */
-enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K, M_Q6_K };
+enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K, M_Q6_K, M_Q5_K, M_Q5_1 };
 typedef struct {
     srt_dtype gguf, packed;
     size_t src, qs;   /* a GGUF block's bytes, and where its q (nibbles) start */
     size_t bb;        /* a packed group block's bytes */
-    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0; M_Q5_0; M_Q4_K; M_Q6_K */
+    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0; M_Q5_0; M_Q4_K; M_Q6_K; M_Q5_K; M_Q5_1 */
     int nv;           /* 64-byte vectors of q per packed block */
-    size_t dof;       /* where d starts in a packed block */
+    size_t dof, mof;  /* where d and m (0: none) start in a packed block */
+    size_t qh;        /* Q5_0, Q5_1: where a GGUF block's fifth bits start */
 } q4_fmt;
 
-#define N_FMTS 6
+#define N_FMTS 8
 static const q4_fmt FMTS[N_FMTS] = {
-    { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256 },
-    { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4, 256 },
-    { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8, 512 },
-    { SRT_Q5_0, SRT_Q5_0_X16, sizeof(blk_q5_0), 6, BB5, M_Q5_0, 4, 320 },
+    { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256, 288, 0 },
+    { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4, 256, 0, 0 },
+    { SRT_Q8_0, SRT_Q8_0_X16, sizeof(blk_q8_0), 2, BB_MAX, M_Q8_0, 8, 512, 0, 0 },
+    { SRT_Q5_0, SRT_Q5_0_X16, sizeof(blk_q5_0), 6, BB5, M_Q5_0, 4, 320, 0, 2 },
     /* a GGUF block is a super-block of 8 blocks (src); their own packers (pack_sb_q4k, _q6k) */
-    { SRT_Q4_K, SRT_Q4_K_X16, sizeof(blk_q4_k), 0, BB_K, M_Q4_K, 4, 0 },
-    { SRT_Q6_K, SRT_Q6_K_X16, sizeof(blk_q6_k), 0, BB_6, M_Q6_K, 4, 0 },
+    { SRT_Q4_K, SRT_Q4_K_X16, sizeof(blk_q4_k), 0, BB_K, M_Q4_K, 4, 0, 0, 0 },
+    { SRT_Q6_K, SRT_Q6_K_X16, sizeof(blk_q6_k), 0, BB_6, M_Q6_K, 4, 0, 0, 0 },
+    { SRT_Q5_K, SRT_Q5_K_X16, sizeof(blk_q5_k), 0, BB_K5, M_Q5_K, 4, 0, 0, 0 },
+    { SRT_Q5_1, SRT_Q5_1_X16, sizeof(blk_q5_1), 8, BB5 + 32, M_Q5_1, 4, 320, 352, 4 },
 };
-#define SUPER(f) ((f)->m == M_Q4_K || (f)->m == M_Q6_K)   /* packed per super-block */
+#define FIVE(f) ((f)->m == M_Q5_0 || (f)->m == M_Q5_1)   /* nibbles and fifth bits' masks */
+#define SUPER(f) ((f)->m == M_Q4_K || (f)->m == M_Q6_K || (f)->m == M_Q5_K)   /* packed per super-block */
 
 static const q4_fmt *fmt_of(srt_dtype t)
 {
@@ -151,11 +159,11 @@ static const q4_fmt *fmt_of(srt_dtype t)
  * products take twice the instructions of Q4's nibbles (vpmaddubsw would saturate on whole
  * bytes), and exact.c's f32 kernels ran a Q8_0 prefill 2.3x and a decode 1.3x faster there. A
  * packed copy (made on that level) stays on this path, on either kernel: the same bits. Q5_0,
- * Q4_K and Q6_K follow the same rule (the 8-lane kernel was ~20% slower than exact.c's on Q4). */
+ * Q5_1 and the K-quants follow the same rule (the 8-lane kernel was ~20% slower than exact.c's on Q4). */
 int srt_cpu_q41_takes(srt_dtype t)
 {
     const q4_fmt *f = fmt_of(t);
-    if (f && (t == SRT_Q8_0 || t == SRT_Q5_0 || t == SRT_Q4_K || t == SRT_Q6_K))
+    if (f && (t == SRT_Q8_0 || t == SRT_Q5_0 || t == SRT_Q5_1 || t == SRT_Q4_K || t == SRT_Q6_K || t == SRT_Q5_K))
         return srt_cpu_exact_avx512() == 1;
     return f != NULL;
 }
@@ -167,8 +175,12 @@ static size_t packed_row_bytes(const q4_fmt *f, int64_t cols) { return (size_t)(
  * each block's 6-bit scale and min as bytes in the header (HDR_K), then block j's nibbles as a
  * Q4_1 block's (element i low, 16 + i high: GGUF Q4_K keeps blocks 2c and 2c + 1 in the low and
  * high nibbles of the same 32 bytes) in Q4's four vectors. */
-static void pack_sb_q4k(uint8_t *o, int r, const blk_q4_k *k)
+/* Q5_K (qh non-NULL; its super-block is Q4_K's with qh[32] before qs): each block's nibbles
+ * are followed by its fifth bits as Q5_0's masks (bit 4r + i of mask c: bit j of qh[4c + i]),
+ * 320 bytes a block */
+static void pack_sb_q4k(uint8_t *o, int r, const blk_q4_k *k, const uint8_t *qs, const uint8_t *qh)
 {
+    const size_t blk = qh ? 320 : 256;
     memcpy(o + 2 * r, &k->d, 2);
     memcpy(o + 32 + 2 * r, &k->dmin, 2);
     for (int j = 0; j < SB; j++) {
@@ -176,29 +188,42 @@ static void pack_sb_q4k(uint8_t *o, int r, const blk_q4_k *k)
         q4k_scale_min(k->scales, j, &sc, &mn);
         o[64 + 16 * j + r] = (uint8_t)sc;
         o[192 + 16 * j + r] = (uint8_t)mn;
-        const uint8_t *qs = k->qs + 32 * (j / 2);
+        const uint8_t *q = qs + 32 * (j / 2);
         int sh = 4 * (j % 2);
+        uint8_t *b = o + HDR_K + blk * j;
         for (int i = 0; i < 16; i++)
-            o[HDR_K + 256 * j + 64 * (i / 4) + 4 * r + i % 4] =
-                (uint8_t)((qs[i] >> sh & 0x0F) | (qs[16 + i] >> sh & 0x0F) << 4);
+            b[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)((q[i] >> sh & 0x0F) | (q[16 + i] >> sh & 0x0F) << 4);
+        for (int e = 0; qh && e < QK; e++) {
+            int bit = 4 * r + e % 4;
+            uint8_t *m = b + 256 + 8 * (e / 4) + bit / 8;
+            *m = (uint8_t)((*m & ~(1 << bit % 8)) | (qh[e] >> j & 1) << bit % 8);
+        }
     }
 }
 
-static void unpack_sb_q4k(const uint8_t *o, int r, blk_q4_k *k)
+static void unpack_sb_q4k(const uint8_t *o, int r, blk_q4_k *k, uint8_t *qs, uint8_t *qh)
 {
+    const size_t blk = qh ? 320 : 256;
     int sc[SB], mn[SB];
     memcpy(&k->d, o + 2 * r, 2);
     memcpy(&k->dmin, o + 32 + 2 * r, 2);
-    memset(k->qs, 0, sizeof k->qs);
+    memset(qs, 0, QK_K / 2);
+    if (qh)
+        memset(qh, 0, QK_K / 8);
     for (int j = 0; j < SB; j++) {
         sc[j] = o[64 + 16 * j + r];
         mn[j] = o[192 + 16 * j + r];
-        uint8_t *qs = k->qs + 32 * (j / 2);
+        uint8_t *q = qs + 32 * (j / 2);
         int sh = 4 * (j % 2);
+        const uint8_t *b = o + HDR_K + blk * j;
         for (int i = 0; i < 16; i++) {
-            uint8_t b = o[HDR_K + 256 * j + 64 * (i / 4) + 4 * r + i % 4];
-            qs[i] |= (uint8_t)((b & 0x0F) << sh);
-            qs[16 + i] |= (uint8_t)((b >> 4) << sh);
+            uint8_t v = b[64 * (i / 4) + 4 * r + i % 4];
+            q[i] |= (uint8_t)((v & 0x0F) << sh);
+            q[16 + i] |= (uint8_t)((v >> 4) << sh);
+        }
+        for (int e = 0; qh && e < QK; e++) {
+            int bit = 4 * r + e % 4;
+            qh[e] |= (uint8_t)((b[256 + 8 * (e / 4) + bit / 8] >> bit % 8 & 1) << j);
         }
     }
     for (int j = 0; j < 4; j++) {   /* q4k_scale_min reversed */
@@ -216,9 +241,9 @@ static inline void pack_row(const q4_fmt *f, uint8_t *o, int r, const uint8_t *k
     for (int c = 0; c < f->nv; c++)
         for (int i = 0; i < 4; i++)
             o[64 * c + 4 * r + i] = k[f->qs + 4 * c + i] ^ (f->m == M_Q8_0 ? 0x80 : 0);
-    if (f->m == M_Q5_0) {
+    if (FIVE(f)) {
         uint32_t qh;
-        memcpy(&qh, k + offsetof(blk_q5_0, qh), 4);
+        memcpy(&qh, k + f->qh, 4);
         for (int j = 0; j < 8; j++) {
             uint8_t *m = o + 256 + 8 * j + r / 2;
             int sh = 4 * (r % 2);
@@ -226,8 +251,8 @@ static inline void pack_row(const q4_fmt *f, uint8_t *o, int r, const uint8_t *k
         }
     }
     memcpy(o + f->dof + 2 * r, k, 2);
-    if (f->m == M_Q4_1)
-        memcpy(o + 288 + 2 * r, k + 2, 2);
+    if (f->mof)
+        memcpy(o + f->mof + 2 * r, k + 2, 2);
 }
 
 static inline void unpack_row(const q4_fmt *f, const uint8_t *o, int r, uint8_t *k)
@@ -235,15 +260,15 @@ static inline void unpack_row(const q4_fmt *f, const uint8_t *o, int r, uint8_t 
     for (int c = 0; c < f->nv; c++)
         for (int i = 0; i < 4; i++)
             k[f->qs + 4 * c + i] = o[64 * c + 4 * r + i] ^ (f->m == M_Q8_0 ? 0x80 : 0);
-    if (f->m == M_Q5_0) {
+    if (FIVE(f)) {
         uint32_t qh = 0;
         for (int j = 0; j < 8; j++)
             qh |= (uint32_t)(o[256 + 8 * j + r / 2] >> 4 * (r % 2) & 0x0F) << 4 * j;
-        memcpy(k + offsetof(blk_q5_0, qh), &qh, 4);
+        memcpy(k + f->qh, &qh, 4);
     }
     memcpy(k, o + f->dof + 2 * r, 2);
-    if (f->m == M_Q4_1)
-        memcpy(k + 2, o + 288 + 2 * r, 2);
+    if (f->mof)
+        memcpy(k + 2, o + f->mof + 2 * r, 2);
 }
 
 /* Q6_K's q (0..63) of element e (0..255) of super-block k: four low bits from ql, two high
@@ -308,16 +333,20 @@ static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     if (SUPER(f)) {
-        static const blk_q4_k zk;
-        static const blk_q6_k z6;
+        static const union { blk_q4_k k4; blk_q5_k k5; blk_q6_k k6; } zk;   /* rows past the weight's */
         for (int r = 0; r < G; r++) {
             int64_t row = g * G + r;
             const uint8_t *k = row < w->rows ? (const uint8_t *)w->data + (size_t)row * w->row_stride : NULL;
-            for (int64_t s = 0; s < nb / SB; s++, k = k ? k + f->src : NULL)
-                if (f->m == M_Q4_K)
-                    pack_sb_q4k(o + (size_t)s * SB * BB_K, r, k ? (const blk_q4_k *)k : &zk);
+            for (int64_t s = 0; s < nb / SB; s++, k = k ? k + f->src : NULL) {
+                const uint8_t *b = k ? k : (const uint8_t *)&zk;
+                uint8_t *os = o + (size_t)s * SB * f->bb;
+                if (f->m == M_Q6_K)
+                    pack_sb_q6k(os, r, (const blk_q6_k *)b);
+                else if (f->m == M_Q5_K)
+                    pack_sb_q4k(os, r, (const blk_q4_k *)b, ((const blk_q5_k *)b)->qs, ((const blk_q5_k *)b)->qh);
                 else
-                    pack_sb_q6k(o + (size_t)s * SB * BB_6, r, k ? (const blk_q6_k *)k : &z6);
+                    pack_sb_q4k(os, r, (const blk_q4_k *)b, ((const blk_q4_k *)b)->qs, NULL);
+            }
         }
         return;
     }
@@ -355,7 +384,16 @@ srt_dtype srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
     const uint8_t *g = (const uint8_t *)w->data + (size_t)(row / G * G) * w->row_stride;
     if (f->m == M_Q4_K) {
         for (int64_t s = 0; s < nb / SB; s++)
-            unpack_sb_q4k(g + (size_t)s * SB * BB_K, (int)(row % G), (blk_q4_k *)out + s);
+            unpack_sb_q4k(g + (size_t)s * SB * BB_K, (int)(row % G), (blk_q4_k *)out + s, ((blk_q4_k *)out + s)->qs, NULL);
+        return f->gguf;
+    }
+    if (f->m == M_Q5_K) {
+        for (int64_t s = 0; s < nb / SB; s++) {
+            blk_q5_k *k = (blk_q5_k *)out + s;
+            blk_q4_k head;   /* d, dmin and scales, in Q4_K's places */
+            unpack_sb_q4k(g + (size_t)s * SB * BB_K5, (int)(row % G), &head, k->qs, k->qh);
+            memcpy(k, &head, offsetof(blk_q4_k, qs));
+        }
         return f->gguf;
     }
     if (f->m == M_Q6_K) {
@@ -514,8 +552,9 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
 {
     /* bb: bytes a block (K-quants: on average, for the prefetch), step: a block's own bytes */
     const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q6_K ? BB_6
-                 : M == M_Q4_1 ? BB : BB - 32;
-    const int step = M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : bb;
+                 : M == M_Q5_K ? BB_K5 : M == M_Q5_1 ? BB5 + 32 : M == M_Q4_1 ? BB : BB - 32;
+    const int step = M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : bb;
+    const int k4 = M == M_Q4_K || M == M_Q5_K;   /* Q4_K's header and form */
     __m512 acc[TILE], off[TILE], dk = _mm512_setzero_ps(), mk = dk;
     const uint8_t *hdr = g;   /* K-quants: the super-block's header */
 #pragma GCC unroll 4
@@ -523,11 +562,11 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
         acc[t] = off[t] = _mm512_setzero_ps();
     const __m512i lo = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, g += step) {
-        if ((M == M_Q4_K || M == M_Q6_K) && b % SB == 0) {
+        if ((k4 || M == M_Q6_K) && b % SB == 0) {
             hdr = g;
-            g += M == M_Q4_K ? HDR_K : HDR_6;
+            g += k4 ? HDR_K : HDR_6;
             dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hdr));
-            if (M == M_Q4_K)
+            if (k4)
                 mk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hdr + 32)));
         }
         if (pf)
@@ -544,7 +583,7 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                 q[c] = _mm512_and_si512(v, lo);
                 q[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
             }
-            if (M == M_Q5_0)   /* + 16 where the fifth bit is set: a masked add, off the multiply pipes */
+            if (M == M_Q5_0 || M == M_Q5_1 || M == M_Q5_K)   /* + 16 where the fifth bit is set: a masked add, off the multiply pipes */
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
                     uint64_t k;
@@ -561,9 +600,9 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                     q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k5), q[j], _mm512_set1_epi8(32));
                 }
         }
-        const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 ? 320 : 256;
+        const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 || M == M_Q5_1 ? 320 : 256;
         __m512 d, mm;
-        if (M == M_Q4_K) {   /* d * sc and dmin * mn, exact in f32 */
+        if (k4) {   /* d * sc and dmin * mn, exact in f32 */
             const uint8_t *s = hdr + 64 + 16 * (b % SB);
             d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s))));
             mm = _mm512_mul_ps(mk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 128)))));
@@ -573,8 +612,8 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
             mm = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 16)))));
         } else {
             d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
-            mm = M == M_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 288)))
-                             : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
+            mm = M == M_Q4_1 || M == M_Q5_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (M == M_Q4_1 ? 288 : 352))))
+                                            : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
@@ -629,9 +668,9 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                     s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
                 }
             acc[t] = _mm512_fmadd_ps(combine16(s2, s1, s0), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])), acc[t]);
-            if (M == M_Q4_1 || M == M_Q4_0)
+            if (M == M_Q4_1 || M == M_Q4_0 || M == M_Q5_1)
                 off[t] = _mm512_fmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
-            else if (M == M_Q4_K)   /* w = D*q - M: off = fma(-M, xsum, off) */
+            else if (k4)   /* w = D*q - M: off = fma(-M, xsum, off) */
                 off[t] = _mm512_fnmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
         }
     }
@@ -659,6 +698,10 @@ TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8
         K16_TS(M_Q4_K)
     else if (m == M_Q6_K)
         K16_TS(M_Q6_K)
+    else if (m == M_Q5_K)
+        K16_TS(M_Q5_K)
+    else if (m == M_Q5_1)
+        K16_TS(M_Q5_1)
     else
         K16_TS(M_Q8_0)
 }
@@ -723,8 +766,9 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
     const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q6_K ? BB_6
-                 : M == M_Q4_1 ? BB : BB - 32;
-    const int step = M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : bb;
+                 : M == M_Q5_K ? BB_K5 : M == M_Q5_1 ? BB5 + 32 : M == M_Q4_1 ? BB : BB - 32;
+    const int step = M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : bb;
+    const int k4 = M == M_Q4_K || M == M_Q5_K;
     __m256 acc[2], off[2], dk = _mm256_setzero_ps(), mk = dk;
     const uint8_t *hdr = g;
 #pragma GCC unroll 2
@@ -732,11 +776,11 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
         acc[t] = off[t] = _mm256_setzero_ps();
     const __m256i lo = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, g += step) {
-        if ((M == M_Q4_K || M == M_Q6_K) && b % SB == 0) {
+        if ((k4 || M == M_Q6_K) && b % SB == 0) {
             hdr = g;
-            g += M == M_Q4_K ? HDR_K : HDR_6;
+            g += k4 ? HDR_K : HDR_6;
             dk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 16 * h)));
-            if (M == M_Q4_K)
+            if (k4)
                 mk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 32 + 16 * h)));
         }
         if (pf && h == 0)
@@ -775,7 +819,7 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                 q[c] = _mm256_and_si256(v, lo);
                 q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
             }
-            if (M == M_Q5_0) {
+            if (M == M_Q5_0 || M == M_Q5_1 || M == M_Q5_K) {   /* Q5_1, Q5_K: no start, their offset is m's */
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
                     uint32_t k;
@@ -784,10 +828,15 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                 }
 #pragma GCC unroll 2
                 for (int t = 0; t < T; t++) {
-                    const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *c = cs + CS * (t * lds + b);
+                    const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
 #pragma GCC unroll 3
-                    for (int i = 0; i < 3; i++)
-                        s[t][i] = _mm256_add_epi32(_mm256_set1_epi32((c[i] + c[3 + i]) >> 3), plane8w(q, x2 + 8 * i));
+                    for (int i = 0; i < 3; i++) {
+                        s[t][i] = plane8w(q, x2 + 8 * i);
+                        if (M == M_Q5_0) {
+                            const int32_t *c = cs + CS * (t * lds + b);
+                            s[t][i] = _mm256_add_epi32(_mm256_set1_epi32((c[i] + c[3 + i]) >> 3), s[t][i]);
+                        }
+                    }
                 }
             } else if (M == M_Q6_K) {
 #pragma GCC unroll 8
@@ -813,9 +862,9 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                     s[t][0] = plane8(q, x2), s[t][1] = plane8(q, x2 + 8), s[t][2] = plane8(q, x2 + 16);
                 }
         }
-        const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 ? 320 : 256;
+        const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 || M == M_Q5_1 ? 320 : 256;
         __m256 d, mm;
-        if (M == M_Q4_K) {
+        if (k4) {
             const uint8_t *s8 = hdr + 64 + 16 * (b % SB) + 8 * h;
             d = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
             mm = _mm256_mul_ps(mk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 128)))));
@@ -825,8 +874,8 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
             mm = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 16)))));
         } else {
             d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * h)));
-            mm = M == M_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 288 + 16 * h)))
-                             : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+            mm = M == M_Q4_1 || M == M_Q5_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (M == M_Q4_1 ? 288 : 352) + 16 * h)))
+                                            : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
         }
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++) {
@@ -835,9 +884,9 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
             if (M == M_Q6_K)
                 acc[t] = _mm256_fmadd_ps(combine8(s[t][3], s[t][4], s[t][5]),
                                          _mm256_mul_ps(mm, _mm256_set1_ps(sc[t * lds + b])), acc[t]);
-            if (M == M_Q4_1 || M == M_Q4_0)
+            if (M == M_Q4_1 || M == M_Q4_0 || M == M_Q5_1)
                 off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
-            else if (M == M_Q4_K)
+            else if (k4)
                 off[t] = _mm256_fnmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
         }
     }
@@ -867,6 +916,10 @@ TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *
                 two ? K8_CASE(2, M_Q4_K) : K8_CASE(1, M_Q4_K);
             else if (m == M_Q6_K)
                 two ? K8_CASE(2, M_Q6_K) : K8_CASE(1, M_Q6_K);
+            else if (m == M_Q5_K)
+                two ? K8_CASE(2, M_Q5_K) : K8_CASE(1, M_Q5_K);
+            else if (m == M_Q5_1)
+                two ? K8_CASE(2, M_Q5_1) : K8_CASE(1, M_Q5_1);
             else
                 two ? K8_CASE(2, M_Q8_0) : K8_CASE(1, M_Q8_0);
         }
@@ -926,9 +979,11 @@ INLINE512 void nibble_blocks16(const uint8_t *p, size_t st, uint8_t *lo, uint8_t
 }
 
 /* A GGUF Q4_K super-block of 16 rows (row r's at p + r * st) as pack_sb_q4k leaves it: the 6-bit
- * scales and mins taken apart in each row's lane */
-INLINE512 void pack_sb_q4k16(const uint8_t *p, size_t st, uint8_t *o)
+ * scales and mins taken apart in each row's lane. Q5_K (five): qh[32] before qs, and bit j of
+ * its bytes taken to each byte's top for vpmovb2m makes block j's masks. */
+INLINE512 void pack_sb_k16(int five, const uint8_t *p, size_t st, uint8_t *o)
 {
+    const size_t blk = five ? 320 : 256, qs = five ? offsetof(blk_q5_k, qs) : offsetof(blk_q4_k, qs);
     __m512i e[4], v[4];
     rows16(p, st, e);
     dwords16(e, v);   /* d | dmin << 16, then the scale bytes 0..3, 4..7, 8..11 */
@@ -948,7 +1003,20 @@ INLINE512 void pack_sb_q4k16(const uint8_t *p, size_t st, uint8_t *o)
         _mm_storeu_si128((__m128i *)(o + 192 + 16 * (j + 4)), _mm512_cvtepi32_epi8(mn4));
     }
     for (int c = 0; c < 4; c++)   /* blocks 2c and 2c + 1 in the nibbles of qs[32c..32c + 31] */
-        nibble_blocks16(p + 16 + 32 * c, st, o + HDR_K + 256 * (2 * c), o + HDR_K + 256 * (2 * c + 1));
+        nibble_blocks16(p + qs + 32 * c, st, o + HDR_K + blk * (2 * c), o + HDR_K + blk * (2 * c + 1));
+    if (!five)
+        return;
+    __m512i qh[8];   /* dword r of qh[c]: row r's qh[4c..4c + 3] */
+    rows16(p + offsetof(blk_q5_k, qh), st, e);
+    dwords16(e, qh);
+    rows16(p + offsetof(blk_q5_k, qh) + 16, st, e);
+    dwords16(e, qh + 4);
+    for (int j = 0; j < SB; j++)
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            uint64_t k = _cvtmask64_u64(_mm512_movepi8_mask(_mm512_slli_epi16(qh[c], 7 - j)));
+            memcpy(o + HDR_K + blk * j + 256 + 8 * c, &k, 8);
+        }
 }
 
 /* A GGUF Q6_K super-block of 16 rows as pack_sb_q6k leaves it. Block 4h + kk's low bits are the
@@ -994,7 +1062,10 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
     if (SUPER(f)) {
         for (int64_t s = 0; s < nb / SB; s++, base += f->src, o += SB * f->bb)
-            (f->m == M_Q4_K ? pack_sb_q4k16 : pack_sb_q6k16)(base, st, o);
+            if (f->m == M_Q6_K)
+                pack_sb_q6k16(base, st, o);
+            else
+                pack_sb_k16(f->m == M_Q5_K, base, st, o);
         return;
     }
     const __m512i flip = _mm512_set1_epi8(f->m == M_Q8_0 ? (char)0x80 : 0);
@@ -1042,14 +1113,14 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
         __m512i e01 = _mm512_unpacklo_epi32(e[0], e[1]), e23 = _mm512_unpacklo_epi32(e[2], e[3]);
         __m512i dm = _mm512_unpacklo_epi64(e01, e23);   /* dword r: row r's first */
         _mm256_storeu_si256((__m256i *)(o + f->dof), _mm512_cvtepi32_epi16(dm));
-        if (f->m == M_Q4_1)
-            _mm256_storeu_si256((__m256i *)(o + 288), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-        if (f->m == M_Q5_0) {
-            /* qh of row r in dword r (bytes 2..5: across its first two dwords), then mask j's
-             * byte k = rows 2k and 2k + 1's nibbles j: each qword's two lanes joined into its
-             * low byte, which vpmovqb keeps */
-            __m512i qh = _mm512_or_si512(_mm512_srli_epi32(dm, 16),
-                                         _mm512_slli_epi32(_mm512_unpackhi_epi64(e01, e23), 16));
+        if (f->mof)
+            _mm256_storeu_si256((__m256i *)(o + f->mof), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+        if (FIVE(f)) {
+            /* qh of row r in dword r (Q5_0: bytes 2..5, across its first two dwords; Q5_1: its
+             * second), then mask j's byte k = rows 2k and 2k + 1's nibbles j: each qword's two
+             * lanes joined into its low byte, which vpmovqb keeps */
+            __m512i dw1 = _mm512_unpackhi_epi64(e01, e23);
+            __m512i qh = f->m == M_Q5_1 ? dw1 : _mm512_or_si512(_mm512_srli_epi32(dm, 16), _mm512_slli_epi32(dw1, 16));
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) {
                 __m512i n = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * j), _mm512_set1_epi32(0x0F));
@@ -1061,7 +1132,7 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 }
 
 /* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
- * d and m moved one by one. Q5_0, Q4_K and Q6_K in the GGUF layout run only on the 16-lane level
+ * d and m moved one by one. Q5_0, Q5_1 and the K-quants in the GGUF layout run only on the 16-lane level
  * (srt_cpu_q41_takes), so they are left to pack_group here. */
 TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 {
@@ -1069,7 +1140,7 @@ TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
-    if (f->m == M_Q5_0 || SUPER(f)) {
+    if (FIVE(f) || SUPER(f)) {
         pack_group(w, g, o);
         return;
     }
@@ -1094,8 +1165,8 @@ TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
             }
         for (int r = 0; r < G; r++) {
             memcpy(o + f->dof + 2 * r, base + (size_t)r * st, 2);
-            if (f->m == M_Q4_1)
-                memcpy(o + 288 + 2 * r, base + (size_t)r * st + 2, 2);
+            if (f->mof)
+                memcpy(o + f->mof + 2 * r, base + (size_t)r * st + 2, 2);
         }
     }
 }
@@ -1118,7 +1189,7 @@ static float made_up(uint32_t *s, int e0, int ne)
 int srt_cpu_q41_wide_matches(void)
 {
     enum { NB = 8 };   /* a Q4_K super-block */
-    _Alignas(64) uint8_t g[6][NB * BB_MAX];   /* made-up blocks as Q4_1, Q4_0, Q8_0, Q5_0, Q4_K and Q6_K */
+    _Alignas(64) uint8_t g[N_FMTS][NB * BB_MAX];   /* made-up blocks in each format (FMTS' order) */
     _Alignas(64) int8_t dig[TILE * NB * XB];
     float x[TILE * NB * QK], sc[TILE * NB], xs[TILE * NB], y8[TILE * G], y16[TILE * G];
     int32_t cs[TILE * NB * CS];
@@ -1129,16 +1200,21 @@ int srt_cpu_q41_wide_matches(void)
             blk_q4_0 k0 = { .d = k.d };
             blk_q8_0 k8 = { .d = k.d };
             blk_q5_0 k5 = { .d = k.d };
+            blk_q5_1 k51 = { .d = k.d, .m = k.m };
             for (int i = 0; i < QK / 2; i++)
                 k.qs[i] = k0.qs[i] = k5.qs[i] = (uint8_t)lcg(&s);
             for (int i = 0; i < 4; i++)
                 k5.qh[i] = (uint8_t)lcg(&s);
+            memcpy(k51.qs, k5.qs, sizeof k51.qs);
+            for (int i = 0; i < 4; i++)
+                k51.qh[i] = (uint8_t)lcg(&s);
             for (int i = 0; i < QK; i++)   /* -128 too */
                 k8.qs[i] = (int8_t)(lcg(&s) & 0xFF);
             pack_row(&FMTS[0], g[0] + b * FMTS[0].bb, r, (const uint8_t *)&k);
             pack_row(&FMTS[1], g[1] + b * FMTS[1].bb, r, (const uint8_t *)&k0);
             pack_row(&FMTS[2], g[2] + b * FMTS[2].bb, r, (const uint8_t *)&k8);
             pack_row(&FMTS[3], g[3] + b * FMTS[3].bb, r, (const uint8_t *)&k5);
+            pack_row(&FMTS[7], g[7] + b * FMTS[7].bb, r, (const uint8_t *)&k51);
         }
     for (int r = 0; r < G; r++) {
         blk_q4_k kk = { .d = srt_f32_to_f16(made_up(&s, -12, 10)), .dmin = srt_f32_to_f16(made_up(&s, -12, 10)) };
@@ -1146,7 +1222,11 @@ int srt_cpu_q41_wide_matches(void)
             kk.scales[i] = (uint8_t)lcg(&s);
         for (int i = 0; i < QK_K / 2; i++)
             kk.qs[i] = (uint8_t)lcg(&s);
-        pack_sb_q4k(g[4], r, &kk);
+        pack_sb_q4k(g[4], r, &kk, kk.qs, NULL);
+        uint8_t qh[QK_K / 8];
+        for (int i = 0; i < QK_K / 8; i++)
+            qh[i] = (uint8_t)lcg(&s);
+        pack_sb_q4k(g[6], r, &kk, kk.qs, qh);
         blk_q6_k k6 = { .d = kk.d };
         for (int i = 0; i < QK_K / 2; i++)
             k6.ql[i] = (uint8_t)lcg(&s);

@@ -193,17 +193,22 @@ DEFINE_TILE(tile_q5_1, FMT_Q5_1)
  * times; sub-block scales are applied in integer form (vpmaddwd by the 6/8-bit scale),
  * super-block scales once per 256 ---- */
 
-INLINE void kern_q4_k(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
-                      int64_t qstride, int64_t nb, float *y, int64_t ldy)
+/* Q4_K, and Q5_K (five: its super-block is Q4_K's with qh[32] before qs, and bit j of qh[l]
+ * adds 16 to element 32j + l; q up to 31 keeps maddubs' byte pairs within int16) */
+INLINE void kern_k4(int T, int five, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                    int64_t qstride, int64_t nb, float *y, int64_t ldy)
 {
-    const blk_q4_k *w = (const blk_q4_k *)row;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const size_t sbytes = five ? sizeof(blk_q5_k) : sizeof(blk_q4_k);
+    const size_t qs_at = five ? offsetof(blk_q5_k, qs) : offsetof(blk_q4_k, qs);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     __m256 acc[4];
     float macc[4] = { 0 };
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
         acc[t] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+    for (int64_t sb = 0; sb < nb / 8; sb++, row += sbytes) {
+        const blk_q4_k *w = (const blk_q4_k *)row;   /* d, dmin and scales: the same places */
+        __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(row + offsetof(blk_q5_k, qh))) : _mm256_setzero_si256();
         __m256 sacc[4];
         float mins[4] = { 0 };
 #pragma GCC unroll 4
@@ -213,8 +218,12 @@ INLINE void kern_q4_k(int T, const uint8_t *row, const int8_t *aq, const q8_scal
             int sc0, mn0, sc1, mn1;
             q4k_scale_min(w->scales, 2 * c, &sc0, &mn0);
             q4k_scale_min(w->scales, 2 * c + 1, &sc1, &mn1);
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
+            __m256i q = _mm256_loadu_si256((const __m256i *)(row + qs_at + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
             __m256i s0 = _mm256_set1_epi16((short)sc0), s1 = _mm256_set1_epi16((short)sc1);
             int64_t blk = sb * 8 + 2 * c;
 #pragma GCC unroll 4
@@ -315,7 +324,20 @@ INLINE void kern_q6_k(int T, const uint8_t *row, const int8_t *aq, const q8_scal
         }                                                                                      \
     }
 
+INLINE void kern_q4_k(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                      int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    kern_k4(T, 0, row, aq, ads, qstride, nb, y, ldy);
+}
+
+INLINE void kern_q5_k(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                      int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    kern_k4(T, 1, row, aq, ads, qstride, nb, y, ldy);
+}
+
 DEFINE_TILE_K(tile_q4_k, kern_q4_k)
+DEFINE_TILE_K(tile_q5_k, kern_q5_k)
 DEFINE_TILE_K(tile_q6_k, kern_q6_k)
 
 /* ---- float weights: 8-wide FMA over tiles of rows x tokens ---- */
@@ -483,6 +505,7 @@ const cpu_simd_ops srt_cpu_ops_avx2 = {
         [SRT_Q5_0] = tile_q5_0,
         [SRT_Q5_1] = tile_q5_1,
         [SRT_Q4_K] = tile_q4_k,
+        [SRT_Q5_K] = tile_q5_k,
         [SRT_Q6_K] = tile_q6_k,
     },
     .tile_f32 = {

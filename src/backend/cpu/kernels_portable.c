@@ -106,20 +106,23 @@ static float dot_q5_1(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
     return acc;
 }
 
-static float dot_q4_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+/* Q4_K, and Q5_K (five: qh[32] before qs, bit j of qh[l] adding 16 to element 32j + l) */
+static float dot_k4(int five, const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
 {
-    const blk_q4_k *w = (const blk_q4_k *)row;
     float acc = 0.0f;
-    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+    size_t sbytes = five ? sizeof(blk_q5_k) : sizeof(blk_q4_k);
+    for (int64_t sb = 0; sb < nb / 8; sb++, row += sbytes) {
+        const blk_q4_k *w = (const blk_q4_k *)row;   /* d, dmin and scales: the same places */
+        const uint8_t *qh = five ? ((const blk_q5_k *)row)->qh : NULL;
         float d = srt_f16_to_f32(w->d), dmin = srt_f16_to_f32(w->dmin);
-        const uint8_t *q = w->qs;
+        const uint8_t *q = five ? ((const blk_q5_k *)row)->qs : w->qs;
         float sacc = 0.0f, macc = 0.0f;
         for (int c = 0; c < 4; c++, q += 32) {
             for (int half = 0; half < 2; half++, aq += QK, ads++) {
-                int sc, mn, isum = 0;
-                q4k_scale_min(w->scales, 2 * c + half, &sc, &mn);
+                int sc, mn, isum = 0, j = 2 * c + half;
+                q4k_scale_min(w->scales, j, &sc, &mn);
                 for (int l = 0; l < 32; l++)
-                    isum += (half ? q[l] >> 4 : q[l] & 0x0F) * aq[l];
+                    isum += ((half ? q[l] >> 4 : q[l] & 0x0F) | (qh ? (qh[l] >> j & 1) << 4 : 0)) * aq[l];
                 sacc += (float)(sc * isum) * ads->d;
                 macc += (float)mn * ads->s;
             }
@@ -127,6 +130,16 @@ static float dot_q4_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
         acc += d * sacc - dmin * macc;
     }
     return acc;
+}
+
+static float dot_q4_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    return dot_k4(0, row, aq, ads, nb);
+}
+
+static float dot_q5_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    return dot_k4(1, row, aq, ads, nb);
 }
 
 static float dot_q6_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
@@ -173,6 +186,7 @@ TILE_Q8(tile_q4_1, dot_q4_1)
 TILE_Q8(tile_q5_0, dot_q5_0)
 TILE_Q8(tile_q5_1, dot_q5_1)
 TILE_Q8(tile_q4_k, dot_q4_k)
+TILE_Q8(tile_q5_k, dot_q5_k)
 TILE_Q8(tile_q6_k, dot_q6_k)
 
 static float dot_f32(const float *w, const float *x, int64_t n)
@@ -234,6 +248,7 @@ const cpu_simd_ops srt_cpu_ops_portable = {
         [SRT_Q5_0] = tile_q5_0,
         [SRT_Q5_1] = tile_q5_1,
         [SRT_Q4_K] = tile_q4_k,
+        [SRT_Q5_K] = tile_q5_k,
         [SRT_Q6_K] = tile_q6_k,
     },
     .tile_f32 = {

@@ -27,6 +27,9 @@ typedef enum srt_dtype {
     SRT_Q5_0_X16, /* Q5_0 in 16-row groups, its fifth bits as masks; never in a file */
     SRT_Q4_K_X16, /* Q4_K in 16-row groups, scales unpacked; never in a file */
     SRT_Q6_K_X16, /* Q6_K in 16-row groups, its top bits as masks; never in a file */
+    SRT_Q5_K,   /* 256 elems super-block: Q4_K's with a fifth bit per element */
+    SRT_Q5_K_X16, /* Q5_K in 16-row groups, as SRT_Q4_K_X16 with masks; never in a file */
+    SRT_Q5_1_X16, /* Q5_1 in 16-row groups, as SRT_Q5_0_X16 with m; never in a file */
     SRT_DTYPE_COUNT
 } srt_dtype;
 
