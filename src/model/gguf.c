@@ -247,7 +247,7 @@ static int parse(srt_gguf *g, srt_err *err)
         size_t nbytes;
         int nd = (int)ti->n_dims;
         if (srt_ggml_type_to_dtype(ti->ggml_type, &dt) != SRT_OK) {
-            srt_err_set(err, "%s: tensor '%.*s' has unsupported GGML type %u (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)",
+            srt_err_set(err, "%s: tensor '%.*s' has unsupported GGML type %u (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
                         path, (int)ti->name.len, ti->name.ptr, ti->ggml_type);
             goto fail;
         }
