@@ -60,7 +60,7 @@ static uint32_t rnd(void)
 static const struct { const char *name; srt_dtype t; } dtypes[] = {
     { "f32", SRT_F32 }, { "f16", SRT_F16 }, { "bf16", SRT_BF16 }, { "q8_0", SRT_Q8_0 },
     { "q4_0", SRT_Q4_0 }, { "q4_1", SRT_Q4_1 }, { "q5_0", SRT_Q5_0 }, { "q5_1", SRT_Q5_1 },
-    { "q4_k", SRT_Q4_K }, { "q6_k", SRT_Q6_K },
+    { "q4_k", SRT_Q4_K }, { "q5_k", SRT_Q5_K }, { "q6_k", SRT_Q6_K },
 };
 
 /* Random bytes with every f16 scale replaced by a small finite value. */
@@ -76,7 +76,10 @@ static void fill(srt_dtype t, uint8_t *p, size_t bytes, int64_t cols)
         case SRT_F16: memcpy(p + off, &h, 2); break;
         case SRT_BF16: memcpy(p + off, &hb, 2); break;
         case SRT_Q8_0: case SRT_Q4_0: case SRT_Q5_0: memcpy(p + off, &h, 2); break;
-        case SRT_Q4_1: case SRT_Q5_1: case SRT_Q4_K: memcpy(p + off, &h, 2); memcpy(p + off + 2, &h, 2); break;
+        case SRT_Q4_1: case SRT_Q5_1: case SRT_Q4_K: case SRT_Q5_K:
+            memcpy(p + off, &h, 2);
+            memcpy(p + off + 2, &h, 2);
+            break;
         case SRT_Q6_K: memcpy(p + off + 208, &h, 2); break;
         default: break;
         }
