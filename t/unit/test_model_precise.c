@@ -546,7 +546,7 @@ int main(void)
             continue;
         srt_err err;
         srt_backend *be = srt_cpu_backend_create(2, 1, &err);
-        for (size_t ti = 0; ti < 7; ti++) {   /* the quantized types */
+        for (size_t ti = 0; ti < 8; ti++) {   /* the quantized types */
             srt_dtype t = types[ti];
             srt_weight w = { .dtype = t, .rows = BR, .cols = BC, .row_stride = srt_dtype_row_bytes(t, BC) };
             uint8_t *data = malloc(w.row_stride * BR);

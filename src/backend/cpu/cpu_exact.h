@@ -9,10 +9,9 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "srt/backend.h"
 
-/* y[t][r] = sum_c x[t][c] * W[r][c] + bias[r] for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K W
- * (and the packed forms below; AVX2 + FMA; Q5_K: SRT_ERROR on AVX2, where the precise path
- * takes it). Q4_0, Q4_1 (and Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K where srt_cpu_exact_avx512()
- * is 1) run srt_cpu_q41_matmul_n.
+/* y[t][r] = sum_c x[t][c] * W[r][c] + bias[r] for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K /
+ * Q6_K W (and the packed forms below; AVX2 + FMA). Q4_0, Q4_1 (and Q8_0, Q5_0, Q5_1, Q4_K, Q5_K
+ * and Q6_K where srt_cpu_exact_avx512() is 1) run srt_cpu_q41_matmul_n.
  * scratch holds srt_cpu_exact_scratch_floats(threads of tp, W cols, n_tok) floats. Batch
  * invariant: a (row, token) output does not depend on n_tok or the token's place.
  * SRT_ERROR, nothing written, for other types or on a CPU without AVX2. */

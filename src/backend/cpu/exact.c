@@ -27,8 +27,7 @@
  * Q4_1 and Q4_0, and Q8_0, Q5_0, Q5_1 and the K-quants where the AVX-512 level runs (VNNI),
  * take another route (exact_q41.c): x as a 24-bit fixed point per block and integer dot
  * products, more exact than HF's own float32 against float64 and twice as fast. Those stay here
- * on AVX2, where those products cost bytes twice Q4's instructions and this path is faster;
- * Q5_K has no kernel here (SRT_ERROR: the precise path takes it on AVX2).
+ * on AVX2, where those products cost bytes twice Q4's instructions and this path is faster.
  *
  * Work is handed out as items (srt_threadpool_run_items): a thread the OS has not run yet
  * does not hold up a decode step. Which thread computes a row does not change its bits. */
@@ -94,9 +93,9 @@ size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok)
 #define INLINE static inline __attribute__((always_inline)) TGT
 
 /* Q4_1 and Q4_0 have their own path (exact_q41.c), and Q8_0 on the AVX-512 level */
-enum { FMT_Q8_0, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1 };
+enum { FMT_Q8_0, FMT_Q8_0_X8, FMT_Q4_K, FMT_Q6_K, FMT_Q5_0, FMT_Q5_1, FMT_Q5_K };
 static const size_t fmt_bytes[] = { sizeof(blk_q8_0), sizeof(blk_q8_0), sizeof(blk_q4_k), sizeof(blk_q6_k),
-                                    sizeof(blk_q5_0), sizeof(blk_q5_1) };
+                                    sizeof(blk_q5_0), sizeof(blk_q5_1), sizeof(blk_q5_k) };
 
 /* the format has an offset term (o * sum x): not Q8_0, nor the formats whose q are signed
  * (Q5_0's q - 16, Q6_K's sc*(q - 32)) */
@@ -382,7 +381,7 @@ INLINE void kern_k(int fmt, int T, int NR, const uint8_t *const *wr, int nr, con
                    int64_t ldx, const float *xs, int64_t ldt, int64_t nb, const float *bias, float *y, int64_t ldy)
 {
     const size_t bb = fmt_bytes[fmt];
-    const __m256i m4 = _mm256_set1_epi32(0x0F);
+    const __m256i m4 = _mm256_set1_epi32(0x0F), one = _mm256_set1_epi32(1);
     __m256 acc[4][DEC_MAX_TOK];
     float off[4][DEC_MAX_TOK];
 #pragma GCC unroll 4
@@ -403,8 +402,12 @@ INLINE void kern_k(int fmt, int T, int NR, const uint8_t *const *wr, int nr, con
         const float *xb = x + s * 256;
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            if (fmt == FMT_Q4_K) {
+            if (fmt == FMT_Q4_K || fmt == FMT_Q5_K) {
+                /* Q5_K: Q4_K's d, dmin and scales in the same places, qh[32] before qs, and bit
+                 * j of qh[l] the fifth bit (16) of element 32j + l */
                 const blk_q4_k *b = (const blk_q4_k *)(wr[r] + s * bb);
+                const uint8_t *qs = fmt == FMT_Q5_K ? ((const blk_q5_k *)b)->qs : b->qs;
+                const uint8_t *qh = fmt == FMT_Q5_K ? ((const blk_q5_k *)b)->qh : NULL;
                 float d = srt_f16_to_f32(b->d), dmin = srt_f16_to_f32(b->dmin), D[8];
                 for (int j = 0; j < 8; j++) {
                     int sc, mn;
@@ -420,9 +423,15 @@ INLINE void kern_k(int fmt, int T, int NR, const uint8_t *const *wr, int nr, con
                     __m256 qa[4], qb[4];
 #pragma GCC unroll 4
                     for (int k = 0; k < 4; k++) {
-                        __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 32 * c + 8 * k)));
-                        qa[k] = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4));
-                        qb[k] = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+                        __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 32 * c + 8 * k)));
+                        __m256i a = _mm256_and_si256(v, m4), bq = _mm256_srli_epi32(v, 4);
+                        if (fmt == FMT_Q5_K) {
+                            __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + 8 * k)));
+                            a = _mm256_or_si256(a, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c), one), 4));
+                            bq = _mm256_or_si256(bq, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c + 1), one), 4));
+                        }
+                        qa[k] = _mm256_cvtepi32_ps(a);
+                        qb[k] = _mm256_cvtepi32_ps(bq);
                     }
 #pragma GCC unroll 2
                     for (int t = 0; t < T; t++) {
@@ -454,7 +463,7 @@ INLINE void kern_k(int fmt, int T, int NR, const uint8_t *const *wr, int nr, con
     for (int t = 0; t < T; t++)
         for (int r = 0; r < nr; r++) {
             float v = srt_hsum8(acc[r][t]);
-            if (fmt == FMT_Q4_K)
+            if (fmt == FMT_Q4_K || fmt == FMT_Q5_K)
                 v += off[r][t];
             y[t * ldy + r] = v + (bias ? bias[r] : 0.0f);
         }
@@ -477,7 +486,7 @@ INLINE void dec_loop(int fmt, int T, int NR, const dec_run *d)
                 pf = (const char *)d->w + (size_t)pr * d->stride;
         } else if (d->nw && d->nr0 + (pr - d->r1) + NR <= d->nr1)
             pf = (const char *)d->nw + (size_t)(d->nr0 + (pr - d->r1)) * d->nstride;
-        if (fmt == FMT_Q4_K || fmt == FMT_Q6_K)
+        if (fmt == FMT_Q4_K || fmt == FMT_Q5_K || fmt == FMT_Q6_K)
             kern_k(fmt, T, NR, wr, n, pf, d->x, d->ldx, d->xs, d->ldt, d->nb, d->bias ? d->bias + r : NULL,
                    d->y + r, d->R);
         else
@@ -590,18 +599,23 @@ FMT_FNS(FMT_Q5_1)
 
 /* ---- K-quants: unpacked into the prefill scratch as 32-blocks of the same form ----
  * Q4_K: a sub-block of 32 is w = D*q - M, D = d*sc and M = dmin*mn in f32 as HF's
- * dequantization takes them, so it is a Q4_1 block with scale D and offset -M. Q6_K: w =
+ * dequantization takes them, so it is a Q4_1 block with scale D and offset -M; Q5_K the same
+ * with q of five bits. Q6_K: w =
  * D*(q - 32) with D = d*sc per 16; as 32-blocks, q' = sc*(q - 32) (an integer below 2^13,
  * exact as a float) with the super-block's d as scale and no offset. Decode: kern_k, the same
  * values and order. */
 INLINE void store_u8x8(float *q, __m256i v) { _mm256_storeu_ps(q, _mm256_cvtepi32_ps(v)); }
 
-TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o,
-                        int64_t ost)
+/* Q4_K, and Q5_K (five: qh[32] before qs, bit j of qh[l] the fifth bit of element 32j + l) */
+INLINE void unp_k4(int five, const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o,
+                   int64_t ost)
 {
-    const blk_q4_k *b = (const blk_q4_k *)(w + (size_t)r * stride);
-    const __m256i m4 = _mm256_set1_epi32(0x0F);
-    for (int64_t s = 0; s < nb / 8; s++, b++) {
+    const uint8_t *row = w + (size_t)r * stride;
+    const size_t sbytes = five ? sizeof(blk_q5_k) : sizeof(blk_q4_k);
+    const __m256i m4 = _mm256_set1_epi32(0x0F), one = _mm256_set1_epi32(1);
+    for (int64_t s = 0; s < nb / 8; s++, row += sbytes) {
+        const blk_q4_k *b = (const blk_q4_k *)row;   /* d, dmin and scales: the same places */
+        const uint8_t *qsb = five ? ((const blk_q5_k *)row)->qs : b->qs, *qh = ((const blk_q5_k *)row)->qh;
         float d = srt_f16_to_f32(b->d), dmin = srt_f16_to_f32(b->dmin);
         for (int j = 0; j < 8; j++) {
             int sc, mn;
@@ -610,16 +624,34 @@ TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, 
             o[(8 * s + j) * ost] = -(dmin * (float)mn);
         }
         for (int c = 0; c < 4; c++) {   /* 64 elements: low nibbles then high nibbles of 32 bytes */
-            const uint8_t *qs = b->qs + 32 * c;
+            const uint8_t *qs = qsb + 32 * c;
             float *lo = q + 256 * s + 64 * c, *hi = lo + 32;
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * k)));
-                store_u8x8(lo + 8 * k, _mm256_and_si256(v, m4));
-                store_u8x8(hi + 8 * k, _mm256_srli_epi32(v, 4));
+                __m256i a = _mm256_and_si256(v, m4), bq = _mm256_srli_epi32(v, 4);
+                if (five) {
+                    __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + 8 * k)));
+                    a = _mm256_or_si256(a, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c), one), 4));
+                    bq = _mm256_or_si256(bq, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c + 1), one), 4));
+                }
+                store_u8x8(lo + 8 * k, a);
+                store_u8x8(hi + 8 * k, bq);
             }
         }
     }
+}
+
+TGT static void unp_q4k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o,
+                        int64_t ost)
+{
+    unp_k4(0, w, stride, r, nb, q, dq, o, ost);
+}
+
+TGT static void unp_q5k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o,
+                        int64_t ost)
+{
+    unp_k4(1, w, stride, r, nb, q, dq, o, ost);
 }
 
 TGT static void unp_q6k(const uint8_t *w, size_t stride, int64_t r, int64_t nb, float *q, float *dq, float *o,
@@ -643,6 +675,14 @@ TGT static void dec_q4k(int T, const dec_run *d)
         dec_loop(FMT_Q4_K, 2, 2, d);
     else
         dec_loop(FMT_Q4_K, 1, 4, d);
+}
+
+TGT static void dec_q5k(int T, const dec_run *d)
+{
+    if (T == 2)
+        dec_loop(FMT_Q5_K, 2, 2, d);
+    else
+        dec_loop(FMT_Q5_K, 1, 4, d);
 }
 
 TGT static void dec_q6k(int T, const dec_run *d)
@@ -779,6 +819,7 @@ static int fmt_of(srt_dtype t, int *fmt, dec_fn *dec, unp_fn *unp)
     case SRT_Q5_1: *fmt = FMT_Q5_1; *dec = dec_FMT_Q5_1; *unp = unp_FMT_Q5_1; return SRT_OK;
     case SRT_Q8_0_X8: *fmt = FMT_Q8_0_X8; *dec = dec_FMT_Q8_0_X8; *unp = unp_q8x8; return SRT_OK;
     case SRT_Q4_K: *fmt = FMT_Q4_K; *dec = dec_q4k; *unp = unp_q4k; return SRT_OK;
+    case SRT_Q5_K: *fmt = FMT_Q5_K; *dec = dec_q5k; *unp = unp_q5k; return SRT_OK;
     case SRT_Q6_K: *fmt = FMT_Q6_K; *dec = dec_q6k; *unp = unp_q6k; return SRT_OK;
     default: return SRT_ERROR;
     }
