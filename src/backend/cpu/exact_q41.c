@@ -26,8 +26,9 @@
  *     acc = fma(t, d_b * s_b, acc)            block by block from 0 (Q6_K: a half at a time,
  *                                             the first first, d_b its d*sc_h)
  *     off = fma(m_b, xsum_b, off)             block by block from 0; xsum_b the f32 block sum
- *                                             (Q8_0, Q5_0: none, off = 0; Q4_K: the products
- *                                             d*sc_j and -(dmin*mn_j) as d_b and m_b)
+ *                                             (Q8_0, Q5_0, Q6_K: none, off = 0; Q4_K, Q5_K:
+ *                                             the products d*sc_j and -(dmin*mn_j) as d_b
+ *                                             and m_b; Q5_1: Q4_1's)
  *     y   = (acc + off) + bias
  * Q8_0's q is signed and vpdpbusd's first operand unsigned, so the packed bytes are q + 128
  * and each sum starts from -128 * sum_j D_ij (prepared with the digits). AVX2's vpmaddubsw would
@@ -65,7 +66,7 @@
  * elements sc[16][16] (int8); then each block's four low bits as Q4's v_0..v_3 and its bits of
  * value 16 and 32 as two sets of Q5_0's masks (384 bytes): 3360 bytes, 210 a row (the GGUF's).
  * The K-quants' GGUF layout (srt_weights_mmap) is packed a super-block of a group at a time in
- * registers (pack_sb_q4k16, pack_sb_q6k16): in scalar code a decode ran at a fifth of the speed.
+ * registers (pack_sb_k16, pack_sb_q6k16): in scalar code a decode ran at a fifth of the speed.
  * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
  * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
  * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
