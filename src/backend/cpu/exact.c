@@ -615,7 +615,8 @@ INLINE void unp_k4(int five, const uint8_t *w, size_t stride, int64_t r, int64_t
     const __m256i m4 = _mm256_set1_epi32(0x0F), one = _mm256_set1_epi32(1);
     for (int64_t s = 0; s < nb / 8; s++, row += sbytes) {
         const blk_q4_k *b = (const blk_q4_k *)row;   /* d, dmin and scales: the same places */
-        const uint8_t *qsb = five ? ((const blk_q5_k *)row)->qs : b->qs, *qh = ((const blk_q5_k *)row)->qh;
+        const uint8_t *qsb = five ? ((const blk_q5_k *)row)->qs : b->qs;
+        const uint8_t *qh = five ? ((const blk_q5_k *)row)->qh : NULL;
         float d = srt_f16_to_f32(b->d), dmin = srt_f16_to_f32(b->dmin);
         for (int j = 0; j < 8; j++) {
             int sc, mn;

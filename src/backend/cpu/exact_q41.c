@@ -123,6 +123,7 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
  * and fifth bits, no m); Q4_K (Q4_1's form, its d and m made from a header); Q6_K (nibbles and
  * two bits, no m, two scales a block) */
 enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K, M_Q6_K, M_Q5_K, M_Q5_1 };
+#define ALL_M(X) X(M_Q4_0) X(M_Q4_1) X(M_Q8_0) X(M_Q5_0) X(M_Q4_K) X(M_Q6_K) X(M_Q5_K) X(M_Q5_1)
 typedef struct {
     srt_dtype gguf, packed;
     size_t src, qs;   /* a GGUF block's bytes, and where its q (nibbles) start */
@@ -159,12 +160,13 @@ static const q4_fmt *fmt_of(srt_dtype t)
 /* Q8_0 in the GGUF layout comes here only where the 16-lane kernel runs: on AVX2 its bytes'
  * products take twice the instructions of Q4's nibbles (vpmaddubsw would saturate on whole
  * bytes), and exact.c's f32 kernels ran a Q8_0 prefill 2.3x and a decode 1.3x faster there. A
- * packed copy (made on that level) stays on this path, on either kernel: the same bits. Q5_0,
- * Q5_1 and the K-quants follow the same rule (the 8-lane kernel was ~20% slower than exact.c's on Q4). */
+ * packed copy (made on that level) stays on this path, on either kernel: the same bits. Every
+ * GGUF type but Q4_0 and Q4_1 follows the same rule (the 8-lane kernel was ~20% slower than
+ * exact.c's on Q4). */
 int srt_cpu_q41_takes(srt_dtype t)
 {
     const q4_fmt *f = fmt_of(t);
-    if (f && (t == SRT_Q8_0 || t == SRT_Q5_0 || t == SRT_Q5_1 || t == SRT_Q4_K || t == SRT_Q6_K || t == SRT_Q5_K))
+    if (f && t == f->gguf && f->m != M_Q4_0 && f->m != M_Q4_1)
         return srt_cpu_exact_avx512() == 1;
     return f != NULL;
 }
@@ -172,13 +174,13 @@ int srt_cpu_q41_takes(srt_dtype t)
 /* bytes of a packed row (a sixteenth of its group's) */
 static size_t packed_row_bytes(const q4_fmt *f, int64_t cols) { return (size_t)(cols / QK) * f->bb / G; }
 
-/* Row r's GGUF Q4_K super-block k into the group's packed super-block o, or back: d, dmin and
- * each block's 6-bit scale and min as bytes in the header (HDR_K), then block j's nibbles as a
- * Q4_1 block's (element i low, 16 + i high: GGUF Q4_K keeps blocks 2c and 2c + 1 in the low and
- * high nibbles of the same 32 bytes) in Q4's four vectors. */
-/* Q5_K (qh non-NULL; its super-block is Q4_K's with qh[32] before qs): each block's nibbles
- * are followed by its fifth bits as Q5_0's masks (bit 4r + i of mask c: bit j of qh[4c + i]),
- * 320 bytes a block */
+/* Row r's GGUF Q4_K super-block (k, its nibbles qs) into the group's packed super-block o, or
+ * back: d, dmin and each block's 6-bit scale and min as bytes in the header (HDR_K), then block
+ * j's nibbles as a Q4_1 block's (element i low, 16 + i high: GGUF Q4_K keeps blocks 2c and
+ * 2c + 1 in the low and high nibbles of the same 32 bytes) in Q4's four vectors. Q5_K (qh
+ * non-NULL; its super-block is Q4_K's with qh[32] before qs): each block's nibbles are followed
+ * by its fifth bits as Q5_0's masks (bit 4r + i of mask c: bit j of qh[4c + i]), 320 bytes a
+ * block. */
 static void pack_sb_q4k(uint8_t *o, int r, const blk_q4_k *k, const uint8_t *qs, const uint8_t *qh)
 {
     const size_t blk = qh ? 320 : 256;
@@ -499,9 +501,9 @@ INLINE void digit_sums(const int8_t *dig, int32_t *cs)
 }
 
 /* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc, block sums xs
- * and Q8_0's starts cs (three per block; NULL: none, no Q8_0 or Q5_0 weight reads them). A
- * block whose sum is not finite (an inf or NaN in x) gets a NaN scale: its rows' outputs are
- * NaN, as the products would be. A block of zeros has scale 0 and digits 0. */
+ * and the digit sums' starts cs (CS per block; NULL: none, no Q8_0, Q5_0 or Q6_K weight reads
+ * them). A block whose sum is not finite (an inf or NaN in x) gets a NaN scale: its rows'
+ * outputs are NaN, as the products would be. A block of zeros has scale 0 and digits 0. */
 TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *cs)
 {
     const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -535,10 +537,22 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
 }
 
 /* ---- the kernels: one group of 16 rows x T tokens over all nb blocks; out[t * 16 + r] =
- * acc + off of row r, token t (the header's sequence). M: the format (M_Q4_0, M_Q4_1,
- * M_Q8_0). Token t's block b: digits at dig + t * ldd + 96 * b, its scale, sum and Q8_0's
+ * acc + off of row r, token t (the header's sequence). M: the format (ALL_M). Token t's block b: digits at dig + t * ldd + 96 * b, its scale, sum and Q8_0's
  * starts at sc, xs [t * lds + b] and cs [CS * (t * lds + b)]. pf: bytes to prefetch alongside,
  * block for block (the next group), or NULL; to L1, or to L2 when pf2 (run_item says why). ---- */
+
+/* The packed layout of format M, for both kernels (M is a constant there, so these fold): a
+ * block's bytes (K-quants: on average, which the prefetch takes), the bytes the kernel steps
+ * from one block's q to the next (K-quants: without the super-block header), and where d and
+ * m (Q4_1, Q5_1) sit after a block's q; FMTS holds the same numbers for the packers. */
+static inline int blk_bytes(int M)
+{
+    return M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q6_K ? BB_6
+         : M == M_Q5_K ? BB_K5 : M == M_Q5_1 ? BB5 + 32 : M == M_Q4_1 ? BB : BB - 32;
+}
+static inline int blk_step(int M) { return M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : blk_bytes(M); }
+static inline int d_at(int M) { return M == M_Q8_0 ? 512 : M == M_Q5_0 || M == M_Q5_1 ? 320 : 256; }
+static inline int m_at(int M) { return M == M_Q4_1 ? 288 : 352; }
 
 /* t = fma(S2, 65536, (float)(S1 * 256 + S0)): S1 * 256 + S0 fits int32 (Q4: below 2^24, so
  * its conversion is the exact fma's; Q8_0: below 2^28, rounded by the conversion) */
@@ -551,10 +565,7 @@ INLINE512 __m512 combine16(__m512i s2, __m512i s1, __m512i s0)
 INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                    const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    /* bb: bytes a block (K-quants: on average, for the prefetch), step: a block's own bytes */
-    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q6_K ? BB_6
-                 : M == M_Q5_K ? BB_K5 : M == M_Q5_1 ? BB5 + 32 : M == M_Q4_1 ? BB : BB - 32;
-    const int step = M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : bb;
+    const int bb = blk_bytes(M), step = blk_step(M);
     const int k4 = M == M_Q4_K || M == M_Q5_K;   /* Q4_K's header and form */
     __m512 acc[TILE], off[TILE], dk = _mm512_setzero_ps(), mk = dk;
     const uint8_t *hdr = g;   /* K-quants: the super-block's header */
@@ -601,7 +612,6 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                     q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k5), q[j], _mm512_set1_epi8(32));
                 }
         }
-        const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 || M == M_Q5_1 ? 320 : 256;
         __m512 d, mm;
         if (k4) {   /* d * sc and dmin * mn, exact in f32 */
             const uint8_t *s = hdr + 64 + 16 * (b % SB);
@@ -612,8 +622,8 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
             d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s))));
             mm = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 16)))));
         } else {
-            d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + dof)));
-            mm = M == M_Q4_1 || M == M_Q5_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (M == M_Q4_1 ? 288 : 352))))
+            d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + d_at(M))));
+            mm = M == M_Q4_1 || M == M_Q5_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + m_at(M))))
                                             : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
         }
 #pragma GCC unroll 4
@@ -689,22 +699,9 @@ TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8
                           const float *sc, const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf,
                           int pf2, float *out)
 {
-    if (m == M_Q4_1)
-        K16_TS(M_Q4_1)
-    else if (m == M_Q4_0)
-        K16_TS(M_Q4_0)
-    else if (m == M_Q5_0)
-        K16_TS(M_Q5_0)
-    else if (m == M_Q4_K)
-        K16_TS(M_Q4_K)
-    else if (m == M_Q6_K)
-        K16_TS(M_Q6_K)
-    else if (m == M_Q5_K)
-        K16_TS(M_Q5_K)
-    else if (m == M_Q5_1)
-        K16_TS(M_Q5_1)
-    else
-        K16_TS(M_Q8_0)
+#define K16_M(M) case M: K16_TS(M)
+    switch (m) { ALL_M(K16_M) }
+#undef K16_M
 }
 
 /* sum_j q_j * D_j of one plane for 8 rows: byte pairs to int16 (|q0*D0 + q1*D1| <= 3840), eight
@@ -766,9 +763,7 @@ INLINE __m256 combine8(__m256i s2, __m256i s1, __m256i s0)
 INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    const int bb = M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q6_K ? BB_6
-                 : M == M_Q5_K ? BB_K5 : M == M_Q5_1 ? BB5 + 32 : M == M_Q4_1 ? BB : BB - 32;
-    const int step = M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : bb;
+    const int bb = blk_bytes(M), step = blk_step(M);
     const int k4 = M == M_Q4_K || M == M_Q5_K;
     __m256 acc[2], off[2], dk = _mm256_setzero_ps(), mk = dk;
     const uint8_t *hdr = g;
@@ -863,7 +858,6 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                     s[t][0] = plane8(q, x2), s[t][1] = plane8(q, x2 + 8), s[t][2] = plane8(q, x2 + 16);
                 }
         }
-        const int dof = M == M_Q8_0 ? 512 : M == M_Q5_0 || M == M_Q5_1 ? 320 : 256;
         __m256 d, mm;
         if (k4) {
             const uint8_t *s8 = hdr + 64 + 16 * (b % SB) + 8 * h;
@@ -874,8 +868,8 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
             d = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
             mm = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 16)))));
         } else {
-            d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + dof + 16 * h)));
-            mm = M == M_Q4_1 || M == M_Q5_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (M == M_Q4_1 ? 288 : 352) + 16 * h)))
+            d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + d_at(M) + 16 * h)));
+            mm = M == M_Q4_1 || M == M_Q5_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + m_at(M) + 16 * h)))
                                             : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
         }
 #pragma GCC unroll 2
@@ -901,28 +895,15 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
 TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                       const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    /* cs is NULL unless the weight is Q8_0 or Q5_0 (no arithmetic on it then) */
+    /* cs is NULL unless the weight is Q8_0, Q5_0 or Q6_K (no arithmetic on it then) */
     for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds,
                             cs = cs ? cs + 2 * CS * lds : NULL)
         for (int h = 0; h < 2; h++) {
             const uint8_t *p = t ? NULL : pf;
             int two = T - t >= 2;
-            if (m == M_Q4_1)
-                two ? K8_CASE(2, M_Q4_1) : K8_CASE(1, M_Q4_1);
-            else if (m == M_Q4_0)
-                two ? K8_CASE(2, M_Q4_0) : K8_CASE(1, M_Q4_0);
-            else if (m == M_Q5_0)
-                two ? K8_CASE(2, M_Q5_0) : K8_CASE(1, M_Q5_0);
-            else if (m == M_Q4_K)
-                two ? K8_CASE(2, M_Q4_K) : K8_CASE(1, M_Q4_K);
-            else if (m == M_Q6_K)
-                two ? K8_CASE(2, M_Q6_K) : K8_CASE(1, M_Q6_K);
-            else if (m == M_Q5_K)
-                two ? K8_CASE(2, M_Q5_K) : K8_CASE(1, M_Q5_K);
-            else if (m == M_Q5_1)
-                two ? K8_CASE(2, M_Q5_1) : K8_CASE(1, M_Q5_1);
-            else
-                two ? K8_CASE(2, M_Q8_0) : K8_CASE(1, M_Q8_0);
+#define K8_M(M) case M: two ? K8_CASE(2, M) : K8_CASE(1, M); break;
+            switch (m) { ALL_M(K8_M) }
+#undef K8_M
         }
 }
 
