@@ -317,11 +317,13 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                 const uint8_t *blk = row + bbytes * b;
                 uint8_t kb[20];   /* Q4_K: the block as Q4_1's bytes, its d and m apart */
                 float kd = 0.0f, km = 0.0f;
-                uint32_t fifth = 0;   /* Q5_K: bit l, element l's fifth bit */
+                uint32_t fifth = 0;   /* Q5_K, Q5_1: bit l, element l's fifth bit */
                 if (q4k) {
                     q4k_block(row + (q5k ? 176 : 144) * (b / 8), (int)(b % 8), kb + 4, &kd, &km, q5k ? &fifth : NULL);
                     blk = kb;
                 }
+                if (q51)   /* Q5_1's qh after d and m */
+                    fifth = (uint32_t)blk[4] | (uint32_t)blk[5] << 8 | (uint32_t)blk[6] << 16 | (uint32_t)blk[7] << 24;
                 float xs = ref_block_sum(xb), top = 0.0f, sc;
                 for (int j = 0; j < 32; j++)
                     top = fabsf(xb[j]) > top ? fabsf(xb[j]) : top;
@@ -359,8 +361,6 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                 int32_t S[3] = { 0, 0, 0 };
                 for (int j = 0; j < 32; j++) {
                     int nib = j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4;
-                    if (q51)
-                        fifth = (uint32_t)blk[4] | (uint32_t)blk[5] << 8 | (uint32_t)blk[6] << 16 | (uint32_t)blk[7] << 24;
                     int q = q50 ? (nib | (blk[2 + j / 8] >> (j % 8) & 1) << 4) - 16 : q80 ? (int8_t)blk[qs + j]
                                                                                       : nib | (int)(fifth >> j & 1) << 4;
                     for (int i = 0; i < 3; i++)
