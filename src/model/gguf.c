@@ -123,12 +123,29 @@ int srt_ggml_type_to_dtype(uint32_t t, srt_dtype *out)
     case 6:  *out = SRT_Q5_0; return SRT_OK;
     case 7:  *out = SRT_Q5_1; return SRT_OK;
     case 8:  *out = SRT_Q8_0; return SRT_OK;
+    case 10: *out = SRT_Q2_K; return SRT_OK;
+    case 11: *out = SRT_Q3_K; return SRT_OK;
     case 12: *out = SRT_Q4_K; return SRT_OK;
     case 13: *out = SRT_Q5_K; return SRT_OK;
     case 14: *out = SRT_Q6_K; return SRT_OK;
+    case 20: *out = SRT_IQ4_NL; return SRT_OK;
+    case 23: *out = SRT_IQ4_XS; return SRT_OK;
     case 30: *out = SRT_BF16; return SRT_OK;
     default: return SRT_ERROR;
     }
+}
+
+/* GGML's name of a type this loader does not take, for the startup error */
+static const char *ggml_type_name(uint32_t t)
+{
+    static const char *const names[] = {
+        [4] = "Q4_2", [5] = "Q4_3", [9] = "Q8_1", [15] = "Q8_K", [16] = "IQ2_XXS", [17] = "IQ2_XS",
+        [18] = "IQ3_XXS", [19] = "IQ1_S", [21] = "IQ3_S", [22] = "IQ2_S", [24] = "I8", [25] = "I16",
+        [26] = "I32", [27] = "I64", [28] = "F64", [29] = "IQ1_M", [31] = "Q4_0_4_4", [32] = "Q4_0_4_8",
+        [33] = "Q4_0_8_8", [34] = "TQ1_0", [35] = "TQ2_0", [36] = "IQ4_NL_4_4", [37] = "IQ4_NL_4_8",
+        [38] = "IQ4_NL_8_8", [39] = "MXFP4", [40] = "NVFP4", [41] = "Q1_0", [42] = "Q2_0",
+    };
+    return t < sizeof names / sizeof names[0] && names[t] ? names[t] : "unknown";
 }
 
 /* The parser behind both entry points: g->file holds the bytes (mapped or borrowed). */
@@ -247,8 +264,9 @@ static int parse(srt_gguf *g, srt_err *err)
         size_t nbytes;
         int nd = (int)ti->n_dims;
         if (srt_ggml_type_to_dtype(ti->ggml_type, &dt) != SRT_OK) {
-            srt_err_set(err, "%s: tensor '%.*s' has unsupported GGML type %u (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
-                        path, (int)ti->name.len, ti->name.ptr, ti->ggml_type);
+            srt_err_set(err, "%s: tensor '%.*s' has unsupported GGML type %u (%s; supported: F32, F16, BF16, Q8_0, "
+                        "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
+                        path, (int)ti->name.len, ti->name.ptr, ti->ggml_type, ggml_type_name(ti->ggml_type));
             goto fail;
         }
         for (int d = 0; d < nd; d++)

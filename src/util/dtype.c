@@ -28,6 +28,10 @@ static const struct {
     [SRT_Q5_K] = { "q5_k", 256, 2 + 2 + 12 + 32 + 128 }, /* d, dmin, scales[12], qh[32], qs[128] */
     [SRT_Q5_K_X16] = { "q5_kx16", 256, 4 + 16 + 32 + 128 }, /* Q4_K_X16's and the fifth bits */
     [SRT_Q5_1_X16] = { "q5_1x16", 32, 2 + 2 + 4 + 16 },  /* Q5_1's bits, rows regrouped */
+    [SRT_Q2_K] = { "q2_k", 256, 16 + 64 + 2 + 2 },     /* scales[16], qs[64], d, dmin */
+    [SRT_Q3_K] = { "q3_k", 256, 32 + 64 + 12 + 2 },    /* hmask[32], qs[64], scales[12], d */
+    [SRT_IQ4_NL] = { "iq4_nl", 32, 2 + 16 },           /* d, qs[16] */
+    [SRT_IQ4_XS] = { "iq4_xs", 256, 2 + 2 + 4 + 128 }, /* d, scales_h, scales_l[4], qs[128] */
 };
 
 static int dtype_valid(srt_dtype t)

@@ -39,6 +39,11 @@ static void test_dtype_table(void)
     is_int(srt_dtype_block_bytes(SRT_Q4_K), 144, "q4_k block bytes");
     is_int(srt_dtype_block_bytes(SRT_Q6_K), 210, "q6_k block bytes");
     is_int(srt_dtype_block_bytes(SRT_Q5_K), 176, "q5_k block bytes");
+    is_int(srt_dtype_block_bytes(SRT_Q2_K), 84, "q2_k block bytes");
+    is_int(srt_dtype_block_bytes(SRT_Q3_K), 110, "q3_k block bytes");
+    is_int(srt_dtype_block_elems(SRT_IQ4_NL), 32, "iq4_nl block elems");
+    is_int(srt_dtype_block_bytes(SRT_IQ4_NL), 18, "iq4_nl block bytes");
+    is_int(srt_dtype_block_bytes(SRT_IQ4_XS), 136, "iq4_xs block bytes");
     is_int(srt_dtype_block_bytes(SRT_I32), 4, "i32 block bytes");
     is_int(srt_dtype_row_bytes(SRT_Q4_1, 576), 18 * 20, "q4_1 row of 576");
     is_int(srt_dtype_row_bytes(SRT_Q6_K, 512), 2 * 210, "q6_k row of 512");
@@ -232,6 +237,60 @@ static void test_block_decoders(void)
     ok(out[0] == 33.25f && out[33] == 24.75f && out[160] == 94.0f && out[2] == -1.25f,
        "q5_k known block (got %g %g %g %g)", out[0], out[33], out[160], out[2]);
 
+    /* Q2_K, worked by hand: scales[16], qs[64], d 0.5, dmin 0.25. Element e: scale byte e / 16
+     * (low nibble scale, high min), q = qs[32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3 */
+    uint8_t k2[84];
+    memset(k2, 0, sizeof k2);
+    put_f16(k2 + 80, 0.5f);
+    put_f16(k2 + 82, 0.25f);
+    k2[0] = 0x53, k2[5] = 0x2A, k2[15] = 0x01;
+    k2[16 + 0] = 2;          /* element 0: 0.5 * 3 * 2 - 0.25 * 5 = 1.75; element 1: -1.25 */
+    k2[16 + 16] = 3 << 4;    /* element 80 (scale 5, shift 4): 0.5 * 10 * 3 - 0.25 * 2 = 14.5 */
+    k2[16 + 63] = 1 << 6;    /* element 255 (scale 15, shift 6): 0.5 * 1 * 1 = 0.5 */
+    srt_cpu_dequant(SRT_Q2_K, k2, 256, out);
+    ok(out[0] == 1.75f && out[1] == -1.25f && out[80] == 14.5f && out[255] == 0.5f,
+       "q2_k known block (got %g %g %g %g)", out[0], out[1], out[80], out[255]);
+
+    /* Q3_K: hmask[32], qs[64], scales[12], d 0.25. Scale j: low four bits in nibble j / 8 of
+     * scales[j % 8], high two at bit 2 * (j / 4) of scales[8 + j % 4], minus 32; q as Q2_K's
+     * plus 4 * (bit e / 32 of hmask[e % 32]), minus 4 */
+    uint8_t k3[110];
+    memset(k3, 0, sizeof k3);
+    put_f16(k3 + 108, 0.25f);
+    uint8_t *hm3 = k3, *qs3 = k3 + 32, *sc3 = k3 + 96;
+    sc3[0] = 8, sc3[8] = 2;            /* scale 0: 40 - 32 = 8 */
+    sc3[5] = 5 << 4;                   /* scale 13: 5 - 32 = -27 */
+    qs3[0] = 3, hm3[0] = 1;            /* element 0: q 7 -> 0.25 * 8 * 3 = 6; element 1: q 0 -> -8 */
+    qs3[48] = 2 << 4, hm3[16] = 1 << 6;   /* element 208 (scale 13, shift 4, bit 6): q 6 -> -13.5 */
+    srt_cpu_dequant(SRT_Q3_K, k3, 256, out);
+    /* element 16: scale 1 (-32), q 0 -> 0.25 * -32 * -4 = 32 */
+    ok(out[0] == 6.0f && out[1] == -8.0f && out[208] == -13.5f && out[16] == 32.0f,
+       "q3_k known block (got %g %g %g %g)", out[0], out[1], out[208], out[16]);
+
+    /* IQ4_NL: d 0.5, nibbles in Q4_0's order indexing -127 .. 113 */
+    uint8_t n4[18];
+    memset(n4, 0, sizeof n4);
+    put_f16(n4, 0.5f);
+    n4[2 + 0] = 0xF0, n4[2 + 3] = 0x08;
+    srt_cpu_dequant(SRT_IQ4_NL, n4, 32, out);
+    ok(out[0] == -63.5f && out[16] == 56.5f && out[3] == 0.5f && out[19] == -63.5f,
+       "iq4_nl known block (got %g %g %g %g)", out[0], out[16], out[3], out[19]);
+
+    /* IQ4_XS: d 0.25, scales_h, scales_l[4], qs[128]; block j's scale from nibble j % 2 of
+     * scales_l[j / 2] and bits 2j of scales_h, minus 32 */
+    uint8_t x4[136];
+    memset(x4, 0, sizeof x4);
+    put_f16(x4, 0.25f);
+    uint16_t sh = 2 | 1 << 14;         /* block 0: 2 << 4 | 1 = 33; block 7: 1 << 4 | 4 = 20 */
+    memcpy(x4 + 2, &sh, 2);
+    x4[4] = 1, x4[7] = 4 << 4;
+    x4[8 + 0] = 9;                     /* element 0: 0.25 * 1 * 13 = 3.25 */
+    x4[8 + 112] = 2 << 4;              /* element 240: 0.25 * -12 * -83 = 249 */
+    srt_cpu_dequant(SRT_IQ4_XS, x4, 256, out);
+    /* element 32: block 1's scale 0 - 32, level -127: 1016 */
+    ok(out[0] == 3.25f && out[240] == 249.0f && out[32] == 1016.0f,
+       "iq4_xs known block (got %g %g %g)", out[0], out[240], out[32]);
+
     /* dequant_row honours row_stride and rejects rows out of range */
     uint8_t two[2 * 40];
     memset(two, 0, sizeof(two));
@@ -275,6 +334,15 @@ static void fill_random_weight(srt_dtype t, uint8_t *row, int64_t cols)
             break;
         }
         case SRT_Q6_K: put_f16(p + 208, frand(-0.004f, 0.004f)); break;
+        case SRT_Q2_K: {   /* mins near 2 steps, as for Q4_K */
+            float d = frand(0.005f, 0.05f);
+            put_f16(p + 80, d);
+            put_f16(p + 82, d * 2.0f * frand(0.8f, 1.2f));
+            break;
+        }
+        case SRT_Q3_K: put_f16(p + 108, frand(-0.004f, 0.004f)); break;
+        case SRT_IQ4_NL: put_f16(p, frand(-0.02f, 0.02f)); break;
+        case SRT_IQ4_XS: put_f16(p, frand(-0.001f, 0.001f)); break;
         default: break;
         }
     }
@@ -1019,7 +1087,8 @@ int main(void)
     test_block_decoders();
     srt_threadpool *tp = srt_threadpool_create(3);
     const srt_dtype all[] = { SRT_F32,  SRT_F16,  SRT_BF16, SRT_Q8_0, SRT_Q4_0, SRT_Q4_1,
-                              SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q5_K, SRT_Q6_K };
+                              SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q5_K, SRT_Q6_K, SRT_Q2_K,
+                              SRT_Q3_K, SRT_IQ4_NL, SRT_IQ4_XS };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         test_matmul_dtype(all[i], tp);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)

@@ -142,7 +142,8 @@ static void quantized_model(void)
 {
     static const struct { uint32_t ggml; srt_dtype dt; } qt[] = {
         { 12, SRT_Q4_K }, { 14, SRT_Q6_K }, { 8, SRT_Q8_0 }, { 2, SRT_Q4_0 }, { 3, SRT_Q4_1 }, { 1, SRT_F16 }, { 30, SRT_BF16 },
-        { 6, SRT_Q5_0 }, { 7, SRT_Q5_1 }, { 13, SRT_Q5_K },
+        { 6, SRT_Q5_0 }, { 7, SRT_Q5_1 }, { 13, SRT_Q5_K }, { 10, SRT_Q2_K }, { 11, SRT_Q3_K }, { 20, SRT_IQ4_NL },
+        { 23, SRT_IQ4_XS },
     };
     enum { NQ = sizeof qt / sizeof qt[0] };
     tw_model m;
@@ -172,6 +173,9 @@ static void quantized_model(void)
             case SRT_Q4_1: case SRT_Q5_1: memcpy(blk, &sc, 2); memcpy(blk + 2, &mn, 2); break;
             case SRT_Q4_K: case SRT_Q5_K: memcpy(blk, &sc, 2); memcpy(blk + 2, &sc, 2); break;
             case SRT_Q6_K: memcpy(blk + 208, &sc, 2); break;
+            case SRT_Q2_K: memcpy(blk + 80, &sc, 2); memcpy(blk + 82, &sc, 2); break;
+            case SRT_Q3_K: memcpy(blk + 108, &sc, 2); break;
+            case SRT_IQ4_NL: case SRT_IQ4_XS: memcpy(blk, &sc, 2); break;
             case SRT_F16: { uint16_t h = srt_f32_to_f16(0.5f * tw_rand()); memcpy(blk, &h, 2); } break;
             case SRT_BF16: { uint16_t h = srt_f32_to_bf16(0.5f * tw_rand()); memcpy(blk, &h, 2); } break;
             default: break;
@@ -258,9 +262,10 @@ static void quant_types(void)
     static const struct { uint32_t ggml; srt_dtype dt; int block; int bytes; } types[] = {
         { 0, SRT_F32, 1, 4 }, { 1, SRT_F16, 1, 2 }, { 30, SRT_BF16, 1, 2 }, { 8, SRT_Q8_0, 32, 34 },
         { 2, SRT_Q4_0, 32, 18 }, { 3, SRT_Q4_1, 32, 20 }, { 12, SRT_Q4_K, 256, 144 }, { 14, SRT_Q6_K, 256, 210 },
-        { 6, SRT_Q5_0, 32, 22 }, { 7, SRT_Q5_1, 32, 24 }, { 13, SRT_Q5_K, 256, 176 },
+        { 6, SRT_Q5_0, 32, 22 }, { 7, SRT_Q5_1, 32, 24 }, { 13, SRT_Q5_K, 256, 176 }, { 10, SRT_Q2_K, 256, 84 },
+        { 11, SRT_Q3_K, 256, 110 }, { 20, SRT_IQ4_NL, 32, 18 }, { 23, SRT_IQ4_XS, 256, 136 },
     };
-    const int nt = 11, cols = 256, rows = 2;
+    const int nt = sizeof types / sizeof types[0], cols = 256, rows = 2;
     char path[512];
     snprintf(path, sizeof path, "%s/types.gguf", tmpdir);
     FILE *f = fopen(path, "wb");
@@ -352,7 +357,9 @@ static void corruption(void)
     ok(load_fails(bad, b, n, "metadata entry 0", NULL, msg), "key length past the end: %s", msg);
     int ti = 3;
     MUT(b[lay.tinfo_type_off[ti]] = 99);
-    ok(load_fails(bad, b, n, lay.tinfo_name[ti], "unsupported GGML type 99", msg), "unsupported tensor type: %s", msg);
+    ok(load_fails(bad, b, n, lay.tinfo_name[ti], "unsupported GGML type 99 (unknown", msg), "unsupported tensor type: %s", msg);
+    MUT(b[lay.tinfo_type_off[ti]] = 16);
+    ok(load_fails(bad, b, n, lay.tinfo_name[ti], "unsupported GGML type 16 (IQ2_XXS", msg), "a GGML type named: %s", msg);
     MUT(b[lay.tinfo_type_off[ti]] = 2);   /* Q4_0: its rows are 64 elements, fine, but the size changes */
     {
         /* a Q4_0 tensor whose data is declared smaller than F32: loads or fails cleanly, then

@@ -38,6 +38,30 @@ typedef struct {
     uint16_t d;
 } blk_q6_k;
 
+/* Q2_K and Q3_K: element e of a super-block has its two low bits in qs[32 * (e / 128) + e % 32]
+ * at bit 2 * (e / 32 % 4), and its scale (Q2_K: and min) number e / 16 */
+typedef struct {
+    uint8_t  scales[QK_K / 16];   /* per 16: 4-bit scale (low nibble), 4-bit min (high) */
+    uint8_t  qs[QK_K / 4];
+    uint16_t d, dmin;
+} blk_q2_k;                      /* x = d*sc*q - dmin*mn, q 0..3 */
+typedef struct {
+    uint8_t  hmask[QK_K / 8];     /* element e's third bit: bit e / 32 of hmask[e % 32] */
+    uint8_t  qs[QK_K / 4];
+    uint8_t  scales[12];          /* 16 x 6 bits, packed (q3k_scale) */
+    uint16_t d;
+} blk_q3_k;                      /* x = d*(sc - 32)*(q - 4), q 0..7 */
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } blk_iq4_nl;   /* x = d*IQ4_VALUES[q], Q4_0's nibble order */
+typedef struct {
+    uint16_t d;
+    uint16_t scales_h;            /* the two high bits of block j's 6-bit scale at bit 2j */
+    uint8_t  scales_l[QK_K / 64]; /* the four low bits: block j's in nibble j % 2 of byte j / 2 */
+    uint8_t  qs[QK_K / 2];        /* per 32: IQ4_NL's 16 bytes */
+} blk_iq4_xs;                    /* x = d*(sc - 32)*IQ4_VALUES[q] */
+
+/* IQ4_NL's and IQ4_XS's 16 levels (GGML's kvalues_iq4nl) */
+static const int8_t IQ4_VALUES[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+
 _Static_assert(sizeof(blk_q8_0) == 34, "q8_0 layout");
 _Static_assert(sizeof(blk_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(blk_q4_1) == 20, "q4_1 layout");
@@ -54,6 +78,10 @@ static inline int q5_value(const uint8_t *qs, const uint8_t *qh, int i)
 _Static_assert(sizeof(blk_q4_k) == 144, "q4_k layout");
 _Static_assert(sizeof(blk_q6_k) == 210, "q6_k layout");
 _Static_assert(sizeof(blk_q5_k) == 176, "q5_k layout");
+_Static_assert(sizeof(blk_q2_k) == 84, "q2_k layout");
+_Static_assert(sizeof(blk_q3_k) == 110, "q3_k layout");
+_Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl layout");
+_Static_assert(sizeof(blk_iq4_xs) == 136, "iq4_xs layout");
 
 /* Q4_K sub-block j (0..7): 6-bit scale and min. */
 static inline void q4k_scale_min(const uint8_t *s, int j, int *sc, int *mn)
@@ -65,6 +93,19 @@ static inline void q4k_scale_min(const uint8_t *s, int j, int *sc, int *mn)
         *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
         *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* Q3_K's scale j (0..15), 6 bits: the low four in nibble j / 8 of s[j % 8], the high two at
+ * bit 2 * (j / 4) of s[8 + j % 4] */
+static inline int q3k_scale(const uint8_t *s, int j)
+{
+    return (s[j % 8] >> 4 * (j / 8) & 0x0F) | (s[8 + j % 4] >> 2 * (j / 4) & 3) << 4;
+}
+
+/* IQ4_XS's scale of block j (0..7), 6 bits */
+static inline int iq4xs_scale(const blk_iq4_xs *b, int j)
+{
+    return (b->scales_l[j / 2] >> 4 * (j % 2) & 0x0F) | (b->scales_h >> 2 * j & 3) << 4;
 }
 
 /* Activations quantized for integer dot products: per token, cols int8 values and, per

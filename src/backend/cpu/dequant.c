@@ -165,6 +165,60 @@ static void dequant_q6_k(const blk_q6_k *b, int64_t nb, float *out)
     }
 }
 
+/* Q2_K and Q3_K as GGML's and gguf-py's dequantizers: the per-16 scale (and min) formed in
+ * f32 first, exactly (11 bits of d times 4 or 6), then one product and, for Q2_K, one
+ * subtraction, so each value is the same float theirs is */
+static void dequant_q2_k(const blk_q2_k *b, int64_t nb, float *out)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = srt_f16_to_f32(b[i].d), dmin = srt_f16_to_f32(b[i].dmin);
+        for (int e = 0; e < QK_K; e++) {
+            int sc = b[i].scales[e / 16], q = b[i].qs[32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3;
+            float dl = d * (float)(sc & 0x0F), ml = dmin * (float)(sc >> 4);
+            *out++ = dl * (float)q - ml;
+        }
+    }
+}
+
+static void dequant_q3_k(const blk_q3_k *b, int64_t nb, float *out)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = srt_f16_to_f32(b[i].d);
+        for (int e = 0; e < QK_K; e++) {
+            int q = (b[i].qs[32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3) | (b[i].hmask[e % 32] >> e / 32 & 1) << 2;
+            float dl = d * (float)(q3k_scale(b[i].scales, e / 16) - 32);
+            *out++ = dl * (float)(q - 4);
+        }
+    }
+}
+
+static void dequant_iq4_nl(const blk_iq4_nl *b, int64_t nb, float *out)
+{
+    for (int64_t i = 0; i < nb; i++, out += QK) {
+        float d = srt_f16_to_f32(b[i].d);
+        for (int j = 0; j < QK / 2; j++) {
+            out[j] = d * (float)IQ4_VALUES[b[i].qs[j] & 0x0F];
+            out[j + QK / 2] = d * (float)IQ4_VALUES[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+/* d * (sc - 32) in f32 (exact), then its product with the level, rounded once as GGML's */
+static void dequant_iq4_xs(const blk_iq4_xs *b, int64_t nb, float *out)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = srt_f16_to_f32(b[i].d);
+        for (int j = 0; j < QK_K / QK; j++, out += QK) {
+            float dl = d * (float)(iq4xs_scale(&b[i], j) - 32);
+            const uint8_t *qs = b[i].qs + 16 * j;
+            for (int l = 0; l < QK / 2; l++) {
+                out[l] = dl * (float)IQ4_VALUES[qs[l] & 0x0F];
+                out[l + QK / 2] = dl * (float)IQ4_VALUES[qs[l] >> 4];
+            }
+        }
+    }
+}
+
 /* Decodes n elements (a whole number of blocks) starting at src. */
 void srt_cpu_dequant(srt_dtype t, const void *src, int64_t n, float *out)
 {
@@ -198,6 +252,10 @@ void srt_cpu_dequant(srt_dtype t, const void *src, int64_t n, float *out)
     case SRT_Q4_K: dequant_q4_k(src, nb, out); break;
     case SRT_Q5_K: dequant_q5_k(src, nb, out); break;
     case SRT_Q6_K: dequant_q6_k(src, nb, out); break;
+    case SRT_Q2_K: dequant_q2_k(src, nb, out); break;
+    case SRT_Q3_K: dequant_q3_k(src, nb, out); break;
+    case SRT_IQ4_NL: dequant_iq4_nl(src, nb, out); break;
+    case SRT_IQ4_XS: dequant_iq4_xs(src, nb, out); break;
     case SRT_I32: {
         const int32_t *v = src;
         for (int64_t i = 0; i < n; i++)

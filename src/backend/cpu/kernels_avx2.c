@@ -23,10 +23,13 @@
  * run, spread over its loop. */
 #define PF_GROUPS 4
 
-enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q5_0, FMT_Q5_1 };
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q8_0, FMT_Q5_0, FMT_Q5_1, FMT_IQ4_NL };
 
 static const size_t fmt_bytes[] = { sizeof(blk_q4_0), sizeof(blk_q4_1), sizeof(blk_q8_0), sizeof(blk_q5_0),
-                                    sizeof(blk_q5_1) };
+                                    sizeof(blk_q5_1), sizeof(blk_iq4_nl) };
+
+/* the formats whose weights are signed bytes as they are (no offset) */
+static inline int signed_q(int fmt) { return fmt == FMT_Q8_0 || fmt == FMT_IQ4_NL; }
 
 /* the formats whose block carries m after d (x = d*q + m) */
 static inline int has_m(int fmt) { return fmt == FMT_Q4_1 || fmt == FMT_Q5_1; }
@@ -53,9 +56,24 @@ INLINE __m256 fold4(__m256i i0, __m256i i1, __m256i i2, __m256i i3)
     return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23)));
 }
 
+/* IQ4_NL's 16 levels in both 128-bit lanes, looked up by nibble (vpshufb) */
+INLINE __m256i iq4_levels(void)
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES));
+}
+
+/* sum of q*x per int32 lane for signed byte weights q (|q| <= 127), times the int16 k: abs/sign,
+ * as Q8_0's (a pair's sum at most 2 * 127 * 127, then the pairs times k in int32) */
+INLINE __m256i signed_isum(__m256i q, __m256i xv, __m256i k)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q)), k);
+}
+
 INLINE __m256i block_isum(int fmt, const uint8_t *blk, __m256i xv)
 {
     const __m256i ones = _mm256_set1_epi16(1);
+    if (fmt == FMT_IQ4_NL)
+        return signed_isum(_mm256_shuffle_epi8(iq4_levels(), unpack_q4(blk + 2)), xv, ones);
     if (fmt == FMT_Q8_0) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 2));
         return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q)), ones);
@@ -105,7 +123,7 @@ INLINE void kern_p(int fmt, int R, const uint8_t *w, size_t stride, const int8_t
             __m256 f = fold4(block_isum(fmt, blk, xv[0]), block_isum(fmt, blk, xv[1]),
                              block_isum(fmt, blk, xv[2]), block_isum(fmt, blk, xv[3]));
             acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(dx, _mm256_set1_ps(d)), acc[r]);
-            if (fmt != FMT_Q8_0) {
+            if (!signed_q(fmt)) {
                 float m = has_m(fmt) ? srt_half_at(blk + 2) : (fmt == FMT_Q5_0 ? -16.0f : -8.0f) * d;
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), sx, acc[r]);
             }
@@ -139,7 +157,7 @@ INLINE void kern_d(int fmt, const uint8_t *const *wr, int nr, size_t stride, con
         __m256 dm = srt_scales4_f16(blk[0], blk[1], blk[2], blk[3], has_m(fmt));
         __m256 dw = _mm256_permutevar8x32_ps(dm, idx_d);
         acc = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(ads[b].d)), acc);
-        if (fmt != FMT_Q8_0) {
+        if (!signed_q(fmt)) {
             __m256 mw = has_m(fmt) ? _mm256_permutevar8x32_ps(dm, idx_m)
                                    : _mm256_mul_ps(_mm256_set1_ps(fmt == FMT_Q5_0 ? -16.0f : -8.0f), dw);
             __m256 sx = _mm256_and_ps(_mm256_set1_ps(ads[b].s), lo_mask);
@@ -188,6 +206,7 @@ DEFINE_TILE(tile_q4_1, FMT_Q4_1)
 DEFINE_TILE(tile_q8_0, FMT_Q8_0)
 DEFINE_TILE(tile_q5_0, FMT_Q5_0)
 DEFINE_TILE(tile_q5_1, FMT_Q5_1)
+DEFINE_TILE(tile_iq4_nl, FMT_IQ4_NL)
 
 /* ---- K-quants: one row x T tokens per call, so each unpacked weight vector is reused T
  * times; sub-block scales are applied in integer form (vpmaddwd by the 6/8-bit scale),
@@ -302,6 +321,112 @@ INLINE void kern_q6_k(int T, const uint8_t *row, const int8_t *aq, const q8_scal
         y[t * ldy] = srt_hsum8(acc[t]);
 }
 
+/* IQ4_XS: IQ4_NL's levels, a 6-bit scale less 32 per 32 applied in integers */
+INLINE void kern_iq4_xs(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                        int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    const blk_iq4_xs *w = (const blk_iq4_xs *)row;
+    const __m256i lv = iq4_levels();
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+        __m256 sacc[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            sacc[t] = _mm256_setzero_ps();
+        for (int j = 0; j < 8; j++) {
+            __m256i q = _mm256_shuffle_epi8(lv, unpack_q4(w->qs + 16 * j));
+            __m256i scv = _mm256_set1_epi16((short)(iq4xs_scale(w, j) - 32));
+            int64_t blk = sb * 8 + j;
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                __m256i x = _mm256_load_si256((const __m256i *)(aq + t * qstride + blk * QK));
+                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(signed_isum(q, x, scv)),
+                                          _mm256_set1_ps(ads[t * nb + blk].d), sacc[t]);
+            }
+        }
+        __m256 d = _mm256_set1_ps(srt_half_at((const uint8_t *)&w->d));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(sacc[t], d, acc[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        y[t * ldy] = srt_hsum8(acc[t]);
+}
+
+/* Q2_K and Q3_K: block j's q are the two bits at 2 * (j % 4) of qs[32 * (j / 4)..+32] (Q3_K: and
+ * bit j of hmask[0..32] as 4), 16 to a scale; Q3_K's (q - 4) * x as q*x - 4*x, Q2_K's mins
+ * through the sums of x per 16 (maddubs by ones) */
+INLINE void kern_q23_k(int T, int three, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                       int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    const size_t sbytes = three ? sizeof(blk_q3_k) : sizeof(blk_q2_k);
+    const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nb / 8; sb++, row += sbytes) {
+        const blk_q2_k *w2 = (const blk_q2_k *)row;
+        const blk_q3_k *w3 = (const blk_q3_k *)row;
+        const uint8_t *qs = three ? w3->qs : w2->qs;
+        __m256i hm = three ? _mm256_loadu_si256((const __m256i *)w3->hmask) : _mm256_setzero_si256();
+        __m256 sacc[4], macc[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            sacc[t] = macc[t] = _mm256_setzero_ps();
+        for (int j = 0; j < 8; j++) {
+            __m256i q = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 4))), 2 * (j % 4)), m2);
+            int s0, s1, n0 = 0, n1 = 0;
+            if (three) {
+                q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, j), one), 2));
+                s0 = q3k_scale(w3->scales, 2 * j) - 32, s1 = q3k_scale(w3->scales, 2 * j + 1) - 32;
+            } else {
+                s0 = w2->scales[2 * j] & 15, s1 = w2->scales[2 * j + 1] & 15;
+                n0 = w2->scales[2 * j] >> 4, n1 = w2->scales[2 * j + 1] >> 4;
+            }
+            __m256i scv = _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+            __m256i mnv = _mm256_set_m128i(_mm_set1_epi16((short)n1), _mm_set1_epi16((short)n0));
+            int64_t blk = sb * 8 + j;
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                __m256i x = _mm256_load_si256((const __m256i *)(aq + t * qstride + blk * QK));
+                __m256i p = _mm256_maddubs_epi16(q, x);
+                if (three)
+                    p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(four, x));
+                __m256 dx = _mm256_set1_ps(ads[t * nb + blk].d);
+                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, scv)), dx, sacc[t]);
+                if (!three)
+                    macc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(one, x), mnv)),
+                                              dx, macc[t]);
+            }
+        }
+        __m256 d = _mm256_set1_ps(srt_half_at(three ? (const uint8_t *)&w3->d : (const uint8_t *)&w2->d));
+        __m256 dmin = _mm256_set1_ps(three ? 0.0f : srt_half_at((const uint8_t *)&w2->dmin));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fnmadd_ps(macc[t], dmin, _mm256_fmadd_ps(sacc[t], d, acc[t]));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+        y[t * ldy] = srt_hsum8(acc[t]);
+}
+
+INLINE void kern_q2_k(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                      int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    kern_q23_k(T, 0, row, aq, ads, qstride, nb, y, ldy);
+}
+
+INLINE void kern_q3_k(int T, const uint8_t *row, const int8_t *aq, const q8_scale *ads,
+                      int64_t qstride, int64_t nb, float *y, int64_t ldy)
+{
+    kern_q23_k(T, 1, row, aq, ads, qstride, nb, y, ldy);
+}
+
 #define DEFINE_TILE_K(name, kernfn)                                                            \
     TGT static void name(const uint8_t *w, size_t stride, int nr, const int8_t *aq,           \
                          const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,  \
@@ -339,6 +464,9 @@ INLINE void kern_q5_k(int T, const uint8_t *row, const int8_t *aq, const q8_scal
 DEFINE_TILE_K(tile_q4_k, kern_q4_k)
 DEFINE_TILE_K(tile_q5_k, kern_q5_k)
 DEFINE_TILE_K(tile_q6_k, kern_q6_k)
+DEFINE_TILE_K(tile_iq4_xs, kern_iq4_xs)
+DEFINE_TILE_K(tile_q2_k, kern_q2_k)
+DEFINE_TILE_K(tile_q3_k, kern_q3_k)
 
 /* ---- float weights: 8-wide FMA over tiles of rows x tokens ---- */
 
@@ -507,6 +635,10 @@ const cpu_simd_ops srt_cpu_ops_avx2 = {
         [SRT_Q4_K] = tile_q4_k,
         [SRT_Q5_K] = tile_q5_k,
         [SRT_Q6_K] = tile_q6_k,
+        [SRT_Q2_K] = tile_q2_k,
+        [SRT_Q3_K] = tile_q3_k,
+        [SRT_IQ4_NL] = tile_iq4_nl,
+        [SRT_IQ4_XS] = tile_iq4_xs,
     },
     .tile_f32 = {
         [SRT_F32]  = tile_f32,

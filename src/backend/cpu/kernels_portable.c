@@ -169,6 +169,89 @@ static float dot_q6_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
     return acc;
 }
 
+/* Q2_K and Q3_K: a super-block's q and per-16 scales unpacked first (GGUF's element order,
+ * blk_q2_k), then each 32 of x as two halves with their own scales */
+static float dot_q2_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q2_k *w = (const blk_q2_k *)row;
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+        float sacc = 0.0f, macc = 0.0f;
+        for (int b = 0; b < 8; b++, aq += QK, ads++) {
+            int sum = 0, mins = 0;
+            for (int h = 0; h < 2; h++) {
+                int sc = w->scales[2 * b + h], isum = 0, asum = 0;
+                for (int l = 16 * h; l < 16 * h + 16; l++) {
+                    int e = 32 * b + l;
+                    isum += (w->qs[32 * (e / 128) + l] >> 2 * (b % 4) & 3) * aq[l];
+                    asum += aq[l];
+                }
+                sum += (sc & 0x0F) * isum;
+                mins += (sc >> 4) * asum;
+            }
+            sacc += (float)sum * ads->d;
+            macc += (float)mins * ads->d;
+        }
+        acc += srt_f16_to_f32(w->d) * sacc - srt_f16_to_f32(w->dmin) * macc;
+    }
+    return acc;
+}
+
+static float dot_q3_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_q3_k *w = (const blk_q3_k *)row;
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+        float sacc = 0.0f;
+        for (int b = 0; b < 8; b++, aq += QK, ads++) {
+            int sum = 0;
+            for (int h = 0; h < 2; h++) {
+                int isum = 0;
+                for (int l = 16 * h; l < 16 * h + 16; l++) {
+                    int e = 32 * b + l;
+                    int q = (w->qs[32 * (e / 128) + l] >> 2 * (b % 4) & 3) | (w->hmask[l] >> b & 1) << 2;
+                    isum += (q - 4) * aq[l];
+                }
+                sum += (q3k_scale(w->scales, 2 * b + h) - 32) * isum;
+            }
+            sacc += (float)sum * ads->d;
+        }
+        acc += srt_f16_to_f32(w->d) * sacc;
+    }
+    return acc;
+}
+
+/* IQ4_NL and IQ4_XS: the levels are signed bytes, so a block is Q8_0's integer dot */
+static inline int iq4_dot(const uint8_t *qs, const int8_t *a)
+{
+    int isum = 0;
+    for (int j = 0; j < QK / 2; j++)
+        isum += IQ4_VALUES[qs[j] & 0x0F] * a[j] + IQ4_VALUES[qs[j] >> 4] * a[j + QK / 2];
+    return isum;
+}
+
+static float dot_iq4_nl(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_iq4_nl *w = (const blk_iq4_nl *)row;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, aq += QK)
+        acc += srt_f16_to_f32(w[b].d) * ads[b].d * (float)iq4_dot(w[b].qs, aq);
+    return acc;
+}
+
+static float dot_iq4_xs(const uint8_t *row, const int8_t *aq, const q8_scale *ads, int64_t nb)
+{
+    const blk_iq4_xs *w = (const blk_iq4_xs *)row;
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < nb / 8; sb++, w++) {
+        float sacc = 0.0f;
+        for (int b = 0; b < 8; b++, aq += QK, ads++)
+            sacc += (float)((iq4xs_scale(w, b) - 32) * iq4_dot(w->qs + 16 * b, aq)) * ads->d;
+        acc += srt_f16_to_f32(w->d) * sacc;
+    }
+    return acc;
+}
+
 #define TILE_Q8(name, dotfn)                                                                  \
     static void name(const uint8_t *w, size_t row_stride, int nr, const int8_t *aq,           \
                      const q8_scale *ads, int64_t qstride, int64_t nb, int nt, float *y,      \
@@ -188,6 +271,10 @@ TILE_Q8(tile_q5_1, dot_q5_1)
 TILE_Q8(tile_q4_k, dot_q4_k)
 TILE_Q8(tile_q5_k, dot_q5_k)
 TILE_Q8(tile_q6_k, dot_q6_k)
+TILE_Q8(tile_q2_k, dot_q2_k)
+TILE_Q8(tile_q3_k, dot_q3_k)
+TILE_Q8(tile_iq4_nl, dot_iq4_nl)
+TILE_Q8(tile_iq4_xs, dot_iq4_xs)
 
 static float dot_f32(const float *w, const float *x, int64_t n)
 {
@@ -250,6 +337,10 @@ const cpu_simd_ops srt_cpu_ops_portable = {
         [SRT_Q4_K] = tile_q4_k,
         [SRT_Q5_K] = tile_q5_k,
         [SRT_Q6_K] = tile_q6_k,
+        [SRT_Q2_K] = tile_q2_k,
+        [SRT_Q3_K] = tile_q3_k,
+        [SRT_IQ4_NL] = tile_iq4_nl,
+        [SRT_IQ4_XS] = tile_iq4_xs,
     },
     .tile_f32 = {
         [SRT_F32]  = tile_f32,

@@ -91,7 +91,7 @@ const char *srt_cpu_simd_name(void)
 static int is_quantized(srt_dtype t)
 {
     return t == SRT_Q8_0 || t == SRT_Q4_0 || t == SRT_Q4_1 || t == SRT_Q5_0 || t == SRT_Q5_1 || t == SRT_Q4_K ||
-           t == SRT_Q5_K || t == SRT_Q6_K;
+           t == SRT_Q5_K || t == SRT_Q6_K || t == SRT_Q2_K || t == SRT_Q3_K || t == SRT_IQ4_NL || t == SRT_IQ4_XS;
 }
 
 static int64_t q_stride(int64_t cols) { return (cols + 63) / 64 * 64; }

@@ -30,6 +30,10 @@ typedef enum srt_dtype {
     SRT_Q5_K,   /* 256 elems super-block: Q4_K's with a fifth bit per element */
     SRT_Q5_K_X16, /* Q5_K in 16-row groups, as SRT_Q4_K_X16 with masks; never in a file */
     SRT_Q5_1_X16, /* Q5_1 in 16-row groups, as SRT_Q5_0_X16 with m; never in a file */
+    SRT_Q2_K,   /* 256 elems super-block: 4-bit scales and mins per 16, 2-bit q */
+    SRT_Q3_K,   /* 256 elems super-block: 6-bit scales per 16, 3-bit q */
+    SRT_IQ4_NL, /* 32 elems: f16 d, 16 bytes of nibbles indexing a fixed table of 16 values */
+    SRT_IQ4_XS, /* 256 elems super-block: IQ4_NL's table, 6-bit scales per 32 */
     SRT_DTYPE_COUNT
 } srt_dtype;
 
