@@ -32,6 +32,10 @@ static const struct {
     [SRT_Q3_K] = { "q3_k", 256, 32 + 64 + 12 + 2 },    /* hmask[32], qs[64], scales[12], d */
     [SRT_IQ4_NL] = { "iq4_nl", 32, 2 + 16 },           /* d, qs[16] */
     [SRT_IQ4_XS] = { "iq4_xs", 256, 2 + 2 + 4 + 128 }, /* d, scales_h, scales_l[4], qs[128] */
+    [SRT_IQ4_NL_X16] = { "iq4_nlx16", 32, 2 + 16 },    /* IQ4_NL's bytes, rows regrouped */
+    [SRT_IQ4_XS_X16] = { "iq4_xsx16", 256, 2 + 8 + 128 }, /* d, 8 scales as bytes, qs */
+    [SRT_Q3_K_X16] = { "q3_kx16", 256, 2 + 16 + 128 }, /* d, 16 scales as bytes, q as nibbles */
+    [SRT_Q2_K_X16] = { "q2_kx16", 256, 4 + 32 + 128 }, /* d, dmin, 16 scales and mins as bytes, q as nibbles */
 };
 
 static int dtype_valid(srt_dtype t)

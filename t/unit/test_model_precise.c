@@ -34,6 +34,9 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
         case SRT_Q4_1: case SRT_Q5_1: memcpy(blk, &h1, 2); memcpy(blk + 2, &h2, 2); break;
         case SRT_Q4_K: case SRT_Q5_K: memcpy(blk, &h1, 2); memcpy(blk + 2, &h1, 2); break;
         case SRT_Q6_K: memcpy(blk + 208, &h1, 2); break;
+        case SRT_Q2_K: memcpy(blk + 80, &h1, 2); memcpy(blk + 82, &h1, 2); break;
+        case SRT_Q3_K: memcpy(blk + 108, &h1, 2); break;
+        case SRT_IQ4_NL: case SRT_IQ4_XS: memcpy(blk, &h1, 2); break;
         case SRT_F32: for (size_t k = 0; k < bb; k += 4) { float f = frnd(); memcpy(blk + k, &f, 4); } break;
         case SRT_F16: { uint16_t h = srt_f32_to_f16(frnd()); memcpy(blk, &h, 2); } break;
         case SRT_BF16: { uint16_t h = srt_f32_to_bf16(frnd()); memcpy(blk, &h, 2); } break;
@@ -50,7 +53,8 @@ static void fill(srt_dtype t, uint8_t *p, int64_t rows, int64_t cols)
 static void packed(void)
 {
     static const char *paths[] = { "portable", "avx2", "avx512" };
-    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K, SRT_Q5_K };
+    static const srt_dtype types[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1,   SRT_Q4_K,   SRT_Q6_K,
+                                       SRT_Q5_K, SRT_Q2_K, SRT_Q3_K, SRT_IQ4_NL, SRT_IQ4_XS };
     /* (K-quants take the shapes whose columns are whole super-blocks of 256) */
     static const int64_t shapes[][2] = { { 8, 64 }, { 200, 576 }, { 64, 1536 }, { 16, 96 }, { 37, 512 } };
     static const int64_t ntoks[] = { 1, 2, 3, 8, 19 };
@@ -186,7 +190,8 @@ static void packed(void)
  * matmul under SRT_CPU_SIMD=avx2. */
 static void avx512_kernels(void)
 {
-    static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K, SRT_Q5_K };
+    static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1,   SRT_Q4_K,   SRT_Q6_K,
+                                       SRT_Q5_K, SRT_Q2_K, SRT_Q3_K, SRT_IQ4_NL, SRT_IQ4_XS };
     static const int64_t shapes[][2] = { { 37, 512 }, { 64, 768 }, { 45, 1536 } };
     static const int64_t ntoks[] = { 3, 8, 19, 130, 530 };   /* 530: two runs of pair_x (512 + 18) */
     enum { MT = 530, MC = 1536, MR = 64 };
@@ -214,11 +219,11 @@ static void avx512_kernels(void)
             fill(w.dtype, data, R, C);
             w.data = data;
             be->ops->reserve_matmul(be, &w, MT, &err);
-            /* Q8_0, Q5_0, Q5_1 and the K-quants in the GGUF layout: f32 kernels on AVX2 (Q5_K: the
-             * precise path), integer ones on AVX-512 (their bits differ by design; each level's
-             * own contract is tested); their packed copies below run the integer kernels on both */
-            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0 || w.dtype == SRT_Q5_1 || w.dtype == SRT_Q4_K ||
-                           w.dtype == SRT_Q6_K || w.dtype == SRT_Q5_K;
+            /* every type but Q4_0 and Q4_1 in the GGUF layout: f32 kernels on AVX2 (Q2_K, Q3_K and
+             * IQ4: the precise path), integer ones on AVX-512 (their bits differ by design; each
+             * level's own contract is tested); their packed copies below run the integer kernels on
+             * both */
+            int by_level = w.dtype != SRT_Q4_0 && w.dtype != SRT_Q4_1;
             for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0] && !by_level; k++) {
                 int64_t n = ntoks[k];
                 srt_cpu_force_simd("avx2");
@@ -297,6 +302,22 @@ static int q6k_value(const uint8_t *k, int e)
     return (lo | hi << 4) - 32;
 }
 
+/* GGML's IQ4_NL levels, written out again (cpu_internal.h's IQ4_VALUES) */
+static const int8_t IQ4[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+
+/* Q2_K's and Q3_K's (q - 4) value of element e of a super-block at k, and their per-16 scales:
+ * Q2_K's scale byte t's nibbles; Q3_K's 6 bits less 32 */
+static int q2k_value(const uint8_t *k, int e) { return k[16 + 32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3; }
+static int q3k_value(const uint8_t *k, int e)
+{
+    return ((k[32 + 32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3) | (k[e % 32] >> e / 32 & 1) << 2) - 4;
+}
+static int q3k_sc(const uint8_t *k, int t)
+{
+    const uint8_t *s = k + 96;
+    return ((s[t % 8] >> 4 * (t / 8) & 15) | (s[8 + t % 4] >> 2 * (t / 4) & 3) << 4) - 32;
+}
+
 /* y[t][r] of a GGUF-layout Q4_1, Q4_0, Q8_0, Q5_0, Q4_K or Q6_K weight as the header of
  * exact_q41.c defines it (Q5_0: Q8_0's with the bytes q - 16; Q4_K: Q4_1's with the scale
  * d * sc and the offset -(dmin * mn) in f32; Q6_K: each half of 16 its own sums and scale d * sc,
@@ -307,7 +328,8 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
     int q40 = w->dtype == SRT_Q4_0, q50 = w->dtype == SRT_Q5_0, q80 = w->dtype == SRT_Q8_0 || q50;
     int q51 = w->dtype == SRT_Q5_1;
     int q5k = w->dtype == SRT_Q5_K, q4k = w->dtype == SRT_Q4_K || q5k, q6k = w->dtype == SRT_Q6_K;
-    size_t bbytes = q51 ? 24 : q50 ? 22 : q80 ? 34 : q40 ? 18 : 20, qs = q51 ? 8 : q50 ? 6 : q40 || q80 ? 2 : 4;
+    int q2k = w->dtype == SRT_Q2_K, q3k = w->dtype == SRT_Q3_K, nl = w->dtype == SRT_IQ4_NL, xs4 = w->dtype == SRT_IQ4_XS;
+    size_t bbytes = q51 ? 24 : q50 ? 22 : q80 ? 34 : q40 || nl ? 18 : 20, qs = q51 ? 8 : q50 ? 6 : q40 || q80 || nl ? 2 : 4;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < w->rows; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_stride;
@@ -345,6 +367,39 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                         D[2][j] = (rest - D[1][j]) / 256;
                     }
                 }
+                if (q2k || q3k) {   /* halves as Q6_K's; Q2_K: then each half's min times its sum of X */
+                    const uint8_t *k = row + (q2k ? 84 : 110) * (b / 8);
+                    float dk = srt_f16_to_f32((uint16_t)(k[q2k ? 80 : 108] | k[q2k ? 81 : 109] << 8));
+                    float dm = q2k ? srt_f16_to_f32((uint16_t)(k[82] | k[83] << 8)) : 0.0f, mins[2];
+                    int32_t sx[2] = { 0, 0 };
+                    for (int hh = 0; hh < 2; hh++) {
+                        int32_t S[3] = { 0, 0, 0 }, e0 = (int)(32 * (b % 8)) + 16 * hh, t16 = e0 / 16;
+                        for (int j = 16 * hh; j < 16 * hh + 16; j++) {
+                            int e = (int)(32 * (b % 8)) + j, q = q2k ? q2k_value(k, e) : q3k_value(k, e);
+                            for (int i = 0; i < 3; i++)
+                                S[i] += q * D[i][j];
+                            sx[hh] += D[0][j] + 256 * D[1][j] + 65536 * D[2][j];
+                        }
+                        float scale = q2k ? (float)(k[t16] & 15) : (float)q3k_sc(k, t16);
+                        mins[hh] = dm * (float)(k[t16] >> 4);
+                        float v = fmaf((float)S[2], 65536.0f, (float)(S[1] * 256 + S[0]));
+                        acc = fmaf(v, (dk * scale) * sc, acc);
+                    }
+                    for (int hh = 0; q2k && hh < 2; hh++)
+                        off = fmaf(-mins[hh], (float)sx[hh] * sc, off);
+                    continue;
+                }
+                if (xs4) {   /* IQ4_XS: Q8_0's with the levels, d * (scale - 32) per block */
+                    const uint8_t *k = row + 136 * (b / 8), *qb = k + 8 + 16 * (b % 8);
+                    int j8 = (int)(b % 8), ls = (k[4 + j8 / 2] >> 4 * (j8 % 2) & 15) | ((k[2] | k[3] << 8) >> 2 * j8 & 3) << 4;
+                    int32_t S[3] = { 0, 0, 0 };
+                    for (int j = 0; j < 32; j++)
+                        for (int i = 0; i < 3; i++)
+                            S[i] += IQ4[j < 16 ? qb[j] & 15 : qb[j - 16] >> 4] * D[i][j];
+                    float v = fmaf((float)S[2], 65536.0f, (float)(S[1] * 256 + S[0]));
+                    acc = fmaf(v, (srt_f16_to_f32((uint16_t)(k[0] | k[1] << 8)) * (float)(ls - 32)) * sc, acc);
+                    continue;
+                }
                 if (q6k) {
                     const uint8_t *k = row + 210 * (b / 8);
                     float d6 = srt_f16_to_f32((uint16_t)(k[208] | k[209] << 8));
@@ -362,15 +417,15 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
                 for (int j = 0; j < 32; j++) {
                     int nib = j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4;
                     int q = q50 ? (nib | (blk[2 + j / 8] >> (j % 8) & 1) << 4) - 16 : q80 ? (int8_t)blk[qs + j]
-                                                                                      : nib | (int)(fifth >> j & 1) << 4;
+                          : nl ? IQ4[nib] : nib | (int)(fifth >> j & 1) << 4;
                     for (int i = 0; i < 3; i++)
                         S[i] += q * D[i][j];
                 }
                 float d = q4k ? kd : srt_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
-                float m = q4k ? km : q40 ? -8.0f * d : q80 ? 0.0f : srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
+                float m = q4k ? km : q40 ? -8.0f * d : q80 || nl ? 0.0f : srt_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8));
                 float v = fmaf((float)S[2], 65536.0f, (float)(S[1] * 256 + S[0]));
                 acc = fmaf(v, d * sc, acc);
-                if (!q80)
+                if (!q80 && !nl)
                     off = fmaf(m, xs, off);
             }
             y[t * w->rows + r] = (acc + off) + (bias ? bias[r] : 0.0f);
@@ -408,9 +463,8 @@ static void q41_contract(srt_dtype type)
     x[8 * C + 40] = -16711421.0f / 16777216.0f;               /* token 8, block 1: 8355710.5, rounds down */
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
-    /* Q8_0, Q5_0, Q4_K and Q6_K run this contract on the AVX-512 level only (srt_cpu_q41_takes) */
-    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0 || type == SRT_Q5_1 || type == SRT_Q4_K || type == SRT_Q6_K ||
-                type == SRT_Q5_K;
+    /* every type but Q4_0 and Q4_1 runs this contract on the AVX-512 level only (srt_cpu_q41_takes) */
+    size_t p0 = type != SRT_Q4_0 && type != SRT_Q4_1;
     for (int pk = 0; pk < 2; pk++)
         for (size_t p = p0; p < 2; p++) {
             if (srt_cpu_force_simd(paths[p]) != SRT_OK)
@@ -487,8 +541,10 @@ static void q41_contract(srt_dtype type)
 
 int main(void)
 {
-    static const srt_dtype types[] = { SRT_Q8_0, SRT_Q4_0, SRT_Q4_1, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K,
-                                       SRT_Q5_K, SRT_F32,  SRT_F16,  SRT_BF16 };
+    static const srt_dtype types[] = { SRT_Q8_0, SRT_Q4_0, SRT_Q4_1,   SRT_Q5_0,   SRT_Q5_1, SRT_Q4_K,
+                                       SRT_Q6_K, SRT_Q5_K, SRT_Q2_K,   SRT_Q3_K,   SRT_IQ4_NL, SRT_IQ4_XS,
+                                       SRT_F32,  SRT_F16,  SRT_BF16 };
+    enum { N_QUANT = 12 };   /* the quantized types, first */
     static const char *paths[] = { "portable", "avx2", "avx512" };
     const int64_t rows = 48, cols = 512, ntoks[] = { 1, 3, 8, 19 };
     float *x = malloc(19 * cols * sizeof(float)), *y = malloc(19 * rows * sizeof(float));
@@ -546,7 +602,7 @@ int main(void)
             continue;
         srt_err err;
         srt_backend *be = srt_cpu_backend_create(2, 1, &err);
-        for (size_t ti = 0; ti < 8; ti++) {   /* the quantized types */
+        for (size_t ti = 0; ti < N_QUANT; ti++) {
             srt_dtype t = types[ti];
             srt_weight w = { .dtype = t, .rows = BR, .cols = BC, .row_stride = srt_dtype_row_bytes(t, BC) };
             uint8_t *data = malloc(w.row_stride * BR);
@@ -644,7 +700,8 @@ int main(void)
      * row runs differently. And a token's row of a 130-token prefill is its one-token decode. */
     enum { TC = 4096, TT = 130, TR = 192 };
     static const int64_t trows[] = { TR, 37, 70 }, tcols[] = { 512, 512, TC }, tn[] = { 1, 2, 16, 130 };
-    static const srt_dtype tty[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0, SRT_Q5_1, SRT_Q4_K, SRT_Q6_K, SRT_Q5_K };
+    static const srt_dtype tty[] = { SRT_Q4_1, SRT_Q4_0, SRT_Q8_0, SRT_Q5_0,   SRT_Q5_1,  SRT_Q4_K,
+                                     SRT_Q6_K, SRT_Q5_K, SRT_Q2_K, SRT_Q3_K, SRT_IQ4_NL, SRT_IQ4_XS };
     float *tx = malloc(TT * TC * sizeof(float)), *tb = malloc(TR * sizeof(float));
     float *ty[3] = { malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)), malloc(TT * TR * sizeof(float)) };
     float *t1 = malloc(TR * sizeof(float));
@@ -709,5 +766,9 @@ int main(void)
     q41_contract(SRT_Q6_K);
     q41_contract(SRT_Q5_K);
     q41_contract(SRT_Q5_1);
+    q41_contract(SRT_Q2_K);
+    q41_contract(SRT_Q3_K);
+    q41_contract(SRT_IQ4_NL);
+    q41_contract(SRT_IQ4_XS);
     return tap_done();
 }

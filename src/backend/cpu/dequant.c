@@ -275,7 +275,8 @@ void srt_cpu_dequant_row(const srt_weight *w, int64_t row, float *out)
     }
     if (w->dtype == SRT_Q4_1_X16 || w->dtype == SRT_Q4_0_X16 || w->dtype == SRT_Q8_0_X16 ||
         w->dtype == SRT_Q5_0_X16 || w->dtype == SRT_Q4_K_X16 || w->dtype == SRT_Q6_K_X16 || w->dtype == SRT_Q5_K_X16 ||
-        w->dtype == SRT_Q5_1_X16 ||
+        w->dtype == SRT_Q5_1_X16 || w->dtype == SRT_IQ4_NL_X16 || w->dtype == SRT_IQ4_XS_X16 ||
+        w->dtype == SRT_Q3_K_X16 || w->dtype == SRT_Q2_K_X16 ||
         w->dtype == SRT_Q8_0_X8) {   /* packed (tied) */
         uint8_t *gguf = malloc(srt_dtype_row_bytes(w->dtype, w->cols));
         if (!gguf) {

@@ -1,9 +1,14 @@
-/* The exact path's Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K matmul: HF's weights
- * w = d*q + m (Q4_0: d*(q - 8), taken as m = -8d, exact in f32; Q8_0: d*q, q signed bytes; Q5_0:
- * d*(q - 16), q of five bits; Q5_1: Q4_1's with q of five bits; Q4_K: block j of a super-block
- * d*sc_j*q - dmin*mn_j, taken as Q4_1 with d = d*sc_j and m = -(dmin*mn_j), both exact in f32;
- * Q5_K: Q4_K's with q of five bits; Q6_K: d*sc_h*(q - 32), q of six bits, sc_h per half block
- * of 16) against x held as a 24-bit fixed point per block, multiplied in integers.
+/* The exact path's Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS
+ * matmul: HF's weights w = d*q + m (Q4_0: d*(q - 8), taken as m = -8d, exact in f32; Q8_0: d*q, q
+ * signed bytes; Q5_0: d*(q - 16), q of five bits; Q5_1: Q4_1's with q of five bits; Q4_K: block j
+ * of a super-block d*sc_j*q - dmin*mn_j, taken as Q4_1 with d = d*sc_j and m = -(dmin*mn_j), both
+ * exact in f32; Q5_K: Q4_K's with q of five bits; Q6_K: d*sc_h*(q - 32), q of six bits, sc_h per
+ * half block of 16; Q3_K: d*(sc_h - 32)*(q - 4), q of three bits, as Q6_K's; Q2_K:
+ * d*sc_h*q - dmin*mn_h, q of two bits, per half; IQ4_NL: d*L[q], L GGML's 16 levels (signed
+ * bytes), q a nibble; IQ4_XS: IQ4_NL's with d*(sc_j - 32) per block) against x held as a 24-bit
+ * fixed point per block, multiplied in integers. (Q6_K's and IQ4_XS's d*sc times q can take 25
+ * bits, which HF's dequantized weight rounds to f32; here the product stays whole, a difference
+ * below the f32 rounding of HF's own sums.)
  *
  * Why: on the f32 path every weight costs an unpack, a convert and an FMA, and Q4_1 decode
  * was bound by vector issue (26 G multiply-adds/s per core on Zen 4, from cache or DRAM),
@@ -38,7 +43,10 @@
  * Q5_0's q (0..31) is unsigned as it is, so its sums start from -16 * sum_j D_ij (an eighth of
  * Q8_0's start) and give the same integers as its bytes q - 16 would; the same rule of levels.
  * Q6_K's q (0..63) likewise, each half's sums from -32 * its sum of D (the digit sums are kept
- * per half for it: CS).
+ * per half for it: CS); Q3_K's (0..7) from -4 * its sum of D. IQ4's levels + 128 are bytes as
+ * Q8_0's, looked up from the nibbles in registers (vpshufb), with Q8_0's start. Q2_K's halves
+ * start from 0 and each adds fma(-(dmin*mn_h), xh_h, off), xh_h the half's sum of the integers X
+ * (from the digit sums) rounded to float, times s_b (half_sum).
  * The integers are exact whichever instructions form them (AVX-512 VNNI, or AVX2's vpmaddubsw
  * + vpaddw + vpmaddwd) and every float step is per lane, so a (row, token) output has the
  * same bits on 16 lanes or 8, alone or in any batch, decoded or prefilled, packed or not:
@@ -65,8 +73,16 @@
  * Q6_K (SRT_Q6_K_X16): per super-block a 288-byte header, d[16] (f16) and the 16 scales of 16
  * elements sc[16][16] (int8); then each block's four low bits as Q4's v_0..v_3 and its bits of
  * value 16 and 32 as two sets of Q5_0's masks (384 bytes): 3360 bytes, 210 a row (the GGUF's).
+ * IQ4_NL (SRT_IQ4_NL_X16): Q4_0's layout. IQ4_XS (SRT_IQ4_XS_X16): per super-block a 160-byte
+ * header, d[16] (f16) and each block's sc - 32 as int8, sc[8][16]; then each block's nibbles as
+ * Q4's v_0..v_3 (276 bytes a block on average, 138 a row of 256 for the GGUF's 136). Q3_K
+ * (SRT_Q3_K_X16): Q6_K's header with each scale less 32, then each block's q (0..7) as nibbles
+ * (146 a row for the GGUF's 110). Q2_K (SRT_Q2_K_X16): a 576-byte header, d[16], dmin[16] (f16),
+ * the 4-bit scales sc[16][16] and mins mn[16][16] as bytes, then each block's q (0..3) as nibbles
+ * (164 a row for the GGUF's 84: q is held in four bits, so the copy is wider than the file).
  * The K-quants' GGUF layout (srt_weights_mmap) is packed a super-block of a group at a time in
  * registers (pack_sb_k16, pack_sb_q6k16): in scalar code a decode ran at a fifth of the speed.
+ * IQ4_XS, Q3_K and Q2_K are packed in scalar code (pack_group) there.
  * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
  * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
  * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
@@ -89,6 +105,11 @@
 #define BB_K5 360       /* Q5_K: as Q4_K's, each block's nibbles followed by its fifth bits' masks */
 #define HDR_6 288       /* Q6_K: a group's super-block header: d[16], sc[16][16] */
 #define BB_6 420        /* Q6_K: a group's super-block bytes (the header and 8 x 384) / 8 */
+#define HDR_X 160       /* IQ4_XS: a group's super-block header: d[16], sc[8][16] */
+#define BB_X 276        /* IQ4_XS: (the header and 8 x 256 of nibbles) / 8 */
+#define BB_3 292        /* Q3_K: (Q6_K's header and 8 x 256 of nibbles) / 8 */
+#define HDR_2 576       /* Q2_K: d[16], dmin[16], sc[16][16], mn[16][16] */
+#define BB_2 328        /* Q2_K: (the header and 8 x 256 of nibbles) / 8 */
 #define BB_MAX 544      /* the largest: Q8_0's */
 #define XB 96           /* bytes of a token's block of x: digits D2, D1, D0, 32 each */
 #define CS 6            /* digit sums a token's block: planes D2, D1, D0 over its first 16, then its last 16 */
@@ -121,20 +142,22 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
 /* The formats: Q4_1; Q4_0 (w = d*(q - 8), taken as m = -8d, exact in f32 as HF's
  * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m); Q5_0 (nibbles
  * and fifth bits, no m); Q4_K (Q4_1's form, its d and m made from a header); Q6_K (nibbles and
- * two bits, no m, two scales a block) */
-enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K, M_Q6_K, M_Q5_K, M_Q5_1 };
-#define ALL_M(X) X(M_Q4_0) X(M_Q4_1) X(M_Q8_0) X(M_Q5_0) X(M_Q4_K) X(M_Q6_K) X(M_Q5_K) X(M_Q5_1)
+ * two bits, no m, two scales a block); IQ4_NL (Q4_0's layout, levels looked up); IQ4_XS (its
+ * scales in a header); Q3_K (Q6_K's header, nibbles); Q2_K (scales and mins in a header) */
+enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K, M_Q6_K, M_Q5_K, M_Q5_1, M_IQ4_NL, M_IQ4_XS, M_Q3_K, M_Q2_K };
+#define ALL_M(X) X(M_Q4_0) X(M_Q4_1) X(M_Q8_0) X(M_Q5_0) X(M_Q4_K) X(M_Q6_K) X(M_Q5_K) X(M_Q5_1) \
+                 X(M_IQ4_NL) X(M_IQ4_XS) X(M_Q3_K) X(M_Q2_K)
 typedef struct {
     srt_dtype gguf, packed;
     size_t src, qs;   /* a GGUF block's bytes, and where its q (nibbles) start */
     size_t bb;        /* a packed group block's bytes */
-    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; M_Q8_0; M_Q5_0; M_Q4_K; M_Q6_K; M_Q5_K; M_Q5_1 */
+    int m;            /* M_Q4_1: m stored after d; M_Q4_0: m = -8d; the others by name */
     int nv;           /* 64-byte vectors of q per packed block */
     size_t dof, mof;  /* where d and m (0: none) start in a packed block */
     size_t qh;        /* Q5_0, Q5_1: where a GGUF block's fifth bits start */
 } q4_fmt;
 
-#define N_FMTS 8
+#define N_FMTS 12
 static const q4_fmt FMTS[N_FMTS] = {
     { SRT_Q4_1, SRT_Q4_1_X16, sizeof(blk_q4_1), 4, BB, M_Q4_1, 4, 256, 288, 0 },
     { SRT_Q4_0, SRT_Q4_0_X16, sizeof(blk_q4_0), 2, BB - 32, M_Q4_0, 4, 256, 0, 0 },
@@ -145,9 +168,14 @@ static const q4_fmt FMTS[N_FMTS] = {
     { SRT_Q6_K, SRT_Q6_K_X16, sizeof(blk_q6_k), 0, BB_6, M_Q6_K, 4, 0, 0, 0 },
     { SRT_Q5_K, SRT_Q5_K_X16, sizeof(blk_q5_k), 0, BB_K5, M_Q5_K, 4, 0, 0, 0 },
     { SRT_Q5_1, SRT_Q5_1_X16, sizeof(blk_q5_1), 8, BB5 + 32, M_Q5_1, 4, 320, 352, 4 },
+    { SRT_IQ4_NL, SRT_IQ4_NL_X16, sizeof(blk_iq4_nl), 2, BB - 32, M_IQ4_NL, 4, 256, 0, 0 },   /* Q4_0's layout */
+    { SRT_IQ4_XS, SRT_IQ4_XS_X16, sizeof(blk_iq4_xs), 0, BB_X, M_IQ4_XS, 4, 0, 0, 0 },
+    { SRT_Q3_K, SRT_Q3_K_X16, sizeof(blk_q3_k), 0, BB_3, M_Q3_K, 4, 0, 0, 0 },
+    { SRT_Q2_K, SRT_Q2_K_X16, sizeof(blk_q2_k), 0, BB_2, M_Q2_K, 4, 0, 0, 0 },
 };
 #define FIVE(f) ((f)->m == M_Q5_0 || (f)->m == M_Q5_1)   /* nibbles and fifth bits' masks */
-#define SUPER(f) ((f)->m == M_Q4_K || (f)->m == M_Q6_K || (f)->m == M_Q5_K)   /* packed per super-block */
+#define SUPER_M(m) ((m) == M_Q4_K || (m) == M_Q6_K || (m) == M_Q5_K || (m) == M_IQ4_XS || (m) == M_Q3_K || (m) == M_Q2_K)
+#define SUPER(f) SUPER_M((f)->m)   /* packed per super-block */
 
 static const q4_fmt *fmt_of(srt_dtype t)
 {
@@ -330,13 +358,133 @@ static void unpack_sb_q6k(const uint8_t *o, int r, blk_q6_k *k)
     }
 }
 
+/* Row r's q of a 32-block (0..15 each) as a Q4_1 block's nibbles in Q4's four vectors at b, or
+ * back */
+static void put_nibbles(uint8_t *b, int r, const int q[QK])
+{
+    for (int i = 0; i < 16; i++)
+        b[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)(q[i] | q[16 + i] << 4);
+}
+
+static void get_nibbles(const uint8_t *b, int r, int q[QK])
+{
+    for (int i = 0; i < 16; i++) {
+        uint8_t v = b[64 * (i / 4) + 4 * r + i % 4];
+        q[i] = v & 0x0F, q[16 + i] = v >> 4;
+    }
+}
+
+/* Q2_K's and Q3_K's element e: two low bits from qs, Q3_K's third from hmask (blk_q2_k) */
+static int q2k_q(const uint8_t *qs, int e) { return qs[32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3; }
+static int q3k_q(const blk_q3_k *k, int e) { return q2k_q(k->qs, e) | (k->hmask[e % 32] >> e / 32 & 1) << 2; }
+
+static void set_q2k_q(uint8_t *qs, int e, int q) { qs[32 * (e / 128) + e % 32] |= (uint8_t)(q << 2 * (e / 32 % 4)); }
+
+/* Row r's GGUF IQ4_XS super-block into the group's packed super-block o, or back: the header
+ * d[16] (f16), then block j's scale less 32, sc[8][16] (int8); then each block's nibbles as
+ * they are (IQ4_NL's order is Q4's), 256 bytes a block */
+static void pack_sb_iq4xs(uint8_t *o, int r, const blk_iq4_xs *k)
+{
+    memcpy(o + 2 * r, &k->d, 2);
+    for (int j = 0; j < SB; j++) {
+        o[32 + 16 * j + r] = (uint8_t)(int8_t)(iq4xs_scale(k, j) - 32);
+        uint8_t *b = o + HDR_X + 256 * j;
+        for (int i = 0; i < 16; i++)
+            b[64 * (i / 4) + 4 * r + i % 4] = k->qs[16 * j + i];
+    }
+}
+
+static void unpack_sb_iq4xs(const uint8_t *o, int r, blk_iq4_xs *k)
+{
+    memset(k, 0, sizeof *k);
+    memcpy(&k->d, o + 2 * r, 2);
+    for (int j = 0; j < SB; j++) {
+        int ls = (int8_t)o[32 + 16 * j + r] + 32;
+        k->scales_l[j / 2] |= (uint8_t)((ls & 0x0F) << 4 * (j % 2));
+        k->scales_h |= (uint16_t)((ls >> 4) << 2 * j);
+        const uint8_t *b = o + HDR_X + 256 * j;
+        for (int i = 0; i < 16; i++)
+            k->qs[16 * j + i] = b[64 * (i / 4) + 4 * r + i % 4];
+    }
+}
+
+/* Row r's GGUF Q3_K super-block into the group's packed super-block o, or back: Q6_K's header
+ * (d[16], then the scales of 16 elements less 32, sc[16][16] as int8), then each block's q
+ * (0..7) as nibbles, 256 bytes a block */
+static void pack_sb_q3k(uint8_t *o, int r, const blk_q3_k *k)
+{
+    memcpy(o + 2 * r, &k->d, 2);
+    for (int t = 0; t < 16; t++)
+        o[32 + 16 * t + r] = (uint8_t)(int8_t)(q3k_scale(k->scales, t) - 32);
+    for (int j = 0; j < SB; j++) {
+        int q[QK];
+        for (int e = 0; e < QK; e++)
+            q[e] = q3k_q(k, QK * j + e);
+        put_nibbles(o + HDR_6 + 256 * j, r, q);
+    }
+}
+
+static void unpack_sb_q3k(const uint8_t *o, int r, blk_q3_k *k)
+{
+    memset(k, 0, sizeof *k);
+    memcpy(&k->d, o + 2 * r, 2);
+    for (int t = 0; t < 16; t++) {   /* q3k_scale reversed */
+        int v = (int8_t)o[32 + 16 * t + r] + 32;
+        k->scales[t % 8] |= (uint8_t)((v & 0x0F) << 4 * (t / 8));
+        k->scales[8 + t % 4] |= (uint8_t)((v >> 4) << 2 * (t / 4));
+    }
+    for (int j = 0; j < SB; j++) {
+        int q[QK];
+        get_nibbles(o + HDR_6 + 256 * j, r, q);
+        for (int e = 0; e < QK; e++) {
+            int E = QK * j + e;
+            set_q2k_q(k->qs, E, q[e] & 3);
+            k->hmask[E % 32] |= (uint8_t)((q[e] >> 2) << E / 32);
+        }
+    }
+}
+
+/* Row r's GGUF Q2_K super-block into the group's packed super-block o, or back: d[16], dmin[16]
+ * (f16), the scales sc[16][16] and mins mn[16][16] of 16 elements as bytes, then each block's q
+ * (0..3) as nibbles, 256 bytes a block */
+static void pack_sb_q2k(uint8_t *o, int r, const blk_q2_k *k)
+{
+    memcpy(o + 2 * r, &k->d, 2);
+    memcpy(o + 32 + 2 * r, &k->dmin, 2);
+    for (int t = 0; t < 16; t++) {
+        o[64 + 16 * t + r] = k->scales[t] & 0x0F;
+        o[320 + 16 * t + r] = k->scales[t] >> 4;
+    }
+    for (int j = 0; j < SB; j++) {
+        int q[QK];
+        for (int e = 0; e < QK; e++)
+            q[e] = q2k_q(k->qs, QK * j + e);
+        put_nibbles(o + HDR_2 + 256 * j, r, q);
+    }
+}
+
+static void unpack_sb_q2k(const uint8_t *o, int r, blk_q2_k *k)
+{
+    memset(k, 0, sizeof *k);
+    memcpy(&k->d, o + 2 * r, 2);
+    memcpy(&k->dmin, o + 32 + 2 * r, 2);
+    for (int t = 0; t < 16; t++)
+        k->scales[t] = (uint8_t)(o[64 + 16 * t + r] | o[320 + 16 * t + r] << 4);
+    for (int j = 0; j < SB; j++) {
+        int q[QK];
+        get_nibbles(o + HDR_2 + 256 * j, r, q);
+        for (int e = 0; e < QK; e++)
+            set_q2k_q(k->qs, QK * j + e, q[e]);
+    }
+}
+
 /* group g of a GGUF-layout weight, packed into o (nb blocks); rows past the weight's zero */
 static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     if (SUPER(f)) {
-        static const union { blk_q4_k k4; blk_q5_k k5; blk_q6_k k6; } zk;   /* rows past the weight's */
+        static const union { blk_q4_k k4; blk_q5_k k5; blk_q6_k k6; blk_iq4_xs x4; blk_q3_k k3; blk_q2_k k2; } zk;
         for (int r = 0; r < G; r++) {
             int64_t row = g * G + r;
             const uint8_t *k = row < w->rows ? (const uint8_t *)w->data + (size_t)row * w->row_stride : NULL;
@@ -345,6 +493,12 @@ static void pack_group(const srt_weight *w, int64_t g, uint8_t *o)
                 uint8_t *os = o + (size_t)s * SB * f->bb;
                 if (f->m == M_Q6_K)
                     pack_sb_q6k(os, r, (const blk_q6_k *)b);
+                else if (f->m == M_IQ4_XS)
+                    pack_sb_iq4xs(os, r, (const blk_iq4_xs *)b);
+                else if (f->m == M_Q3_K)
+                    pack_sb_q3k(os, r, (const blk_q3_k *)b);
+                else if (f->m == M_Q2_K)
+                    pack_sb_q2k(os, r, (const blk_q2_k *)b);
                 else if (f->m == M_Q5_K)
                     pack_sb_q4k(os, r, (const blk_q4_k *)b, ((const blk_q5_k *)b)->qs, ((const blk_q5_k *)b)->qh);
                 else
@@ -404,6 +558,14 @@ srt_dtype srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out)
             unpack_sb_q6k(g + (size_t)s * SB * BB_6, (int)(row % G), (blk_q6_k *)out + s);
         return f->gguf;
     }
+    for (int64_t s = 0; f->m == M_IQ4_XS && s < nb / SB; s++)
+        unpack_sb_iq4xs(g + (size_t)s * SB * BB_X, (int)(row % G), (blk_iq4_xs *)out + s);
+    for (int64_t s = 0; f->m == M_Q3_K && s < nb / SB; s++)
+        unpack_sb_q3k(g + (size_t)s * SB * BB_3, (int)(row % G), (blk_q3_k *)out + s);
+    for (int64_t s = 0; f->m == M_Q2_K && s < nb / SB; s++)
+        unpack_sb_q2k(g + (size_t)s * SB * BB_2, (int)(row % G), (blk_q2_k *)out + s);
+    if (SUPER(f))
+        return f->gguf;
     for (int64_t b = 0; b < nb; b++)
         unpack_row(f, g + (size_t)b * f->bb, (int)(row % G), (uint8_t *)out + (size_t)b * f->src);
     return f->gguf;
@@ -548,11 +710,27 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
 static inline int blk_bytes(int M)
 {
     return M == M_Q8_0 ? BB_MAX : M == M_Q5_0 ? BB5 : M == M_Q4_K ? BB_K : M == M_Q6_K ? BB_6
-         : M == M_Q5_K ? BB_K5 : M == M_Q5_1 ? BB5 + 32 : M == M_Q4_1 ? BB : BB - 32;
+         : M == M_Q5_K ? BB_K5 : M == M_Q5_1 ? BB5 + 32 : M == M_Q4_1 ? BB : M == M_IQ4_XS ? BB_X
+         : M == M_Q3_K ? BB_3 : M == M_Q2_K ? BB_2 : BB - 32;
 }
-static inline int blk_step(int M) { return M == M_Q4_K ? 256 : M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : blk_bytes(M); }
+static inline int blk_step(int M) { return M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : SUPER_M(M) ? 256 : blk_bytes(M); }
+static inline int hdr_bytes(int M)
+{
+    return M == M_Q4_K || M == M_Q5_K ? HDR_K : M == M_Q6_K || M == M_Q3_K ? HDR_6 : M == M_IQ4_XS ? HDR_X : HDR_2;
+}
+
 static inline int d_at(int M) { return M == M_Q8_0 ? 512 : M == M_Q5_0 || M == M_Q5_1 ? 320 : 256; }
 static inline int m_at(int M) { return M == M_Q4_1 ? 288 : 352; }
+
+/* Q2_K: the sum of half h of a block's x (0: its first 16) as its integers X give it, from the
+ * digit sums' starts c (-128 * each plane's sum of digits): 65536 sum D2 + 256 sum D1 + sum D0,
+ * exact in int32 (|sum X| <= 16 * 0x7F7F7F), rounded once to float and scaled by s (a power of
+ * two), the same on either kernel */
+static inline float half_sum(const int32_t *c, int h, float s)
+{
+    int32_t X = -(512 * c[3 * h] + 2 * c[3 * h + 1] + c[3 * h + 2] / 128);
+    return (float)X * s;
+}
 
 /* t = fma(S2, 65536, (float)(S1 * 256 + S0)): S1 * 256 + S0 fits int32 (Q4: below 2^24, so
  * its conversion is the exact fma's; Q8_0: below 2^28, rounded by the conversion) */
@@ -567,18 +745,22 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
 {
     const int bb = blk_bytes(M), step = blk_step(M);
     const int k4 = M == M_Q4_K || M == M_Q5_K;   /* Q4_K's header and form */
+    const int iq4 = M == M_IQ4_NL || M == M_IQ4_XS, halves = M == M_Q6_K || M == M_Q3_K || M == M_Q2_K;
     __m512 acc[TILE], off[TILE], dk = _mm512_setzero_ps(), mk = dk;
     const uint8_t *hdr = g;   /* K-quants: the super-block's header */
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++)
         acc[t] = off[t] = _mm512_setzero_ps();
     const __m512i lo = _mm512_set1_epi8(0x0F);
+    /* IQ4's levels + 128 in each 128-bit lane: a nibble's byte for vpdpbusd, as Q8_0's q + 128 */
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128((const __m128i *)IQ4_VALUES),
+                                                             _mm_set1_epi8((char)0x80)));
     for (int64_t b = 0; b < nb; b++, g += step) {
-        if ((k4 || M == M_Q6_K) && b % SB == 0) {
+        if (SUPER_M(M) && b % SB == 0) {
             hdr = g;
-            g += k4 ? HDR_K : HDR_6;
+            g += hdr_bytes(M);
             dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hdr));
-            if (k4)
+            if (k4 || M == M_Q2_K)
                 mk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hdr + 32)));
         }
         if (pf)
@@ -611,16 +793,30 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                     q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k4), q[j], _mm512_set1_epi8(16));
                     q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k5), q[j], _mm512_set1_epi8(32));
                 }
+            if (iq4)
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    q[j] = _mm512_shuffle_epi8(lut, q[j]);
         }
-        __m512 d, mm;
+        __m512 d, mm, n0 = _mm512_setzero_ps(), n1 = n0;   /* n0, n1: Q2_K's mins of each half */
         if (k4) {   /* d * sc and dmin * mn, exact in f32 */
             const uint8_t *s = hdr + 64 + 16 * (b % SB);
             d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s))));
             mm = _mm512_mul_ps(mk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 128)))));
-        } else if (M == M_Q6_K) {   /* d * sc of the block's two halves, exact in f32 */
+        } else if (M == M_Q6_K || M == M_Q3_K) {   /* d * sc of the block's two halves, exact in f32 */
             const uint8_t *s = hdr + 32 + 32 * (b % SB);
             d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s))));
             mm = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 16)))));
+        } else if (M == M_Q2_K) {   /* d * sc and dmin * mn of each half, exact in f32 */
+            const uint8_t *s = hdr + 64 + 32 * (b % SB);
+            d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s))));
+            mm = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16)))));
+            n0 = _mm512_mul_ps(mk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 256)))));
+            n1 = _mm512_mul_ps(mk, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 272)))));
+        } else if (M == M_IQ4_XS) {   /* d * (sc - 32), exact in f32 */
+            d = _mm512_mul_ps(dk, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                      _mm_loadu_si128((const __m128i *)(hdr + 32 + 16 * (b % SB))))));
+            mm = d;
         } else {
             d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + d_at(M))));
             mm = M == M_Q4_1 || M == M_Q5_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + m_at(M))))
@@ -629,13 +825,15 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
-            if (M == M_Q6_K) {
-                /* each half its own sums, from -32 * its sum(D) (a quarter of its start), and
-                 * its own scale: the first half's product added first */
+            if (halves) {
+                /* each half its own sums, from -32 * its sum(D) (a quarter of its start; Q3_K:
+                 * -4 * its sum(D), a 32nd; Q2_K: 0), and its own scale: the first half's product
+                 * added first */
                 const int32_t *c = cs + CS * (t * lds + b);
-                __m512i a2 = _mm512_set1_epi32(c[0] >> 2), a1 = _mm512_set1_epi32(c[1] >> 2);
-                __m512i a0 = _mm512_set1_epi32(c[2] >> 2), b2 = _mm512_set1_epi32(c[3] >> 2);
-                __m512i b1 = _mm512_set1_epi32(c[4] >> 2), b0 = _mm512_set1_epi32(c[5] >> 2);
+                const int sh = M == M_Q6_K ? 2 : 5, z = M == M_Q2_K ? 0 : -1;   /* z & c: 0 or c */
+                __m512i a2 = _mm512_set1_epi32((z & c[0]) >> sh), a1 = _mm512_set1_epi32((z & c[1]) >> sh);
+                __m512i a0 = _mm512_set1_epi32((z & c[2]) >> sh), b2 = _mm512_set1_epi32((z & c[3]) >> sh);
+                __m512i b1 = _mm512_set1_epi32((z & c[4]) >> sh), b0 = _mm512_set1_epi32((z & c[5]) >> sh);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
                     a2 = _mm512_dpbusd_epi32(a2, q[j], _mm512_set1_epi32(x2[j]));
@@ -648,10 +846,14 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                 __m512 s = _mm512_set1_ps(sc[t * lds + b]);
                 acc[t] = _mm512_fmadd_ps(combine16(a2, a1, a0), _mm512_mul_ps(d, s), acc[t]);
                 acc[t] = _mm512_fmadd_ps(combine16(b2, b1, b0), _mm512_mul_ps(mm, s), acc[t]);
+                if (M == M_Q2_K) {   /* w = D*q - M per half: off = fma(-M, xsum of the half, off) */
+                    off[t] = _mm512_fnmadd_ps(n0, _mm512_set1_ps(half_sum(c, 0, sc[t * lds + b])), off[t]);
+                    off[t] = _mm512_fnmadd_ps(n1, _mm512_set1_ps(half_sum(c, 1, sc[t * lds + b])), off[t]);
+                }
                 continue;
             }
             __m512i s2 = _mm512_setzero_si512(), s1 = s2, s0 = s2;
-            if (M == M_Q8_0 || M == M_Q5_0) {   /* Q5_0's start: -16 * sum(D), an eighth exactly */
+            if (M == M_Q8_0 || M == M_Q5_0 || iq4) {   /* Q5_0's start: -16 * sum(D), an eighth exactly */
                 const int32_t *c = cs + CS * (t * lds + b);
                 const int sh = M == M_Q5_0 ? 3 : 0;
                 s2 = _mm512_set1_epi32((c[0] + c[3]) >> sh), s1 = _mm512_set1_epi32((c[1] + c[4]) >> sh);
@@ -765,25 +967,38 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
 {
     const int bb = blk_bytes(M), step = blk_step(M);
     const int k4 = M == M_Q4_K || M == M_Q5_K;
+    const int iq4 = M == M_IQ4_NL || M == M_IQ4_XS, halves = M == M_Q6_K || M == M_Q3_K || M == M_Q2_K;
     __m256 acc[2], off[2], dk = _mm256_setzero_ps(), mk = dk;
     const uint8_t *hdr = g;
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++)
         acc[t] = off[t] = _mm256_setzero_ps();
     const __m256i lo = _mm256_set1_epi8(0x0F);
+    /* IQ4's levels + 128, split as Q8_0's bytes are: their high nibbles, their low ones */
+    const __m128i u8 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)IQ4_VALUES), _mm_set1_epi8((char)0x80));
+    const __m256i lut_hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_broadcastsi128_si256(u8), 4), lo);
+    const __m256i lut_lo = _mm256_and_si256(_mm256_broadcastsi128_si256(u8), lo);
     for (int64_t b = 0; b < nb; b++, g += step) {
-        if ((k4 || M == M_Q6_K) && b % SB == 0) {
+        if (SUPER_M(M) && b % SB == 0) {
             hdr = g;
-            g += k4 ? HDR_K : HDR_6;
+            g += hdr_bytes(M);
             dk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 16 * h)));
-            if (k4)
+            if (k4 || M == M_Q2_K)
                 mk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hdr + 32 + 16 * h)));
         }
         if (pf && h == 0)
             prefetch_block((const char *)pf + b * bb, bb, pf2);
         __m256i s[2][6];   /* per token, planes D2, D1, D0 (Q6_K: of each half) */
         __m256i q[8];      /* q[j] meets x's dword j */
-        if (M == M_Q8_0) {
+        __m256i n[8];      /* IQ4: the nibbles, q[j] their levels' high or low nibbles */
+        if (iq4)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
+                n[c] = _mm256_and_si256(v, lo);
+                n[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+            }
+        if (M == M_Q8_0 || iq4) {
             /* the bytes' high nibbles, then their low ones: S = 16 * (hi . D) + lo . D + start */
 #pragma GCC unroll 2
             for (int t = 0; t < T; t++) {
@@ -794,10 +1009,13 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++) {
 #pragma GCC unroll 8
-                for (int c = 0; c < 8; c++) {
-                    __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
-                    q[c] = _mm256_and_si256(half ? v : _mm256_srli_epi16(v, 4), lo);
-                }
+                for (int c = 0; c < 8; c++)
+                    if (iq4)
+                        q[c] = _mm256_shuffle_epi8(half ? lut_lo : lut_hi, n[c]);
+                    else {
+                        __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
+                        q[c] = _mm256_and_si256(half ? v : _mm256_srli_epi16(v, 4), lo);
+                    }
 #pragma GCC unroll 2
                 for (int t = 0; t < T; t++) {
                     const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b);
@@ -834,21 +1052,23 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                         }
                     }
                 }
-            } else if (M == M_Q6_K) {
+            } else if (halves) {
+                if (M == M_Q6_K)
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    uint32_t k4, k5;
-                    memcpy(&k4, g + 256 + 8 * j + 4 * h, 4);
-                    memcpy(&k5, g + 320 + 8 * j + 4 * h, 4);
-                    q[j] = _mm256_add_epi8(q[j], _mm256_or_si256(mask_bytes8(k4, 16), mask_bytes8(k5, 32)));
-                }
+                    for (int j = 0; j < 8; j++) {
+                        uint32_t k4, k5;
+                        memcpy(&k4, g + 256 + 8 * j + 4 * h, 4);
+                        memcpy(&k5, g + 320 + 8 * j + 4 * h, 4);
+                        q[j] = _mm256_add_epi8(q[j], _mm256_or_si256(mask_bytes8(k4, 16), mask_bytes8(k5, 32)));
+                    }
+                const int sh = M == M_Q6_K ? 2 : 5, z = M == M_Q2_K ? 0 : -1;   /* as k16's */
 #pragma GCC unroll 2
                 for (int t = 0; t < T; t++) {
                     const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *c = cs + CS * (t * lds + b);
 #pragma GCC unroll 3
                     for (int i = 0; i < 3; i++) {
-                        s[t][i] = _mm256_add_epi32(_mm256_set1_epi32(c[i] >> 2), plane4_6(q, x2 + 8 * i));
-                        s[t][3 + i] = _mm256_add_epi32(_mm256_set1_epi32(c[3 + i] >> 2), plane4_6(q + 4, x2 + 8 * i + 4));
+                        s[t][i] = _mm256_add_epi32(_mm256_set1_epi32((z & c[i]) >> sh), plane4_6(q, x2 + 8 * i));
+                        s[t][3 + i] = _mm256_add_epi32(_mm256_set1_epi32((z & c[3 + i]) >> sh), plane4_6(q + 4, x2 + 8 * i + 4));
                     }
                 }
             } else
@@ -858,12 +1078,21 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                     s[t][0] = plane8(q, x2), s[t][1] = plane8(q, x2 + 8), s[t][2] = plane8(q, x2 + 16);
                 }
         }
-        __m256 d, mm;
+        __m256 d, mm, n0 = _mm256_setzero_ps(), n1 = n0;
         if (k4) {
             const uint8_t *s8 = hdr + 64 + 16 * (b % SB) + 8 * h;
             d = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
             mm = _mm256_mul_ps(mk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 128)))));
-        } else if (M == M_Q6_K) {
+        } else if (M == M_Q2_K) {
+            const uint8_t *s8 = hdr + 64 + 32 * (b % SB) + 8 * h;
+            d = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
+            mm = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 16)))));
+            n0 = _mm256_mul_ps(mk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 256)))));
+            n1 = _mm256_mul_ps(mk, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 272)))));
+        } else if (M == M_IQ4_XS) {
+            const uint8_t *s8 = hdr + 32 + 16 * (b % SB) + 8 * h;
+            d = mm = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
+        } else if (M == M_Q6_K || M == M_Q3_K) {
             const uint8_t *s8 = hdr + 32 + 32 * (b % SB) + 8 * h;
             d = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)s8))));
             mm = _mm256_mul_ps(dk, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s8 + 16)))));
@@ -876,9 +1105,14 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
         for (int t = 0; t < T; t++) {
             acc[t] = _mm256_fmadd_ps(combine8(s[t][0], s[t][1], s[t][2]), _mm256_mul_ps(d, _mm256_set1_ps(sc[t * lds + b])),
                                      acc[t]);
-            if (M == M_Q6_K)
+            if (halves)
                 acc[t] = _mm256_fmadd_ps(combine8(s[t][3], s[t][4], s[t][5]),
                                          _mm256_mul_ps(mm, _mm256_set1_ps(sc[t * lds + b])), acc[t]);
+            if (M == M_Q2_K) {
+                const int32_t *c = cs + CS * (t * lds + b);
+                off[t] = _mm256_fnmadd_ps(n0, _mm256_set1_ps(half_sum(c, 0, sc[t * lds + b])), off[t]);
+                off[t] = _mm256_fnmadd_ps(n1, _mm256_set1_ps(half_sum(c, 1, sc[t * lds + b])), off[t]);
+            }
             if (M == M_Q4_1 || M == M_Q4_0 || M == M_Q5_1)
                 off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
             else if (k4)
@@ -895,7 +1129,7 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
 TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                       const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
 {
-    /* cs is NULL unless the weight is Q8_0, Q5_0 or Q6_K (no arithmetic on it then) */
+    /* cs is NULL unless the weight's format reads it (no arithmetic on it then) */
     for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds,
                             cs = cs ? cs + 2 * CS * lds : NULL)
         for (int h = 0; h < 2; h++) {
@@ -1042,6 +1276,10 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
+    if (f->m == M_IQ4_XS || f->m == M_Q3_K || f->m == M_Q2_K) {   /* rare enough for the scalar packers */
+        pack_group(w, g, o);
+        return;
+    }
     if (SUPER(f)) {
         for (int64_t s = 0; s < nb / SB; s++, base += f->src, o += SB * f->bb)
             if (f->m == M_Q6_K)
@@ -1183,8 +1421,9 @@ int srt_cpu_q41_wide_matches(void)
             blk_q8_0 k8 = { .d = k.d };
             blk_q5_0 k5 = { .d = k.d };
             blk_q5_1 k51 = { .d = k.d, .m = k.m };
+            blk_iq4_nl kn = { .d = k.d };
             for (int i = 0; i < QK / 2; i++)
-                k.qs[i] = k0.qs[i] = k5.qs[i] = (uint8_t)lcg(&s);
+                k.qs[i] = k0.qs[i] = k5.qs[i] = kn.qs[i] = (uint8_t)lcg(&s);
             for (int i = 0; i < 4; i++)
                 k5.qh[i] = (uint8_t)lcg(&s);
             memcpy(k51.qs, k5.qs, sizeof k51.qs);
@@ -1197,6 +1436,7 @@ int srt_cpu_q41_wide_matches(void)
             pack_row(&FMTS[2], g[2] + b * FMTS[2].bb, r, (const uint8_t *)&k8);
             pack_row(&FMTS[3], g[3] + b * FMTS[3].bb, r, (const uint8_t *)&k5);
             pack_row(&FMTS[7], g[7] + b * FMTS[7].bb, r, (const uint8_t *)&k51);
+            pack_row(&FMTS[8], g[8] + b * FMTS[8].bb, r, (const uint8_t *)&kn);
         }
     for (int r = 0; r < G; r++) {
         blk_q4_k kk = { .d = srt_f32_to_f16(made_up(&s, -12, 10)), .dmin = srt_f32_to_f16(made_up(&s, -12, 10)) };
@@ -1217,6 +1457,24 @@ int srt_cpu_q41_wide_matches(void)
         for (int i = 0; i < QK_K / 16; i++)   /* -128 too */
             k6.scales[i] = (int8_t)(lcg(&s) & 0xFF);
         pack_sb_q6k(g[5], r, &k6);
+        blk_iq4_xs kx = { .d = kk.d, .scales_h = (uint16_t)lcg(&s) };
+        blk_q3_k k3 = { .d = kk.d };
+        blk_q2_k k2 = { .d = kk.d, .dmin = kk.dmin };
+        for (int i = 0; i < QK_K / 64; i++)
+            kx.scales_l[i] = (uint8_t)lcg(&s);
+        for (int i = 0; i < QK_K / 2; i++)
+            kx.qs[i] = (uint8_t)lcg(&s);
+        for (int i = 0; i < QK_K / 4; i++)
+            k3.qs[i] = (uint8_t)lcg(&s), k2.qs[i] = (uint8_t)lcg(&s);
+        for (int i = 0; i < QK_K / 8; i++)
+            k3.hmask[i] = (uint8_t)lcg(&s);
+        for (int i = 0; i < 12; i++)
+            k3.scales[i] = (uint8_t)lcg(&s);
+        for (int i = 0; i < QK_K / 16; i++)
+            k2.scales[i] = (uint8_t)lcg(&s);
+        pack_sb_iq4xs(g[9], r, &kx);
+        pack_sb_q3k(g[10], r, &k3);
+        pack_sb_q2k(g[11], r, &k2);
     }
     for (int i = 0; i < TILE * NB * QK; i++)
         x[i] = made_up(&s, -20, 30);
@@ -1349,12 +1607,12 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
     if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
         return SRT_ERROR;
     int64_t C = w[0]->cols;
-    int q8 = 0;   /* the digit sums are prepared only when a Q8_0, Q5_0 or Q6_K weight will read them */
+    int q8 = 0;   /* the digit sums are prepared only when a weight with a start (or Q2_K) will read them */
     for (int k = 0; k < n; k++) {
         const q4_fmt *f = fmt_of(w[k]->dtype);
         if (!f || w[k]->cols != C || C <= 0 || C % (SUPER(f) ? QK_K : QK))
             return SRT_ERROR;
-        q8 |= f->m == M_Q8_0 || f->m == M_Q5_0 || f->m == M_Q6_K;
+        q8 |= f->m != M_Q4_0 && f->m != M_Q4_1 && f->m != M_Q4_K && f->m != M_Q5_K && f->m != M_Q5_1;
     }
     if (n_tok == 0)
         return SRT_OK;
