@@ -219,11 +219,11 @@ static void avx512_kernels(void)
             fill(w.dtype, data, R, C);
             w.data = data;
             be->ops->reserve_matmul(be, &w, MT, &err);
-            /* every type but Q4_0 and Q4_1 in the GGUF layout: f32 kernels on AVX2 (Q2_K, Q3_K and
-             * IQ4: the precise path), integer ones on AVX-512 (their bits differ by design; each
-             * level's own contract is tested); their packed copies below run the integer kernels on
-             * both */
-            int by_level = w.dtype != SRT_Q4_0 && w.dtype != SRT_Q4_1;
+            /* Q8_0, Q5_0, Q5_1 and Q4/5/6_K in the GGUF layout: f32 kernels on AVX2, integer ones
+             * on AVX-512 (their bits differ by design; each level's own contract is tested);
+             * their packed copies below run the integer kernels on both */
+            int by_level = w.dtype == SRT_Q8_0 || w.dtype == SRT_Q5_0 || w.dtype == SRT_Q5_1 || w.dtype == SRT_Q4_K ||
+                           w.dtype == SRT_Q6_K || w.dtype == SRT_Q5_K;
             for (size_t k = 0; k < sizeof ntoks / sizeof ntoks[0] && !by_level; k++) {
                 int64_t n = ntoks[k];
                 srt_cpu_force_simd("avx2");
@@ -463,8 +463,9 @@ static void q41_contract(srt_dtype type)
     x[8 * C + 40] = -16711421.0f / 16777216.0f;               /* token 8, block 1: 8355710.5, rounds down */
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
-    /* every type but Q4_0 and Q4_1 runs this contract on the AVX-512 level only (srt_cpu_q41_takes) */
-    size_t p0 = type != SRT_Q4_0 && type != SRT_Q4_1;
+    /* Q8_0, Q5_0, Q5_1 and Q4/5/6_K run this contract on the AVX-512 level only (srt_cpu_q41_takes) */
+    size_t p0 = type == SRT_Q8_0 || type == SRT_Q5_0 || type == SRT_Q5_1 || type == SRT_Q4_K || type == SRT_Q6_K ||
+                type == SRT_Q5_K;
     for (int pk = 0; pk < 2; pk++)
         for (size_t p = p0; p < 2; p++) {
             if (srt_cpu_force_simd(paths[p]) != SRT_OK)

@@ -10,9 +10,9 @@
 #include "srt/backend.h"
 
 /* y[t][r] = sum_c x[t][c] * W[r][c] + bias[r] for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K /
- * Q6_K W (and the packed forms below; AVX2 + FMA), and Q2_K / Q3_K / IQ4_NL / IQ4_XS W where
- * srt_cpu_exact_avx512() is 1 (elsewhere the precise path takes those). Q4_0, Q4_1 (and the
- * others where srt_cpu_exact_avx512() is 1) run srt_cpu_q41_matmul_n.
+ * Q6_K / Q2_K / Q3_K / IQ4_NL / IQ4_XS W (and the packed forms below; AVX2 + FMA). Q4_0, Q4_1,
+ * Q2_K, Q3_K and IQ4 (and the others where srt_cpu_exact_avx512() is 1) run
+ * srt_cpu_q41_matmul_n.
  * scratch holds srt_cpu_exact_scratch_floats(threads of tp, W cols, n_tok) floats. Batch
  * invariant: a (row, token) output does not depend on n_tok or the token's place.
  * SRT_ERROR, nothing written, for other types or on a CPU without AVX2. */
@@ -26,9 +26,9 @@ int    srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const
                               const float *x, int64_t n_tok, float *const *y, float *scratch);
 size_t srt_cpu_exact_scratch_floats(int n_threads, int64_t cols, int64_t n_tok);
 /* Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 and K-quant weights packed for their kernels (SRT_Q4_0_X16,
- * SRT_Q4_1_X16; on the AVX-512 level also SRT_Q8_0_X16, SRT_Q5_0_X16, SRT_Q5_1_X16,
- * SRT_Q4_K_X16, SRT_Q5_K_X16, SRT_Q6_K_X16, SRT_Q3_K_X16, SRT_Q2_K_X16, SRT_IQ4_NL_X16 and
- * SRT_IQ4_XS_X16; else Q8_0 and Q5_0, as the Q8_0 form of the
+ * SRT_Q4_1_X16, SRT_Q3_K_X16, SRT_Q2_K_X16, SRT_IQ4_NL_X16, SRT_IQ4_XS_X16; on the AVX-512 level
+ * also SRT_Q8_0_X16, SRT_Q5_0_X16, SRT_Q5_1_X16, SRT_Q4_K_X16, SRT_Q5_K_X16 and SRT_Q6_K_X16;
+ * else Q8_0 and Q5_0, as the Q8_0 form of the
  * same weights, SRT_Q8_0_X8; layouts in exact_q41.c and exact.c). pack_bytes: the bytes of w's packed copy (the
  * 16-row forms: its rows rounded up to 16), 0 when w is of another type, its rows are not a
  * multiple of 8 (SRT_Q8_0_X8) or the CPU has no AVX2.
@@ -101,8 +101,8 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok);
 size_t srt_cpu_q41_pack_bytes(const srt_weight *w);
 void   srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out);
 srt_dtype srt_cpu_q41_unpack_row(const srt_weight *w, int64_t row, void *out);   /* the GGUF type */
-/* 1 for the types this path takes: Q4_1, Q4_0 and every packed form, and the other GGUF types
- * (Q8_0, Q5_0, Q5_1, the K-quants, IQ4_NL, IQ4_XS) where srt_cpu_exact_avx512() is 1 */
+/* 1 for the types this path takes: Q4_1, Q4_0, Q2_K, Q3_K, IQ4_NL, IQ4_XS and every packed
+ * form, and Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K where srt_cpu_exact_avx512() is 1 */
 int    srt_cpu_q41_takes(srt_dtype t);
 /* 1 when the 16-lane kernel gives the 8-lane one's bits on made-up data (srt_cpu_exact_avx512) */
 int    srt_cpu_q41_wide_matches(void);

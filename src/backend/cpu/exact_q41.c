@@ -188,13 +188,15 @@ static const q4_fmt *fmt_of(srt_dtype t)
 /* Q8_0 in the GGUF layout comes here only where the 16-lane kernel runs: on AVX2 its bytes'
  * products take twice the instructions of Q4's nibbles (vpmaddubsw would saturate on whole
  * bytes), and exact.c's f32 kernels ran a Q8_0 prefill 2.3x and a decode 1.3x faster there. A
- * packed copy (made on that level) stays on this path, on either kernel: the same bits. Every
- * GGUF type but Q4_0 and Q4_1 follows the same rule (the 8-lane kernel was ~20% slower than
- * exact.c's on Q4). */
+ * packed copy (made on that level) stays on this path, on either kernel: the same bits. The
+ * other types exact.c has f32 kernels for follow the same rule (the 8-lane kernel was ~20%
+ * slower than exact.c's on Q4); IQ4_NL, IQ4_XS, Q3_K and Q2_K have none there (the precise
+ * path's dequantized rows decoded at a fifteenth of the speed), so they come here on both. */
 int srt_cpu_q41_takes(srt_dtype t)
 {
     const q4_fmt *f = fmt_of(t);
-    if (f && t == f->gguf && f->m != M_Q4_0 && f->m != M_Q4_1)
+    if (f && t == f->gguf && (f->m == M_Q8_0 || f->m == M_Q5_0 || f->m == M_Q5_1 || f->m == M_Q4_K ||
+                              f->m == M_Q5_K || f->m == M_Q6_K))
         return srt_cpu_exact_avx512() == 1;
     return f != NULL;
 }
@@ -1352,8 +1354,9 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 }
 
 /* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
- * d and m moved one by one. Q5_0, Q5_1 and the K-quants in the GGUF layout run only on the 16-lane level
- * (srt_cpu_q41_takes), so they are left to pack_group here. */
+ * d and m moved one by one (IQ4_NL as Q4_0). Q5_0, Q5_1 and Q4/5/6_K in the GGUF layout run only
+ * on the 16-lane level (srt_cpu_q41_takes), and IQ4_XS, Q3_K and Q2_K are packed in scalar code on
+ * either, so they are left to pack_group here. */
 TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
