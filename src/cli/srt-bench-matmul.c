@@ -60,7 +60,8 @@ static uint32_t rnd(void)
 static const struct { const char *name; srt_dtype t; } dtypes[] = {
     { "f32", SRT_F32 }, { "f16", SRT_F16 }, { "bf16", SRT_BF16 }, { "q8_0", SRT_Q8_0 },
     { "q4_0", SRT_Q4_0 }, { "q4_1", SRT_Q4_1 }, { "q5_0", SRT_Q5_0 }, { "q5_1", SRT_Q5_1 },
-    { "q4_k", SRT_Q4_K }, { "q5_k", SRT_Q5_K }, { "q6_k", SRT_Q6_K },
+    { "q4_k", SRT_Q4_K }, { "q5_k", SRT_Q5_K }, { "q6_k", SRT_Q6_K }, { "q2_k", SRT_Q2_K },
+    { "q3_k", SRT_Q3_K }, { "iq4_nl", SRT_IQ4_NL }, { "iq4_xs", SRT_IQ4_XS },
 };
 
 /* Random bytes with every f16 scale replaced by a small finite value. */
@@ -75,7 +76,9 @@ static void fill(srt_dtype t, uint8_t *p, size_t bytes, int64_t cols)
         case SRT_F32: { float v = 0.01f * (float)(rnd() % 100); memcpy(p + off, &v, 4); break; }
         case SRT_F16: memcpy(p + off, &h, 2); break;
         case SRT_BF16: memcpy(p + off, &hb, 2); break;
-        case SRT_Q8_0: case SRT_Q4_0: case SRT_Q5_0: memcpy(p + off, &h, 2); break;
+        case SRT_Q8_0: case SRT_Q4_0: case SRT_Q5_0: case SRT_IQ4_NL: case SRT_IQ4_XS: memcpy(p + off, &h, 2); break;
+        case SRT_Q2_K: memcpy(p + off + 80, &h, 2); memcpy(p + off + 82, &h, 2); break;
+        case SRT_Q3_K: memcpy(p + off + 108, &h, 2); break;
         case SRT_Q4_1: case SRT_Q5_1: case SRT_Q4_K: case SRT_Q5_K:
             memcpy(p + off, &h, 2);
             memcpy(p + off + 2, &h, 2);
