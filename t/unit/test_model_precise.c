@@ -182,6 +182,43 @@ static void packed(void)
     free(bias);
 }
 
+/* A weight packed at load on the AVX-512 level (its whole groups by the 16-lane packers) has
+ * the bytes the AVX2 level's scalar packers give, for the types packed on both */
+static void pack_levels(void)
+{
+    static const srt_dtype types[] = { SRT_Q4_0, SRT_Q4_1, SRT_Q2_K, SRT_Q3_K, SRT_IQ4_NL, SRT_IQ4_XS };
+    if (srt_cpu_force_simd("avx512") != SRT_OK || srt_cpu_force_simd("avx2") != SRT_OK) {
+        tap_diag("no AVX-512 on this CPU: the packers are not compared here");
+        return;
+    }
+    srt_err err;
+    srt_backend *be = srt_cpu_backend_create(1, 1, &err);
+    int bad = 0, n = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int64_t R = 16; R <= 53; R += 37) {   /* one whole group; three and a partial one */
+            int64_t C = 512;
+            srt_weight w = { .dtype = types[ti], .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(types[ti], C) };
+            uint8_t *data = malloc(w.row_stride * (size_t)R);
+            fill(w.dtype, data, R, C);
+            w.data = data;
+            srt_cpu_force_simd("avx2");
+            size_t pb = be->ops->pack_bytes(be, &w);
+            uint8_t *a = malloc(pb), *b = malloc(pb);
+            srt_weight pa, pw;
+            be->ops->pack(be, &w, a, &pa);
+            srt_cpu_force_simd("avx512");
+            bad += be->ops->pack_bytes(be, &w) != pb;
+            be->ops->pack(be, &w, b, &pw);
+            bad += memcmp(a, b, pb) != 0;
+            n++;
+            free(a);
+            free(b);
+            free(data);
+        }
+    ok(n == 12 && bad == 0, "packed at load on AVX-512 = on AVX2, byte for byte (%d of %d weights differ)", bad, n);
+    srt_backend_free(be);
+}
+
 /* The 16-lane exact kernels (exact_avx512.c: two rows or two tokens per register; exact_q41.c:
  * 16 rows, VNNI) run only where AVX-512 is the chosen level, and give the 8-lane kernels' bits:
  * on an AVX-512 CPU every prefill below (odd row counts: a row left over from the pairs, a
@@ -758,6 +795,7 @@ int main(void)
     for (int th = 0; th < 3; th++)
         free(ty[th]);
     packed();
+    pack_levels();
     avx512_kernels();
     q41_contract(SRT_Q4_1);
     q41_contract(SRT_Q4_0);

@@ -81,8 +81,9 @@
  * the 4-bit scales sc[16][16] and mins mn[16][16] as bytes, then each block's q (0..3) as nibbles
  * (164 a row for the GGUF's 84: q is held in four bits, so the copy is wider than the file).
  * The K-quants' GGUF layout (srt_weights_mmap) is packed a super-block of a group at a time in
- * registers (pack_sb_k16, pack_sb_q6k16): in scalar code a decode ran at a fifth of the speed.
- * IQ4_XS, Q3_K and Q2_K are packed in scalar code (pack_group) there.
+ * registers (pack_sb_k16, pack_sb_q6k16, pack_sb_iq4xs16, pack_sb_q3k16, pack_sb_q2k16): in
+ * scalar code a decode ran at a fifth of the speed (Q3_K's at a tenth). On the AVX-512 level the
+ * load-time copy takes the same packers for its whole groups.
  * A group is 16 rows' bytes, so group g starts where row 16g did; rows past the weight's are
  * zero. The low nibbles of v_c meet x's dword c, the high ones dword 4 + c. Packing moves
  * whole dwords, so a GGUF-layout weight (srt_weights_mmap) is packed a group at a time into
@@ -527,11 +528,17 @@ size_t srt_cpu_q41_pack_bytes(const srt_weight *w)
     return (size_t)((w->rows + G - 1) / G * G) * packed_row_bytes(f, w->cols);
 }
 
+static void pack_whole_groups(const srt_weight *w, int64_t ng, uint8_t *dst);
+
+/* Whole groups by the 16-lane packers where that level runs (the same bytes; the scalar ones
+ * took ~5 ns a weight, half a minute for a 7B model's Q3_K), the rest in scalar code */
 void srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     size_t rb = packed_row_bytes(f, w->cols);
-    for (int64_t g = 0; g < (w->rows + G - 1) / G; g++)
+    int64_t g = srt_cpu_exact_avx512() == 1 ? w->rows / G : 0;
+    pack_whole_groups(w, g, dst);
+    for (; g < (w->rows + G - 1) / G; g++)
         pack_group(w, g, (uint8_t *)dst + (size_t)g * G * rb);
     *out = (srt_weight){ .dtype = f->packed, .rows = w->rows, .cols = w->cols, .data = dst, .row_stride = rb };
 }
@@ -1272,20 +1279,141 @@ INLINE512 void pack_sb_q6k16(const uint8_t *p, size_t st, uint8_t *o)
     }
 }
 
+/* rows16 of the first n bytes (a masked load: nothing past them is read, the last block of a
+ * weight may end a mapping) */
+INLINE512 void rows16n(const uint8_t *p, size_t st, int n, __m512i a[4])
+{
+    const __mmask16 k = (__mmask16)((1u << n) - 1);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++, p += st) {
+        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(k, p));
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(k, p + 4 * st), 1);
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(k, p + 8 * st), 2);
+        a[i] = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8(k, p + 12 * st), 3);
+    }
+}
+
+/* the 16 rows' f16 at p + r * st (row r's in lane r) as d[16] at o */
+INLINE512 void halves16(const uint8_t *p, size_t st, uint8_t *o)
+{
+    for (int r = 0; r < G; r++)
+        memcpy(o + 2 * r, p + (size_t)r * st, 2);
+}
+
+/* Q2_K's and Q3_K's 32 q of block j of 16 rows (qs, hm: row r's qs and hmask at qs + r * st,
+ * hm + r * st; hm NULL for Q2_K) as put_nibbles leaves them in Q4's v_0..v_3 at o: the two bits
+ * at 2 * (j % 4) of the 32 bytes qs[32 * (j / 4)..], bit j of hmask's as 4, each byte's
+ * elements i and 16 + i joined in one byte */
+INLINE512 void q23_nibbles16(const uint8_t *qs, const uint8_t *hm, size_t st, int j, uint8_t *o)
+{
+    const __m512i m3 = _mm512_set1_epi8(3), m1 = _mm512_set1_epi8(1);
+    __m512i a[4], b[4], n[4], v[4];
+    rows16(qs + 32 * (j / 4), st, a);
+    rows16(qs + 32 * (j / 4) + 16, st, b);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        a[i] = _mm512_and_si512(_mm512_srli_epi16(a[i], 2 * (j % 4)), m3);
+        b[i] = _mm512_and_si512(_mm512_srli_epi16(b[i], 2 * (j % 4)), m3);
+    }
+    if (hm) {
+        __m512i ha[4], hb[4];
+        rows16(hm, st, ha);
+        rows16(hm + 16, st, hb);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            a[i] = _mm512_or_si512(a[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(ha[i], j), m1), 2));
+            b[i] = _mm512_or_si512(b[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb[i], j), m1), 2));
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)   /* below 8 each: the shift keeps within the byte */
+        n[i] = _mm512_or_si512(a[i], _mm512_slli_epi16(b[i], 4));
+    dwords16(n, v);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+        _mm512_storeu_si512(o + 64 * c, v[c]);
+}
+
+/* pack_sb_iq4xs, pack_sb_q3k and pack_sb_q2k for 16 rows at once (row r's super-block at
+ * p + r * st): the scales formed in each row's lane */
+INLINE512 void pack_sb_iq4xs16(const uint8_t *p, size_t st, uint8_t *o)
+{
+    __m512i e[4], v[4];
+    rows16(p, st, e);
+    dwords16(e, v);   /* d | scales_h << 16, then scales_l[0..3] */
+    _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(v[0]));
+    const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+#pragma GCC unroll 8
+    for (int j = 0; j < SB; j++) {   /* iq4xs_scale: nibble j of scales_l, bits 2j of scales_h */
+        __m512i ls = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v[1], 4 * j), m15),
+                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(v[0], 16 + 2 * j), m3), 4));
+        _mm_storeu_si128((__m128i *)(o + 32 + 16 * j), _mm512_cvtepi32_epi8(_mm512_sub_epi32(ls, k32)));
+    }
+    for (int j = 0; j < SB; j++) {   /* each block's 16 bytes as they are, rows regrouped */
+        __m512i a[4], n[4];
+        rows16(p + offsetof(blk_iq4_xs, qs) + 16 * j, st, a);
+        dwords16(a, n);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            _mm512_storeu_si512(o + HDR_X + 256 * j + 64 * c, n[c]);
+    }
+}
+
+/* Q3_K: scale t's low four bits are nibble t / 8 of byte t % 8, its high two bits 2 * (t / 4)
+ * of byte 8 + t % 4 (q3k_scale); the 12 bytes read by a masked load */
+INLINE512 void pack_sb_q3k16(const uint8_t *p, size_t st, uint8_t *o)
+{
+    __m512i e[4], v[4];
+    halves16(p + offsetof(blk_q3_k, d), st, o);
+    rows16n(p + offsetof(blk_q3_k, scales), st, 12, e);
+    dwords16(e, v);   /* dword r of v[c]: row r's scale bytes 4c..4c+3 */
+    const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        __m512i lo = _mm512_and_si512(_mm512_srli_epi32(v[t % 8 / 4], 8 * (t % 4) + 4 * (t / 8)), m15);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi32(v[2], 8 * (t % 4) + 2 * (t / 4)), m3);
+        __m512i sc = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), k32);
+        _mm_storeu_si128((__m128i *)(o + 32 + 16 * t), _mm512_cvtepi32_epi8(sc));
+    }
+    for (int j = 0; j < SB; j++)
+        q23_nibbles16(p + offsetof(blk_q3_k, qs), p + offsetof(blk_q3_k, hmask), st, j, o + HDR_6 + 256 * j);
+}
+
+/* Q2_K: scale byte t's low nibble the scale, its high one the min */
+INLINE512 void pack_sb_q2k16(const uint8_t *p, size_t st, uint8_t *o)
+{
+    __m512i e[4], v[4];
+    halves16(p + offsetof(blk_q2_k, d), st, o);
+    halves16(p + offsetof(blk_q2_k, dmin), st, o + 32);
+    rows16(p, st, e);
+    dwords16(e, v);   /* dword r of v[c]: row r's scale bytes 4c..4c+3 */
+    const __m512i m15 = _mm512_set1_epi32(15);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        __m512i b = _mm512_srli_epi32(v[t / 4], 8 * (t % 4));
+        _mm_storeu_si128((__m128i *)(o + 64 + 16 * t), _mm512_cvtepi32_epi8(_mm512_and_si512(b, m15)));
+        _mm_storeu_si128((__m128i *)(o + 320 + 16 * t), _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srli_epi32(b, 4), m15)));
+    }
+    for (int j = 0; j < SB; j++)
+        q23_nibbles16(p + offsetof(blk_q2_k, qs), NULL, st, j, o + HDR_2 + 256 * j);
+}
+
 TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
     int64_t nb = w->cols / QK;
     size_t st = w->row_stride;
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(g * G) * st;
-    if (f->m == M_IQ4_XS || f->m == M_Q3_K || f->m == M_Q2_K) {   /* rare enough for the scalar packers */
-        pack_group(w, g, o);
-        return;
-    }
     if (SUPER(f)) {
         for (int64_t s = 0; s < nb / SB; s++, base += f->src, o += SB * f->bb)
             if (f->m == M_Q6_K)
                 pack_sb_q6k16(base, st, o);
+            else if (f->m == M_IQ4_XS)
+                pack_sb_iq4xs16(base, st, o);
+            else if (f->m == M_Q3_K)
+                pack_sb_q3k16(base, st, o);
+            else if (f->m == M_Q2_K)
+                pack_sb_q2k16(base, st, o);
             else
                 pack_sb_k16(f->m == M_Q5_K, base, st, o);
         return;
@@ -1353,10 +1481,17 @@ TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
     }
 }
 
+static void pack_whole_groups(const srt_weight *w, int64_t ng, uint8_t *dst)
+{
+    size_t rb = packed_row_bytes(fmt_of(w->dtype), w->cols);
+    for (int64_t g = 0; g < ng; g++)
+        pack_group16(w, g, dst + (size_t)g * G * rb);
+}
+
 /* pack_group16 on 8 lanes: rows 8h + 4L + i in 128-bit lane L of a[i], the same transpose;
  * d and m moved one by one (IQ4_NL as Q4_0). Q5_0, Q5_1 and Q4/5/6_K in the GGUF layout run only
- * on the 16-lane level (srt_cpu_q41_takes), and IQ4_XS, Q3_K and Q2_K are packed in scalar code on
- * either, so they are left to pack_group here. */
+ * on the 16-lane level (srt_cpu_q41_takes); IQ4_XS, Q3_K and Q2_K (and those) are left to
+ * pack_group here. */
 TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 {
     const q4_fmt *f = fmt_of(w->dtype);
@@ -1667,6 +1802,8 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
 }
 
 #else
+
+static void pack_whole_groups(const srt_weight *w, int64_t ng, uint8_t *dst) { (void)w, (void)ng, (void)dst; }
 
 int srt_cpu_q41_wide_matches(void) { return 0; }
 
