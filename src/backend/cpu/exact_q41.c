@@ -1300,38 +1300,46 @@ INLINE512 void halves16(const uint8_t *p, size_t st, uint8_t *o)
         memcpy(o + 2 * r, p + (size_t)r * st, 2);
 }
 
-/* Q2_K's and Q3_K's 32 q of block j of 16 rows (qs, hm: row r's qs and hmask at qs + r * st,
- * hm + r * st; hm NULL for Q2_K) as put_nibbles leaves them in Q4's v_0..v_3 at o: the two bits
- * at 2 * (j % 4) of the 32 bytes qs[32 * (j / 4)..], bit j of hmask's as 4, each byte's
- * elements i and 16 + i joined in one byte */
-INLINE512 void q23_nibbles16(const uint8_t *qs, const uint8_t *hm, size_t st, int j, uint8_t *o)
+/* Q2_K's and Q3_K's 32 q of block j of 16 rows as put_nibbles leaves them in Q4's v_0..v_3 at
+ * o: the two bits at 2 * (j % 4) of the 32 bytes qs[32 * (j / 4)..] (qa, qb: their halves as
+ * rows16 loads them), Q3_K's bit j of hmask's (ha, hb; NULL for Q2_K) as 4, each row's elements
+ * i and 16 + i joined in one byte */
+INLINE512 void q23_nibbles16(const __m512i qa[4], const __m512i qb[4], const __m512i *ha, const __m512i *hb,
+                             int j, uint8_t *o)
 {
     const __m512i m3 = _mm512_set1_epi8(3), m1 = _mm512_set1_epi8(1);
-    __m512i a[4], b[4], n[4], v[4];
-    rows16(qs + 32 * (j / 4), st, a);
-    rows16(qs + 32 * (j / 4) + 16, st, b);
+    __m512i n[4], v[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
-        a[i] = _mm512_and_si512(_mm512_srli_epi16(a[i], 2 * (j % 4)), m3);
-        b[i] = _mm512_and_si512(_mm512_srli_epi16(b[i], 2 * (j % 4)), m3);
-    }
-    if (hm) {
-        __m512i ha[4], hb[4];
-        rows16(hm, st, ha);
-        rows16(hm + 16, st, hb);
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            a[i] = _mm512_or_si512(a[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(ha[i], j), m1), 2));
-            b[i] = _mm512_or_si512(b[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb[i], j), m1), 2));
+        __m512i a = _mm512_and_si512(_mm512_srli_epi16(qa[i], 2 * (j % 4)), m3);
+        __m512i b = _mm512_and_si512(_mm512_srli_epi16(qb[i], 2 * (j % 4)), m3);
+        if (ha) {
+            a = _mm512_or_si512(a, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(ha[i], j), m1), 2));
+            b = _mm512_or_si512(b, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb[i], j), m1), 2));
         }
+        n[i] = _mm512_or_si512(a, _mm512_slli_epi16(b, 4));   /* below 8 each: no carry out of a byte */
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)   /* below 8 each: the shift keeps within the byte */
-        n[i] = _mm512_or_si512(a[i], _mm512_slli_epi16(b[i], 4));
     dwords16(n, v);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++)
         _mm512_storeu_si512(o + 64 * c, v[c]);
+}
+
+/* the eight blocks of q23_nibbles16 from one load of each 32 bytes (qs, and hm unless NULL) */
+INLINE512 void q23_blocks16(const uint8_t *qs, const uint8_t *hm, size_t st, uint8_t *o)
+{
+    __m512i ha[4] = { 0 }, hb[4] = { 0 }, qa[4], qb[4];
+    if (hm) {
+        rows16(hm, st, ha);
+        rows16(hm + 16, st, hb);
+    }
+    for (int q = 0; q < 2; q++) {
+        rows16(qs + 32 * q, st, qa);
+        rows16(qs + 32 * q + 16, st, qb);
+#pragma GCC unroll 4
+        for (int j = 4 * q; j < 4 * q + 4; j++)
+            q23_nibbles16(qa, qb, hm ? ha : NULL, hm ? hb : NULL, j, o + 256 * j);
+    }
 }
 
 /* pack_sb_iq4xs, pack_sb_q3k and pack_sb_q2k for 16 rows at once (row r's super-block at
@@ -1375,8 +1383,7 @@ INLINE512 void pack_sb_q3k16(const uint8_t *p, size_t st, uint8_t *o)
         __m512i sc = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), k32);
         _mm_storeu_si128((__m128i *)(o + 32 + 16 * t), _mm512_cvtepi32_epi8(sc));
     }
-    for (int j = 0; j < SB; j++)
-        q23_nibbles16(p + offsetof(blk_q3_k, qs), p + offsetof(blk_q3_k, hmask), st, j, o + HDR_6 + 256 * j);
+    q23_blocks16(p + offsetof(blk_q3_k, qs), p + offsetof(blk_q3_k, hmask), st, o + HDR_6);
 }
 
 /* Q2_K: scale byte t's low nibble the scale, its high one the min */
@@ -1394,8 +1401,7 @@ INLINE512 void pack_sb_q2k16(const uint8_t *p, size_t st, uint8_t *o)
         _mm_storeu_si128((__m128i *)(o + 64 + 16 * t), _mm512_cvtepi32_epi8(_mm512_and_si512(b, m15)));
         _mm_storeu_si128((__m128i *)(o + 320 + 16 * t), _mm512_cvtepi32_epi8(_mm512_and_si512(_mm512_srli_epi32(b, 4), m15)));
     }
-    for (int j = 0; j < SB; j++)
-        q23_nibbles16(p + offsetof(blk_q2_k, qs), NULL, st, j, o + HDR_2 + 256 * j);
+    q23_blocks16(p + offsetof(blk_q2_k, qs), NULL, st, o + HDR_2);
 }
 
 TGT512 static void pack_group16(const srt_weight *w, int64_t g, uint8_t *o)
