@@ -34,8 +34,8 @@ static const struct {
     [SRT_IQ4_XS] = { "iq4_xs", 256, 2 + 2 + 4 + 128 }, /* d, scales_h, scales_l[4], qs[128] */
     [SRT_IQ4_NL_X16] = { "iq4_nlx16", 32, 2 + 16 },    /* IQ4_NL's bytes, rows regrouped */
     [SRT_IQ4_XS_X16] = { "iq4_xsx16", 256, 2 + 8 + 128 }, /* d, 8 scales as bytes, qs */
-    [SRT_Q3_K_X16] = { "q3_kx16", 256, 2 + 16 + 128 }, /* d, 16 scales as bytes, q as nibbles */
-    [SRT_Q2_K_X16] = { "q2_kx16", 256, 4 + 32 + 128 }, /* d, dmin, 16 scales and mins as bytes, q as nibbles */
+    [SRT_Q3_K_X16] = { "q3_kx16", 256, 2 + 16 + 64 + 32 }, /* d, 16 scales as bytes, q's two-bit planes, masks */
+    [SRT_Q2_K_X16] = { "q2_kx16", 256, 4 + 32 + 64 },  /* d, dmin, 16 scales and mins as bytes, q's two-bit planes */
 };
 
 static int dtype_valid(srt_dtype t)

@@ -43,7 +43,8 @@
  * Q5_0's q (0..31) is unsigned as it is, so its sums start from -16 * sum_j D_ij (an eighth of
  * Q8_0's start) and give the same integers as its bytes q - 16 would; the same rule of levels.
  * Q6_K's q (0..63) likewise, each half's sums from -32 * its sum of D (the digit sums are kept
- * per half for it: CS); Q3_K's (0..7) from -4 * its sum of D. IQ4's levels + 128 are bytes as
+ * per half for it: CS); Q3_K's (0..7) from -4 * its sum of D (its third bit added in registers
+ * as Q5_0's fifth: a masked byte add). IQ4's levels + 128 are bytes as
  * Q8_0's, looked up from the nibbles in registers (vpshufb), with Q8_0's start. Q2_K's halves
  * start from 0 and each adds fma(-(dmin*mn_h), xh_h, off), xh_h the half's sum of the integers X
  * (from the digit sums) rounded to float, times s_b (half_sum).
@@ -76,10 +77,13 @@
  * IQ4_NL (SRT_IQ4_NL_X16): Q4_0's layout. IQ4_XS (SRT_IQ4_XS_X16): per super-block a 160-byte
  * header, d[16] (f16) and each block's sc - 32 as int8, sc[8][16]; then each block's nibbles as
  * Q4's v_0..v_3 (276 bytes a block on average, 138 a row of 256 for the GGUF's 136). Q3_K
- * (SRT_Q3_K_X16): Q6_K's header with each scale less 32, then each block's q (0..7) as nibbles
- * (146 a row for the GGUF's 110). Q2_K (SRT_Q2_K_X16): a 576-byte header, d[16], dmin[16] (f16),
- * the 4-bit scales sc[16][16] and mins mn[16][16] as bytes, then each block's q (0..3) as nibbles
- * (164 a row for the GGUF's 84: q is held in four bits, so the copy is wider than the file).
+ * (SRT_Q3_K_X16): Q6_K's header with each scale less 32, then each block's two low bits of q
+ * as two 64-byte planes (byte 4r + i of plane p: at bits 2k the bits of the byte that meets x's
+ * dword 4p + k, so a shift and a mask give Q4's vectors) and its third bits as Q5_0's masks, 192
+ * bytes (114 a row of 256 for the GGUF's 110). Q2_K (SRT_Q2_K_X16): a 576-byte header, d[16],
+ * dmin[16] (f16), the 4-bit scales sc[16][16] and mins mn[16][16] as bytes, then each block's
+ * planes, 128 bytes (100 a row for the GGUF's 84). (Held as nibbles, 146 and 164: a Q2_K copy
+ * nearly twice its file.)
  * The K-quants' GGUF layout (srt_weights_mmap) is packed a super-block of a group at a time in
  * registers (pack_sb_k16, pack_sb_q6k16, pack_sb_iq4xs16, pack_sb_q3k16, pack_sb_q2k16): in
  * scalar code a decode ran at a fifth of the speed (Q3_K's at a tenth). On the AVX-512 level the
@@ -108,9 +112,9 @@
 #define BB_6 420        /* Q6_K: a group's super-block bytes (the header and 8 x 384) / 8 */
 #define HDR_X 160       /* IQ4_XS: a group's super-block header: d[16], sc[8][16] */
 #define BB_X 276        /* IQ4_XS: (the header and 8 x 256 of nibbles) / 8 */
-#define BB_3 292        /* Q3_K: (Q6_K's header and 8 x 256 of nibbles) / 8 */
+#define BB_3 228        /* Q3_K: (Q6_K's header and 8 x 192: two-bit planes and masks) / 8 */
 #define HDR_2 576       /* Q2_K: d[16], dmin[16], sc[16][16], mn[16][16] */
-#define BB_2 328        /* Q2_K: (the header and 8 x 256 of nibbles) / 8 */
+#define BB_2 200        /* Q2_K: (the header and 8 x 128 of two-bit planes) / 8 */
 #define BB_MAX 544      /* the largest: Q8_0's */
 #define XB 96           /* bytes of a token's block of x: digits D2, D1, D0, 32 each */
 #define CS 6            /* digit sums a token's block: planes D2, D1, D0 over its first 16, then its last 16 */
@@ -144,7 +148,8 @@ size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
  * dequantization computes it; its packed block has no m); Q8_0 (bytes, no m); Q5_0 (nibbles
  * and fifth bits, no m); Q4_K (Q4_1's form, its d and m made from a header); Q6_K (nibbles and
  * two bits, no m, two scales a block); IQ4_NL (Q4_0's layout, levels looked up); IQ4_XS (its
- * scales in a header); Q3_K (Q6_K's header, nibbles); Q2_K (scales and mins in a header) */
+ * scales in a header); Q3_K (Q6_K's header, two-bit planes and masks); Q2_K (scales and mins in a
+ * header, two-bit planes) */
 enum { M_Q4_0, M_Q4_1, M_Q8_0, M_Q5_0, M_Q4_K, M_Q6_K, M_Q5_K, M_Q5_1, M_IQ4_NL, M_IQ4_XS, M_Q3_K, M_Q2_K };
 #define ALL_M(X) X(M_Q4_0) X(M_Q4_1) X(M_Q8_0) X(M_Q5_0) X(M_Q4_K) X(M_Q6_K) X(M_Q5_K) X(M_Q5_1) \
                  X(M_IQ4_NL) X(M_IQ4_XS) X(M_Q3_K) X(M_Q2_K)
@@ -361,19 +366,33 @@ static void unpack_sb_q6k(const uint8_t *o, int r, blk_q6_k *k)
     }
 }
 
-/* Row r's q of a 32-block (0..15 each) as a Q4_1 block's nibbles in Q4's four vectors at b, or
- * back */
-static void put_nibbles(uint8_t *b, int r, const int q[QK])
+/* Row r's two low bits of a 32-block's q as two 64-byte planes at b, or back: byte 4r + i of
+ * plane p holds, at bits 2k, element 16p + 4k + i's (so (plane >> 2k) & 3 is the vector that
+ * meets x's dword 4p + k, as Q4's nibble vectors do); Q3_K's third bits (m non-zero) as Q5_0's
+ * masks after them: bit 4r + i of mask 4p + k is element 16p + 4k + i's */
+static void put_bits2(uint8_t *b, int r, const int q[QK], int third)
 {
-    for (int i = 0; i < 16; i++)
-        b[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)(q[i] | q[16 + i] << 4);
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 4; i++) {
+            int v = 0;
+            for (int k = 0; k < 4; k++)
+                v |= (q[16 * p + 4 * k + i] & 3) << 2 * k;
+            b[64 * p + 4 * r + i] = (uint8_t)v;
+        }
+    for (int e = 0; third && e < QK; e++) {
+        int bit = 4 * r + e % 4;
+        uint8_t *m = b + 128 + 8 * (e / 4) + bit / 8;
+        *m = (uint8_t)((*m & ~(1 << bit % 8)) | (q[e] >> 2 & 1) << bit % 8);
+    }
 }
 
-static void get_nibbles(const uint8_t *b, int r, int q[QK])
+static void get_bits2(const uint8_t *b, int r, int q[QK], int third)
 {
-    for (int i = 0; i < 16; i++) {
-        uint8_t v = b[64 * (i / 4) + 4 * r + i % 4];
-        q[i] = v & 0x0F, q[16 + i] = v >> 4;
+    for (int e = 0; e < QK; e++) {
+        int bit = 4 * r + e % 4;
+        q[e] = b[64 * (e / 16) + 4 * r + e % 4] >> 2 * (e % 16 / 4) & 3;
+        if (third)
+            q[e] |= (b[128 + 8 * (e / 4) + bit / 8] >> bit % 8 & 1) << 2;
     }
 }
 
@@ -413,7 +432,7 @@ static void unpack_sb_iq4xs(const uint8_t *o, int r, blk_iq4_xs *k)
 
 /* Row r's GGUF Q3_K super-block into the group's packed super-block o, or back: Q6_K's header
  * (d[16], then the scales of 16 elements less 32, sc[16][16] as int8), then each block's q
- * (0..7) as nibbles, 256 bytes a block */
+ * (0..7) as two-bit planes and masks (put_bits2), 192 bytes a block */
 static void pack_sb_q3k(uint8_t *o, int r, const blk_q3_k *k)
 {
     memcpy(o + 2 * r, &k->d, 2);
@@ -423,7 +442,7 @@ static void pack_sb_q3k(uint8_t *o, int r, const blk_q3_k *k)
         int q[QK];
         for (int e = 0; e < QK; e++)
             q[e] = q3k_q(k, QK * j + e);
-        put_nibbles(o + HDR_6 + 256 * j, r, q);
+        put_bits2(o + HDR_6 + 192 * j, r, q, 1);
     }
 }
 
@@ -438,7 +457,7 @@ static void unpack_sb_q3k(const uint8_t *o, int r, blk_q3_k *k)
     }
     for (int j = 0; j < SB; j++) {
         int q[QK];
-        get_nibbles(o + HDR_6 + 256 * j, r, q);
+        get_bits2(o + HDR_6 + 192 * j, r, q, 1);
         for (int e = 0; e < QK; e++) {
             int E = QK * j + e;
             set_q2k_q(k->qs, E, q[e] & 3);
@@ -449,7 +468,7 @@ static void unpack_sb_q3k(const uint8_t *o, int r, blk_q3_k *k)
 
 /* Row r's GGUF Q2_K super-block into the group's packed super-block o, or back: d[16], dmin[16]
  * (f16), the scales sc[16][16] and mins mn[16][16] of 16 elements as bytes, then each block's q
- * (0..3) as nibbles, 256 bytes a block */
+ * (0..3) as two-bit planes (put_bits2), 128 bytes a block */
 static void pack_sb_q2k(uint8_t *o, int r, const blk_q2_k *k)
 {
     memcpy(o + 2 * r, &k->d, 2);
@@ -462,7 +481,7 @@ static void pack_sb_q2k(uint8_t *o, int r, const blk_q2_k *k)
         int q[QK];
         for (int e = 0; e < QK; e++)
             q[e] = q2k_q(k->qs, QK * j + e);
-        put_nibbles(o + HDR_2 + 256 * j, r, q);
+        put_bits2(o + HDR_2 + 128 * j, r, q, 0);
     }
 }
 
@@ -475,7 +494,7 @@ static void unpack_sb_q2k(const uint8_t *o, int r, blk_q2_k *k)
         k->scales[t] = (uint8_t)(o[64 + 16 * t + r] | o[320 + 16 * t + r] << 4);
     for (int j = 0; j < SB; j++) {
         int q[QK];
-        get_nibbles(o + HDR_2 + 256 * j, r, q);
+        get_bits2(o + HDR_2 + 128 * j, r, q, 0);
         for (int e = 0; e < QK; e++)
             set_q2k_q(k->qs, QK * j + e, q[e]);
     }
@@ -722,7 +741,10 @@ static inline int blk_bytes(int M)
          : M == M_Q5_K ? BB_K5 : M == M_Q5_1 ? BB5 + 32 : M == M_Q4_1 ? BB : M == M_IQ4_XS ? BB_X
          : M == M_Q3_K ? BB_3 : M == M_Q2_K ? BB_2 : BB - 32;
 }
-static inline int blk_step(int M) { return M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : SUPER_M(M) ? 256 : blk_bytes(M); }
+static inline int blk_step(int M)
+{
+    return M == M_Q6_K ? 384 : M == M_Q5_K ? 320 : M == M_Q3_K ? 192 : M == M_Q2_K ? 128 : SUPER_M(M) ? 256 : blk_bytes(M);
+}
 static inline int hdr_bytes(int M)
 {
     return M == M_Q4_K || M == M_Q5_K ? HDR_K : M == M_Q6_K || M == M_Q3_K ? HDR_6 : M == M_IQ4_XS ? HDR_X : HDR_2;
@@ -779,6 +801,21 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
                 q[c] = _mm512_loadu_si512(g + 64 * c);
+        } else if (M == M_Q2_K || M == M_Q3_K) {   /* two-bit planes; Q3_K: + 4 where the third bit is set */
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++) {
+                __m512i v = _mm512_loadu_si512(g + 64 * p);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    q[4 * p + k] = _mm512_and_si512(_mm512_srli_epi16(v, 2 * k), _mm512_set1_epi8(3));
+            }
+            if (M == M_Q3_K)
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    uint64_t k;
+                    memcpy(&k, g + 128 + 8 * j, 8);
+                    q[j] = _mm512_mask_add_epi8(q[j], _cvtu64_mask64(k), q[j], _mm512_set1_epi8(4));
+                }
         } else {
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
@@ -1036,12 +1073,27 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                 }
             }
         } else {
+            if (M == M_Q2_K || M == M_Q3_K)   /* two-bit planes; Q3_K: + 4 where the third bit is set */
+#pragma GCC unroll 2
+                for (int p = 0; p < 2; p++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * p + 32 * h));
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
-                q[c] = _mm256_and_si256(v, lo);
-                q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
-            }
+                    for (int k = 0; k < 4; k++) {
+                        q[4 * p + k] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), _mm256_set1_epi8(3));
+                        if (M == M_Q3_K) {
+                            uint32_t m;
+                            memcpy(&m, g + 128 + 8 * (4 * p + k) + 4 * h, 4);
+                            q[4 * p + k] = _mm256_add_epi8(q[4 * p + k], mask_bytes8(m, 4));
+                        }
+                    }
+                }
+            else
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * c + 32 * h));
+                    q[c] = _mm256_and_si256(v, lo);
+                    q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo);
+                }
             if (M == M_Q5_0 || M == M_Q5_1 || M == M_Q5_K) {   /* Q5_1, Q5_K: no start, their offset is m's */
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
@@ -1300,32 +1352,40 @@ INLINE512 void halves16(const uint8_t *p, size_t st, uint8_t *o)
         memcpy(o + 2 * r, p + (size_t)r * st, 2);
 }
 
-/* Q2_K's and Q3_K's 32 q of block j of 16 rows as put_nibbles leaves them in Q4's v_0..v_3 at
- * o: the two bits at 2 * (j % 4) of the 32 bytes qs[32 * (j / 4)..] (qa, qb: their halves as
- * rows16 loads them), Q3_K's bit j of hmask's (ha, hb; NULL for Q2_K) as 4, each row's elements
- * i and 16 + i joined in one byte */
-INLINE512 void q23_nibbles16(const __m512i qa[4], const __m512i qb[4], const __m512i *ha, const __m512i *hb,
-                             int j, uint8_t *o)
+/* Q2_K's and Q3_K's q of block j of 16 rows as put_bits2 leaves them at o: the two bits at
+ * 2 * (j % 4) of the 32 bytes qs[32 * (j / 4)..] (qa, qb: their halves as rows16 loads them)
+ * regrouped by dwords16 (byte 4r + i of vector k: element 4k + i of row r), then the four
+ * vectors of each half joined at bits 2k; Q3_K's bit j of hmask's (ha, hb; NULL for Q2_K)
+ * likewise, taken to each byte's top for vpmovb2m */
+INLINE512 void q23_bits16(const __m512i qa[4], const __m512i qb[4], const __m512i *ha, const __m512i *hb,
+                          int j, uint8_t *o)
 {
     const __m512i m3 = _mm512_set1_epi8(3), m1 = _mm512_set1_epi8(1);
-    __m512i n[4], v[4];
+    for (int p = 0; p < 2; p++) {
+        const __m512i *src = p ? qb : qa, *hs = p ? hb : ha;
+        __m512i e[4], v[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        __m512i a = _mm512_and_si512(_mm512_srli_epi16(qa[i], 2 * (j % 4)), m3);
-        __m512i b = _mm512_and_si512(_mm512_srli_epi16(qb[i], 2 * (j % 4)), m3);
-        if (ha) {
-            a = _mm512_or_si512(a, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(ha[i], j), m1), 2));
-            b = _mm512_or_si512(b, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb[i], j), m1), 2));
+        for (int i = 0; i < 4; i++)
+            e[i] = _mm512_and_si512(_mm512_srli_epi16(src[i], 2 * (j % 4)), m3);
+        dwords16(e, v);
+        __m512i w = _mm512_or_si512(_mm512_or_si512(v[0], _mm512_slli_epi16(v[1], 2)),
+                                    _mm512_or_si512(_mm512_slli_epi16(v[2], 4), _mm512_slli_epi16(v[3], 6)));
+        _mm512_storeu_si512(o + 64 * p, w);
+        if (!hs)
+            continue;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            e[i] = _mm512_and_si512(_mm512_srli_epi16(hs[i], j), m1);
+        dwords16(e, v);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            uint64_t mk = _cvtmask64_u64(_mm512_movepi8_mask(_mm512_slli_epi16(v[k], 7)));
+            memcpy(o + 128 + 8 * (4 * p + k), &mk, 8);
         }
-        n[i] = _mm512_or_si512(a, _mm512_slli_epi16(b, 4));   /* below 8 each: no carry out of a byte */
     }
-    dwords16(n, v);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++)
-        _mm512_storeu_si512(o + 64 * c, v[c]);
 }
 
-/* the eight blocks of q23_nibbles16 from one load of each 32 bytes (qs, and hm unless NULL) */
+/* the eight blocks of q23_bits16 from one load of each 32 bytes (qs, and hm unless NULL) */
 INLINE512 void q23_blocks16(const uint8_t *qs, const uint8_t *hm, size_t st, uint8_t *o)
 {
     __m512i ha[4] = { 0 }, hb[4] = { 0 }, qa[4], qb[4];
@@ -1338,7 +1398,7 @@ INLINE512 void q23_blocks16(const uint8_t *qs, const uint8_t *hm, size_t st, uin
         rows16(qs + 32 * q + 16, st, qb);
 #pragma GCC unroll 4
         for (int j = 4 * q; j < 4 * q + 4; j++)
-            q23_nibbles16(qa, qb, hm ? ha : NULL, hm ? hb : NULL, j, o + 256 * j);
+            q23_bits16(qa, qb, hm ? ha : NULL, hm ? hb : NULL, j, o + (hm ? 192 : 128) * j);
     }
 }
 

@@ -36,8 +36,8 @@ typedef enum srt_dtype {
     SRT_IQ4_XS, /* 256 elems super-block: IQ4_NL's table, 6-bit scales per 32 */
     SRT_IQ4_NL_X16, /* IQ4_NL in 16-row groups, as SRT_Q4_0_X16; never in a file */
     SRT_IQ4_XS_X16, /* IQ4_XS in 16-row groups, scales unpacked; never in a file */
-    SRT_Q3_K_X16, /* Q3_K in 16-row groups, scales unpacked, q as nibbles; never in a file */
-    SRT_Q2_K_X16, /* Q2_K in 16-row groups, scales and mins unpacked, q as nibbles; never in a file */
+    SRT_Q3_K_X16, /* Q3_K in 16-row groups, scales unpacked, q as two-bit planes and masks; never in a file */
+    SRT_Q2_K_X16, /* Q2_K in 16-row groups, scales and mins unpacked, q as two-bit planes; never in a file */
     SRT_DTYPE_COUNT
 } srt_dtype;
 
