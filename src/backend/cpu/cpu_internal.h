@@ -102,6 +102,10 @@ static inline int q3k_scale(const uint8_t *s, int j)
     return (s[j % 8] >> 4 * (j / 8) & 0x0F) | (s[8 + j % 4] >> 2 * (j / 4) & 3) << 4;
 }
 
+/* Q2_K's q (0..3) and Q3_K's (0..7, the hmask bit as 4) of element e of a super-block */
+static inline int q2k_q(const uint8_t *qs, int e) { return qs[32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3; }
+static inline int q3k_q(const blk_q3_k *k, int e) { return q2k_q(k->qs, e) | (k->hmask[e % 32] >> e / 32 & 1) << 2; }
+
 /* IQ4_XS's scale of block j (0..7), 6 bits */
 static inline int iq4xs_scale(const blk_iq4_xs *b, int j)
 {

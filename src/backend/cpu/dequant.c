@@ -173,7 +173,7 @@ static void dequant_q2_k(const blk_q2_k *b, int64_t nb, float *out)
     for (int64_t i = 0; i < nb; i++) {
         float d = srt_f16_to_f32(b[i].d), dmin = srt_f16_to_f32(b[i].dmin);
         for (int e = 0; e < QK_K; e++) {
-            int sc = b[i].scales[e / 16], q = b[i].qs[32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3;
+            int sc = b[i].scales[e / 16], q = q2k_q(b[i].qs, e);
             float dl = d * (float)(sc & 0x0F), ml = dmin * (float)(sc >> 4);
             *out++ = dl * (float)q - ml;
         }
@@ -185,7 +185,7 @@ static void dequant_q3_k(const blk_q3_k *b, int64_t nb, float *out)
     for (int64_t i = 0; i < nb; i++) {
         float d = srt_f16_to_f32(b[i].d);
         for (int e = 0; e < QK_K; e++) {
-            int q = (b[i].qs[32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3) | (b[i].hmask[e % 32] >> e / 32 & 1) << 2;
+            int q = q3k_q(&b[i], e);
             float dl = d * (float)(q3k_scale(b[i].scales, e / 16) - 32);
             *out++ = dl * (float)(q - 4);
         }

@@ -210,6 +210,21 @@ int srt_cpu_q41_takes(srt_dtype t)
 /* bytes of a packed row (a sixteenth of its group's) */
 static size_t packed_row_bytes(const q4_fmt *f, int64_t cols) { return (size_t)(cols / QK) * f->bb / G; }
 
+/* The masks of a packed block (Q5_0's form, also Q5_K's, Q6_K's and Q3_K's): mask j (8 bytes)
+ * holds at bit 4r + i row r's bit of element 4j + i; set to v (0 or 1), or read */
+static void set_mask_bit(uint8_t *masks, int r, int e, int v)
+{
+    int bit = 4 * r + e % 4;
+    uint8_t *m = masks + 8 * (e / 4) + bit / 8;
+    *m = (uint8_t)((*m & ~(1 << bit % 8)) | v << bit % 8);
+}
+
+static int mask_bit(const uint8_t *masks, int r, int e)
+{
+    int bit = 4 * r + e % 4;
+    return masks[8 * (e / 4) + bit / 8] >> bit % 8 & 1;
+}
+
 /* Row r's GGUF Q4_K super-block (k, its nibbles qs) into the group's packed super-block o, or
  * back: d, dmin and each block's 6-bit scale and min as bytes in the header (HDR_K), then block
  * j's nibbles as a Q4_1 block's (element i low, 16 + i high: GGUF Q4_K keeps blocks 2c and
@@ -232,11 +247,8 @@ static void pack_sb_q4k(uint8_t *o, int r, const blk_q4_k *k, const uint8_t *qs,
         uint8_t *b = o + HDR_K + blk * j;
         for (int i = 0; i < 16; i++)
             b[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)((q[i] >> sh & 0x0F) | (q[16 + i] >> sh & 0x0F) << 4);
-        for (int e = 0; qh && e < QK; e++) {
-            int bit = 4 * r + e % 4;
-            uint8_t *m = b + 256 + 8 * (e / 4) + bit / 8;
-            *m = (uint8_t)((*m & ~(1 << bit % 8)) | (qh[e] >> j & 1) << bit % 8);
-        }
+        for (int e = 0; qh && e < QK; e++)
+            set_mask_bit(b + 256, r, e, qh[e] >> j & 1);
     }
 }
 
@@ -260,10 +272,8 @@ static void unpack_sb_q4k(const uint8_t *o, int r, blk_q4_k *k, uint8_t *qs, uin
             q[i] |= (uint8_t)((v & 0x0F) << sh);
             q[16 + i] |= (uint8_t)((v >> 4) << sh);
         }
-        for (int e = 0; qh && e < QK; e++) {
-            int bit = 4 * r + e % 4;
-            qh[e] |= (uint8_t)((b[256 + 8 * (e / 4) + bit / 8] >> bit % 8 & 1) << j);
-        }
+        for (int e = 0; qh && e < QK; e++)
+            qh[e] |= (uint8_t)(mask_bit(b + 256, r, e) << j);
     }
     for (int j = 0; j < 4; j++) {   /* q4k_scale_min reversed */
         k->scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
@@ -335,13 +345,9 @@ static void pack_sb_q6k(uint8_t *o, int r, const blk_q6_k *k)
             q[e] = q6k_q(k, QK * j + e);
         for (int i = 0; i < 16; i++)
             blk[64 * (i / 4) + 4 * r + i % 4] = (uint8_t)((q[i] & 0x0F) | (q[16 + i] & 0x0F) << 4);
-        for (int e = 0; e < QK; e++) {
-            int bit = 4 * r + e % 4;
-            for (int p = 0; p < 2; p++) {
-                uint8_t *m = blk + 256 + 64 * p + 8 * (e / 4) + bit / 8;
-                *m = (uint8_t)((*m & ~(1 << bit % 8)) | (q[e] >> (4 + p) & 1) << bit % 8);
-            }
-        }
+        for (int e = 0; e < QK; e++)
+            for (int p = 0; p < 2; p++)
+                set_mask_bit(blk + 256 + 64 * p, r, e, q[e] >> (4 + p) & 1);
     }
 }
 
@@ -355,10 +361,10 @@ static void unpack_sb_q6k(const uint8_t *o, int r, blk_q6_k *k)
     for (int j = 0; j < SB; j++) {
         const uint8_t *blk = o + HDR_6 + 384 * j;
         for (int e = 0; e < QK; e++) {
-            int bit = 4 * r + e % 4, E = QK * j + e;
+            int E = QK * j + e;
             int q = blk[64 * (e % 16 / 4) + 4 * r + e % 4] >> (e < 16 ? 0 : 4) & 0x0F;
             for (int p = 0; p < 2; p++)
-                q |= (blk[256 + 64 * p + 8 * (e / 4) + bit / 8] >> bit % 8 & 1) << (4 + p);
+                q |= mask_bit(blk + 256 + 64 * p, r, e) << (4 + p);
             int h = E / 128, kk = E % 128 / 32, l = E % 32;
             k->ql[64 * h + (kk & 1) * 32 + l] |= (uint8_t)((q & 0x0F) << (kk >= 2 ? 4 : 0));
             k->qh[32 * h + l] |= (uint8_t)((q >> 4) << 2 * kk);
@@ -379,27 +385,17 @@ static void put_bits2(uint8_t *b, int r, const int q[QK], int third)
                 v |= (q[16 * p + 4 * k + i] & 3) << 2 * k;
             b[64 * p + 4 * r + i] = (uint8_t)v;
         }
-    for (int e = 0; third && e < QK; e++) {
-        int bit = 4 * r + e % 4;
-        uint8_t *m = b + 128 + 8 * (e / 4) + bit / 8;
-        *m = (uint8_t)((*m & ~(1 << bit % 8)) | (q[e] >> 2 & 1) << bit % 8);
-    }
+    for (int e = 0; third && e < QK; e++)
+        set_mask_bit(b + 128, r, e, q[e] >> 2 & 1);
 }
 
 static void get_bits2(const uint8_t *b, int r, int q[QK], int third)
 {
-    for (int e = 0; e < QK; e++) {
-        int bit = 4 * r + e % 4;
-        q[e] = b[64 * (e / 16) + 4 * r + e % 4] >> 2 * (e % 16 / 4) & 3;
-        if (third)
-            q[e] |= (b[128 + 8 * (e / 4) + bit / 8] >> bit % 8 & 1) << 2;
-    }
+    for (int e = 0; e < QK; e++)
+        q[e] = (b[64 * (e / 16) + 4 * r + e % 4] >> 2 * (e % 16 / 4) & 3) | (third ? mask_bit(b + 128, r, e) << 2 : 0);
 }
 
-/* Q2_K's and Q3_K's element e: two low bits from qs, Q3_K's third from hmask (blk_q2_k) */
-static int q2k_q(const uint8_t *qs, int e) { return qs[32 * (e / 128) + e % 32] >> 2 * (e / 32 % 4) & 3; }
-static int q3k_q(const blk_q3_k *k, int e) { return q2k_q(k->qs, e) | (k->hmask[e % 32] >> e / 32 & 1) << 2; }
-
+/* q2k_q reversed (bits or-ed into a cleared qs) */
 static void set_q2k_q(uint8_t *qs, int e, int q) { qs[32 * (e / 128) + e % 32] |= (uint8_t)(q << 2 * (e / 32 % 4)); }
 
 /* Row r's GGUF IQ4_XS super-block into the group's packed super-block o, or back: the header

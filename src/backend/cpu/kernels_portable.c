@@ -182,8 +182,7 @@ static float dot_q2_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
             for (int h = 0; h < 2; h++) {
                 int sc = w->scales[2 * b + h], isum = 0, asum = 0;
                 for (int l = 16 * h; l < 16 * h + 16; l++) {
-                    int e = 32 * b + l;
-                    isum += (w->qs[32 * (e / 128) + l] >> 2 * (b % 4) & 3) * aq[l];
+                    isum += q2k_q(w->qs, 32 * b + l) * aq[l];
                     asum += aq[l];
                 }
                 sum += (sc & 0x0F) * isum;
@@ -207,11 +206,8 @@ static float dot_q3_k(const uint8_t *row, const int8_t *aq, const q8_scale *ads,
             int sum = 0;
             for (int h = 0; h < 2; h++) {
                 int isum = 0;
-                for (int l = 16 * h; l < 16 * h + 16; l++) {
-                    int e = 32 * b + l;
-                    int q = (w->qs[32 * (e / 128) + l] >> 2 * (b % 4) & 3) | (w->hmask[l] >> b & 1) << 2;
-                    isum += (q - 4) * aq[l];
-                }
+                for (int l = 16 * h; l < 16 * h + 16; l++)
+                    isum += (q3k_q(w, 32 * b + l) - 4) * aq[l];
                 sum += (q3k_scale(w->scales, 2 * b + h) - 32) * isum;
             }
             sacc += (float)sum * ads->d;
