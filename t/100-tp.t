@@ -8,6 +8,7 @@ use Test::Nginx::Socket 'no_plan';
 use FindBin (); use lib "$FindBin::Bin/lib";
 use Test::Srt;
 use POSIX ();
+use JSON::PP ();
 
 master_on();
 log_level('info');
@@ -61,12 +62,22 @@ POST /v1/completions
 
 
 
-=== TEST 2: tp=2 streamed: SSE events then [DONE] (tokens that arrive together may share an event)
+=== TEST 2: tp=2 streamed: SSE events then [DONE]; their texts joined = HF's greedy text
+--- init
+package main;
+# Tokens that arrive together share an event: on a fast machine all 12 may come in the one
+# event that carries the finish reason, so there may be no event before it.
+Test::Srt::wait_ready();
+my ($st, $body) = Test::Srt::http_request('POST', '/v1/completions',
+    '{"prompt": [1604, 803, 24, 81, 28, 278, 727, 472, 1003], "max_tokens": 12, "temperature": 0, "stream": true}');
+my $text = join '', map { JSON::PP::decode_json($_)->{choices}[0]{text} } $body =~ /^data: (\{.*\})$/mg;
+Test::More::is($text, qq( unavoidable fitted \x{b5}m mortalityendix "[ unavoidable peri cholera accused Lange Lights),
+               "the streamed texts joined are HF's 12 greedy tokens");
 --- request
 POST /v1/completions
 {"prompt": [1604, 803, 24, 81, 28, 278, 727, 472, 1003], "max_tokens": 12, "temperature": 0, "stream": true}
 --- response_body_like chomp
-^(data: \{[^\n]*"finish_reason":null\}\]\}\n\n)+data: \{[^\n]*"finish_reason":"length"\}\]\}\n\ndata: \[DONE\]\n\n$
+^(data: \{[^\n]*"finish_reason":null\}\]\}\n\n)*data: \{[^\n]*"finish_reason":"length"\}\]\}\n\ndata: \[DONE\]\n\n$
 --- no_error_log
 tensor-parallel group lost
 
