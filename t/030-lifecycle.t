@@ -279,3 +279,45 @@ Retry-After: 1
 "message":"Model \\"junk\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
 --- response_body_unlike
 servroot/conf
+
+
+
+
+=== TEST 12: several models: a scheduler's death costs its supervisor no CPU (each scheduler holds only its own lifeline)
+--- config
+location /a {
+    srt_model $TEST_NGINX_SRT_TINY name=a;
+    srt_threads 1;
+    srt_wait_ready 60s;
+}
+location /b {
+    srt_model $TEST_NGINX_SRT_TINY name=b;
+    srt_threads 1;
+    srt_wait_ready 60s;
+}
+--- init
+package main;
+Test::Srt::wait_ready('/a');
+Test::Srt::wait_ready('/b');
+# the CPU seconds (user + system) process $pid has used
+sub cpu_secs {
+    open my $fh, '<', "/proc/$_[0]/stat" or return -1;
+    my @f = split ' ', (<$fh> // '') =~ s/^.*\) //sr;
+    return ($f[11] + $f[12]) / POSIX::sysconf(POSIX::_SC_CLK_TCK());
+}
+my ($sup) = child_pids(qr/cache manager process/);
+Test::More::ok($sup, "found the supervisor ($sup)");
+# the scheduler forked first: the later one inherited the supervisor's end of its lifeline
+my ($first) = error_log() =~ /srt: scheduler process (\d+) started for model/;
+kill 'KILL', $first;
+wait_log(qr/scheduler process $first for model "\w" exited unexpectedly/, 10);
+wait_log(qr/scheduler process \d+ owns model(?s:.*)scheduler process \d+ owns model(?s:.*)scheduler process \d+ owns model/, 20);
+my $t0 = cpu_secs($sup);
+Time::HiRes::sleep(1.5);
+my $used = cpu_secs($sup) - $t0;
+Test::More::cmp_ok($used, '<', 0.3, "the supervisor used $used CPU seconds in the 1.5 s after the respawn");
+--- request
+POST /b/completions
+{"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0}
+--- response_body_like chomp
+"finish_reason":"length"

@@ -34,6 +34,7 @@ static void ngx_http_srt_lifeline_handler(ngx_event_t *ev);
 static void ngx_http_srt_respawn_handler(ngx_event_t *ev);
 static void ngx_http_srt_watch_handler(ngx_event_t *ev);
 static void ngx_http_srt_supervisor_exit(void);
+static void ngx_http_srt_close_lifelines(void);
 static void ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
     ngx_pid_t master);
 
@@ -176,6 +177,7 @@ ngx_http_srt_spawn(ngx_http_srt_model_t *m)
 
     case 0:
         close(fds[0]);
+        ngx_http_srt_close_lifelines();
         ngx_http_srt_scheduler_main(m, fds[1], master);
         _exit(2);   /* not reached */
 
@@ -217,6 +219,29 @@ ngx_http_srt_spawn(ngx_http_srt_model_t *m)
 
     if (m->watchdog && !m->watch.timer_set) {
         ngx_add_timer(&m->watch, ngx_min(m->watchdog / 4 + 1, 1000));
+    }
+}
+
+
+/*
+ * In a new scheduler: the fork gave it the helper's ends of the other schedulers'
+ * lifelines. Kept, such an end would keep its pipe open after the helper closed it, and
+ * with it the helper's epoll registration of it: once that scheduler died, the helper's
+ * epoll_wait reported the hang-up of a pipe it no longer read, again and again, at 100% CPU.
+ */
+
+static void
+ngx_http_srt_close_lifelines(void)
+{
+    ngx_uint_t              i;
+    ngx_http_srt_model_t  **mp;
+
+    mp = ngx_http_srt_supervised->models.elts;
+
+    for (i = 0; i < ngx_http_srt_supervised->models.nelts; i++) {
+        if (mp[i]->lifeline != NULL) {
+            close(mp[i]->lifeline->fd);
+        }
     }
 }
 
