@@ -10,9 +10,11 @@ use POSIX ();
 master_on();
 log_level('info');
 
-# long enough to outlast every deadline below on a fast machine too (~15 s at 130 tok/s)
-our $LONG = '{"prompt": "Once upon a time", "max_tokens": 1900, "temperature": 0, "ignore_eos": true}';
-our $LONG_STREAM = '{"prompt": "Once upon a time", "max_tokens": 1900, "temperature": 0, "ignore_eos": true, "stream": true}';
+# long enough to outlast every deadline below on a fast machine too: 4000 tokens (context 4096)
+# take 31 s here (slower as the context grows), more than TEST 10's 6 s on a CPU five times as
+# fast; 1900 tokens took 10.5 s here, under 6 s on a machine twice as fast
+our $LONG = '{"prompt": "Once upon a time", "max_tokens": 4000, "temperature": 0, "ignore_eos": true}';
+our $LONG_STREAM = '{"prompt": "Once upon a time", "max_tokens": 4000, "temperature": 0, "ignore_eos": true, "stream": true}';
 
 # A long request the client hangs up on: streamed, once the first event came back;
 # not streamed, once the scheduler runs it. Then wait a second, as the blocks that
@@ -47,7 +49,7 @@ sub scheduler_dies_mid_request {
     # successor loads, it is served either way (srt_wait_ready)
 }
 
-srt_defaults(timeout => 60, config => srt_location('/v1', srt_context_length => 2048,
+srt_defaults(timeout => 60, config => srt_location('/v1', srt_context_length => 4096,
                                                   srt_max_running_requests => 4,
                                                   srt_max_queued_requests => 4)
                                      . srt_location_also('/nowait', srt_wait_ready => undef));
@@ -252,7 +254,7 @@ my @workers = child_pids(qr/nginx: worker process/);
 Test::More::ok(scalar @workers, "found the worker (@workers)");
 kill 'KILL', @workers;
 waitpid($child, 0);
-# reclaim runs once a second, between steps; the 1900-token request alone would take far
+# reclaim runs once a second, between steps; the 4000-token request alone would take far
 # longer than these 6 s
 for (1 .. 60) { last if http_get('/v1/health') =~ /"running":0,"queued":0,"slots_free":8,/; select undef, undef, undef, 0.1 }
 --- request
@@ -279,7 +281,6 @@ Retry-After: 1
 "message":"Model \\"junk\\" is not available: [^"]+","type":"server_error","param":null,"code":"model_unavailable"
 --- response_body_unlike
 servroot/conf
-
 
 
 

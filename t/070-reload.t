@@ -22,12 +22,13 @@ sub wait_running {
     die "no request ran";
 }
 
-# Start a 300-token stream (about 2 s here), reload nginx (HUP) once it runs, and return
-# the client's pid; the client writes the raw response to "$Dir/reload-stream-1".
+# Start a 480-token stream (about 2 s here; 300 tokens took 1.25 s, not much more than the
+# 0.2 s before the HUP on a machine a few times faster), reload nginx (HUP) once it runs, and
+# return the client's pid; the client writes the raw response to "$Dir/reload-stream-1".
 sub reload_during_stream {
     Test::Srt::wait_ready();
     my @pids = start_clients($Dir, 'reload-stream', '/v1/completions',
-        '{"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}');
+        '{"prompt": "Once upon a time", "max_tokens": 480, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}');
     wait_running();
     select undef, undef, undef, 0.2;
     kill 'HUP', master_pid() or die "HUP: $!";
@@ -67,7 +68,7 @@ POST /v1/completions
 package main;
 my ($r) = wait_clients($main::Dir, 'reload-stream', reload_during_stream());
 Test::More::like($r, qr/^HTTP\/1\.1 200 /, "streamed request: 200");
-Test::More::like($r, qr/"completion_tokens":300,.*\ndata: \[DONE\]\n\n\z/s, "streamed request: all 300 tokens and [DONE]");
+Test::More::like($r, qr/"completion_tokens":480,.*\ndata: \[DONE\]\n\n\z/s, "streamed request: all 480 tokens and [DONE]");
 wait_log(qr/scheduler process \d+ owns model "smol"(?s:.*)scheduler process \d+ owns model "smol"/, 30);
 my $text = error_log();
 my @owners = $text =~ /srt: scheduler process (\d+) owns model "smol"/g;
@@ -124,7 +125,7 @@ $ngx->wait_log(qr/scheduler ready/, 20);
 my $child = fork();
 if ($child == 0) {
     my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
-        '{"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0, "ignore_eos": true, "stream": true}',
+        '{"prompt": "Once upon a time", "max_tokens": 480, "temperature": 0, "ignore_eos": true, "stream": true}',
         {}, $port);
     POSIX::_exit($r =~ /data: \[DONE\]\n\n\z/ ? 0 : 1);
 }
@@ -152,24 +153,25 @@ GET /v1/models
 --- init
 package main;
 Test::Srt::wait_ready();
-my @bodies;
-for my $k (1 .. 6) {
-    push @bodies, [ map { my $stream = ($k + $_) % 2 ? 'true' : 'false';
-                          [$stream, qq({"prompt": "Request $k $_:", "max_tokens": 100, "temperature": 0, "ignore_eos": true, "stream": $stream})] } 1 .. 3 ];
-}
+# 6 clients send 100-token requests, streamed and not, until 1 s after the second reload: a
+# fixed number of them (18, ~3 s here) ended before the second reload, 2 s in, on a machine
+# 1.5 times as fast
+unlink "$main::Dir/load-stop";
 my @kids;
 for my $k (1 .. 6) {
     my $pid = fork();
     if ($pid == 0) {
-        my $bad = 0;
-        for my $req (@{ $bodies[$k - 1] }) {
-            my ($stream, $body) = @$req;
-            my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions', $body);
+        my ($n, $bad) = (0, 0);
+        until (-e "$main::Dir/load-stop") {
+            $n++;
+            my $stream = ($k + $n) % 2 ? 'true' : 'false';
+            my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
+                qq({"prompt": "Request $k $n:", "max_tokens": 100, "temperature": 0, "ignore_eos": true, "stream": $stream}));
             my $good = $r =~ m{^HTTP/1\.1 200 } && ($stream eq 'true' ? $r =~ /data: \[DONE\]\n\n\z/ : $r =~ /"completion_tokens":100,/);
             $bad++ unless $good;
         }
         open my $fh, '>', "$main::Dir/load-$k";
-        print $fh $bad;
+        print $fh "$n $bad";
         close $fh;
         POSIX::_exit(0);
     }
@@ -179,15 +181,21 @@ select undef, undef, undef, 0.5;
 kill 'HUP', master_pid();
 select undef, undef, undef, 1.5;
 kill 'HUP', master_pid();
+select undef, undef, undef, 1;
+open my $stop, '>', "$main::Dir/load-stop";
+close $stop;
 waitpid($_, 0) for @kids;
-my $failed = 0;
+my ($sent, $failed) = (0, 0);
 for my $k (1 .. 6) {
-    open my $in, '<', "$main::Dir/load-$k" or do { $failed += 3; next };
-    $failed += <$in>;
+    open my $in, '<', "$main::Dir/load-$k" or do { $failed++; next };
+    my ($n, $bad) = split ' ', <$in> // '';
     close $in;
     unlink "$main::Dir/load-$k";
+    $sent += $n // 0;
+    $failed += defined $bad ? $bad : 1;
 }
-Test::More::is($failed, 0, "18 requests from 6 clients across 2 reloads: none failed");
+unlink "$main::Dir/load-stop";
+Test::More::is($failed, 0, "$sent requests from 6 clients across 2 reloads: none failed");
 --- request
 POST /v1/completions
 {"prompt": "Hello", "max_tokens": 2, "temperature": 0}

@@ -13,7 +13,12 @@ log_level('info');
 
 our $Dir = srt_dir();
 
-srt_defaults(timeout => 60, config => srt_location('/v1/', srt_max_total_tokens => 2048, srt_context_length => 2048,
+# Generations that must outlast a deadline ask for 4000 tokens (context 4096): 31 s here (~650
+# in the first 3 s, slower as the context grows), so more than srt_request_timeout's 3 s on a
+# CPU ten times as fast; 1900 tokens (10.5 s here) left 1.2x to spare on one three times as fast.
+our $LONG = '{"prompt": "Once", "max_tokens": 4000, "temperature": 0, "ignore_eos": true}';
+
+srt_defaults(timeout => 60, config => srt_location('/v1/', srt_max_total_tokens => 4096, srt_context_length => 4096,
                                                    srt_max_running_requests => 1,
                                                    srt_watchdog_timeout => '2s', srt_queue_timeout => '1500ms',
                                                    srt_request_timeout => '3s') . <<'EOF2');
@@ -64,12 +69,13 @@ POST /v1/completions
 
 
 
-=== TEST 2: a busy scheduler keeps its heartbeat: a 2.5 s generation does not look stale
+=== TEST 2: a busy scheduler keeps its heartbeat: a generation busy past srt_watchdog_timeout does not look stale
 --- init
 package main;
 Test::Srt::wait_ready();
-my @pids = start_clients($main::Dir, 'busy', '/v1/completions',
-    '{"prompt": "Once", "max_tokens": 150, "temperature": 0, "ignore_eos": true}');
+# busy for the whole 2.5 s below (until srt_request_timeout ends it at 3 s), longer than the
+# 2 s watchdog timeout: 150 tokens took 0.6 s here, too short for a stale heartbeat to show
+my @pids = start_clients($main::Dir, 'busy', '/v1/completions', $main::LONG);
 my $bad = 0;
 for (1 .. 25) {
     my ($st) = Test::Srt::http_request('GET', '/v1/health');
@@ -92,7 +98,7 @@ package main;
 Test::Srt::wait_ready();
 --- request
 POST /v1/completions
-{"prompt": "Once", "max_tokens": 1900, "temperature": 0, "ignore_eos": true}
+{"prompt": "Once", "max_tokens": 4000, "temperature": 0, "ignore_eos": true}
 --- error_code: 504
 --- response_body_like chomp
 ^\{"error":\{"message":"Request timed out: the request took longer than 3000 ms \(srt_request_timeout\)","type":"server_error","param":null,"code":"request_timeout"\}\}$
@@ -105,7 +111,7 @@ package main;
 Test::Srt::wait_ready();
 --- request
 POST /v1/completions
-{"prompt": "Once", "max_tokens": 1900, "temperature": 0, "ignore_eos": true, "stream": true}
+{"prompt": "Once", "max_tokens": 4000, "temperature": 0, "ignore_eos": true, "stream": true}
 --- response_body_like chomp
 ^data: \{.*"text":.*\n\ndata: \{"error":\{"message":"the request took longer than 3000 ms \(srt_request_timeout\)".*\n\ndata: \[DONE\]\n\n$
 
@@ -115,8 +121,7 @@ POST /v1/completions
 --- init
 package main;
 Test::Srt::wait_ready();
-my @pids = start_clients($main::Dir, 'hog', '/v1/completions',
-    '{"prompt": "Once", "max_tokens": 1900, "temperature": 0, "ignore_eos": true}');   # ended by srt_request_timeout
+my @pids = start_clients($main::Dir, 'hog', '/v1/completions', $main::LONG);   # ended by srt_request_timeout
 my $deadline = time + 10;
 while (time < $deadline) {
     my (undef, $b) = Test::Srt::http_request('GET', '/v1/health');
