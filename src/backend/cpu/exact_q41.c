@@ -1701,6 +1701,7 @@ typedef struct {
     int64_t per[SRT_MATMUL_N_MAX];         /* groups per item */
     int64_t n_chunk[SRT_MATMUL_N_MAX];     /* items per token block */
     int64_t nb, n_tok, t0, item_tok;       /* this run: tokens [t0, t0 + n_tok) of the call */
+    int64_t prep_tok;                      /* tokens a prep item turns into digits */
     const float *x;                        /* the run's first token */
     const int8_t *dig;                     /* the run's tokens: nb * XB bytes each */
     const float *sc, *xs;                  /* nb floats each */
@@ -1714,7 +1715,7 @@ typedef struct {
 static void prep_item(void *arg, int64_t i, int ith)
 {
     q41_job *j = arg;
-    for (int64_t t = i * 16; t < j->n_tok && t < i * 16 + 16; t++)
+    for (int64_t t = i * j->prep_tok; t < j->n_tok && t < (i + 1) * j->prep_tok; t++)
         prep_token(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
                    (float *)j->xs + t * j->nb, j->cs ? (int32_t *)j->cs + CS * t * j->nb : NULL);
 }
@@ -1828,9 +1829,11 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
         j.sc = (const float *)(base + (size_t)j.n_tok * (size_t)j.nb * XB);
         j.xs = j.sc + j.n_tok * j.nb;
         j.cs = q8 ? (const int32_t *)(j.xs + j.n_tok * j.nb) : NULL;
-        /* the digits: 16 tokens an item */
+        /* the digits: 16 tokens an item, fewer when that would leave a thread idle (a batched
+         * decode's 16 tokens were one item: the other thread waited) */
         j.x = x + t0 * C;
-        int64_t n_prep = (j.n_tok + 15) / 16;
+        j.prep_tok = j.n_tok >= 32 * nth ? 16 : (j.n_tok + 2 * nth - 1) / (2 * nth);
+        int64_t n_prep = (j.n_tok + j.prep_tok - 1) / j.prep_tok;
         if (nth > 1 && n_prep > 1)
             srt_threadpool_run_items(tp, prep_item, &j, n_prep);
         else
