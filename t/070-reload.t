@@ -260,3 +260,101 @@ for my $how (qw(quit reload)) {
 GET /v1/models
 --- response_body_like chomp
 "id":"smol"
+
+
+
+=== TEST 8: quit, and a reload that gives the model a new channel, then the old scheduler dies while it finishes a stream: the stream fails at once, nginx exits
+The helper used to exit at once, leaving the old scheduler unwatched, and no successor would
+open its channel to reclaim what it ran: the stream hung, and nginx never finished quitting.
+--- init
+package main;
+use IO::Socket::INET ();
+my $port = server_port() + 5;
+my $loc = sub { "srt_model $ENV{TEST_NGINX_SRT_TINY} name=t; srt_threads 1; srt_max_total_tokens 4096; "
+                . "srt_context_length $_[0]; srt_wait_ready 60s;" };
+for my $how (qw(quit reload)) {
+    my $ngx = private_nginx("orphan-$how", $port, $loc->(2048));
+    $ngx->start or die "nginx failed to start";
+    $ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler";
+    my ($master) = `cat $ngx->{prefix}/logs/nginx.pid` =~ /(\d+)/;
+    my ($helper, $sched) = $ngx->log =~ /(\d+)#\d+: srt: scheduler process (\d+) started for model/
+        or die "no helper or scheduler in the log";
+    my $body = '{"prompt": [1, 2, 3], "max_tokens": 2000, "temperature": 0, "ignore_eos": true, "stream": true}';
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 5)
+        or die "connect: $!";
+    print $s "POST /v1/completions HTTP/1.0\r\nHost: localhost\r\n"
+           . "Content-Type: application/json\r\nContent-Length: " . length($body) . "\r\n\r\n$body";
+    my $sel = IO::Select->new($s);
+    my $resp = '';
+    while ($resp !~ /"text"/ && $sel->can_read(10)) {
+        sysread($s, my $buf, 65536) or last;
+        $resp .= $buf;
+    }
+    $ngx->write($loc->(1024)) if $how eq 'reload';
+    $ngx->signal($how);
+    # once the helper's event loop is over, only its exit path still watches the scheduler
+    $ngx->wait_log(qr/\b$helper#$helper: exiting/, 10) or die "the helper did not exit";
+    kill 'KILL', $sched;
+    my $t0 = Time::HiRes::time();
+    while ((my $left = 15 - (Time::HiRes::time() - $t0)) > 0) {
+        last unless $sel->can_read($left);
+        sysread($s, my $buf, 65536) or last;
+        $resp .= $buf;
+    }
+    Test::More::like($resp, qr/"message":"scheduler process $sched exited".*\ndata: \[DONE\]\n\n\z/s,
+                     "$how: the stream fails once its scheduler dies ("
+                     . sprintf('%.1f s', Time::HiRes::time() - $t0) . ")");
+    Test::More::like($ngx->log, qr/scheduler process $sched for model "t" exited unexpectedly while stopping/,
+                     "$how: the helper said so");
+    if ($how eq 'quit') {
+        my $gone = 0;
+        for (1 .. 200) { if (!alive($master)) { $gone = 1; last } select undef, undef, undef, 0.05 }
+        Test::More::ok($gone, "quit: nginx exited");
+        $ngx->stop unless $gone;
+        close $s;
+    } else {
+        close $s;
+        Test::More::ok($ngx->wait_log(qr/scheduler ready(?s:.*)scheduler ready/, 30),
+                       "reload: the new channel's scheduler is ready");
+        my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
+            '{"prompt": [1, 2, 3], "max_tokens": 2}', {}, $port);
+        Test::More::like($r, qr{^HTTP/1\.1 200 }, "reload: and serves");
+        $ngx->stop;
+    }
+}
+--- request
+GET /v1/models
+--- response_body_like chomp
+"id":"smol"
+
+
+
+=== TEST 9: a worker that exits on a reload takes its doorbell file out of srt_temp_path
+One socket file per model and worker used to stay behind there with every reload.
+--- init
+package main;
+my $port = server_port() + 6;
+my $ngx = private_nginx("bells", $port, "srt_model $ENV{TEST_NGINX_SRT_TINY} name=t; srt_threads 1;");
+$ngx->start or die "nginx failed to start";
+$ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler";
+my $dir = "$ngx->{prefix}/srt_temp";
+# the doorbell files of processes that are gone
+my $stale = sub {
+    opendir my $dh, $dir or return -1;
+    return scalar grep { /-w(\d+)\z/ && !alive($1) } readdir $dh;
+};
+for my $n (1 .. 3) {
+    $ngx->signal('reload');
+    $ngx->wait_log(qr/(?:worker process \d+ exited(?s:.*)){$n}/, 20) or die "reload $n: no worker exited";
+}
+my $left = -1;
+for (1 .. 40) { $left = $stale->(); last if $left == 0; select undef, undef, undef, 0.05 }
+Test::More::is($left, 0, "3 reloads: no doorbell file of an exited worker left");
+my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions', '{"prompt": [1, 2, 3], "max_tokens": 2}',
+                                                {}, $port);
+Test::More::like($r, qr{^HTTP/1\.1 200 }, "and the model serves");
+$ngx->stop;
+--- request
+GET /v1/models
+--- response_body_like chomp
+"id":"smol"

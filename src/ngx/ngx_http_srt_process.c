@@ -16,6 +16,7 @@
 
 #include "ngx_http_srt_module.h"
 
+#include <poll.h>
 #include <sys/prctl.h>
 
 
@@ -34,12 +35,14 @@ static void ngx_http_srt_lifeline_handler(ngx_event_t *ev);
 static void ngx_http_srt_respawn_handler(ngx_event_t *ev);
 static void ngx_http_srt_watch_handler(ngx_event_t *ev);
 static void ngx_http_srt_supervisor_exit(void);
+static void ngx_http_srt_supervisor_wait(void);
 static void ngx_http_srt_close_lifelines(void);
 static void ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
     ngx_pid_t master);
 
 
 static ngx_http_srt_main_conf_t  *ngx_http_srt_supervised;
+static ngx_pid_t                  ngx_http_srt_supervisor_pid;
 static srt_chan                  *ngx_http_srt_sched_chan;
 
 
@@ -95,6 +98,7 @@ ngx_http_srt_manager(void *data)
 
     smcf->supervised = 1;
     ngx_http_srt_supervised = smcf;
+    ngx_http_srt_supervisor_pid = ngx_getpid();
 
     /* the helper exits through exit(): take the schedulers down with it */
     atexit(ngx_http_srt_supervisor_exit);
@@ -130,7 +134,10 @@ ngx_http_srt_supervisor_exit(void)
     ngx_uint_t              i;
     ngx_http_srt_model_t  **mp;
 
-    if (ngx_http_srt_supervised == NULL) {
+    /* the schedulers and their ranks inherited this registration */
+    if (ngx_http_srt_supervised == NULL
+        || ngx_getpid() != ngx_http_srt_supervisor_pid)
+    {
         return;
     }
 
@@ -144,6 +151,128 @@ ngx_http_srt_supervisor_exit(void)
             kill(mp[i]->pid, sig);
         }
     }
+
+    if (sig == SIGQUIT) {
+        ngx_http_srt_supervisor_wait();
+    }
+}
+
+
+/*
+ * The helper exits on a reload or a graceful stop while its schedulers still
+ * finish what they run, for as long as that takes: it watches their lifelines
+ * until they are gone, and one that dies meanwhile has its requests failed
+ * here, as ever. Nobody else would when no successor comes to reclaim them
+ * (nginx -s quit, a reload that gave the model a new channel or dropped it):
+ * the workers waited for them forever, and nginx never finished quitting. A
+ * stop (the workers are gone too) ends the wait.
+ */
+
+static void
+ngx_http_srt_supervisor_wait(void)
+{
+    int                     rc;
+    u_char                  buf[16];
+    char                    why[128];
+    ssize_t                 n;
+    ngx_pid_t               pid;
+    ngx_uint_t              i, k, nfds;
+    struct pollfd          *pfd;
+    ngx_http_srt_model_t  **mp, *m;
+
+    mp = ngx_http_srt_supervised->models.elts;
+
+    nfds = ngx_http_srt_supervised->models.nelts;
+
+    pfd = ngx_alloc(nfds * sizeof(struct pollfd), ngx_cycle->log);
+    if (pfd == NULL) {
+        return;
+    }
+
+    for ( ;; ) {
+
+        if (ngx_terminate) {
+            for (i = 0; i < ngx_http_srt_supervised->models.nelts; i++) {
+                if (mp[i]->pid != NGX_INVALID_PID) {
+                    kill(mp[i]->pid, SIGTERM);
+                }
+            }
+
+            break;
+        }
+
+        nfds = 0;
+
+        for (i = 0; i < ngx_http_srt_supervised->models.nelts; i++) {
+            if (mp[i]->pid != NGX_INVALID_PID && mp[i]->lifeline != NULL) {
+                pfd[nfds].fd = mp[i]->lifeline->fd;
+                pfd[nfds].events = POLLIN;
+                pfd[nfds].revents = 0;
+                nfds++;
+            }
+        }
+
+        if (nfds == 0) {
+            break;
+        }
+
+        rc = poll(pfd, nfds, 1000);
+
+        if (rc == -1) {
+            if (ngx_errno == NGX_EINTR) {
+                continue;
+            }
+
+            ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_errno,
+                          "srt: poll() failed");
+            break;
+        }
+
+        k = 0;
+
+        for (i = 0; i < ngx_http_srt_supervised->models.nelts; i++) {
+            m = mp[i];
+
+            if (m->pid == NGX_INVALID_PID || m->lifeline == NULL) {
+                continue;
+            }
+
+            if (pfd[k++].revents == 0) {
+                continue;
+            }
+
+            n = read(m->lifeline->fd, buf, sizeof(buf));
+            if (n > 0 || (n == -1 && ngx_errno == NGX_EAGAIN)) {
+                continue;
+            }
+
+            pid = m->pid;
+            m->pid = NGX_INVALID_PID;
+            ngx_close_connection(m->lifeline);
+            m->lifeline = NULL;
+
+            /* one that stopped as asked gave its model up itself */
+            if (srt_chan_sched_pid(m->chan) != pid) {
+                continue;
+            }
+
+            if (srt_chan_sched_state_get(m->chan, NULL, 0)
+                != SRT_CHAN_SCHED_FAILED)
+            {
+                ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                              "srt: scheduler process %P for model \"%V\" "
+                              "exited unexpectedly while stopping",
+                              pid, &m->name);
+            }
+
+            ngx_snprintf((u_char *) why, sizeof(why) - 1,
+                         "scheduler process %P exited%Z", pid);
+
+            srt_chan_sched_crashed(m->chan, pid, why);
+        }
+    }
+
+    ngx_free(pfd);
 }
 
 
