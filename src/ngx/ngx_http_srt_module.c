@@ -1741,6 +1741,14 @@ ngx_http_srt_exit_process(ngx_cycle_t *cycle)
         mp[i]->bos_token = NULL;
         mp[i]->eos_token = NULL;
 
-        /* the channel handle stays: its doorbell fd belongs to the event loop */
+        /*
+         * A worker's doorbell is a socket file in srt_temp_path, named after
+         * its pid: the detach removes it, else one per model and worker stayed
+         * there with every reload. Its fd goes too: the event loop is over.
+         */
+        if (ngx_process == NGX_PROCESS_WORKER && mp[i]->chan != NULL) {
+            srt_chan_detach(mp[i]->chan);
+            mp[i]->chan = NULL;
+        }
     }
 }
