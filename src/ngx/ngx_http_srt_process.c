@@ -280,6 +280,7 @@ static void
 ngx_http_srt_spawn(ngx_http_srt_model_t *m)
 {
     int                fds[2];
+    sigset_t           all, old;
     ngx_pid_t          pid, master;
     ngx_connection_t  *c;
 
@@ -292,7 +293,19 @@ ngx_http_srt_spawn(ngx_http_srt_model_t *m)
         return;
     }
 
+    /*
+     * Signals wait until the scheduler has its own handlers: nginx's, which
+     * it would run until then, only set flags nobody reads there, so a QUIT
+     * sent in that moment was lost.
+     */
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
+
     pid = fork();
+
+    if (pid != 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+    }
 
     switch (pid) {
 
@@ -555,10 +568,11 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
 
     ngx_pid = ngx_getpid();
 
-    /* die with the helper, and know it if it is already gone */
+    /* die with the helper, and know it if it is already gone (the orphan's
+     * new parent is init or a subreaper, not always pid 1) */
     (void) prctl(PR_SET_PDEATHSIG, SIGQUIT);
 
-    if (getppid() == 1) {
+    if (getppid() != ngx_http_srt_supervisor_pid) {
         _exit(0);
     }
 
