@@ -12,6 +12,10 @@ Everything is deterministic (fixed seeds), so rerunning reproduces the committed
   gpt2/            GPT-2-style: ByteLevel(use_regex=true, add_prefix_space=true), merges as "a b" strings
   spm/             SentencePiece-style BPE (Llama-2 layout): Prepend+Replace normalizer, byte_fallback
   mistral/         the same model with a Metaspace pre-tokenizer and Metaspace decoder
+  uprops/          the llama3 model behind Digits, a Split on Unicode general categories (short and long
+                   names, \d, classes) and a Split removing each piece's first character, so that which
+                   category a character is in shows in the ids (HF's Oniguruma and Rust are newer Unicode
+                   than PCRE2: src/tok/uprop_tables.h)
   anthropic/       a real tokenizer.json shipped on PyPI (anthropic==0.30.0, byte-level BPE with NFKC),
                    fetched with `pip download`
   spm-gguf/, bpe-gguf/  tokenizer-only GGUF files; expected ids from transformers' GGUF conversion
@@ -35,6 +39,8 @@ VOCAB_CUT = 6000
 GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+UPROP_RE = (r"\p{Lu}+|\p{Ll}+|\p{Lo}+|\p{Lm}|\p{M}+|\p{Nd}+|\p{No}|\p{Nl}|\p{Punctuation}|\p{Other_Symbol}+"
+            r"|\p{Sm}|\p{Sc}|\p{Sk}|\p{Z}|\d|[^\p{L}\p{N}\s]+")
 QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -180,6 +186,14 @@ def make_bytelevel_variants(out):
     dump_json(os.path.join(out, "llama3/tokenizer_config.json"), {
         "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "model_max_length": 131072,
         "tokenizer_class": "PreTrainedTokenizerFast"})
+
+    uprops = dict(llama3)
+    uprops["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "Split", "pattern": {"Regex": UPROP_RE}, "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": r"\A."}, "behavior": "Removed", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    dump_json(os.path.join(out, "uprops/tokenizer.json"), uprops)
 
     # GPT-2 layout: regex inside ByteLevel, prefix space, merges in the "a b" string form.
     gpt2 = {"version": "1.0", "truncation": None, "padding": None,
@@ -442,7 +456,20 @@ def make_corpus(n=2400, seed=1234):
     out = list(fixed)
     while len(out) < n:
         out.append(gen_string(r, r.randint(0, 8)))
-    return out
+    return out + REGRESSIONS
+
+
+# Appended after the random strings (so that those keep their lines): minimised differences from HF
+# that differential fuzzing found.
+REGRESSIONS = [
+    "\U00013c7f\n\t\n",  # a Unicode 16 letter (Oniguruma's \p{L}; PCRE2 10.42 had it unassigned)
+    "\uab69\U00010796",  # NFKC: compatibility decompositions newer than HF's Unicode 9.0 tables
+    "\U00011935\U00011930 \U00011938",  # NFC: a composition newer than Unicode 9.0
+    "a\u0301\u1dfa\u0316 x\u0c3c\u093c",  # combining classes newer than Unicode 9.0 (0 in HF)
+    "1\U0001fbf1 \u32ff",  # NFKC of Unicode 13 digits and U+32FF (Unicode 12.1)
+    "!\U00011de0! \U00011de1\U00011de2",  # Digits: Rust's is_numeric (Unicode 17) beyond Oniguruma's \p{N}
+    "x\U00016d40\U00016d6b\U0001e4f0 \U00010d50\U00010d70\U00010d4e \U000105c0\u1c89\ua7cb",  # \p{Lm} \p{Nd} \p{Lu} \p{Ll} \p{Lo} of Unicode 15/16
+]
 
 
 def make_train_lines(seed=99, n=3000):
@@ -507,7 +534,7 @@ def main():
         for s in corpus:
             f.write(json.dumps(s, ensure_ascii=False) + "\n")
     fetch_anthropic(out)
-    for name in ("smollm2", "qwen2", "llama3", "gpt2", "spm", "mistral", "anthropic"):
+    for name in ("smollm2", "qwen2", "llama3", "uprops", "gpt2", "spm", "mistral", "anthropic"):
         write_expected(out, name, corpus)
     make_gguf_fixtures(out)
     try:

@@ -212,7 +212,7 @@ static int parse_pretokenizer(srt_tokenizer *t, yajl_val v, srt_err *err)
         p->kind = PRE_DIGITS;
         p->individual = get_bool(v, "individual_digits", 0);
         p->behavior = SPLIT_ISOLATED;
-        if (tok_compile_regex(p, p->individual ? "\\p{N}" : "\\p{N}+", where, err))
+        if (tok_compile_numeric(p, p->individual, where, err))
             return SRT_ERROR;
     } else if (!strcmp(type, "Metaspace")) {
         p->kind = PRE_METASPACE;

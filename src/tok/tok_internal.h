@@ -79,6 +79,12 @@ enum tok_split_behavior { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLI
 typedef struct tok_pretok {
     int kind;
     pcre2_code *re;      /* split / bytelevel regex (JIT compiled) */
+    pcre2_code *re_base; /* the same with PCRE2's own classes, for texts without any code point of
+                            extra[] (most texts: HF's newer Unicode only adds rare scripts); NULL:
+                            re has no additions */
+    uint32_t (*extra)[2];/* the code point ranges re's classes add, sorted and merged */
+    size_t n_extra;
+    uint64_t extra_blocks[0x110000 / 256 / 64]; /* bit cp >> 8: a range meets that block */
     char *lit;           /* split on a literal string */
     size_t lit_len;
     int behavior, invert;
@@ -189,6 +195,8 @@ int tok_add_merge(srt_tokenizer *t, int32_t left, int32_t right, int32_t result,
 int tok_alloc_merges(srt_tokenizer *t, size_t n, srt_err *err);
 int32_t tok_lookup(const srt_tokenizer *t, const tok_strmap *m, const char *s, size_t n, int by_key);
 int tok_compile_regex(tok_pretok *p, const char *pattern, const char *where, srt_err *err);
+/* The Digits pre-tokenizer's class (Rust's char::is_numeric), one character or a run. */
+int tok_compile_numeric(tok_pretok *p, int individual, const char *where, srt_err *err);
 char *tok_strdup(const char *s);
 char *tok_strndup(const char *s, size_t n);
 

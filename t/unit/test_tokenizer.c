@@ -690,7 +690,8 @@ int main(void)
     static const struct {
         const char *name;
         int lossless;
-    } fx[] = {{"smollm2", 1}, {"qwen2", 0}, {"llama3", 1}, {"gpt2", 0}, {"spm", 0}, {"mistral", 0}, {"anthropic", 0}};
+    } fx[] = {{"smollm2", 1}, {"qwen2", 0},   {"llama3", 1},  {"uprops", 0},
+              {"gpt2", 0},    {"spm", 0},     {"mistral", 0}, {"anthropic", 0}};
     for (size_t i = 0; i < sizeof(fx) / sizeof(fx[0]); i++) {
         srt_tokenizer *t = load(fx[i].name);
         if (t)

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Write src/tok/uprop_tables.h: what the pre-tokenizer regexes need on top of PCRE2's Unicode tables to
+classify characters as HF tokenizers does.
+
+HF matches Split / ByteLevel regexes with Oniguruma, whose Unicode version (16.0 in tokenizers 0.2x) is
+newer than the PCRE2 the C side links (10.42: Unicode 14.0.0). A character assigned since, such as
+U+13C7F (Egyptian hieroglyph, Unicode 16), is \\p{L} there and unassigned here, which changes where
+"[^\\r\\n\\p{L}\\p{N}]?\\p{L}+" splits. For every general category (and its long names) the header lists
+the code points that HF's Oniguruma puts in it and Unicode 14.0.0 left unassigned; tok_compile_regex
+adds them to the category's class. The Digits pre-tokenizer uses Rust's char::is_numeric (the N
+categories of Rust's own Unicode version, newer still), listed the same way.
+
+Everything is read off the installed tokenizers (the reference itself), against Python's unicodedata
+for the Unicode 14.0.0 baseline:
+
+  scripts/gen_uprop_tables.py        (needs tokenizers; Python with Unicode 14.0.0)
+
+Categories whose Unicode 14.0.0 members left them later (only U+1171E: Mn -> Mc in Unicode 15) cannot
+be subtracted from PCRE2's class; they are listed in the header's comment, not corrected."""
+import os
+import sys
+import unicodedata
+
+import tokenizers
+from tokenizers import Regex, pre_tokenizers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "src/tok/uprop_tables.h")
+
+GC = {  # short name -> long names Oniguruma accepts (matched loosely: case, " ", "_", "-" ignored)
+    "L": ["Letter"], "LC": ["Cased_Letter"], "Lu": ["Uppercase_Letter"], "Ll": ["Lowercase_Letter"],
+    "Lt": ["Titlecase_Letter"], "Lm": ["Modifier_Letter"], "Lo": ["Other_Letter"],
+    "M": ["Mark", "Combining_Mark"], "Mn": ["Nonspacing_Mark"], "Mc": ["Spacing_Mark"], "Me": ["Enclosing_Mark"],
+    "N": ["Number"], "Nd": ["Decimal_Number", "digit"], "Nl": ["Letter_Number"], "No": ["Other_Number"],
+    "P": ["Punctuation", "punct"], "Pc": ["Connector_Punctuation"], "Pd": ["Dash_Punctuation"],
+    "Ps": ["Open_Punctuation"], "Pe": ["Close_Punctuation"], "Pi": ["Initial_Punctuation"],
+    "Pf": ["Final_Punctuation"], "Po": ["Other_Punctuation"],
+    "S": ["Symbol"], "Sm": ["Math_Symbol"], "Sc": ["Currency_Symbol"], "Sk": ["Modifier_Symbol"],
+    "So": ["Other_Symbol"],
+    "Z": ["Separator"], "Zs": ["Space_Separator"], "Zl": ["Line_Separator"], "Zp": ["Paragraph_Separator"],
+}
+CPS = [cp for cp in range(0x110000) if not 0xD800 <= cp < 0xE000]
+
+
+def onig(pattern):
+    sp = pre_tokenizers.Split(Regex(pattern), behavior="removed")
+    return {cp for cp in CPS if not sp.pre_tokenize_str(chr(cp))}
+
+
+def py14(short):
+    if short == "LC":
+        return {cp for cp in CPS if unicodedata.category(chr(cp)) in ("Lu", "Ll", "Lt")}
+    return {cp for cp in CPS if unicodedata.category(chr(cp)).startswith(short)}
+
+
+def ranges(s):
+    out = []
+    for c in sorted(s):
+        if out and out[-1][1] == c - 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return out
+
+
+def class_text(s):
+    return "".join("\\\\x{%X}" % a if a == b else "\\\\x{%X}-\\\\x{%X}" % (a, b) for a, b in ranges(s))
+
+
+def c_lines(text, width=100):
+    lines, cur = [], ""
+    for part in text.replace("\\\\x", "\n\\\\x").split("\n"):
+        if len(cur) + len(part) > width:
+            lines.append(cur)
+            cur = ""
+        cur += part
+    lines.append(cur)
+    return "\n".join('        "%s"' % ln for ln in lines if ln)
+
+
+def loose(name):
+    return "".join(ch for ch in name.lower() if ch not in " _-")
+
+
+def main():
+    if unicodedata.unidata_version != "14.0.0":
+        sys.exit("gen_uprop_tables.py: the baseline is PCRE2 10.42's Unicode 14.0.0; this Python has %s"
+                 % unicodedata.unidata_version)
+    rows, names, stuck = [], [], []
+    for short, longs in GC.items():
+        o, base = onig(r"\p{%s}" % short), py14(short)
+        for ln in longs:
+            if onig(r"\p{%s}" % ln) != o:
+                sys.exit("Oniguruma's \\p{%s} is not \\p{%s}" % (ln, short))
+        extra = o - base
+        stuck += ["U+%04X left %s" % (c, short) for c in sorted(base - o)]
+        stuck += ["U+%04X joined %s" % (c, short) for c in sorted(extra) if unicodedata.category(chr(c)) != "Cn"]
+        extra = {c for c in extra if unicodedata.category(chr(c)) == "Cn"}
+        rows.append((short, extra))
+        for n in [short] + longs:
+            names.append((loose(n), short))
+    digits = pre_tokenizers.Digits(individual_digits=True)
+    numeric = {cp for cp in CPS if len(digits.pre_tokenize_str("a" + chr(cp) + "a")) != 1}
+    if py14("N") - numeric:
+        sys.exit("Rust's is_numeric lacks Unicode 14.0.0 N characters")
+    rows.append(("rust_numeric", numeric - py14("N")))
+    names.sort()
+    with open(OUT, "w") as f:
+        f.write("/* Generated by scripts/gen_uprop_tables.py from tokenizers %s against Unicode %s. Do not edit.\n"
+                " * tok_gc_extra: per general category, the code points HF's Oniguruma has in it that Unicode %s\n"
+                " * left unassigned (a class text to splice into a PCRE2 character class).\n"
+                " * Not corrected (assigned characters that changed category since): %s */\n"
+                % (tokenizers.__version__, unicodedata.unidata_version, unicodedata.unidata_version,
+                   "; ".join(stuck) or "none"))
+        f.write("static const struct {\n    const char *name;\n    const char *extra;\n} tok_gc_extra[] = {\n")
+        for short, extra in rows:
+            f.write('    {"%s",\n%s},\n' % (short, c_lines(class_text(extra)) if extra else '        ""'))
+        f.write("};\n")
+        f.write("/* loose property name (lower case, no \" _-\") -> short general category name, sorted */\n")
+        f.write("static const struct {\n    const char *loose;\n    const char *gc;\n} tok_gc_names[] = {\n")
+        for ln, short in names:
+            f.write('    {"%s", "%s"},\n' % (ln, short))
+        f.write("};\n")
+    print("wrote", OUT, "; not corrected:", stuck)
+
+
+if __name__ == "__main__":
+    main()
