@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Write src/template/ucase_tables.h (Python's full Unicode case mapping: str.upper/lower/title with
-special casing, and the Cased / Case_Ignorable / islower / isupper properties) and the unit test's
+special casing, the Cased / Case_Ignorable / islower / isupper properties, and str.isprintable (repr()'s
+escaping), isalpha, isdigit, isalnum (re's \\w, jinja2's wordcount)) and the unit test's
 fixture t/fixtures/ucase/python_case.txt, both out of the running Python. Rerun when moving to a
 newer Unicode version; the header and the fixture must come from the same Python.
 
@@ -44,7 +45,8 @@ def probes(c):
            ("A" + s + "Σ").lower(), ("1" + s + "Σ").lower(), ("AΣ" + s).lower(), ("AΣ" + s + "a").lower(),
            (s + "a").title(), ("a" + s + "a").title(), (s + "aΣ").capitalize(), jinja_title(s + "a " + s + "Σ"),
            "T" if s.islower() else "F", "T" if s.isupper() else "F",
-           "T" if (s + "a").islower() else "F", "T" if (s + "A").isupper() else "F"]
+           "T" if (s + "a").islower() else "F", "T" if (s + "A").isupper() else "F",
+           "".join("T" if f() else "F" for f in (s.isprintable, s.isalpha, s.isdigit, s.isalnum))]
     return "\x00".join(out).encode("utf-8", "surrogatepass") + b"\x01"
 
 
@@ -57,6 +59,7 @@ def fnv(data, h=0xcbf29ce484222325):
 def main():
     maps, multi, growth = [], [], 1.0
     cased, ignorable, lower, upper, title = [], [], [], [], []
+    unprintable, alpha, digit, alnum = [], [], [], []
     for cp in cps():
         s = chr(cp)
         u, l, t = s.upper(), s.lower(), s.title()
@@ -77,6 +80,10 @@ def main():
             upper.append(cp)
         if cat == "Lt":
             title.append(cp)
+        for lst, f in ((unprintable, lambda: not s.isprintable()), (alpha, s.isalpha), (digit, s.isdigit),
+                       (alnum, s.isalnum)):
+            if f():
+                lst.append(cp)
         # a char both lower and upper would make str.islower/isupper differ from the per-char flags
         if cat in ("Lu", "Ll", "Lt") and not (s.islower() or s.isupper() or cat == "Lt"):
             sys.exit("U+%04X: cased letter neither lower nor upper" % cp)
@@ -118,7 +125,8 @@ def main():
     L.append("};")
     L.extend(body)
     for name, lst in (("uc_cased", cased), ("uc_ignorable", ignorable), ("uc_lower", lower),
-                      ("uc_upper", upper), ("uc_title", title)):
+                      ("uc_upper", upper), ("uc_title", title), ("uc_unprintable", unprintable),
+                      ("uc_alpha", alpha), ("uc_digit", digit), ("uc_alnum", alnum)):
         rs = ranges(lst)
         L.append("static const uc_range %s[] = {" % name)
         for i in range(0, len(rs), 6):

@@ -511,6 +511,11 @@ SEMANTICS = [
     ("{{ l|map(attribute='t')|unique|list }} {{ l|unique(attribute='t')|map(attribute='t')|join }}", {"l": [{"t": "s%d" % (i % 7)} for i in range(200)]}),
     ("{{ 0x1F }} {{ 0o17 }} {{ 0b101 }} {{ 0xff_ff }} {{ 0 }} {{ 00 }} {{ 0x1F + 1 }}", {}),
     ("{{ ms|sort(attribute='a,b')|map(attribute='n')|join }} {{ ms|sort(attribute='b,a', reverse=true)|map(attribute='n')|join }}", {"ms": [{"a": 2, "b": "x", "n": 1}, {"a": 1, "b": "y", "n": 2}, {"a": 1, "b": "X", "n": 3}]}),
+    # found by differential fuzzing: repr() escapes what str.isprintable() refuses (unassigned, private use,
+    # format, separators), and the str predicates / wordcount are Python's Unicode ones
+    ("{{ [s] }}|{{ {'k': s} }}|{{ (s,) }}", {"s": "\U0010ffff\ud7ff\u0378\ue000\u00ad\u2028 \u3000\xa0\x85\x7f\U000e0001\ufffe\U0001f600é\u061c\u180e\U000f0000"}),
+    ("{% for s in l %}{{ s.isdigit() }} {{ s.isalpha() }} {{ s.isalnum() }} {{ s|wordcount }};{% endfor %}",
+     {"l": ["²³", "٣٤", "Ⅻ", "ǅ", "ɐ", "ª", "中文", "ไทย", "हिन्दी", "e\u0301", "¿qué?", "a©b€c", "😀 🤖", "x_y z", "①", "〇"]}),
 ]
 
 MALFORMED = [

@@ -153,13 +153,6 @@ static int str_new(render *r, sbuf *b, val *out)
     return 0;
 }
 
-static bool cp_alpha(uint32_t c)
-{
-    if (c < 0x80)
-        return (c | 32) >= 'a' && (c | 32) <= 'z';
-    return tpl_cp_cased(c) || (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3040 && c <= 0x30FF) || (c >= 0xAC00 && c <= 0xD7A3);
-}
-
 static void put_cp(sbuf *b, uint32_t cp)
 {
     char u[4];
@@ -1435,9 +1428,7 @@ int tpl_filter_apply(render *r, int id, val in, cargs *a, val *out)
         while (i < n) {
             size_t adv;
             uint32_t c = tpl_u8_decode(s + i, n - i, &adv);
-            bool w = c == '_' || (c < 0x80 ? ((c | 32) >= 'a' && (c | 32) <= 'z') || (c >= '0' && c <= '9')
-                                           : !tpl_py_isspace_cp(c) && !(c >= 0x2000 && c <= 0x206F) &&
-                                                 !(c >= 0x3000 && c <= 0x303F) && !(c >= 0xFF00 && c <= 0xFF0F));
+            bool w = c == '_' || tpl_cp_alnum(c); /* re's \w, as jinja2's _word_re = r"\w+" */
             if (w && !in_word)
                 words++;
             in_word = w;
@@ -1692,9 +1683,8 @@ int tpl_method_apply(render *r, int id, val self, cargs *a, val *out, bool *foun
             while (i < n && all) {
                 size_t adv;
                 uint32_t c = tpl_u8_decode(s + i, n - i, &adv);
-                bool d = c >= '0' && c <= '9';
-                all = id == M_ISDIGIT ? d : id == M_ISALPHA ? cp_alpha(c) : id == M_ISALNUM ? d || cp_alpha(c)
-                                                                                           : tpl_py_isspace_cp(c);
+                all = id == M_ISDIGIT ? tpl_cp_digit(c) : id == M_ISALPHA ? tpl_cp_alpha(c)
+                    : id == M_ISALNUM ? tpl_cp_alnum(c) : tpl_py_isspace_cp(c);
                 i += adv;
             }
             *out = v_bool(all);

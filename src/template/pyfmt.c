@@ -89,19 +89,6 @@ void tpl_py_float_repr(sbuf *b, double f)
     }
 }
 
-static bool repr_printable(uint32_t c)
-{
-    if (c < 0x20 || c == 0x7F)
-        return false;
-    if (c >= 0x80 && c <= 0xA0)
-        return false;
-    if (c == 0xAD || c == 0x1680 || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
-        (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF || (c >= 0xE000 && c <= 0xF8FF) ||
-        (c >= 0xFFF9 && c <= 0xFFFB) || (c >= 0xD800 && c <= 0xDFFF))
-        return false;
-    return true;
-}
-
 void tpl_py_repr_str(sbuf *b, const char *s, size_t n)
 {
     bool has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
@@ -129,7 +116,7 @@ void tpl_py_repr_str(sbuf *b, const char *s, size_t n)
         }
         size_t adv;
         uint32_t cp = tpl_u8_decode(s + i, n - i, &adv);
-        if (repr_printable(cp))
+        if (tpl_cp_printable(cp) && !(cp >= 0xD800 && cp <= 0xDFFF))
             tpl_sb_put(b, s + i, adv);
         else if (cp <= 0xFF)
             tpl_sb_printf(b, "\\x%02x", cp);

@@ -108,6 +108,10 @@ enum { TPL_CASE_UPPER, TPL_CASE_LOWER, TPL_CASE_TITLE, TPL_CASE_CAPITALIZE, TPL_
 size_t   tpl_case_map(const char *s, size_t n, int mode, char *out);   /* returns bytes written */
 bool     tpl_case_is(const char *s, size_t n, bool upper);            /* str.isupper() / islower() */
 bool     tpl_cp_cased(uint32_t c);                                     /* Unicode Cased, as Python */
+bool     tpl_cp_printable(uint32_t c);                                 /* str.isprintable() (repr escapes the rest) */
+bool     tpl_cp_alpha(uint32_t c);                                     /* str.isalpha() */
+bool     tpl_cp_digit(uint32_t c);                                     /* str.isdigit() */
+bool     tpl_cp_alnum(uint32_t c);                                     /* str.isalnum() (re's \w less "_") */
 
 /* ---- syntax tree ---- */
 typedef enum ekind {

@@ -28,6 +28,10 @@ static bool in_ranges(const uc_range *r, size_t n, uint32_t c)
 }
 
 bool tpl_cp_cased(uint32_t c) { return in_ranges(uc_cased, N_OF(uc_cased), c); }
+bool tpl_cp_printable(uint32_t c) { return !in_ranges(uc_unprintable, N_OF(uc_unprintable), c); }
+bool tpl_cp_alpha(uint32_t c) { return in_ranges(uc_alpha, N_OF(uc_alpha), c); }
+bool tpl_cp_digit(uint32_t c) { return in_ranges(uc_digit, N_OF(uc_digit), c); }
+bool tpl_cp_alnum(uint32_t c) { return in_ranges(uc_alnum, N_OF(uc_alnum), c); }
 static bool cp_ignorable(uint32_t c) { return in_ranges(uc_ignorable, N_OF(uc_ignorable), c); }
 
 static const uc_map *find_map(uint32_t c)

@@ -1,5 +1,6 @@
 /* The chat-template interpreter's case methods against Python's str methods for every code
- * point: the probes of scripts/gen_case_tables.py are run through tpl_case_map / tpl_case_is,
+ * point: the probes of scripts/gen_case_tables.py are run through tpl_case_map / tpl_case_is and the
+ * tpl_cp_printable / alpha / digit / alnum predicates,
  * hashed per chunk of 4096 code points and compared with the hashes Python wrote into
  * t/fixtures/ucase/python_case.txt. A differing chunk is searched for its first differing
  * code point only by printing the C answers (re-run the script's probes() in Python on it). */
@@ -95,6 +96,11 @@ static void probes(buf *o, uint32_t c)
     probe_is(o, c, "a", false);
     put(o, "\0", 1);
     probe_is(o, c, "A", true);
+    put(o, "\0", 1);
+    put(o, tpl_cp_printable(c) ? "T" : "F", 1); /* isprintable, isalpha, isdigit, isalnum */
+    put(o, tpl_cp_alpha(c) ? "T" : "F", 1);
+    put(o, tpl_cp_digit(c) ? "T" : "F", 1);
+    put(o, tpl_cp_alnum(c) ? "T" : "F", 1);
     put(o, "\x01", 1);
 }
 
@@ -162,7 +168,9 @@ int main(void)
     fclose(f);
     free(b.p);
     ok(chunks == 0x110000 / CHUNK, "fixture has every chunk (%d)", chunks);
-    ok(bad == 0, "every code point: upper/lower/title/capitalize/jinja title/islower/isupper = Python (%d chunks differ)",
+    ok(bad == 0,
+       "every code point: upper/lower/title/capitalize/jinja title/islower/isupper/isprintable/isalpha/isdigit/"
+       "isalnum = Python (%d chunks differ)",
        bad);
     return tap_done();
 }
