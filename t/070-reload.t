@@ -270,16 +270,19 @@ open its channel to reclaim what it ran: the stream hung, and nginx never finish
 package main;
 use IO::Socket::INET ();
 my $port = server_port() + 5;
-my $loc = sub { "srt_model $ENV{TEST_NGINX_SRT_TINY} name=t; srt_threads 1; srt_max_total_tokens 4096; "
+# SmolLM2, 4000 tokens: ~30 s here on one thread, so the stream still runs when its scheduler is
+# killed, some 0.1 s after the quit, on a machine many times as fast (the tiny model's 2000 tokens
+# took 0.7 s here: too near)
+my $loc = sub { "srt_model $ENV{TEST_NGINX_SRT_MODEL} name=t; srt_threads 1; srt_max_total_tokens 8192; "
                 . "srt_context_length $_[0]; srt_wait_ready 60s;" };
 for my $how (qw(quit reload)) {
-    my $ngx = private_nginx("orphan-$how", $port, $loc->(2048));
+    my $ngx = private_nginx("orphan-$how", $port, $loc->(4096));
     $ngx->start or die "nginx failed to start";
     $ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler";
     my ($master) = `cat $ngx->{prefix}/logs/nginx.pid` =~ /(\d+)/;
     my ($helper, $sched) = $ngx->log =~ /(\d+)#\d+: srt: scheduler process (\d+) started for model/
         or die "no helper or scheduler in the log";
-    my $body = '{"prompt": [1, 2, 3], "max_tokens": 2000, "temperature": 0, "ignore_eos": true, "stream": true}';
+    my $body = '{"prompt": [1, 2, 3], "max_tokens": 4000, "temperature": 0, "ignore_eos": true, "stream": true}';
     my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 5)
         or die "connect: $!";
     print $s "POST /v1/completions HTTP/1.0\r\nHost: localhost\r\n"
@@ -290,7 +293,7 @@ for my $how (qw(quit reload)) {
         sysread($s, my $buf, 65536) or last;
         $resp .= $buf;
     }
-    $ngx->write($loc->(1024)) if $how eq 'reload';
+    $ngx->write($loc->(2048)) if $how eq 'reload';
     $ngx->signal($how);
     # once the helper's event loop is over, only its exit path still watches the scheduler
     $ngx->wait_log(qr/\b$helper#$helper: exiting/, 10) or die "the helper did not exit";
