@@ -32,6 +32,7 @@
 static ngx_msec_t ngx_http_srt_manager(void *data);
 static void ngx_http_srt_spawn(ngx_http_srt_model_t *m);
 static void ngx_http_srt_lifeline_handler(ngx_event_t *ev);
+static ngx_pid_t ngx_http_srt_lifeline_gone(ngx_http_srt_model_t *m);
 static void ngx_http_srt_respawn_handler(ngx_event_t *ev);
 static void ngx_http_srt_watch_handler(ngx_event_t *ev);
 static void ngx_http_srt_supervisor_exit(void);
@@ -172,9 +173,7 @@ static void
 ngx_http_srt_supervisor_wait(void)
 {
     int                     rc;
-    u_char                  buf[16];
     char                    why[128];
-    ssize_t                 n;
     ngx_pid_t               pid;
     ngx_uint_t              i, k, nfds;
     struct pollfd          *pfd;
@@ -241,15 +240,10 @@ ngx_http_srt_supervisor_wait(void)
                 continue;
             }
 
-            n = read(m->lifeline->fd, buf, sizeof(buf));
-            if (n > 0 || (n == -1 && ngx_errno == NGX_EAGAIN)) {
+            pid = ngx_http_srt_lifeline_gone(m);
+            if (pid == NGX_INVALID_PID) {
                 continue;
             }
-
-            pid = m->pid;
-            m->pid = NGX_INVALID_PID;
-            ngx_close_connection(m->lifeline);
-            m->lifeline = NULL;
 
             /* one that stopped as asked gave its model up itself */
             if (srt_chan_sched_pid(m->chan) != pid) {
@@ -388,13 +382,37 @@ ngx_http_srt_close_lifelines(void)
 }
 
 
-/* The lifeline pipe reads EOF when the scheduler process is gone, however it died. */
+/*
+ * The lifeline pipe reads EOF when the scheduler process is gone, however it
+ * died: then the pipe is closed and the scheduler's pid returned (and cleared),
+ * else NGX_INVALID_PID.
+ */
+
+static ngx_pid_t
+ngx_http_srt_lifeline_gone(ngx_http_srt_model_t *m)
+{
+    u_char     buf[16];
+    ssize_t    n;
+    ngx_pid_t  pid;
+
+    n = read(m->lifeline->fd, buf, sizeof(buf));
+    if (n > 0 || (n == -1 && ngx_errno == NGX_EAGAIN)) {
+        return NGX_INVALID_PID;
+    }
+
+    pid = m->pid;
+    m->pid = NGX_INVALID_PID;
+    ngx_close_connection(m->lifeline);
+    m->lifeline = NULL;
+
+    return pid;
+}
+
+
 
 static void
 ngx_http_srt_lifeline_handler(ngx_event_t *ev)
 {
-    u_char                 buf[16];
-    ssize_t                n;
     ngx_pid_t              pid;
     ngx_connection_t      *c;
     ngx_http_srt_model_t  *m;
@@ -404,15 +422,10 @@ ngx_http_srt_lifeline_handler(ngx_event_t *ev)
     c = ev->data;
     m = c->data;
 
-    n = read(c->fd, buf, sizeof(buf));
-    if (n > 0 || (n == -1 && ngx_errno == NGX_EAGAIN)) {
+    pid = ngx_http_srt_lifeline_gone(m);
+    if (pid == NGX_INVALID_PID) {
         return;
     }
-
-    pid = m->pid;
-    m->pid = NGX_INVALID_PID;
-    m->lifeline = NULL;
-    ngx_close_connection(c);
 
     if (m->watch.timer_set) {
         ngx_del_timer(&m->watch);
