@@ -804,17 +804,10 @@ static int has_extra(const tok_pretok *pt, const char *text, size_t len)
     uint32_t first = pt->extra[0][0];
     uint8_t lead = first < 0x80 ? 0 : first < 0x800 ? 0xC0 : first < 0x10000 ? 0xE0 : 0xF0;
     for (size_t i = 0; i < len; i++) {
-        if (u[i] < lead)
+        if (u[i] < lead || tok_utf8_len(u + i, len - i) == 0)
             continue;
         uint32_t cp;
-        size_t l = tok_utf8_len(u + i, len - i);
-        if (l == 0)
-            continue;
-        cp = l == 1 ? u[i] : l == 2 ? (uint32_t)(u[i] & 0x1F) << 6 | (u[i + 1] & 0x3F)
-           : l == 3 ? (uint32_t)(u[i] & 0x0F) << 12 | (uint32_t)(u[i + 1] & 0x3F) << 6 | (u[i + 2] & 0x3F)
-                    : (uint32_t)(u[i] & 0x07) << 18 | (uint32_t)(u[i + 1] & 0x3F) << 12 |
-                          (uint32_t)(u[i + 2] & 0x3F) << 6 | (u[i + 3] & 0x3F);
-        i += l - 1;
+        i += tok_utf8_decode(u + i, &cp) - 1;
         if (cp >= 0x110000 || !(pt->extra_blocks[cp >> 14] >> (cp >> 8 & 63) & 1))
             continue;   /* most scripts' blocks have no addition */
         size_t lo = 0, hi = pt->n_extra;
