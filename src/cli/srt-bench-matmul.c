@@ -167,14 +167,15 @@ static int model_sweep(srt_threadpool *tp, int ms)
     srt_weight head = make_weight(SRT_Q8_0, N_VOCAB, D_MODEL);
     if (!head.data)
         return 1;
-    const int64_t toks[] = { 1, 128 };
-    for (int ti = 0; ti < 2; ti++) {
-        int64_t n = toks[ti];
+    /* 16: a batched decode step, every token's logits; 128: a prefill, the last token's */
+    const int64_t toks[] = { 1, 16, 128 };
+    for (int ti = 0; ti < 3; ti++) {
+        int64_t n = toks[ti], n_head = n <= 16 ? n : 1;
         float *x = aligned_alloc(64, n * D_FF * 4), *q = aligned_alloc(64, n * D_MODEL * 4);
         float *k = aligned_alloc(64, n * D_KV * 4), *v = aligned_alloc(64, n * D_KV * 4);
         float *g = aligned_alloc(64, n * D_FF * 4), *u = aligned_alloc(64, n * D_FF * 4);
-        float *logits = aligned_alloc(64, N_VOCAB * 4), *r = aligned_alloc(64, n * D_MODEL * 4);
-        size_t sb = scratch_bytes(tp, &L[0].down, n), sb2 = scratch_bytes(tp, &head, 1);
+        float *logits = aligned_alloc(64, n_head * N_VOCAB * 4), *r = aligned_alloc(64, n * D_MODEL * 4);
+        size_t sb = scratch_bytes(tp, &L[0].down, n), sb2 = scratch_bytes(tp, &head, n_head);
         void *scratch = aligned_alloc(64, ((sb > sb2 ? sb : sb2) + 63) / 64 * 64);
         for (int64_t i = 0; i < n * D_FF; i++)
             x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
@@ -195,7 +196,7 @@ static int model_sweep(srt_threadpool *tp, int ms)
                 srt_cpu_silu_mul(tp, g, u, n * D_FF, g);
                 mm(tp, &L[l].down, g, n, r, scratch);
             }
-            mm(tp, &head, x + (n - 1) * D_MODEL, 1, logits, scratch);
+            mm(tp, &head, x + (n - n_head) * D_MODEL, n_head, logits, scratch);
             iters++;
             el = now_s() - t0;
         } while (el < ms * 1e-3 || iters < 2);
