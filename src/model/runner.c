@@ -329,6 +329,105 @@ static int layer_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_
     return SRT_OK;
 }
 
+/* The number of rows the last layer needs past its K and V: the step's logit rows (0 when a
+ * prompt chunk needs none), or -1 for every token. The rows of the others feed nothing the
+ * step returns: their K and V (for the cache) come before the layer's attention. Taken on the
+ * host backend when the rows are fewer than the tokens and no hook is attached anywhere (a
+ * hook on a layer or the model would see its output rows). */
+static int32_t last_rows(srt_runner *r, int64_t T)
+{
+    const srt_forward_batch *b = r->b;
+    int32_t n = b->logit_rows ? b->n_logit_rows : b->n_seqs;
+    if (r->on_dev || n >= T)
+        return -1;
+    for (int32_t i = 0; i < r->m->n_modules; i++)
+        if (r->m->modules[i].hooks)
+            return -1;
+    return n;
+}
+
+/* Layer l (hook-free, see last_rows) at n of the T tokens, the logit rows in order: K and V
+ * at every token into the cache, the rest at those rows only, into y's first n rows. Each op
+ * gives a row the bits it has in the whole batch (matmuls, norms and RoPE are per row, and a
+ * token's attention is the same in any batch), so the logits are unchanged. Each row attends
+ * as a sequence of its own: its sequence's slots, up to its position. */
+static int last_layer_rows(srt_runner *r, int32_t l, const float *x, float *y, int64_t T, int32_t n)
+{
+    const srt_model_config *cfg = &r->m->cfg;
+    const srt_layer *L = &r->layers[l];
+    const srt_backend_ops *ops = r->be->ops;
+    const srt_forward_batch *b = r->b;
+    int64_t H = cfg->hidden_size, F = r->ffn;
+    int32_t nh = r->nh, nkv = r->nkv, hd = cfg->head_dim;
+    float eps = cfg->rms_norm_eps;
+    float *kd = cfg->qk_norm ? r->k_raw : r->k, *qd = cfg->qk_norm ? r->q_raw : r->q;
+    srt_tensor_view kv[2] = { fview(kd, T, (int64_t)nkv * hd), fview(r->v, T, (int64_t)nkv * hd) };
+
+    ops->rmsnorm(r->be, x, &L->input_norm.w, eps, T, H, r->xn);
+    if (linears_of_input(r, l, 2, (const srt_linear *const[]){ &L->k, &L->v }, fview(r->xn, T, H), kv))
+        return SRT_ERROR;
+    if (cfg->qk_norm)
+        ops->rmsnorm(r->be, r->k_raw, &L->k_norm.w, eps, T * nkv, hd, r->k);
+    ops->rope(r->be, r->k, T, nkv, hd, r->cos_sin);
+    void *kc = srt_kv_pool_k(r->kv, l), *vc = srt_kv_pool_v(r->kv, l);
+    srt_dtype kvt = srt_kv_pool_dtype(r->kv);
+    ops->kv_store(r->be, b, r->k, r->v, kc, vc, kvt, nkv * hd);
+    if (n == 0)
+        return SRT_OK;
+
+    /* the rows' normed inputs, cos/sin and one-token sequences */
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1, s = 0;
+        while (b->seq_start[s + 1] <= t)
+            s++;
+        memcpy(r->rows + (size_t)i * H, r->xn + (size_t)t * H, (size_t)H * sizeof(float));
+        memcpy(r->lr_cs + (size_t)i * 2 * hd, r->cos_sin + (size_t)t * 2 * hd, (size_t)2 * hd * sizeof(float));
+        r->lr_pos[i] = b->positions[t];
+        r->lr_out[i] = b->out_slots[t];
+        r->lr_start[i] = i;
+        r->lr_len[i] = b->seq_len[s];
+        r->lr_slots[i] = b->seq_slots[s];
+    }
+    r->lr_start[n] = n;
+    srt_forward_batch kb = {
+        .n_tokens = n, .token_ids = r->zero_ids_i32, .positions = r->lr_pos, .out_slots = r->lr_out,
+        .n_seqs = n, .seq_start = r->lr_start, .seq_len = r->lr_len, .seq_slots = r->lr_slots,
+        .forward_mode = b->forward_mode,
+    };
+    call cq = { r, &L->q, l }, co = { r, &L->o, l }, cd = { r, &L->down, l };
+    srt_module_args la;
+    srt_tensor_view qv = fview(qd, n, (int64_t)nh * hd), pr = fview(r->proj, n, H);
+    args1(&la, fview(r->rows, n, H));
+    if (linear_fn(&cq, &r->ctx, &la, &qv) != SRT_OK)
+        return SRT_ERROR;
+    if (cfg->qk_norm)
+        ops->rmsnorm(r->be, r->q_raw, &L->q_norm.w, eps, (int64_t)n * nh, hd, r->q);
+    ops->rope(r->be, r->q, n, nh, hd, r->lr_cs);
+    srt_attn_args aa = {
+        .batch = &kb, .q = r->q, .out = r->attn, .k_cache = kc, .v_cache = vc, .kv_dtype = kvt,
+        .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+    };
+    ops->attention(r->be, &aa);
+    args1(&la, fview(r->attn, n, (int64_t)nh * hd));
+    if (linear_fn(&co, &r->ctx, &la, &pr) != SRT_OK)
+        return SRT_ERROR;
+    for (int32_t i = 0; i < n; i++) {   /* the rows' residual, as layer_fn's add3 */
+        int32_t t = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
+        memcpy(r->rows + (size_t)i * H, x + (size_t)t * H, (size_t)H * sizeof(float));
+    }
+    ops->add3(r->be, y, r->rows, r->proj, (int64_t)n * H);
+    ops->rmsnorm(r->be, y, &L->post_attn_norm.w, eps, n, H, r->xn);
+    srt_tensor_view gu[2] = { fview(r->gate, n, F), fview(r->up, n, F) };
+    if (linears_of_input(r, l, 2, (const srt_linear *const[]){ &L->gate, &L->up }, fview(r->xn, n, H), gu))
+        return SRT_ERROR;
+    ops->silu_mul(r->be, r->gate, r->up, (int64_t)n * F, r->act);
+    args1(&la, fview(r->act, n, F));
+    if (linear_fn(&cd, &r->ctx, &la, &pr) != SRT_OK)
+        return SRT_ERROR;
+    ops->add(r->be, y, r->proj, (int64_t)n * H);
+    return SRT_OK;
+}
+
 /* LlamaModel / Qwen2Model / Qwen3Model: input_ids -> final normed hidden states */
 static int model_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
 {
@@ -350,15 +449,24 @@ static int model_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_
     la.kwargs[0] = a->kwargs[0];
     if (forward_module(r, m->m_rotary, rotary_fn, &cr, &la, &cs))
         return SRT_ERROR;
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+    int32_t nl = m->cfg.n_layers, keep = last_rows(r, T);
+    r->rows_kept = keep >= 0;
+    for (int32_t l = 0; l < nl; l++) {
         call cl = { r, NULL, l };
         srt_tensor_view in = fview(r->resid[l & 1], T, H), o = fview(r->resid[(l + 1) & 1], T, H);
+        if (l == nl - 1 && keep >= 0) {
+            if (last_layer_rows(r, l, in.data, o.data, T, keep) != SRT_OK)
+                return SRT_ERROR;
+            break;
+        }
         args1(&la, in);
         set_pe_kwarg(&la, r, T);
         if (forward_module(r, r->layers[l].m_layer, layer_fn, &cl, &la, &o))
             return SRT_ERROR;
     }
-    args1(&la, fview(r->resid[m->cfg.n_layers & 1], T, H));
+    if (keep == 0)
+        return SRT_OK;
+    args1(&la, fview(r->resid[nl & 1], keep > 0 ? keep : T, H));
     return forward_module(r, m->final_norm.module, norm_fn, &cn, &la, out);
 }
 
@@ -418,7 +526,7 @@ void srt_runner_free(srt_runner *r)
     if (r->be && r->g_live)   /* they hold this runner's buffers' addresses */
         r->be->ops->graph_clear(r->be);
     float *bufs[] = { r->resid[0], r->resid[1], r->xn, r->final, r->proj, r->q, r->k, r->v, r->q_raw,
-                      r->k_raw, r->attn, r->gate, r->up, r->act, r->cos_sin, r->rows };
+                      r->k_raw, r->attn, r->gate, r->up, r->act, r->cos_sin, r->rows, r->lr_cs };
     void *dbufs[] = { r->d_ids, r->d_pos, r->d_rows, r->d_logits, r->d_lids, r->d_eidx, r->d_estage,
                       r->lm_part, r->lm_all };
     for (size_t i = 0; r->be && i < sizeof bufs / sizeof bufs[0]; i++)
@@ -439,6 +547,8 @@ void srt_runner_free(srt_runner *r)
     free(r->h_eidx);
     free(r->h_lm_all);
     free(r->zero_ids);
+    free(r->lr_i32);
+    free(r->lr_slots);
     srt_comm_destroy(r->own_tcomm);
     runner_release_resident(r);
     free(r->layers);
@@ -632,6 +742,15 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     r->cos_sin = balloc(r, T * 2 * (size_t)c->head_dim);
     r->rows = balloc(r, R * H);
     r->zero_ids = calloc(T, sizeof *r->zero_ids);
+    if (!r->be->ops->alloc) {   /* the last layer at the logit rows (host backend) */
+        r->lr_cs = balloc(r, R * 2 * (size_t)c->head_dim);
+        r->lr_i32 = calloc(5 * R + 1, sizeof(int32_t));
+        r->lr_slots = calloc(R, sizeof *r->lr_slots);
+        if (r->lr_i32) {
+            r->zero_ids_i32 = r->lr_i32, r->lr_pos = r->lr_i32 + R, r->lr_out = r->lr_i32 + 2 * R;
+            r->lr_len = r->lr_i32 + 3 * R, r->lr_start = r->lr_i32 + 4 * R;
+        }
+    }
     r->on_dev = r->be->ops->alloc != NULL;
     size_t VP = (size_t)r->vocab_pad, TP = (size_t)r->tp_size;
     if (r->on_dev) {
@@ -666,7 +785,8 @@ int srt_runner_create(srt_model *m, const srt_runner_opts *o, srt_runner **out, 
     }
     if (!r->resid[0] || !r->resid[1] || !r->xn || !r->final || !r->proj || !r->q || !r->k || !r->v ||
         (c->qk_norm && (!r->q_raw || !r->k_raw)) || !r->attn || !r->gate || !r->up ||
-        !r->act || !r->cos_sin || !r->rows || !r->zero_ids) {
+        !r->act || !r->cos_sin || !r->rows || !r->zero_ids ||
+        (!r->be->ops->alloc && (!r->lr_cs || !r->lr_i32 || !r->lr_slots))) {
         srt_runner_free(r);
         return srt_err_set(err, "runner: out of memory for %d batch tokens", o->max_batch_tokens);
     }
@@ -854,7 +974,7 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
     } else if (rc == SRT_OK) {
         int32_t n_rows = b->logit_rows ? b->n_logit_rows : b->n_seqs;
         for (int32_t i = 0; i < n_rows; i++) {
-            int32_t t = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
+            int32_t t = r->rows_kept ? i : b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
             memcpy(r->rows + (size_t)i * H, r->final + (size_t)t * H, (size_t)H * sizeof(float));
         }
         if (n_rows > 0 && r->tcomm) {

@@ -32,6 +32,13 @@ struct srt_runner {
     float *cos_sin;            /* [max_tok][2][head_dim] */
     float *rows;               /* [max_seqs][hidden]: hidden states of logit rows */
     uint64_t *zero_ids;
+    /* the last layer at the logit rows only (runner.c, last_rows; host backend): their cos/sin
+     * [max_seqs][2][head_dim], and a batch of one-token sequences (ids 0, positions, slots,
+     * seq_len, seq_start [max_seqs + 1] in lr_i32; seq_slots) */
+    float          *lr_cs;
+    int32_t        *lr_i32, *zero_ids_i32, *lr_pos, *lr_out, *lr_len, *lr_start;
+    const int32_t **lr_slots;
+    int             rows_kept;  /* this step's final holds the logit rows, in order, not every token */
     /* a backend with memory of its own (CUDA): the step's ids, positions and logit row indices
      * are uploaded there, logits computed there and downloaded; NULL on the CPU backend */
     int      on_dev;

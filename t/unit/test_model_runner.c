@@ -232,6 +232,44 @@ static void bit_invariance(const char *label, srt_model *m, int precise, int L)
     okm = step(r, kv, mix2, 2, got, &err) == SRT_OK;
     ok(okm && same(alone + voc, got, voc) && same(alone, got + voc, voc),
        "%s %s: the same sequences in another order and batch, bit for bit", label, path);
+    /* the last layer at the logit rows only: a chunk that asks for no logits still fills the
+     * cache (the next chunk's logits are the one prefill's), and rows asked for in the middle of
+     * two sequences have the bits they have when every row is asked for (all rows: no pruning) */
+    {
+        int32_t tok[2 * LMAX], pos[2 * LMAX], outs[2 * LMAX], start[3], len[2], none = 0;
+        const int32_t *ss[2] = { slots[5], slots[5] + REG / 2 };
+        int h = L / 2;
+        for (int i = 0; i < h; i++)
+            tok[i] = ids[i], pos[i] = i, outs[i] = slots[5][i];
+        start[0] = 0, start[1] = h, len[0] = h;
+        srt_forward_batch b0 = { .n_tokens = h, .token_ids = tok, .positions = pos, .out_slots = outs, .n_seqs = 1,
+                                 .seq_start = start, .seq_len = len, .seq_slots = ss,
+                                 .forward_mode = SRT_FORWARD_PREFILL, .n_logit_rows = 0, .logit_rows = &none };
+        seqdesc rest = { ids + h, L - h, h, slots[5] };
+        ok(srt_runner_forward(r, kv, &b0, got, &err) == SRT_OK && step(r, kv, &rest, 1, got, &err) == SRT_OK &&
+           same(ref, got, voc), "%s %s: a chunk without logit rows, then the rest == one prefill, bit for bit", label,
+           path);
+        /* two sequences of 4 tokens (the second at slots REG/2..): rows 1, 3, 6 against all 8 (the
+         * runner's max_seqs) */
+        int n2 = 4, all[8], few[3] = { 1, 3, 6 };
+        for (int t = 0; t < 2 * n2; t++) {
+            tok[t] = ids[t % n2 + 1], pos[t] = t % n2, outs[t] = ss[t / n2][t % n2];
+            all[t] = t;
+        }
+        start[1] = n2, start[2] = 2 * n2, len[0] = len[1] = n2;
+        srt_forward_batch bf = { .n_tokens = 2 * n2, .token_ids = tok, .positions = pos, .out_slots = outs,
+                                 .n_seqs = 2, .seq_start = start, .seq_len = len, .seq_slots = ss,
+                                 .forward_mode = SRT_FORWARD_PREFILL, .n_logit_rows = 3, .logit_rows = few };
+        float *every = malloc(sizeof(float) * 8 * (size_t)voc);
+        int okp = every && srt_runner_forward(r, kv, &bf, got, &err) == SRT_OK;
+        bf.n_logit_rows = 2 * n2, bf.logit_rows = all;
+        okp = okp && srt_runner_forward(r, kv, &bf, every, &err) == SRT_OK;
+        for (int i = 0; okp && i < 3; i++)
+            okp = same(got + (size_t)i * voc, every + (size_t)few[i] * voc, voc);
+        ok(okp, "%s %s: logit rows 1, 3 and 6 of two sequences == the same rows when all 8 are asked for, bit "
+                "for bit", label, path);
+        free(every);
+    }
     free(ref);
     free(got);
     free(alone);
