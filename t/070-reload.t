@@ -361,3 +361,46 @@ $ngx->stop;
 GET /v1/models
 --- response_body_like chomp
 "id":"smol"
+
+
+
+=== TEST 10: a worker killed with -9: the worker started after it removes its doorbell file
+A worker that never detaches left its socket file in srt_temp_path until its pid came round
+again: one file per kill.
+--- init
+package main;
+my $port = server_port() + 7;
+my $ngx = private_nginx("bells9", $port, "srt_model $ENV{TEST_NGINX_SRT_TINY} name=t; srt_threads 1;");
+$ngx->start or die "nginx failed to start";
+$ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler";
+my $dir = "$ngx->{prefix}/srt_temp";
+my $bells = sub {
+    opendir my $dh, $dir or return ();
+    return grep { /-w\d+\z/ } readdir $dh;
+};
+open my $fh, '<', "$ngx->{prefix}/logs/nginx.pid" or die "no pid file";
+my $master = <$fh>;
+chomp $master;
+my $serves = sub {
+    my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
+                                                    '{"prompt": [1, 2, 3], "max_tokens": 2}', {}, $port);
+    return $r =~ m{^HTTP/1\.1 200 };
+};
+for my $n (1 .. 3) {
+    my ($w) = map { (split ' ')[0] } grep { /worker process/ } `ps -o pid=,args= --ppid $master`;
+    $w or die "kill $n: no worker";
+    kill 'KILL', $w;
+    $ngx->wait_log(qr/(?:exited on signal 9(?s:.*)){$n}/, 20) or die "kill $n: no exit logged";
+    my $ok = 0;
+    for (1 .. 100) { last if $ok = $serves->(); select undef, undef, undef, 0.05 }
+    $ok or die "kill $n: the new worker does not serve";
+}
+my @left = $bells->();
+Test::More::is(scalar(grep { /-w(\d+)\z/ && !alive($1) } @left), 0,
+               "3 workers killed with -9: no doorbell file of theirs left (@left)");
+Test::More::is(scalar @left, 1, "one doorbell file: the live worker's");
+$ngx->stop;
+--- request
+GET /v1/models
+--- response_body_like chomp
+"id":"smol"

@@ -228,6 +228,17 @@ int srt_chan_worker_open(srt_chan *c, srt_err *err)
     c->worker_fd = bell_bind(c->h, c->self);
     if (c->worker_fd < 0)
         return srt_err_set(err, "channel: worker doorbell: %s", strerror(errno));
+    /* entries of dead processes freed first, with their doorbell files: a worker killed with
+     * -9 never detaches, and its file stayed in sock_dir (until its pid came round again) */
+    for (i = 0; i < SRT_CHAN_MAX_WORKERS; i++) {
+        int32_t old = atomic_load(&c->h->workers[i]);
+        if (old > 0 && old != (int32_t)c->self && pid_gone(old)
+            && atomic_compare_exchange_strong(&c->h->workers[i], &old, 0)) {
+            struct sockaddr_un a;
+            (void)bell_addr(c->h, &a, old);
+            (void)unlink(a.sun_path);
+        }
+    }
     /* register for state-change rings: a free entry, or one of a dead process */
     for (i = 0; i < SRT_CHAN_MAX_WORKERS; i++) {
         int32_t old = atomic_load(&c->h->workers[i]);
