@@ -351,8 +351,8 @@ int main(int argc, char **argv)
     }
     double t_decode = now_s() - td0;
     free(pos);
-    fprintf(stderr, "prefill: %d tokens in %.3fs = %.1f tok/s\n", n_prompt, t_prefill, n_prompt / t_prefill);
-    fprintf(stderr, "decode: %d tokens in %.3fs = %.1f tok/s\n", n_gen - 1 > 0 ? n_gen - 1 : 0, t_decode,
+    fprintf(stderr, "prefill: %d tokens in %.6fs = %.1f tok/s\n", n_prompt, t_prefill, n_prompt / t_prefill);
+    fprintf(stderr, "decode: %d tokens in %.6fs = %.1f tok/s\n", n_gen - 1 > 0 ? n_gen - 1 : 0, t_decode,
             n_gen > 1 ? (n_gen - 1) / t_decode : 0.0);
     rc = 0;
     goto done;
