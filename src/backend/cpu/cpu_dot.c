@@ -517,10 +517,10 @@ __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline vo
     }
 }
 
-/* f16_dot_avx512_n for four heads of 64 (SmolLM2's heads): the same FMAs, folds and sums,
- * with the queries' 16 registers loaded once per block rather than for every key (16 query
- * and 4 key loads per key for 16 FMAs bounded the scores) */
-__attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_x4(const float *const *q,
+/* f16_dot_avx512_n for up to four heads of 64 (SmolLM2's heads; m of them, a decode's three
+ * too): the same FMAs, folds and sums, with the queries' registers loaded once per block rather
+ * than for every key (16 query and 4 key loads per key for 16 FMAs bounded the scores) */
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline void f16_dot64_xm(const float *const *q, int m,
                                                                           const uint16_t *const *k, int nb,
                                                                           float *out, int stride)
 {
@@ -529,7 +529,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_x4(const 
     for (int h = 0; h < 4; h++)
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
-            Q[h][c] = _mm512_loadu_ps(q[h] + 16 * c);
+            Q[h][c] = _mm512_loadu_ps(q[h < m ? h : 0] + 16 * c);
     for (int j0 = 0; j0 < nb; j0 += 8) {
         int kb = nb - j0 < 8 ? nb - j0 : 8;
         _Alignas(32) float part[4][8][8];
@@ -541,6 +541,8 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_x4(const 
                 K[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + 16 * c)));
 #pragma GCC unroll 4
             for (int h = 0; h < 4; h++) {
+                if (h >= m)
+                    break;
                 __m512 s0 = _mm512_fmadd_ps(Q[h][0], K[0], _mm512_setzero_ps());
                 __m512 s1 = _mm512_fmadd_ps(Q[h][1], K[1], _mm512_setzero_ps());
                 s0 = _mm512_fmadd_ps(Q[h][2], K[2], s0);
@@ -548,10 +550,21 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_x4(const 
                 _mm256_store_ps(part[h][j], fold16(_mm512_add_ps(s0, s1)));
             }
         }
-#pragma GCC unroll 4
-        for (int h = 0; h < 4; h++)
+        for (int h = 0; h < m; h++)
             store_key_sums(part[h], kb, out + (size_t)h * (size_t)stride + j0);
     }
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_x4(const float *const *q, const uint16_t *const *k,
+                                                                          int nb, float *out, int stride)
+{
+    f16_dot64_xm(q, 4, k, nb, out, stride);
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_x3(const float *const *q, const uint16_t *const *k,
+                                                                          int nb, float *out, int stride)
+{
+    f16_dot64_xm(q, 3, k, nb, out, stride);
 }
 
 /* n == 64 takes four heads at a time through f16_dot64_x4 */
@@ -571,7 +584,9 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot_block_avx51
     int h0 = 0;
     for (; h0 + 4 <= nh; h0 += 4)
         f16_dot64_x4(q + h0, k, nb, out + (size_t)h0 * (size_t)stride, stride);
-    if (h0 < nh)
+    if (nh - h0 == 3)   /* a decode's three heads of a KV head (SmolLM2) */
+        f16_dot64_x3(q + h0, k, nb, out + (size_t)h0 * (size_t)stride, stride);
+    else if (h0 < nh)
         f16_dot_avx512_n(q + h0, nh - h0, k, nb, 64, out + (size_t)h0 * (size_t)stride, stride);
 }
 #endif
