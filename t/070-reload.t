@@ -392,7 +392,7 @@ for my $n (1 .. 3) {
     kill 'KILL', $w;
     $ngx->wait_log(qr/(?:exited on signal 9(?s:.*)){$n}/, 20) or die "kill $n: no exit logged";
     my $ok = 0;
-    for (1 .. 100) { last if $ok = $serves->(); select undef, undef, undef, 0.05 }
+    for (1 .. 300) { last if $ok = $serves->(); select undef, undef, undef, 0.05 }
     $ok or die "kill $n: the new worker does not serve";
 }
 my @left = $bells->();
