@@ -307,7 +307,7 @@ int main(int argc, char **argv)
         return rc;
     }
     if (model) {
-        printf("simd=%s threads=%d SmolLM2-135M matmuls (Q4_1 layers, Q8_0 lm_head on the last token)\n",
+        printf("simd=%s threads=%d SmolLM2-135M matmuls (Q4_1 layers; Q8_0 lm_head on every token up to 16, a decode step, else the last)\n",
                srt_cpu_simd_name(), srt_threadpool_size(tp));
         int rc = model_sweep(tp, ms);
         srt_threadpool_free(tp);
