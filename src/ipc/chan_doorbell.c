@@ -239,11 +239,10 @@ int srt_chan_worker_open(srt_chan *c, srt_err *err)
             (void)unlink(a.sun_path);
         }
     }
-    /* register for state-change rings: a free entry, or one of a dead process */
+    /* register for state-change rings: a free entry (dead ones were freed just above) */
     for (i = 0; i < SRT_CHAN_MAX_WORKERS; i++) {
         int32_t old = atomic_load(&c->h->workers[i]);
-        if ((old == 0 || pid_gone(old))
-            && atomic_compare_exchange_strong(&c->h->workers[i], &old, getpid()))
+        if (old == 0 && atomic_compare_exchange_strong(&c->h->workers[i], &old, getpid()))
             break;
     }
     return c->worker_fd;

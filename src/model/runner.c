@@ -240,6 +240,31 @@ static int mlp_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_te
     return forward_module(r, L->down.module, linear_fn, &cd, &la, out);
 }
 
+/* The token of logit row i: the batch's logit_rows, else each sequence's last token */
+static int32_t logit_row(const srt_forward_batch *b, int32_t i)
+{
+    return b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
+}
+
+/* The step's K/V rows (r->k, r->v) into layer l's cache */
+static void store_kv(srt_runner *r, int32_t l)
+{
+    r->be->ops->kv_store(r->be, r->b, r->k, r->v, srt_kv_pool_k(r->kv, l), srt_kv_pool_v(r->kv, l),
+                         srt_kv_pool_dtype(r->kv), r->nkv * r->m->cfg.head_dim);
+}
+
+/* Attention of b's tokens (queries r->q, output r->attn) over layer l's cache */
+static void attend_layer(srt_runner *r, const srt_forward_batch *b, int32_t l)
+{
+    int32_t hd = r->m->cfg.head_dim;
+    srt_attn_args aa = {
+        .batch = b, .q = r->q, .out = r->attn, .k_cache = srt_kv_pool_k(r->kv, l),
+        .v_cache = srt_kv_pool_v(r->kv, l), .kv_dtype = srt_kv_pool_dtype(r->kv),
+        .n_heads = r->nh, .n_kv_heads = r->nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+    };
+    r->be->ops->attention(r->be, &aa);
+}
+
 static int attn_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_tensor_view *out)
 {
     call *c = self;
@@ -275,14 +300,8 @@ static int attn_fn(void *self, const srt_batch_ctx *b, srt_module_args *a, srt_t
     const float *cs = a->kwargs[0].data;
     r->be->ops->rope(r->be, r->q, T, nh, hd, cs);
     r->be->ops->rope(r->be, r->k, T, nkv, hd, cs);
-    srt_dtype kvt = srt_kv_pool_dtype(r->kv);
-    void *kc = srt_kv_pool_k(r->kv, c->layer), *vc = srt_kv_pool_v(r->kv, c->layer);
-    r->be->ops->kv_store(r->be, r->b, r->k, r->v, kc, vc, kvt, nkv * hd);
-    srt_attn_args aa = {
-        .batch = r->b, .q = r->q, .out = r->attn, .k_cache = kc, .v_cache = vc, .kv_dtype = kvt,
-        .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
-    };
-    r->be->ops->attention(r->be, &aa);
+    store_kv(r, c->layer);
+    attend_layer(r, r->b, c->layer);
     args1(&la, av);
     return forward_module(r, L->o.module, linear_fn, &co, &la, out);
 }
@@ -357,7 +376,7 @@ static int last_layer_rows(srt_runner *r, int32_t l, const float *x, float *y, i
     const srt_layer *L = &r->layers[l];
     const srt_backend_ops *ops = r->be->ops;
     const srt_forward_batch *b = r->b;
-    int64_t H = cfg->hidden_size, F = r->ffn;
+    int64_t H = cfg->hidden_size;
     int32_t nh = r->nh, nkv = r->nkv, hd = cfg->head_dim;
     float eps = cfg->rms_norm_eps;
     float *kd = cfg->qk_norm ? r->k_raw : r->k, *qd = cfg->qk_norm ? r->q_raw : r->q;
@@ -369,15 +388,13 @@ static int last_layer_rows(srt_runner *r, int32_t l, const float *x, float *y, i
     if (cfg->qk_norm)
         ops->rmsnorm(r->be, r->k_raw, &L->k_norm.w, eps, T * nkv, hd, r->k);
     ops->rope(r->be, r->k, T, nkv, hd, r->cos_sin);
-    void *kc = srt_kv_pool_k(r->kv, l), *vc = srt_kv_pool_v(r->kv, l);
-    srt_dtype kvt = srt_kv_pool_dtype(r->kv);
-    ops->kv_store(r->be, b, r->k, r->v, kc, vc, kvt, nkv * hd);
+    store_kv(r, l);
     if (n == 0)
         return SRT_OK;
 
     /* the rows' normed inputs, cos/sin and one-token sequences */
     for (int32_t i = 0; i < n; i++) {
-        int32_t t = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1, s = 0;
+        int32_t t = logit_row(b, i), s = 0;
         while (b->seq_start[s + 1] <= t)
             s++;
         memcpy(r->rows + (size_t)i * H, r->xn + (size_t)t * H, (size_t)H * sizeof(float));
@@ -394,7 +411,7 @@ static int last_layer_rows(srt_runner *r, int32_t l, const float *x, float *y, i
         .n_seqs = n, .seq_start = r->lr_start, .seq_len = r->lr_len, .seq_slots = r->lr_slots,
         .forward_mode = b->forward_mode,
     };
-    call cq = { r, &L->q, l }, co = { r, &L->o, l }, cd = { r, &L->down, l };
+    call cq = { r, &L->q, l }, co = { r, &L->o, l }, cm = { r, NULL, l };
     srt_module_args la;
     srt_tensor_view qv = fview(qd, n, (int64_t)nh * hd), pr = fview(r->proj, n, H);
     args1(&la, fview(r->rows, n, H));
@@ -403,26 +420,16 @@ static int last_layer_rows(srt_runner *r, int32_t l, const float *x, float *y, i
     if (cfg->qk_norm)
         ops->rmsnorm(r->be, r->q_raw, &L->q_norm.w, eps, (int64_t)n * nh, hd, r->q);
     ops->rope(r->be, r->q, n, nh, hd, r->lr_cs);
-    srt_attn_args aa = {
-        .batch = &kb, .q = r->q, .out = r->attn, .k_cache = kc, .v_cache = vc, .kv_dtype = kvt,
-        .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
-    };
-    ops->attention(r->be, &aa);
+    attend_layer(r, &kb, l);
     args1(&la, fview(r->attn, n, (int64_t)nh * hd));
     if (linear_fn(&co, &r->ctx, &la, &pr) != SRT_OK)
         return SRT_ERROR;
-    for (int32_t i = 0; i < n; i++) {   /* the rows' residual, as layer_fn's add3 */
-        int32_t t = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
-        memcpy(r->rows + (size_t)i * H, x + (size_t)t * H, (size_t)H * sizeof(float));
-    }
+    for (int32_t i = 0; i < n; i++)   /* the rows' residual, as layer_fn's add3 */
+        memcpy(r->rows + (size_t)i * H, x + (size_t)logit_row(b, i) * H, (size_t)H * sizeof(float));
     ops->add3(r->be, y, r->rows, r->proj, (int64_t)n * H);
     ops->rmsnorm(r->be, y, &L->post_attn_norm.w, eps, n, H, r->xn);
-    srt_tensor_view gu[2] = { fview(r->gate, n, F), fview(r->up, n, F) };
-    if (linears_of_input(r, l, 2, (const srt_linear *const[]){ &L->gate, &L->up }, fview(r->xn, n, H), gu))
-        return SRT_ERROR;
-    ops->silu_mul(r->be, r->gate, r->up, (int64_t)n * F, r->act);
-    args1(&la, fview(r->act, n, F));
-    if (linear_fn(&cd, &r->ctx, &la, &pr) != SRT_OK)
+    args1(&la, fview(r->xn, n, H));
+    if (mlp_fn(&cm, &r->ctx, &la, &pr) != SRT_OK)
         return SRT_ERROR;
     ops->add(r->be, y, r->proj, (int64_t)n * H);
     return SRT_OK;
@@ -903,7 +910,7 @@ int runner_logits_on_device(srt_runner *r, const srt_forward_batch *b, float *lo
     if (n_rows <= 0)
         return r->be->ops->sync(r->be, err);
     for (int32_t i = 0; i < n_rows; i++)
-        r->h_rows[i] = b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
+        r->h_rows[i] = logit_row(b, i);
     if (r->be->ops->upload(r->be, r->d_rows, r->h_rows, (size_t)n_rows * sizeof(int32_t), err) != SRT_OK)
         return SRT_ERROR;
     r->be->ops->gather_rows(r->be, r->rows, r->final, r->d_rows, n_rows, H);
@@ -974,7 +981,7 @@ int srt_runner_forward(srt_runner *r, srt_kv_pool *kv, const srt_forward_batch *
     } else if (rc == SRT_OK) {
         int32_t n_rows = b->logit_rows ? b->n_logit_rows : b->n_seqs;
         for (int32_t i = 0; i < n_rows; i++) {
-            int32_t t = r->rows_kept ? i : b->logit_rows ? b->logit_rows[i] : b->seq_start[i + 1] - 1;
+            int32_t t = r->rows_kept ? i : logit_row(b, i);
             memcpy(r->rows + (size_t)i * H, r->final + (size_t)t * H, (size_t)H * sizeof(float));
         }
         if (n_rows > 0 && r->tcomm) {
