@@ -22,6 +22,16 @@ sub wait_running {
     die "no request ran";
 }
 
+# A private nginx serving the tiny model with one worker, its scheduler ready; returns it and
+# its srt_temp_path, where the doorbell files are (TESTs 9 and 10).
+sub bells_nginx {
+    my ($name, $port) = @_;
+    my $ngx = private_nginx($name, $port, "srt_model $ENV{TEST_NGINX_SRT_TINY} name=t; srt_threads 1;");
+    $ngx->start or die "nginx failed to start";
+    $ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler";
+    return ($ngx, "$ngx->{prefix}/srt_temp");
+}
+
 # Start a 480-token stream (about 2 s here; 300 tokens took 1.25 s, not much more than the
 # 0.2 s before the HUP on a machine a few times faster), reload nginx (HUP) once it runs, and
 # return the client's pid; the client writes the raw response to "$Dir/reload-stream-1".
@@ -337,10 +347,7 @@ One socket file per model and worker used to stay behind there with every reload
 --- init
 package main;
 my $port = server_port() + 6;
-my $ngx = private_nginx("bells", $port, "srt_model $ENV{TEST_NGINX_SRT_TINY} name=t; srt_threads 1;");
-$ngx->start or die "nginx failed to start";
-$ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler";
-my $dir = "$ngx->{prefix}/srt_temp";
+my ($ngx, $dir) = bells_nginx("bells", $port);
 # the doorbell files of processes that are gone
 my $stale = sub {
     opendir my $dh, $dir or return -1;
@@ -370,10 +377,7 @@ again: one file per kill.
 --- init
 package main;
 my $port = server_port() + 7;
-my $ngx = private_nginx("bells9", $port, "srt_model $ENV{TEST_NGINX_SRT_TINY} name=t; srt_threads 1;");
-$ngx->start or die "nginx failed to start";
-$ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler";
-my $dir = "$ngx->{prefix}/srt_temp";
+my ($ngx, $dir) = bells_nginx("bells9", $port);
 my $bells = sub {
     opendir my $dh, $dir or return ();
     return grep { /-w\d+\z/ } readdir $dh;
@@ -381,19 +385,24 @@ my $bells = sub {
 open my $fh, '<', "$ngx->{prefix}/logs/nginx.pid" or die "no pid file";
 my $master = <$fh>;
 chomp $master;
-my $serves = sub {
-    my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
-                                                    '{"prompt": [1, 2, 3], "max_tokens": 2}', {}, $port);
-    return $r =~ m{^HTTP/1\.1 200 };
+# up to 15 s for a worker to serve (the scheduler can be ready before the master forks the
+# first worker; a respawned one loads its tokenizer)
+my $serving = sub {
+    for (1 .. 300) {
+        my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
+                                                        '{"prompt": [1, 2, 3], "max_tokens": 2}', {}, $port);
+        return 1 if $r =~ m{^HTTP/1\.1 200 };
+        select undef, undef, undef, 0.05;
+    }
+    return 0;
 };
+$serving->() or die "the first worker does not serve";
 for my $n (1 .. 3) {
     my ($w) = map { (split ' ')[0] } grep { /worker process/ } `ps -o pid=,args= --ppid $master`;
     $w or die "kill $n: no worker";
     kill 'KILL', $w;
     $ngx->wait_log(qr/(?:exited on signal 9(?s:.*)){$n}/, 20) or die "kill $n: no exit logged";
-    my $ok = 0;
-    for (1 .. 300) { last if $ok = $serves->(); select undef, undef, undef, 0.05 }
-    $ok or die "kill $n: the new worker does not serve";
+    $serving->() or die "kill $n: the new worker does not serve";
 }
 my @left = $bells->();
 Test::More::is(scalar(grep { /-w(\d+)\z/ && !alive($1) } @left), 0,
