@@ -472,8 +472,8 @@ static void ref_q41(const srt_weight *w, const float *bias, const float *x, int6
 /* The Q4_1, Q4_0 and Q8_0 kernels (8 and 16 lanes, packed and not, decode and prefill tiles) give the bits
  * of the scalar contract, on x of wide magnitudes and on the edge blocks: all zeros, one
  * value, tops that round past 0x7F7F7F and at its edge (ties to even), subnormals,
- * values near FLT_MAX, and an inf and a NaN (their tokens' outputs NaN, the other tokens'
- * untouched). */
+ * values near FLT_MAX, the bounds of the 16-lane kernel's integer scaling, and an inf and a
+ * NaN (their tokens' outputs NaN, the other tokens' untouched). */
 static void q41_contract(srt_dtype type)
 {
     static const char *paths[] = { "avx2", "avx512" };
@@ -482,6 +482,9 @@ static void q41_contract(srt_dtype type)
     srt_weight w = { .dtype = type, .rows = R, .cols = C, .row_stride = srt_dtype_row_bytes(type, C) };
     uint8_t *data = malloc(w.row_stride * R);
     fill(type, data, R, C);
+    if (type == SRT_Q4_0 || type == SRT_Q4_1)   /* rows 0-3 all q = 15: the largest Q4 sums */
+        for (int64_t b = 0; b < 4 * C / 32; b++)
+            memset(data + b * srt_dtype_block_bytes(type) + (type == SRT_Q4_1 ? 4 : 2), 0xFF, 16);
     w.data = data;
     for (int i = 0; i < R; i++)
         bias[i] = frnd();
@@ -498,6 +501,18 @@ static void q41_contract(srt_dtype type)
         x[4 * C + 128 + j] = ldexpf(frnd(), 120);             /* token 4, block 4: near FLT_MAX */
     x[7 * C + 40] = 16711423.0f / 16777216.0f;                /* token 7, block 1: top * 2^23 = 8355711.5 */
     x[8 * C + 40] = -16711421.0f / 16777216.0f;               /* token 8, block 1: 8355710.5, rounds down */
+    /* the 16-lane kernel's integer scaling (scaled_q4, scaled16) and where it hands over to the
+     * multiply: k = 0 and 100 take it, 101 does not; a Q4 block with sum |X| past
+     * INT32_MAX / 15 does not (against rows of q = 15 its sum is past 2^31: 15 x 32 x
+     * 6291456), one just under does (15 x 17 x 8304721 = 2117703855) */
+    for (int j = 0; j < 32; j++) {
+        x[0 * C + 192 + j] = j == 3 ? 6.0e6f : frnd() * 6.0e6f;               /* token 0, block 6: k = 0 */
+        x[1 * C + 160 + j] = ldexpf(j == 9 ? 0.75f : frnd() * 0.75f, -77);  /* token 1, block 5: k = 100 */
+        x[2 * C + 192 + j] = ldexpf(j == 1 ? 0.75f : frnd() * 0.75f, -78);  /* token 2, block 6: k = 101 */
+        x[3 * C + 160 + j] = 0.75f;                                         /* token 3, block 5: 32 x 6291456 */
+        x[4 * C + 192 + j] = j < 17 ? 0.99f : 0.0f;                         /* token 4, block 6: 17 x 8304721 */
+        x[7 * C + 160 + j] = j < 18 ? 0.99f : 0.0f;                         /* token 7, block 5: 18 x 8304721 */
+    }
     x[5 * C + 200] = INFINITY;                                /* token 5: an inf */
     x[6 * C + 17] = NAN;                                      /* token 6: a NaN */
     /* Q8_0, Q5_0, Q5_1 and Q4/5/6_K run this contract on the AVX-512 level only (srt_cpu_q41_takes) */

@@ -52,7 +52,10 @@
  * + vpaddw + vpmaddwd) and every float step is per lane, so a (row, token) output has the
  * same bits on 16 lanes or 8, alone or in any batch, decoded or prefilled, packed or not:
  * batch invariance holds by construction. The 16-lane kernel runs only after it gave the
- * 8-lane one's bits on this CPU (srt_cpu_q41_wide_matches, from srt_cpu_exact_avx512).
+ * 8-lane one's bits on this CPU (srt_cpu_q41_wide_matches, from srt_cpu_exact_avx512). Where a
+ * block's scale and sums allow, it forms fma(t * s_b, d_b, acc) with s_b and 65536 added to
+ * exponent bits, not multiplied (scaled16, scaled_q4): the same bits, and fewer float ops on
+ * the pipes vpdpbusd needs.
  *
  * Packed (SRT_Q4_1_X16, made once at load): rows 16g..16g+15, block b at (g * nb + b) * 320:
  *     four 64-byte vectors v_c (c = 0..3): dword r is row 16g + r's GGUF bytes qs[4c..4c+3]
@@ -123,17 +126,18 @@
 #define ITEM_TOK 128    /* prefill: tokens per work item */
 #define L1_BUDGET (20 * 1024)   /* bytes of L1 the groups in use may take (x's digits too) */
 #define X_MAX 8355711.0f   /* 0x7F7F7F: the largest X of three digits in [-128, 127] */
+#define Q4_SUM_MAX (INT32_MAX / 15)   /* sum |X| of a block whose Q4 sums fit int32 (scaled_q4) */
 
 _Static_assert(BB == G * sizeof(blk_q4_1) && BB_MAX == G * sizeof(blk_q8_0),
                "a packed group block holds 16 GGUF blocks' bytes");
 
-/* Scratch (bytes): the prepared x of up to RUN_TOK tokens (per token nb * (96 + 8 + 24): the
- * digits, scale and sum, and the six digit sums' starts), then per thread one group of a
+/* Scratch (bytes): the prepared x of up to RUN_TOK tokens (per token nb * (96 + 8 + 4 + 24): the
+ * digits, scale and sum, ek, and the six digit sums' starts), then per thread one group of a
  * GGUF-layout weight packed (nb * 544). */
 static size_t x_bytes(int64_t nb, int64_t n_tok)
 {
     int64_t t = n_tok < RUN_TOK ? (n_tok > 0 ? n_tok : 1) : RUN_TOK;
-    return ((size_t)t * (size_t)nb * (XB + 2 * sizeof(float) + CS * sizeof(int32_t)) + 63) & ~(size_t)63;
+    return ((size_t)t * (size_t)nb * (XB + 2 * sizeof(float) + (1 + CS) * sizeof(int32_t)) + 63) & ~(size_t)63;
 }
 
 size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok)
@@ -686,11 +690,23 @@ INLINE void digit_sums(const int8_t *dig, int32_t *cs)
     }
 }
 
+/* The sum of |X| over a block's 32 integers (at most 32 * 0x7F7F7F: no wrap) */
+INLINE int32_t abs_sum(const __m256i X[4])
+{
+    __m256i a = _mm256_add_epi32(_mm256_add_epi32(_mm256_abs_epi32(X[0]), _mm256_abs_epi32(X[1])),
+                                 _mm256_add_epi32(_mm256_abs_epi32(X[2]), _mm256_abs_epi32(X[3])));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1)));
+}
+
 /* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc, block sums xs
  * and the digit sums' starts cs (CS per block; NULL: none, no Q8_0, Q5_0 or Q6_K weight reads
  * them). A block whose sum is not finite (an inf or NaN in x) gets a NaN scale: its rows'
- * outputs are NaN, as the products would be. A block of zeros has scale 0 and digits 0. */
-TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *cs)
+ * outputs are NaN, as the products would be. A block of zeros has scale 0 and digits 0.
+ * ek: per block k << 23 where the 16-lane kernel may take a Q4 block's sum and scale in
+ * integers (scaled_q4: 0 <= k <= 100 and sum |X| <= Q4_SUM_MAX), 0 for a block of zeros, else -1. */
+TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *ek, int32_t *cs)
 {
     const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < nb; b++, x += QK, dig += XB) {
@@ -706,6 +722,7 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
             if (cs)
                 memset(cs + CS * b, 0, CS * sizeof(int32_t));
             sc[b] = top == 0.0f && isfinite(xs[b]) ? 0.0f : NAN;
+            ek[b] = sc[b] == 0.0f ? 0 : -1;
             continue;
         }
         int k = scale_exp(top);
@@ -719,6 +736,7 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
         store_digits(dig, X);
         if (cs)
             digit_sums(dig, cs + CS * b);
+        ek[b] = k >= 0 && k <= 100 && abs_sum(X) <= Q4_SUM_MAX ? k << 23 : -1;
     }
 }
 
@@ -767,12 +785,65 @@ INLINE512 __m512 combine16(__m512i s2, __m512i s1, __m512i s0)
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(65536.0f), v);
 }
 
+/* acc + q . broadcast(*x): vpdpbusd with x from memory as its broadcast operand (GCC keeps
+ * a vpbroadcastd and a register apart for each: a cycle more a token's block) */
+INLINE512 __m512i dpb(__m512i acc, __m512i q, const int32_t *x)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(q), "m"(*x));
+    return acc;
+}
+
+/* The same t times the block's scale s = 2^-k, where 0 <= k <= 100 (fast_scale), without a
+ * multiply: vpdpbusd runs on the pipes of FMA and FMUL (on Zen 4 twice as many of them a cycle
+ * as vector integer or FADD ops), and a token's block took four float ops there besides its 24
+ * vpdpbusd (combine16's fma, d * s, and the two below). Both powers of two are added to the
+ * exponent bits instead: a nonzero integer-valued float has bits of at least 1.0's (127 << 23),
+ * above either amount, and zero's bits are 0, so the unsigned min adds or takes nothing from
+ * zero. S2 * 65536 is exact, so its sum with v is the fma's (one rounding of the same value),
+ * and t * 2^-k stays normal (|t| >= 1, k <= 100), so fma(t * s, d, acc) is the bits of
+ * fma(t, d * s, acc): d * s and t * s are exact, the same real product (|d| >= 2^-24 when
+ * nonzero: an f16, or one times an integer scale). */
+INLINE512 __m512 scaled16(__m512i s2, __m512i s1, __m512i s0, const float *s)
+{
+    __m512i a = _mm512_castps_si512(_mm512_cvtepi32_ps(s2));
+    a = _mm512_add_epi32(a, _mm512_min_epu32(a, _mm512_set1_epi32(16 << 23)));
+    __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s1, 8), s0));
+    __m512i t = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), v));
+    __m512i k = _mm512_sub_epi32(_mm512_set1_epi32(127 << 23), _mm512_castps_si512(_mm512_set1_ps(*s)));
+    return _mm512_castsi512_ps(_mm512_sub_epi32(t, _mm512_min_epu32(t, k)));
+}
+
+/* Q4_0, Q4_1 and Q4_K (q 0..15, no start): S1 * 256 + S0 is below 2^24, so combine16's t is
+ * one rounding of the whole sum S = 65536 S2 + 256 S1 + S0, which vcvtdq2ps gives from S in
+ * int32 where |S| < 2^31: prep_token found sum |X| <= Q4_SUM_MAX, so |S| <= 15 sum |X| fits
+ * (the shifts may wrap; the sum in two's complement is S). Then t * 2^-k as in scaled16, with
+ * ek = k << 23. Two integer ops and a convert where scaled16 takes six. */
+INLINE512 __m512 scaled_q4(__m512i s2, __m512i s1, __m512i s0, const int32_t *ek)
+{
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(s2, 16), _mm512_slli_epi32(s1, 8)), s0);
+    __m512i t = _mm512_castps_si512(_mm512_cvtepi32_ps(s));
+    return _mm512_castsi512_ps(_mm512_sub_epi32(t, _mm512_min_epu32(t, _mm512_set1_epi32(*ek))));
+}
+
+/* 1 when a block scale s is one scaled16 takes: 2^-k with 0 <= k <= 100, or 0 (a block of zeros:
+ * its t is 0 and stays 0, and fma(0, d, acc) is fma(0, d * 0, acc)); not NaN (a block with an
+ * inf or NaN: the product's NaN must reach every row), nor a scale past those bounds (x's block
+ * at 2^23 or more, or below 2^-77), which take the multiply */
+static inline int fast_scale(const float *s)
+{
+    uint32_t u;
+    memcpy(&u, s, sizeof u);
+    return u - (27u << 23) <= (100u << 23) || u == 0;
+}
+
 INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
-                   const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
+                   const float *xs, const int32_t *ek, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2,
+                   float *out)
 {
     const int bb = blk_bytes(M), step = blk_step(M);
     const int k4 = M == M_Q4_K || M == M_Q5_K;   /* Q4_K's header and form */
     const int iq4 = M == M_IQ4_NL || M == M_IQ4_XS, halves = M == M_Q6_K || M == M_Q3_K || M == M_Q2_K;
+    const int q4 = M == M_Q4_0 || M == M_Q4_1 || M == M_Q4_K;   /* scaled_q4's formats */
     __m512 acc[TILE], off[TILE], dk = _mm512_setzero_ps(), mk = dk;
     const uint8_t *hdr = g;   /* K-quants: the super-block's header */
 #pragma GCC unroll 4
@@ -864,6 +935,18 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
             mm = M == M_Q4_1 || M == M_Q5_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + m_at(M))))
                                             : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
         }
+        /* whether every token's block takes the integer scaling (else the multiply, for all) */
+        int fast = 1;
+        if (q4) {
+            int32_t o = 0;
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                o |= ek[t * lds + b];
+            fast = o >= 0;
+        } else
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                fast &= fast_scale(sc + t * lds + b);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
@@ -878,16 +961,21 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                 __m512i b1 = _mm512_set1_epi32((z & c[4]) >> sh), b0 = _mm512_set1_epi32((z & c[5]) >> sh);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
-                    a2 = _mm512_dpbusd_epi32(a2, q[j], _mm512_set1_epi32(x2[j]));
-                    a1 = _mm512_dpbusd_epi32(a1, q[j], _mm512_set1_epi32(x1[j]));
-                    a0 = _mm512_dpbusd_epi32(a0, q[j], _mm512_set1_epi32(x0[j]));
-                    b2 = _mm512_dpbusd_epi32(b2, q[4 + j], _mm512_set1_epi32(x2[4 + j]));
-                    b1 = _mm512_dpbusd_epi32(b1, q[4 + j], _mm512_set1_epi32(x1[4 + j]));
-                    b0 = _mm512_dpbusd_epi32(b0, q[4 + j], _mm512_set1_epi32(x0[4 + j]));
+                    a2 = dpb(a2, q[j], x2 + j);
+                    a1 = dpb(a1, q[j], x1 + j);
+                    a0 = dpb(a0, q[j], x0 + j);
+                    b2 = dpb(b2, q[4 + j], x2 + 4 + j);
+                    b1 = dpb(b1, q[4 + j], x1 + 4 + j);
+                    b0 = dpb(b0, q[4 + j], x0 + 4 + j);
                 }
-                __m512 s = _mm512_set1_ps(sc[t * lds + b]);
-                acc[t] = _mm512_fmadd_ps(combine16(a2, a1, a0), _mm512_mul_ps(d, s), acc[t]);
-                acc[t] = _mm512_fmadd_ps(combine16(b2, b1, b0), _mm512_mul_ps(mm, s), acc[t]);
+                if (fast) {
+                    acc[t] = _mm512_fmadd_ps(scaled16(a2, a1, a0, sc + t * lds + b), d, acc[t]);
+                    acc[t] = _mm512_fmadd_ps(scaled16(b2, b1, b0, sc + t * lds + b), mm, acc[t]);
+                } else {
+                    __m512 s = _mm512_set1_ps(sc[t * lds + b]);
+                    acc[t] = _mm512_fmadd_ps(combine16(a2, a1, a0), _mm512_mul_ps(d, s), acc[t]);
+                    acc[t] = _mm512_fmadd_ps(combine16(b2, b1, b0), _mm512_mul_ps(mm, s), acc[t]);
+                }
                 if (M == M_Q2_K) {   /* w = D*q - M per half: off = fma(-M, xsum of the half, off) */
                     off[t] = _mm512_fnmadd_ps(n0, _mm512_set1_ps(half_sum(c, 0, sc[t * lds + b])), off[t]);
                     off[t] = _mm512_fnmadd_ps(n1, _mm512_set1_ps(half_sum(c, 1, sc[t * lds + b])), off[t]);
@@ -907,22 +995,28 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                 __m512i e2 = _mm512_setzero_si512(), e1 = e2, e0 = e2;
 #pragma GCC unroll 4
                 for (int j = 0; j < 8; j += 2) {
-                    s2 = _mm512_dpbusd_epi32(s2, q[j], _mm512_set1_epi32(x2[j]));
-                    s1 = _mm512_dpbusd_epi32(s1, q[j], _mm512_set1_epi32(x1[j]));
-                    s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
-                    e2 = _mm512_dpbusd_epi32(e2, q[j + 1], _mm512_set1_epi32(x2[j + 1]));
-                    e1 = _mm512_dpbusd_epi32(e1, q[j + 1], _mm512_set1_epi32(x1[j + 1]));
-                    e0 = _mm512_dpbusd_epi32(e0, q[j + 1], _mm512_set1_epi32(x0[j + 1]));
+                    s2 = dpb(s2, q[j], x2 + j);
+                    s1 = dpb(s1, q[j], x1 + j);
+                    s0 = dpb(s0, q[j], x0 + j);
+                    e2 = dpb(e2, q[j + 1], x2 + j + 1);
+                    e1 = dpb(e1, q[j + 1], x1 + j + 1);
+                    e0 = dpb(e0, q[j + 1], x0 + j + 1);
                 }
                 s2 = _mm512_add_epi32(s2, e2), s1 = _mm512_add_epi32(s1, e1), s0 = _mm512_add_epi32(s0, e0);
             } else
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
-                    s2 = _mm512_dpbusd_epi32(s2, q[j], _mm512_set1_epi32(x2[j]));
-                    s1 = _mm512_dpbusd_epi32(s1, q[j], _mm512_set1_epi32(x1[j]));
-                    s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32(x0[j]));
+                    s2 = dpb(s2, q[j], x2 + j);
+                    s1 = dpb(s1, q[j], x1 + j);
+                    s0 = dpb(s0, q[j], x0 + j);
                 }
-            acc[t] = _mm512_fmadd_ps(combine16(s2, s1, s0), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])), acc[t]);
+            if (fast && q4)
+                acc[t] = _mm512_fmadd_ps(scaled_q4(s2, s1, s0, ek + t * lds + b), d, acc[t]);
+            else if (fast)
+                acc[t] = _mm512_fmadd_ps(scaled16(s2, s1, s0, sc + t * lds + b), d, acc[t]);
+            else
+                acc[t] = _mm512_fmadd_ps(combine16(s2, s1, s0), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])),
+                                         acc[t]);
             if (M == M_Q4_1 || M == M_Q4_0 || M == M_Q5_1)
                 off[t] = _mm512_fmadd_ps(mm, _mm512_set1_ps(xs[t * lds + b]), off[t]);
             else if (k4)   /* w = D*q - M: off = fma(-M, xsum, off) */
@@ -935,13 +1029,13 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
 }
 
 #define K16_CASE(T, M) \
-    case T: k16(T, M, g, nb, dig, ldd, sc, xs, cs, lds, pf, pf2, out); return;
+    case T: k16(T, M, g, nb, dig, ldd, sc, xs, ek, cs, lds, pf, pf2, out); return;
 #define K16_TS(M) \
     switch (T) { K16_CASE(1, M) K16_CASE(2, M) K16_CASE(3, M) default: K16_CASE(4, M) }
 
 TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd,
-                          const float *sc, const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf,
-                          int pf2, float *out)
+                          const float *sc, const float *xs, const int32_t *ek, const int32_t *cs, int64_t lds,
+                          const uint8_t *pf, int pf2, float *out)
 {
 #define K16_M(M) case M: K16_TS(M)
     switch (m) { ALL_M(K16_M) }
@@ -1184,8 +1278,10 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
 #define K8_CASE(T, M) k8(T, M, h, g, nb, dig, ldd, sc, xs, cs, lds, p, pf2, out)
 
 TGT static void kern8(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
-                      const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out)
+                      const float *xs, const int32_t *ek, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2,
+                      float *out)
 {
+    (void)ek;   /* the 16-lane kernel's (scaled_q4); this one keeps combine8 and the multiply */
     /* cs is NULL unless the weight's format reads it (no arithmetic on it then) */
     for (int t = 0; t < T; t += 2, out += 2 * G, dig += 2 * ldd, sc += 2 * lds, xs += 2 * lds,
                             cs = cs ? cs + 2 * CS * lds : NULL)
@@ -1593,7 +1689,8 @@ TGT static void pack_group8(const srt_weight *w, int64_t g, uint8_t *o)
 
 
 typedef void (*kern_fn)(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
-                        const float *xs, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2, float *out);
+                        const float *xs, const int32_t *ek, const int32_t *cs, int64_t lds, const uint8_t *pf,
+                        int pf2, float *out);
 
 /* ---- the 16-lane kernel against the 8-lane one, once per process ---- */
 
@@ -1612,7 +1709,7 @@ int srt_cpu_q41_wide_matches(void)
     _Alignas(64) uint8_t g[N_FMTS][NB * BB_MAX];   /* made-up blocks in each format (FMTS' order) */
     _Alignas(64) int8_t dig[TILE * NB * XB];
     float x[TILE * NB * QK], sc[TILE * NB], xs[TILE * NB], y8[TILE * G], y16[TILE * G];
-    int32_t cs[TILE * NB * CS];
+    int32_t cs[TILE * NB * CS], ek[TILE * NB];
     uint32_t s = 4242;
     for (int b = 0; b < NB; b++)
         for (int r = 0; r < G; r++) {
@@ -1679,11 +1776,11 @@ int srt_cpu_q41_wide_matches(void)
     for (int i = 0; i < TILE * NB * QK; i++)
         x[i] = made_up(&s, -20, 30);
     for (int t = 0; t < TILE; t++)
-        prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB, cs + t * NB * CS);
+        prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB, ek + t * NB, cs + t * NB * CS);
     for (int f = 0; f < N_FMTS; f++)
         for (int T = 1; T <= TILE; T++) {
-            kern8(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y8);
-            kern16(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, cs, NB, NULL, 0, y16);
+            kern8(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, ek, cs, NB, NULL, 0, y8);
+            kern16(T, FMTS[f].m, g[f], NB, dig, NB * XB, sc, xs, ek, cs, NB, NULL, 0, y16);
             if (memcmp(y8, y16, sizeof(float) * G * (size_t)T))
                 return 0;
         }
@@ -1705,6 +1802,7 @@ typedef struct {
     const float *x;                        /* the run's first token */
     const int8_t *dig;                     /* the run's tokens: nb * XB bytes each */
     const float *sc, *xs;                  /* nb floats each */
+    const int32_t *ek;                     /* nb each (prep_token) */
     const int32_t *cs;                     /* CS * nb each; NULL when no weight is Q8_0, Q5_0 or Q6_K */
     uint8_t *rep;                          /* per thread: nb * BB_MAX bytes */
     int nth;                               /* threads taking items */
@@ -1717,7 +1815,8 @@ static void prep_item(void *arg, int64_t i, int ith)
     q41_job *j = arg;
     for (int64_t t = i * j->prep_tok; t < j->n_tok && t < (i + 1) * j->prep_tok; t++)
         prep_token(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
-                   (float *)j->xs + t * j->nb, j->cs ? (int32_t *)j->cs + CS * t * j->nb : NULL);
+                   (float *)j->xs + t * j->nb, (int32_t *)j->ek + t * j->nb,
+                   j->cs ? (int32_t *)j->cs + CS * t * j->nb : NULL);
 }
 
 /* y[r] = out[r] + bias[r] (bias NULL: + 0.0f) for the group's nr rows */
@@ -1795,7 +1894,7 @@ static void run_item(void *arg, int64_t i, int ith)
         for (int64_t t = ta; t < tz; t += TILE) {
             int T = tz - t < TILE ? (int)(tz - t) : TILE;
             j->kern(T, f->m, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb,
-                    j->cs ? j->cs + CS * t * j->nb : NULL, j->nb, t == ta ? pf : NULL, pf2, out);
+                    j->ek + t * j->nb, j->cs ? j->cs + CS * t * j->nb : NULL, j->nb, t == ta ? pf : NULL, pf2, out);
             for (int u = 0; u < T; u++)
                 store_rows(out + G * u, bias, j->y[k] + (j->t0 + t + u) * w->rows + g * G, nr);
         }
@@ -1828,7 +1927,8 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
         j.dig = (const int8_t *)base;
         j.sc = (const float *)(base + (size_t)j.n_tok * (size_t)j.nb * XB);
         j.xs = j.sc + j.n_tok * j.nb;
-        j.cs = q8 ? (const int32_t *)(j.xs + j.n_tok * j.nb) : NULL;
+        j.ek = (const int32_t *)(j.xs + j.n_tok * j.nb);
+        j.cs = q8 ? j.ek + j.n_tok * j.nb : NULL;
         /* the digits: 16 tokens an item, fewer when that would leave a thread idle (a batched
          * decode's 16 tokens were one item: the other thread waited) */
         j.x = x + t0 * C;
