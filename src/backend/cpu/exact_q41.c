@@ -690,14 +690,17 @@ INLINE void digit_sums(const int8_t *dig, int32_t *cs)
     }
 }
 
-/* The sum of |X| over a block's 32 integers (at most 32 * 0x7F7F7F: no wrap) */
-INLINE int32_t abs_sum(const __m256i X[4])
+/* Whether sum |X| <= Q4_SUM_MAX: its eight lanes' sums of four (each below 2^26: no wrap) each
+ * at most an eighth of it, else the exact sum (the common answer without a horizontal sum) */
+INLINE int q4_sum_fits(const __m256i X[4])
 {
     __m256i a = _mm256_add_epi32(_mm256_add_epi32(_mm256_abs_epi32(X[0]), _mm256_abs_epi32(X[1])),
                                  _mm256_add_epi32(_mm256_abs_epi32(X[2]), _mm256_abs_epi32(X[3])));
+    if (!_mm256_movemask_epi8(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(Q4_SUM_MAX / 8))))
+        return 1;
     __m128i h = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
     h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
-    return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1))) <= Q4_SUM_MAX;
 }
 
 /* One token's x (nb blocks) as digits (dig: per block D2, D1, D0), scales sc, block sums xs
@@ -736,7 +739,7 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
         store_digits(dig, X);
         if (cs)
             digit_sums(dig, cs + CS * b);
-        ek[b] = k >= 0 && k <= 100 && abs_sum(X) <= Q4_SUM_MAX ? k << 23 : -1;
+        ek[b] = k >= 0 && k <= 100 && q4_sum_fits(X) ? k << 23 : -1;
     }
 }
 
