@@ -1778,6 +1778,8 @@ int srt_cpu_q41_wide_matches(void)
     }
     for (int i = 0; i < TILE * NB * QK; i++)
         x[i] = made_up(&s, -20, 30);
+    for (int i = 0; i < QK; i++)   /* a block of zeros, and one past the integer scaling's bounds */
+        x[QK + i] = 0.0f, x[2 * QK + i] = made_up(&s, 30, 4);
     for (int t = 0; t < TILE; t++)
         prep_token(x + t * NB * QK, NB, dig + t * NB * XB, sc + t * NB, xs + t * NB, ek + t * NB, cs + t * NB * CS);
     for (int f = 0; f < N_FMTS; f++)
