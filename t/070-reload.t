@@ -413,3 +413,61 @@ $ngx->stop;
 GET /v1/models
 --- response_body_like chomp
 "id":"smol"
+
+
+=== TEST 11: srt_temp_path keeps no file of an nginx that stopped, nor of one killed with -9
+Every start left its scheduler's doorbell, the channel's lock and the master's key lock there,
+and no stop removed them: three files a start. A stop removes its own; a start removes what
+no live process holds (here: what an nginx killed with -9 left).
+--- init
+package main;
+my $port = server_port() + 8;
+my ($ngx, $dir) = bells_nginx("bells11", $port);
+my $files = sub {
+    opendir my $dh, $dir or return ();
+    return sort grep { !/^\./ } readdir $dh;
+};
+# up to 10 s for the files in $dir to satisfy $ok
+my $settle = sub {
+    my ($ok) = @_;
+    for (1 .. 200) {
+        my @f = $files->();
+        return @f if $ok->(@f);
+        select undef, undef, undef, 0.05;
+    }
+    return $files->();
+};
+my $pid_of = sub {
+    open my $fh, '<', "$ngx->{prefix}/logs/nginx.pid" or die "no pid file";
+    my $p = <$fh>;
+    chomp $p;
+    return $p;
+};
+my @first = $files->();
+Test::More::ok((grep { /-sched\z/ } @first) && (grep { /-sched\.lock\z/ } @first) && (grep { /^lock-/ } @first),
+               "running: a doorbell, the channel's lock and a key lock (@first)");
+# the master and every process under it, killed with -9
+my @all = ($pid_of->());
+for (my $i = 0; $i < @all; $i++) {
+    push @all, map { (split ' ')[0] } `ps -o pid= --ppid $all[$i]`;
+}
+kill 'KILL', @all;
+for (1 .. 200) { last unless grep { alive($_) } @all; select undef, undef, undef, 0.05 }
+my @left = $files->();
+Test::More::is("@left", "@first", "killed with -9: its files stay behind");
+unlink "$ngx->{prefix}/logs/error.log";
+$ngx->start or die "nginx failed to start again";
+$ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler after the restart";
+my %old = map { $_ => 1 } @first;
+my @now = $settle->(sub { !grep { $old{$_} } @_ });
+Test::More::is(scalar(grep { $old{$_} } @now), 0, "the next start removed them (now: @now)");
+my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions', '{"prompt": [1, 2, 3], "max_tokens": 2}',
+                                                {}, $port);
+Test::More::like($r, qr{^HTTP/1\.1 200 }, "and the model serves");
+$ngx->signal('quit');
+my @end = $settle->(sub { !@_ });
+Test::More::is("@end", "", "after a quit nothing is left");
+--- request
+GET /v1/models
+--- response_body_like chomp
+"id":"smol"

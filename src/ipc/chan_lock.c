@@ -7,12 +7,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 int srt_chan_sock_dir_make(char *dir, size_t cap, srt_err *err)
 {
@@ -41,6 +44,90 @@ void srt_chan_sock_dir_remove(const char *dir)
         closedir(d);
     }
     (void)rmdir(dir);
+}
+
+/* 1 when process pid is gone (or is gone_pid): no such process, or a zombie (an nginx killed
+ * with -9 leaves its children to a PID 1 that may not reap them soon) */
+static int named_pid_gone(long pid, int gone_pid)
+{
+    char path[32], buf[256];
+    if (pid <= 0 || pid > INT32_MAX)
+        return 0;
+    if (pid == gone_pid || pid_gone((pid_t)pid))
+        return 1;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *st = strrchr(buf, ')');   /* "pid (comm) S ...": comm may hold ')' */
+    return st != NULL && st[1] == ' ' && (st[2] == 'Z' || st[2] == 'X');
+}
+
+/* unlinks name (and also_name, if any) in dir if nobody holds name's flock */
+static void unlink_unlocked(int dfd, const char *name, const char *also_name)
+{
+    int fd = openat(dfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        if (also_name)
+            (void)unlinkat(dfd, also_name, 0);
+        (void)unlinkat(dfd, name, 0);
+    }
+    close(fd);
+}
+
+void srt_chan_sock_dir_sweep(const char *dir, int gone_pid)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        size_t len = strlen(n);
+        char *end;
+        unsigned long long id;
+        if (strncmp(n, "lock-", 5) == 0) {
+            long pid = strtol(n + 5, &end, 10);
+            if (end != n + 5 && *end == '-' && named_pid_gone(pid, gone_pid))
+                unlink_unlocked(dirfd(d), n, NULL);
+            continue;
+        }
+        if (len < 18 || n[16] != '-')
+            continue;
+        id = strtoull(n, &end, 16);
+        if (end != n + 16)
+            continue;
+        if (strcmp(n + 16, "-sched.lock") == 0) {
+            char sock[32];
+            snprintf(sock, sizeof(sock), "%016llx-sched", id);
+            unlink_unlocked(dirfd(d), n, sock);
+        } else if (n[17] == 'w') {
+            long pid = strtol(n + 18, &end, 10);
+            if (end != n + 18 && *end == '\0' && named_pid_gone(pid, 0))
+                (void)unlinkat(dirfd(d), n, 0);
+        }
+    }
+    closedir(d);
+}
+
+void srt_chan_sock_dir_forget(const char *dir, uint64_t chan_id, int key_pid)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char id[24], key[32];
+    if (d == NULL)
+        return;
+    snprintf(id, sizeof(id), "%016llx-", (unsigned long long)chan_id);
+    snprintf(key, sizeof(key), "lock-%d-", key_pid);
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, id, strlen(id)) == 0 || (key_pid > 0 && strncmp(e->d_name, key, strlen(key)) == 0))
+            (void)unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
 }
 
 void srt_chan_sched_set_lock_key(srt_chan *c, const char *key)

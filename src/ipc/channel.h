@@ -186,6 +186,26 @@ srt_chan *srt_chan_attach(void *mem, size_t size, srt_err *err);
  * SRT_CHAN_SOCK_DIR_MAX). srt_chan_sock_dir_remove removes the files in it, then it. */
 int srt_chan_sock_dir_make(char *dir, size_t cap, srt_err *err);
 void srt_chan_sock_dir_remove(const char *dir);
+
+/* Removes what channels that have no process left put in sock_dir (nginx's srt_temp_path),
+ * leaving every file a live process may use:
+ *   "<id>-sched.lock" and "<id>-sched"   when nobody holds the lock (flock, non-blocking;
+ *                                        both removed while this call holds it): no scheduler
+ *                                        runs the channel now, and a successor takes the lock
+ *                                        and binds its doorbell afresh;
+ *   "lock-<pid>-<key>"                   when process pid is gone, or is gone_pid (the caller,
+ *                                        exiting: nginx's master at its exit), and nobody
+ *                                        holds the lock;
+ *   "<id>-w<pid>"                        when process pid is gone (a worker's doorbell).
+ * For nginx's master at startup (gone_pid 0), after a crash or kill -9 of a previous nginx
+ * left them, and at its exit (gone_pid its own pid, every child reaped). Errors are ignored:
+ * a file that cannot be judged stays. */
+void srt_chan_sock_dir_sweep(const char *dir, int gone_pid);
+/* Removes channel chan_id's files from dir ("<id>-sched", its lock, workers' doorbells) and,
+ * when key_pid > 0, the key locks "lock-<key_pid>-*", held or not: for a process that knows
+ * nobody will use them again (nginx's master at its exit: its workers are reaped and it
+ * spawns no scheduler again; one still exiting keeps its open files). */
+void srt_chan_sock_dir_forget(const char *dir, uint64_t chan_id, int key_pid);
 void srt_chan_detach(srt_chan *c);
 
 const srt_chan_config *srt_chan_get_config(const srt_chan *c);

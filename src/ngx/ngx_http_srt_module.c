@@ -30,6 +30,7 @@ static ngx_int_t ngx_http_srt_check_sock_dir(ngx_cycle_t *cycle,
     ngx_http_srt_main_conf_t *smcf);
 static ngx_int_t ngx_http_srt_init_process(ngx_cycle_t *cycle);
 static void ngx_http_srt_exit_process(ngx_cycle_t *cycle);
+static void ngx_http_srt_exit_master(ngx_cycle_t *cycle);
 
 static char *ngx_http_srt_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -445,7 +446,7 @@ ngx_module_t  ngx_http_srt_module = {
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
     ngx_http_srt_exit_process,             /* exit process */
-    NULL,                                  /* exit master */
+    ngx_http_srt_exit_master,              /* exit master */
     NGX_MODULE_V1_PADDING
 };
 
@@ -1648,6 +1649,12 @@ ngx_http_srt_init_module(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    /* what an nginx killed with -9 left in srt_temp_path: files no live
+     * process holds (3 a start, and a worker's doorbell) */
+    if (!ngx_test_config) {
+        srt_chan_sock_dir_sweep((char *) smcf->path->name.data, 0);
+    }
+
     mp = smcf->models.elts;
 
     for (i = 0; i < smcf->models.nelts; i++) {
@@ -1708,6 +1715,42 @@ ngx_http_srt_init_process(ngx_cycle_t *cycle)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The workers are reaped and no scheduler will be spawned again: this master's
+ * channels' doorbells and locks, and its schedulers' key locks, are nobody's
+ * (a scheduler still exiting keeps what it has open), and stale files go too.
+ */
+static void
+ngx_http_srt_exit_master(ngx_cycle_t *cycle)
+{
+    srt_err                     err;
+    srt_chan                   *chan;
+    ngx_uint_t                  i;
+    ngx_http_srt_model_t      **mp;
+    ngx_http_srt_main_conf_t   *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_srt_module);
+    if (smcf == NULL || smcf->models.nelts == 0 || smcf->path == NULL) {
+        return;
+    }
+
+    mp = smcf->models.elts;
+
+    for (i = 0; i < smcf->models.nelts; i++) {
+        chan = srt_chan_attach(mp[i]->chan_mem, mp[i]->chan_size, &err);
+        if (chan == NULL) {
+            continue;
+        }
+
+        srt_chan_sock_dir_forget((char *) smcf->path->name.data,
+                                 srt_chan_id(chan), (int) ngx_pid);
+        srt_chan_detach(chan);
+    }
+
+    srt_chan_sock_dir_sweep((char *) smcf->path->name.data, 0);
 }
 
 

@@ -674,5 +674,15 @@ ngx_http_srt_scheduler_main(ngx_http_srt_model_t *m, int lifeline,
 
     srt_chan_sched_close(m->chan);
 
+    /*
+     * Our locks are free now. With the master gone no successor will come, so
+     * its key lock and this channel's files go (the master's own exit sweep
+     * found them still held); with it alive, only what a successor makes
+     * afresh, and nothing a live process holds.
+     */
+    srt_chan_sock_dir_sweep(srt_chan_get_config(m->chan)->sock_dir,
+                            kill(master, 0) == -1 && ngx_errno == NGX_ESRCH
+                            ? (int) master : 0);
+
     _exit(0);
 }
