@@ -418,7 +418,7 @@ GET /v1/models
 === TEST 11: srt_temp_path keeps no file of an nginx that stopped, nor of one killed with -9
 Every start left its scheduler's doorbell, the channel's lock and the master's key lock there,
 and no stop removed them: three files a start. A stop removes its own; a start removes what
-no live process holds (here: what an nginx killed with -9 left).
+no live process holds (here: what an nginx killed with -9 left, a worker's doorbell too).
 --- init
 package main;
 my $port = server_port() + 8;
@@ -443,9 +443,20 @@ my $pid_of = sub {
     chomp $p;
     return $p;
 };
+# up to 15 s for a worker to serve (it can open the channel after the scheduler is ready)
+my $serving = sub {
+    for (1 .. 300) {
+        my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
+                                                        '{"prompt": [1, 2, 3], "max_tokens": 2}', {}, $port);
+        return 1 if $r =~ m{^HTTP/1\.1 200 };
+        select undef, undef, undef, 0.05;
+    }
+    return 0;
+};
+$serving->() or die "the first nginx does not serve";   # so the worker's doorbell is there too
 my @first = $files->();
-Test::More::ok((grep { /-sched\z/ } @first) && (grep { /-sched\.lock\z/ } @first) && (grep { /^lock-/ } @first),
-               "running: a doorbell, the channel's lock and a key lock (@first)");
+Test::More::ok((grep { /-sched\z/ } @first) && (grep { /-sched\.lock\z/ } @first) && (grep { /^lock-/ } @first)
+               && (grep { /-w\d+\z/ } @first), "running: two doorbells, the channel's lock and a key lock (@first)");
 # the master and every process under it, killed with -9
 my @all = ($pid_of->());
 for (my $i = 0; $i < @all; $i++) {
@@ -461,9 +472,7 @@ $ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler after the restart";
 my %old = map { $_ => 1 } @first;
 my @now = $settle->(sub { !grep { $old{$_} } @_ });
 Test::More::is(scalar(grep { $old{$_} } @now), 0, "the next start removed them (now: @now)");
-my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions', '{"prompt": [1, 2, 3], "max_tokens": 2}',
-                                                {}, $port);
-Test::More::like($r, qr{^HTTP/1\.1 200 }, "and the model serves");
+Test::More::ok($serving->(), "and the model serves");
 $ngx->signal('quit');
 my @end = $settle->(sub { !@_ });
 Test::More::is("@end", "", "after a quit nothing is left");
