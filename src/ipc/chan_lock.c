@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,21 +89,17 @@ void srt_chan_sock_dir_sweep(const char *dir, int gone_pid)
         const char *n = e->d_name;
         size_t len = strlen(n);
         char *end;
-        unsigned long long id;
         if (strncmp(n, "lock-", 5) == 0) {
             long pid = strtol(n + 5, &end, 10);
             if (end != n + 5 && *end == '-' && named_pid_gone(pid, gone_pid))
                 unlink_unlocked(dirfd(d), n, NULL);
             continue;
         }
-        if (len < 18 || n[16] != '-')
-            continue;
-        id = strtoull(n, &end, 16);
-        if (end != n + 16)
+        if (len < 18 || n[16] != '-' || strspn(n, "0123456789abcdef") != 16)
             continue;
         if (strcmp(n + 16, "-sched.lock") == 0) {
             char sock[32];
-            snprintf(sock, sizeof(sock), "%016llx-sched", id);
+            snprintf(sock, sizeof(sock), "%.16s-sched", n);
             unlink_unlocked(dirfd(d), n, sock);
         } else if (n[17] == 'w') {
             long pid = strtol(n + 18, &end, 10);
