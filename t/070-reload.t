@@ -32,6 +32,29 @@ sub bells_nginx {
     return ($ngx, "$ngx->{prefix}/srt_temp");
 }
 
+# Up to 15 s for a worker of the private nginx on $port to serve (the scheduler can be ready
+# before the master forks the first worker, which opens the channel and binds its doorbell
+# then; a respawned one loads its tokenizer). TESTs 10 and 11.
+sub serves {
+    my ($port) = @_;
+    for (1 .. 300) {
+        my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
+                                                        '{"prompt": [1, 2, 3], "max_tokens": 2}', {}, $port);
+        return 1 if $r =~ m{^HTTP/1\.1 200 };
+        select undef, undef, undef, 0.05;
+    }
+    return 0;
+}
+
+# The master pid of a private nginx, from its pid file
+sub master_of {
+    my ($ngx) = @_;
+    open my $fh, '<', "$ngx->{prefix}/logs/nginx.pid" or die "no pid file";
+    my $p = <$fh>;
+    chomp $p;
+    return $p;
+}
+
 # Start a 480-token stream (about 2 s here; 300 tokens took 1.25 s, not much more than the
 # 0.2 s before the HUP on a machine a few times faster), reload nginx (HUP) once it runs, and
 # return the client's pid; the client writes the raw response to "$Dir/reload-stream-1".
@@ -382,27 +405,14 @@ my $bells = sub {
     opendir my $dh, $dir or return ();
     return grep { /-w\d+\z/ } readdir $dh;
 };
-open my $fh, '<', "$ngx->{prefix}/logs/nginx.pid" or die "no pid file";
-my $master = <$fh>;
-chomp $master;
-# up to 15 s for a worker to serve (the scheduler can be ready before the master forks the
-# first worker; a respawned one loads its tokenizer)
-my $serving = sub {
-    for (1 .. 300) {
-        my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
-                                                        '{"prompt": [1, 2, 3], "max_tokens": 2}', {}, $port);
-        return 1 if $r =~ m{^HTTP/1\.1 200 };
-        select undef, undef, undef, 0.05;
-    }
-    return 0;
-};
-$serving->() or die "the first worker does not serve";
+my $master = master_of($ngx);
+serves($port) or die "the first worker does not serve";
 for my $n (1 .. 3) {
     my ($w) = map { (split ' ')[0] } grep { /worker process/ } `ps -o pid=,args= --ppid $master`;
     $w or die "kill $n: no worker";
     kill 'KILL', $w;
     $ngx->wait_log(qr/(?:exited on signal 9(?s:.*)){$n}/, 20) or die "kill $n: no exit logged";
-    $serving->() or die "kill $n: the new worker does not serve";
+    serves($port) or die "kill $n: the new worker does not serve";
 }
 my @left = $bells->();
 Test::More::is(scalar(grep { /-w(\d+)\z/ && !alive($1) } @left), 0,
@@ -437,28 +447,12 @@ my $settle = sub {
     }
     return $files->();
 };
-my $pid_of = sub {
-    open my $fh, '<', "$ngx->{prefix}/logs/nginx.pid" or die "no pid file";
-    my $p = <$fh>;
-    chomp $p;
-    return $p;
-};
-# up to 15 s for a worker to serve (it can open the channel after the scheduler is ready)
-my $serving = sub {
-    for (1 .. 300) {
-        my (undef, undef, $r) = Test::Srt::http_request('POST', '/v1/completions',
-                                                        '{"prompt": [1, 2, 3], "max_tokens": 2}', {}, $port);
-        return 1 if $r =~ m{^HTTP/1\.1 200 };
-        select undef, undef, undef, 0.05;
-    }
-    return 0;
-};
-$serving->() or die "the first nginx does not serve";   # so the worker's doorbell is there too
+serves($port) or die "the first nginx does not serve";   # so the worker's doorbell is there too
 my @first = $files->();
 Test::More::ok((grep { /-sched\z/ } @first) && (grep { /-sched\.lock\z/ } @first) && (grep { /^lock-/ } @first)
                && (grep { /-w\d+\z/ } @first), "running: two doorbells, the channel's lock and a key lock (@first)");
 # the master and every process under it, killed with -9
-my @all = ($pid_of->());
+my @all = (master_of($ngx));
 for (my $i = 0; $i < @all; $i++) {
     push @all, map { (split ' ')[0] } `ps -o pid= --ppid $all[$i]`;
 }
@@ -472,7 +466,7 @@ $ngx->wait_log(qr/scheduler ready/, 30) or die "no scheduler after the restart";
 my %old = map { $_ => 1 } @first;
 my @now = $settle->(sub { !grep { $old{$_} } @_ });
 Test::More::is(scalar(grep { $old{$_} } @now), 0, "the next start removed them (now: @now)");
-Test::More::ok($serving->(), "and the model serves");
+Test::More::ok(serves($port), "and the model serves");
 $ngx->signal('quit');
 my @end = $settle->(sub { !@_ });
 Test::More::is("@end", "", "after a quit nothing is left");

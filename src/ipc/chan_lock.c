@@ -32,16 +32,24 @@ int srt_chan_sock_dir_make(char *dir, size_t cap, srt_err *err)
     return SRT_OK;
 }
 
-void srt_chan_sock_dir_remove(const char *dir)
+/* unlinks the files in dir whose names start with a or b (NULL: none; "": every file) */
+static void unlink_prefixed(const char *dir, const char *a, const char *b)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
-    if (d != NULL) {
-        while ((e = readdir(d)) != NULL)
-            if (e->d_name[0] != '.')
-                (void)unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (n[0] != '.' && ((a && strncmp(n, a, strlen(a)) == 0) || (b && strncmp(n, b, strlen(b)) == 0)))
+            (void)unlinkat(dirfd(d), n, 0);
     }
+    closedir(d);
+}
+
+void srt_chan_sock_dir_remove(const char *dir)
+{
+    unlink_prefixed(dir, "", NULL);
     (void)rmdir(dir);
 }
 
@@ -112,17 +120,10 @@ void srt_chan_sock_dir_sweep(const char *dir, int gone_pid)
 
 void srt_chan_sock_dir_forget(const char *dir, uint64_t chan_id, int key_pid)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
     char id[24], key[32];
-    if (d == NULL)
-        return;
     snprintf(id, sizeof(id), "%016llx-", (unsigned long long)chan_id);
     snprintf(key, sizeof(key), "lock-%d-", key_pid);
-    while ((e = readdir(d)) != NULL)
-        if (strncmp(e->d_name, id, strlen(id)) == 0 || (key_pid > 0 && strncmp(e->d_name, key, strlen(key)) == 0))
-            (void)unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
+    unlink_prefixed(dir, id, key_pid > 0 ? key : NULL);
 }
 
 void srt_chan_sched_set_lock_key(srt_chan *c, const char *key)
