@@ -93,10 +93,11 @@ int       srt_cpu_exact_avx512(void);
 /* Q4_1, Q4_0, Q8_0, Q5_0, Q5_1 and the K-quants (exact_q41.c: x as a 24-bit fixed point per block, integer dot products; the
  * contract and layout there). matmul_n: as srt_cpu_exact_matmul_n for n weights that are all
  * of those types, packed or not (SRT_ERROR, nothing written, otherwise or without AVX2);
- * wide: the 16-lane VNNI kernel, else 8 lanes, the same bits. scratch:
- * srt_cpu_q41_scratch_bytes. */
+ * wide: the 16-lane VNNI kernel, else 8 lanes, the same bits. fast (wide only, else SRT_ERROR):
+ * srt_numerics fast, x as one signed byte per element with an f32 scale per block (prep_token1),
+ * the same packed weights. scratch: srt_cpu_q41_scratch_bytes. */
 int    srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
-                            const float *x, int64_t n_tok, float *const *y, void *scratch, int wide);
+                            const float *x, int64_t n_tok, float *const *y, void *scratch, int wide, int fast);
 size_t srt_cpu_q41_scratch_bytes(int n_threads, int64_t cols, int64_t n_tok);
 size_t srt_cpu_q41_pack_bytes(const srt_weight *w);
 void   srt_cpu_q41_pack(const srt_weight *w, void *dst, srt_weight *out);

@@ -950,7 +950,7 @@ int srt_cpu_exact_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w
         q41 += srt_cpu_q41_takes(w[k]->dtype);
     if (q41)
         return q41 < n ? SRT_ERROR
-                       : srt_cpu_q41_matmul_n(tp, n, w, bias, x, n_tok, y, scratch, srt_cpu_exact_avx512() == 1);
+                       : srt_cpu_q41_matmul_n(tp, n, w, bias, x, n_tok, y, scratch, srt_cpu_exact_avx512() == 1, 0);
     int64_t C = w[0]->cols, work = 0;
     for (int k = 0; k < n; k++) {
         if (fmt_of(w[k]->dtype, &j.fmts[k], &j.decs[k], &j.unps[k]) != SRT_OK || w[k]->cols != C ||

@@ -743,6 +743,59 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
     }
 }
 
+/* srt_numerics fast: one token's x as one signed byte per element, llama.cpp's Q8 activations
+ * with the scale kept in f32: X_j = rint(x_j * (127 / top)) (|X_j| <= 127) in plane D2 (the
+ * others are not read), sc = top / 127, cs[0] and cs[3] the starts of D2's halves (the others
+ * 0), ek -1 (the kernels multiply by sc). xs is the sum of the rounded x, sc * sum X, as
+ * llama.cpp's: then a row's offset (m * xs) and its products (d * q * X) are those of one x, and
+ * the rounding errors meet the weights w = d*q + m (centred) rather than d*q (0..15d: the block
+ * sum of x itself doubled the logits' error against HF). A top below 2^-100 is first scaled by
+ * 2^100 (exact), so that 127 / top stays finite. Non-finite and zero blocks as prep_token. */
+TGT static void prep_token1(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *ek, int32_t *cs)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < nb; b++, x += QK, dig += XB) {
+        __m256 v[4] = { _mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), _mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24) };
+        xs[b] = srt_hsum8(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
+        __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+                                 _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        float top = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        ek[b] = -1;
+        if (cs)
+            memset(cs + CS * b, 0, CS * sizeof(int32_t));
+        if (!isfinite(xs[b]) || top == 0.0f) {
+            memset(dig, 0, QK);
+            sc[b] = top == 0.0f && isfinite(xs[b]) ? 0.0f : NAN;
+            continue;
+        }
+        sc[b] = top / 127.0f;
+        float f = top < 0x1p-100f ? 0x1p100f : 1.0f;
+        __m256 fv = _mm256_set1_ps(f), id = _mm256_set1_ps(127.0f / (top * f));
+        __m256i X[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[i], fv), id));   /* rint */
+        /* int32 -> int8 (no saturation: |X| <= 127), the packs' lane interleave undone */
+        __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(X[0], X[1]), _mm256_packs_epi32(X[2], X[3]));
+        _mm256_storeu_si256((__m256i *)dig, _mm256_permutevar8x32_epi32(w, order));
+        __m256i t = _mm256_add_epi32(_mm256_add_epi32(X[0], X[1]), _mm256_add_epi32(X[2], X[3]));
+        __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4E));
+        xs[b] = sc[b] * (float)_mm_cvtsi128_si32(_mm_add_epi32(u, _mm_shuffle_epi32(u, 0xB1)));
+        if (cs) {   /* as digit_sums, plane D2 alone */
+            __m256i u = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)dig),
+                                                         _mm256_set1_epi8((char)0x80)),
+                                        _mm256_setzero_si256());
+            __m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
+            cs[CS * b] = -128 * ((int32_t)(_mm_cvtsi128_si32(lo) + _mm_extract_epi32(lo, 2)) - 16 * 128);
+            cs[CS * b + 3] = -128 * ((int32_t)(_mm_cvtsi128_si32(hi) + _mm_extract_epi32(hi, 2)) - 16 * 128);
+        }
+    }
+}
+
 /* ---- the kernels: one group of 16 rows x T tokens over all nb blocks; out[t * 16 + r] =
  * acc + off of row r, token t (the header's sequence). M: the format (ALL_M). Token t's block b: digits at dig + t * ldd + 96 * b, its scale, sum and Q8_0's
  * starts at sc, xs [t * lds + b] and cs [CS * (t * lds + b)]. pf: bytes to prefetch alongside,
@@ -770,13 +823,13 @@ static inline int hdr_bytes(int M)
 static inline int d_at(int M) { return M == M_Q8_0 ? 512 : M == M_Q5_0 || M == M_Q5_1 ? 320 : 256; }
 static inline int m_at(int M) { return M == M_Q4_1 ? 288 : 352; }
 
-/* Q2_K: the sum of half h of a block's x (0: its first 16) as its integers X give it, from the
- * digit sums' starts c (-128 * each plane's sum of digits): 65536 sum D2 + 256 sum D1 + sum D0,
- * exact in int32 (|sum X| <= 16 * 0x7F7F7F), rounded once to float and scaled by s (a power of
- * two), the same on either kernel */
-static inline float half_sum(const int32_t *c, int h, float s)
+/* Q2_K: the sum of half h of a block's x (0: its first 16) as its integers X give it, from the digit sums'
+ * starts c (-128 * each plane's sum of digits): nd 3, 65536 sum D2 + 256 sum D1 + sum D0, exact
+ * in int32 (|sum X| <= 16 * 0x7F7F7F); nd 1 (fast: X = D2), sum D2. Rounded once to float and
+ * times s, the same on either kernel. */
+static inline float half_sum(int nd, const int32_t *c, int h, float s)
 {
-    int32_t X = -(512 * c[3 * h] + 2 * c[3 * h + 1] + c[3 * h + 2] / 128);
+    int32_t X = nd == 1 ? -(c[3 * h] / 128) : -(512 * c[3 * h] + 2 * c[3 * h + 1] + c[3 * h + 2] / 128);
     return (float)X * s;
 }
 
@@ -828,18 +881,20 @@ INLINE512 __m512 scaled_q4(__m512i s2, __m512i s1, __m512i s0, const int32_t *ek
     return _mm512_castsi512_ps(_mm512_sub_epi32(t, _mm512_min_epu32(t, _mm512_set1_epi32(*ek))));
 }
 
-/* 1 when a block scale s is one scaled16 takes: 2^-k with 0 <= k <= 100, or 0 (a block of zeros:
- * its t is 0 and stays 0, and fma(0, d, acc) is fma(0, d * 0, acc)); not NaN (a block with an
- * inf or NaN: the product's NaN must reach every row), nor a scale past those bounds (x's block
- * at 2^23 or more, or below 2^-77), which take the multiply */
+/* 1 when a block scale s is one scaled16 takes: 2^-k with 0 <= k <= 100; not NaN (a block with
+ * an inf or NaN: the product's NaN must reach every row), nor a scale past those bounds (x's
+ * block at 2^23 or more, or below 2^-77), which take the multiply. Nor 0: a block of zeros has
+ * it, but so has a block below about 2^-126, whose 2^-k (k > 149) is 0 in f32 while its digits
+ * are not: scaled16 would subtract 127 from t's exponent (0's bits as a scale's), where the
+ * contract's d * 0 gives 0. */
 static inline int fast_scale(const float *s)
 {
     uint32_t u;
     memcpy(&u, s, sizeof u);
-    return u - (27u << 23) <= (100u << 23) || u == 0;
+    return u - (27u << 23) <= (100u << 23);
 }
 
-INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
+INLINE512 void k16(int ND, int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd, const float *sc,
                    const float *xs, const int32_t *ek, const int32_t *cs, int64_t lds, const uint8_t *pf, int pf2,
                    float *out)
 {
@@ -939,8 +994,10 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                                             : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
         }
         /* whether every token's block takes the integer scaling (else the multiply, for all) */
-        int fast = 1;
-        if (q4) {
+        int fast = ND == 3;
+        if (ND == 1)
+            ;
+        else if (q4) {
             int32_t o = 0;
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
@@ -965,13 +1022,19 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
                     a2 = dpb(a2, q[j], x2 + j);
-                    a1 = dpb(a1, q[j], x1 + j);
-                    a0 = dpb(a0, q[j], x0 + j);
                     b2 = dpb(b2, q[4 + j], x2 + 4 + j);
-                    b1 = dpb(b1, q[4 + j], x1 + 4 + j);
-                    b0 = dpb(b0, q[4 + j], x0 + 4 + j);
+                    if (ND == 3) {
+                        a1 = dpb(a1, q[j], x1 + j);
+                        a0 = dpb(a0, q[j], x0 + j);
+                        b1 = dpb(b1, q[4 + j], x1 + 4 + j);
+                        b0 = dpb(b0, q[4 + j], x0 + 4 + j);
+                    }
                 }
-                if (fast) {
+                if (ND == 1) {
+                    __m512 s = _mm512_set1_ps(sc[t * lds + b]);
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), _mm512_mul_ps(d, s), acc[t]);
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b2), _mm512_mul_ps(mm, s), acc[t]);
+                } else if (fast) {
                     acc[t] = _mm512_fmadd_ps(scaled16(a2, a1, a0, sc + t * lds + b), d, acc[t]);
                     acc[t] = _mm512_fmadd_ps(scaled16(b2, b1, b0, sc + t * lds + b), mm, acc[t]);
                 } else {
@@ -980,8 +1043,8 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                     acc[t] = _mm512_fmadd_ps(combine16(b2, b1, b0), _mm512_mul_ps(mm, s), acc[t]);
                 }
                 if (M == M_Q2_K) {   /* w = D*q - M per half: off = fma(-M, xsum of the half, off) */
-                    off[t] = _mm512_fnmadd_ps(n0, _mm512_set1_ps(half_sum(c, 0, sc[t * lds + b])), off[t]);
-                    off[t] = _mm512_fnmadd_ps(n1, _mm512_set1_ps(half_sum(c, 1, sc[t * lds + b])), off[t]);
+                    off[t] = _mm512_fnmadd_ps(n0, _mm512_set1_ps(half_sum(ND, c, 0, sc[t * lds + b])), off[t]);
+                    off[t] = _mm512_fnmadd_ps(n1, _mm512_set1_ps(half_sum(ND, c, 1, sc[t * lds + b])), off[t]);
                 }
                 continue;
             }
@@ -992,7 +1055,23 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                 s2 = _mm512_set1_epi32((c[0] + c[3]) >> sh), s1 = _mm512_set1_epi32((c[1] + c[4]) >> sh);
                 s0 = _mm512_set1_epi32((c[2] + c[5]) >> sh);
             }
-            if (T == 1) {
+            if (T == 1 && ND == 1) {
+                /* fast, one token: four chains of two (one sum has nothing beside it to hide
+                 * vpdpbusd's latency) */
+                __m512i e[3] = { _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512() };
+#pragma GCC unroll 2
+                for (int j = 0; j < 8; j += 4) {
+                    s2 = dpb(s2, q[j], x2 + j);
+                    e[0] = dpb(e[0], q[j + 1], x2 + j + 1);
+                    e[1] = dpb(e[1], q[j + 2], x2 + j + 2);
+                    e[2] = dpb(e[2], q[j + 3], x2 + j + 3);
+                }
+                s2 = _mm512_add_epi32(_mm512_add_epi32(s2, e[0]), _mm512_add_epi32(e[1], e[2]));
+            } else if (ND == 1)
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    s2 = dpb(s2, q[j], x2 + j);
+            else if (T == 1) {
                 /* one token: each sum as two chains of four (the same integers), since eight
                  * dependent vpdpbusd left a decode waiting on their latency */
                 __m512i e2 = _mm512_setzero_si512(), e1 = e2, e0 = e2;
@@ -1013,7 +1092,10 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
                     s1 = dpb(s1, q[j], x1 + j);
                     s0 = dpb(s0, q[j], x0 + j);
                 }
-            if (fast && q4)
+            if (ND == 1)
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])),
+                                         acc[t]);
+            else if (fast && q4)
                 acc[t] = _mm512_fmadd_ps(scaled_q4(s2, s1, s0, ek + t * lds + b), d, acc[t]);
             else if (fast)
                 acc[t] = _mm512_fmadd_ps(scaled16(s2, s1, s0, sc + t * lds + b), d, acc[t]);
@@ -1031,16 +1113,26 @@ INLINE512 void k16(int T, int M, const uint8_t *g, int64_t nb, const int8_t *dig
         _mm512_storeu_ps(out + G * t, _mm512_add_ps(acc[t], off[t]));
 }
 
-#define K16_CASE(T, M) \
-    case T: k16(T, M, g, nb, dig, ldd, sc, xs, ek, cs, lds, pf, pf2, out); return;
-#define K16_TS(M) \
-    switch (T) { K16_CASE(1, M) K16_CASE(2, M) K16_CASE(3, M) default: K16_CASE(4, M) }
+#define K16_CASE(ND, T, M) \
+    case T: k16(ND, T, M, g, nb, dig, ldd, sc, xs, ek, cs, lds, pf, pf2, out); return;
+#define K16_TS(ND, M) \
+    switch (T) { K16_CASE(ND, 1, M) K16_CASE(ND, 2, M) K16_CASE(ND, 3, M) default: K16_CASE(ND, 4, M) }
 
 TGT512 static void kern16(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd,
                           const float *sc, const float *xs, const int32_t *ek, const int32_t *cs, int64_t lds,
                           const uint8_t *pf, int pf2, float *out)
 {
-#define K16_M(M) case M: K16_TS(M)
+#define K16_M(M) case M: K16_TS(3, M)
+    switch (m) { ALL_M(K16_M) }
+#undef K16_M
+}
+
+/* srt_numerics fast: x of one digit (prep_token1) */
+TGT512 static void kern16_1(int T, int m, const uint8_t *g, int64_t nb, const int8_t *dig, int64_t ldd,
+                            const float *sc, const float *xs, const int32_t *ek, const int32_t *cs, int64_t lds,
+                            const uint8_t *pf, int pf2, float *out)
+{
+#define K16_M(M) case M: K16_TS(1, M)
     switch (m) { ALL_M(K16_M) }
 #undef K16_M
 }
@@ -1264,8 +1356,8 @@ INLINE void k8(int T, int M, int h, const uint8_t *g, int64_t nb, const int8_t *
                                          _mm256_mul_ps(mm, _mm256_set1_ps(sc[t * lds + b])), acc[t]);
             if (M == M_Q2_K) {
                 const int32_t *c = cs + CS * (t * lds + b);
-                off[t] = _mm256_fnmadd_ps(n0, _mm256_set1_ps(half_sum(c, 0, sc[t * lds + b])), off[t]);
-                off[t] = _mm256_fnmadd_ps(n1, _mm256_set1_ps(half_sum(c, 1, sc[t * lds + b])), off[t]);
+                off[t] = _mm256_fnmadd_ps(n0, _mm256_set1_ps(half_sum(3, c, 0, sc[t * lds + b])), off[t]);
+                off[t] = _mm256_fnmadd_ps(n1, _mm256_set1_ps(half_sum(3, c, 1, sc[t * lds + b])), off[t]);
             }
             if (M == M_Q4_1 || M == M_Q4_0 || M == M_Q5_1)
                 off[t] = _mm256_fmadd_ps(mm, _mm256_set1_ps(xs[t * lds + b]), off[t]);
@@ -1811,6 +1903,7 @@ typedef struct {
     const int32_t *cs;                     /* CS * nb each; NULL when no weight is Q8_0, Q5_0 or Q6_K */
     uint8_t *rep;                          /* per thread: nb * BB_MAX bytes */
     int nth;                               /* threads taking items */
+    int fast;                              /* srt_numerics fast: one digit (prep_token1, kern16_1) */
     kern_fn kern;
     void (*pack)(const srt_weight *w, int64_t g, uint8_t *o);   /* a whole GGUF-layout group */
 } q41_job;
@@ -1819,7 +1912,7 @@ static void prep_item(void *arg, int64_t i, int ith)
 {
     q41_job *j = arg;
     for (int64_t t = i * j->prep_tok; t < j->n_tok && t < (i + 1) * j->prep_tok; t++)
-        prep_token(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
+        (j->fast ? prep_token1 : prep_token)(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
                    (float *)j->xs + t * j->nb, (int32_t *)j->ek + t * j->nb,
                    j->cs ? (int32_t *)j->cs + CS * t * j->nb : NULL);
 }
@@ -1907,9 +2000,9 @@ static void run_item(void *arg, int64_t i, int ith)
 }
 
 int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
-                         const float *x, int64_t n_tok, float *const *y, void *scratch, int wide)
+                         const float *x, int64_t n_tok, float *const *y, void *scratch, int wide, int fast)
 {
-    if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0)
+    if (!srt_cpu_have_avx2() || n < 1 || n > SRT_MATMUL_N_MAX || n_tok < 0 || (fast && !wide))
         return SRT_ERROR;
     int64_t C = w[0]->cols;
     int q8 = 0;   /* the digit sums are prepared only when a weight with a start (or Q2_K) will read them */
@@ -1921,7 +2014,8 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
     }
     if (n_tok == 0)
         return SRT_OK;
-    q41_job j = { .n = n, .nb = C / QK, .kern = wide ? kern16 : kern8, .pack = wide ? pack_group16 : pack_group8 };
+    q41_job j = { .n = n, .nb = C / QK, .kern = fast ? kern16_1 : wide ? kern16 : kern8, .fast = fast,
+                  .pack = wide ? pack_group16 : pack_group8 };
     int nth = tp ? srt_threadpool_size(tp) : 1;
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     size_t xb = x_bytes(j.nb, n_tok);
@@ -1978,7 +2072,7 @@ static void pack_whole_groups(const srt_weight *w, int64_t ng, uint8_t *dst) { (
 int srt_cpu_q41_wide_matches(void) { return 0; }
 
 int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, const float *const *bias,
-                         const float *x, int64_t n_tok, float *const *y, void *scratch, int wide)
+                         const float *x, int64_t n_tok, float *const *y, void *scratch, int wide, int fast)
 {
     return SRT_ERROR;
 }
