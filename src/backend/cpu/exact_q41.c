@@ -675,19 +675,39 @@ static inline int scale_exp(float top)
     return man >= 16711423u ? k - 1 : k;
 }
 
+/* A block's 32 floats into v, its f32 sum (prep's xs: the contract's order) and its largest
+ * magnitude */
+INLINE float block_stats(const float *x, __m256 v[4], float *top)
+{
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int i = 0; i < 4; i++)
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+    __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+                             _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    *top = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    return srt_hsum8(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
+}
+
+/* -128 * (the sum of a plane's first and last 16 digits) into c[0] and c[3]: sums of the bytes
+ * D + 128 (vpsadbw against zero, a sum per 8 bytes) less 16 * 128 */
+INLINE void plane_sums(const int8_t *plane, int32_t *c)
+{
+    __m256i u = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)plane),
+                                                 _mm256_set1_epi8((char)0x80)),
+                                _mm256_setzero_si256());
+    __m128i a = _mm256_castsi256_si128(u), b = _mm256_extracti128_si256(u, 1);
+    c[0] = -128 * ((int32_t)(_mm_cvtsi128_si32(a) + _mm_extract_epi32(a, 2)) - 16 * 128);
+    c[3] = -128 * ((int32_t)(_mm_cvtsi128_si32(b) + _mm_extract_epi32(b, 2)) - 16 * 128);
+}
+
 /* cs[i] and cs[3 + i] = -128 * (the sum of plane i's first and last 16 digits): their sum is
- * Q8_0's start (an eighth of it Q5_0's, a quarter of each Q6_K's): sums of the bytes D + 128
- * (vpsadbw against zero, a sum per 8 bytes) less 16 * 128 */
+ * Q8_0's start (an eighth of it Q5_0's, a quarter of each Q6_K's) */
 INLINE void digit_sums(const int8_t *dig, int32_t *cs)
 {
-    const __m256i top = _mm256_set1_epi8((char)0x80);
-    for (int i = 0; i < 3; i++) {
-        __m256i u = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(dig + 32 * i)), top),
-                                    _mm256_setzero_si256());
-        __m128i a = _mm256_castsi256_si128(u), b = _mm256_extracti128_si256(u, 1);
-        cs[i] = -128 * ((int32_t)(_mm_cvtsi128_si32(a) + _mm_extract_epi32(a, 2)) - 16 * 128);
-        cs[3 + i] = -128 * ((int32_t)(_mm_cvtsi128_si32(b) + _mm_extract_epi32(b, 2)) - 16 * 128);
-    }
+    for (int i = 0; i < 3; i++)
+        plane_sums(dig + 32 * i, cs + i);
 }
 
 /* Whether sum |X| <= Q4_SUM_MAX: its eight lanes' sums of four (each below 2^26: no wrap) each
@@ -711,15 +731,10 @@ INLINE int q4_sum_fits(const __m256i X[4])
  * integers (scaled_q4: 0 <= k <= 100 and sum |X| <= Q4_SUM_MAX), 0 for a block of zeros, else -1. */
 TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *ek, int32_t *cs)
 {
-    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < nb; b++, x += QK, dig += XB) {
-        __m256 v[4] = { _mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), _mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24) };
-        xs[b] = srt_hsum8(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
-        __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
-                                 _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)));
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        float top = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        __m256 v[4];
+        float top;
+        xs[b] = block_stats(x, v, &top);
         if (!isfinite(xs[b]) || top == 0.0f) {
             memset(dig, 0, XB);
             if (cs)
@@ -753,16 +768,11 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
  * 2^100 (exact), so that 127 / top stays finite. Non-finite and zero blocks as prep_token. */
 TGT static void prep_token1(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *ek, int32_t *cs)
 {
-    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t b = 0; b < nb; b++, x += QK, dig += XB) {
-        __m256 v[4] = { _mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), _mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24) };
-        xs[b] = srt_hsum8(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
-        __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
-                                 _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)));
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        float top = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        __m256 v[4];
+        float top;
+        xs[b] = block_stats(x, v, &top);
         ek[b] = -1;
         if (cs)
             memset(cs + CS * b, 0, CS * sizeof(int32_t));
@@ -785,14 +795,8 @@ TGT static void prep_token1(const float *x, int64_t nb, int8_t *dig, float *sc, 
         __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
         u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4E));
         xs[b] = sc[b] * (float)_mm_cvtsi128_si32(_mm_add_epi32(u, _mm_shuffle_epi32(u, 0xB1)));
-        if (cs) {   /* as digit_sums, plane D2 alone */
-            __m256i u = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)dig),
-                                                         _mm256_set1_epi8((char)0x80)),
-                                        _mm256_setzero_si256());
-            __m128i lo = _mm256_castsi256_si128(u), hi = _mm256_extracti128_si256(u, 1);
-            cs[CS * b] = -128 * ((int32_t)(_mm_cvtsi128_si32(lo) + _mm_extract_epi32(lo, 2)) - 16 * 128);
-            cs[CS * b + 3] = -128 * ((int32_t)(_mm_cvtsi128_si32(hi) + _mm_extract_epi32(hi, 2)) - 16 * 128);
-        }
+        if (cs)   /* plane D2's alone */
+            plane_sums(dig, cs + CS * b);
     }
 }
 
