@@ -17,7 +17,9 @@
  * (scripts/bench_engine.py reports each engine against it).
  *
  * -e 1 times the exact kernels (f32 activations, Q4_0/Q4_1/Q8_0's a 24-bit fixed point;
- * srt_cpu_exact_matmul) instead of the fast 8-bit-activation ones; fused q|k|v and gate|up
+ * srt_cpu_exact_matmul) instead of matmul.c's 8-bit-activation ones (srt_numerics fast where
+ * the 16-lane exact kernels do not run; where they do, fast runs them with one digit, which
+ * scripts/bench_engine.py times through srt-generate); fused q|k|v and gate|up
  * become one call per weight. Q4_0, Q4_1 and Q8_0 weights are packed first, as the CPU
  * runner's own copy of them is (srt_cpu_exact_pack), so a decode times the packed kernels the
  * server runs; -p 0 keeps them in the GGUF layout (srt_weights_mmap on).
