@@ -1,7 +1,7 @@
 /* Times srt_cpu_matmul on SmolLM2-135M shapes: decode (1 token) and prefill (128 tokens).
  *
  *   srt-bench-matmul [-t threads] [-s portable|avx2|avx512] [-d q4_1,q8_0,...] [-n tok,...]
- *                    [-m ms-per-case] [-c 0|1] [-B MB] [-M 1] [-e 1] [-p 0|1]
+ *                    [-m ms-per-case] [-c 0|1] [-B MB] [-M 1] [-e 1|2] [-p 0|1]
  *
  * -M 1 instead times the matmuls of whole SmolLM2-135M forward passes (30 layers of
  * Q4_1 q/k/v/o/gate/up/down with q|k|v and gate|up fused, and the Q8_0 lm_head on the
@@ -18,8 +18,9 @@
  *
  * -e 1 times the exact kernels (f32 activations, Q4_0/Q4_1/Q8_0's a 24-bit fixed point;
  * srt_cpu_exact_matmul) instead of matmul.c's 8-bit-activation ones (srt_numerics fast where
- * the 16-lane exact kernels do not run; where they do, fast runs them with one digit, which
- * scripts/bench_engine.py times through srt-generate); fused q|k|v and gate|up
+ * the 16-lane exact kernels do not run); -e 2 times what srt_numerics fast runs where they do:
+ * those kernels with x of one digit (srt_cpu_q41_matmul_n's fast; matmul.c's for a type they do
+ * not take, or where they do not run); fused q|k|v and gate|up
  * become one call per weight. Q4_0, Q4_1 and Q8_0 weights are packed first, as the CPU
  * runner's own copy of them is (srt_cpu_exact_pack), so a decode times the packed kernels the
  * server runs; -p 0 keeps them in the GGUF layout (srt_weights_mmap on).
@@ -92,7 +93,7 @@ static void fill(srt_dtype t, uint8_t *p, size_t bytes, int64_t cols)
     (void)cols;
 }
 
-static int exact;      /* -e 1 */
+static int exact;      /* -e 1, -e 2: fast's one-digit kernels */
 static int pack = 1;   /* -p 0: the exact kernels on the GGUF layout */
 
 /* w as the runner holds it for the exact path: packed where srt_cpu_exact_pack has a form
@@ -117,7 +118,10 @@ static size_t scratch_bytes(srt_threadpool *tp, const srt_weight *w, int64_t n)
 
 static void mm(srt_threadpool *tp, const srt_weight *w, const float *x, int64_t n, float *y, void *scratch)
 {
-    if (!exact || srt_cpu_exact_matmul(tp, w, NULL, x, n, y, scratch) != SRT_OK)
+    if (exact == 2 && srt_cpu_q41_takes(w->dtype) && srt_cpu_exact_avx512() == 1 &&
+        srt_cpu_q41_matmul_n(tp, 1, &w, NULL, x, n, &y, scratch, 1, 1) == SRT_OK)
+        return;
+    if (exact != 1 || srt_cpu_exact_matmul(tp, w, NULL, x, n, y, scratch) != SRT_OK)
         srt_cpu_matmul(tp, w, NULL, x, n, y, scratch);
 }
 

@@ -120,6 +120,7 @@
 #define BB_2 200        /* Q2_K: (the header and 8 x 128 of two-bit planes) / 8 */
 #define BB_MAX 544      /* the largest: Q8_0's */
 #define XB 96           /* bytes of a token's block of x: digits D2, D1, D0, 32 each */
+#define XB1 32          /* fast's (prep_token1): D2 alone, so a tile's x takes a third of L1 */
 #define CS 6            /* digit sums a token's block: planes D2, D1, D0 over its first 16, then its last 16 */
 #define TILE 4          /* tokens per kernel call (the 16-lane kernel's accumulators: 4 x 5) */
 #define RUN_TOK 512     /* tokens prepared at once, so the scratch is bounded at any chunk size */
@@ -769,7 +770,7 @@ TGT static void prep_token(const float *x, int64_t nb, int8_t *dig, float *sc, f
 TGT static void prep_token1(const float *x, int64_t nb, int8_t *dig, float *sc, float *xs, int32_t *ek, int32_t *cs)
 {
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (int64_t b = 0; b < nb; b++, x += QK, dig += XB) {
+    for (int64_t b = 0; b < nb; b++, x += QK, dig += XB1) {
         __m256 v[4];
         float top;
         xs[b] = block_stats(x, v, &top);
@@ -1013,7 +1014,7 @@ INLINE512 void k16(int ND, int T, int M, const uint8_t *g, int64_t nb, const int
                 fast &= fast_scale(sc + t * lds + b);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
-            const int32_t *x2 = (const int32_t *)(dig + t * ldd + XB * b), *x1 = x2 + 8, *x0 = x2 + 16;
+            const int32_t *x2 = (const int32_t *)(dig + t * ldd + (ND == 1 ? XB1 : XB) * b), *x1 = x2 + 8, *x0 = x2 + 16;
             if (halves) {
                 /* each half its own sums, from -32 * its sum(D) (a quarter of its start; Q3_K:
                  * -4 * its sum(D), a 32nd; Q2_K: 0), and its own scale: the first half's product
@@ -1901,7 +1902,8 @@ typedef struct {
     int64_t nb, n_tok, t0, item_tok;       /* this run: tokens [t0, t0 + n_tok) of the call */
     int64_t prep_tok;                      /* tokens a prep item turns into digits */
     const float *x;                        /* the run's first token */
-    const int8_t *dig;                     /* the run's tokens: nb * XB bytes each */
+    const int8_t *dig;                     /* the run's tokens: nb * xb bytes each */
+    int xb;                                /* XB, or fast's XB1 */
     const float *sc, *xs;                  /* nb floats each */
     const int32_t *ek;                     /* nb each (prep_token) */
     const int32_t *cs;                     /* CS * nb each; NULL when no weight is Q8_0, Q5_0 or Q6_K */
@@ -1916,7 +1918,7 @@ static void prep_item(void *arg, int64_t i, int ith)
 {
     q41_job *j = arg;
     for (int64_t t = i * j->prep_tok; t < j->n_tok && t < (i + 1) * j->prep_tok; t++)
-        (j->fast ? prep_token1 : prep_token)(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * XB, (float *)j->sc + t * j->nb,
+        (j->fast ? prep_token1 : prep_token)(j->x + t * j->nb * QK, j->nb, (int8_t *)j->dig + t * j->nb * j->xb, (float *)j->sc + t * j->nb,
                    (float *)j->xs + t * j->nb, (int32_t *)j->ek + t * j->nb,
                    j->cs ? (int32_t *)j->cs + CS * t * j->nb : NULL);
 }
@@ -1995,7 +1997,7 @@ static void run_item(void *arg, int64_t i, int ith)
         const float *bias = j->bias[k] ? j->bias[k] + g * G : NULL;
         for (int64_t t = ta; t < tz; t += TILE) {
             int T = tz - t < TILE ? (int)(tz - t) : TILE;
-            j->kern(T, f->m, gp, j->nb, j->dig + t * j->nb * XB, j->nb * XB, j->sc + t * j->nb, j->xs + t * j->nb,
+            j->kern(T, f->m, gp, j->nb, j->dig + t * j->nb * j->xb, j->nb * j->xb, j->sc + t * j->nb, j->xs + t * j->nb,
                     j->ek + t * j->nb, j->cs ? j->cs + CS * t * j->nb : NULL, j->nb, t == ta ? pf : NULL, pf2, out);
             for (int u = 0; u < T; u++)
                 store_rows(out + G * u, bias, j->y[k] + (j->t0 + t + u) * w->rows + g * G, nr);
@@ -2018,7 +2020,7 @@ int srt_cpu_q41_matmul_n(srt_threadpool *tp, int n, const srt_weight *const *w, 
     }
     if (n_tok == 0)
         return SRT_OK;
-    q41_job j = { .n = n, .nb = C / QK, .kern = fast ? kern16_1 : wide ? kern16 : kern8, .fast = fast,
+    q41_job j = { .n = n, .nb = C / QK, .kern = fast ? kern16_1 : wide ? kern16 : kern8, .fast = fast, .xb = fast ? XB1 : XB,
                   .pack = wide ? pack_group16 : pack_group8 };
     int nth = tp ? srt_threadpool_size(tp) : 1;
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
