@@ -57,6 +57,12 @@
  * exponent bits, not multiplied (scaled16, scaled_q4): the same bits, and fewer float ops on
  * the pipes vpdpbusd needs.
  *
+ * srt_numerics fast runs the 16-lane kernel with x of one digit (ND 1, prep_token1): X_j =
+ * rint(x_j * 127 / top) in D2 alone, 32 bytes a block, s_b = top / 127 in f32, t = (float)S2,
+ * acc = fma(t, d_b * s_b, acc), and xsum_b the sum of the rounded x, s_b * sum X: llama.cpp's
+ * activations, 8 vpdpbusd a block where exact takes 24. Its own scalar contract is
+ * test_model_precise's, as exact's.
+ *
  * Packed (SRT_Q4_1_X16, made once at load): rows 16g..16g+15, block b at (g * nb + b) * 320:
  *     four 64-byte vectors v_c (c = 0..3): dword r is row 16g + r's GGUF bytes qs[4c..4c+3]
  *     (low nibbles q[4c..4c+3], high nibbles q[16+4c..16+4c+3]);
@@ -802,7 +808,7 @@ TGT static void prep_token1(const float *x, int64_t nb, int8_t *dig, float *sc, 
 }
 
 /* ---- the kernels: one group of 16 rows x T tokens over all nb blocks; out[t * 16 + r] =
- * acc + off of row r, token t (the header's sequence). M: the format (ALL_M). Token t's block b: digits at dig + t * ldd + 96 * b, its scale, sum and Q8_0's
+ * acc + off of row r, token t (the header's sequence). M: the format (ALL_M). Token t's block b: digits at dig + t * ldd + 96 * b (fast: 32 * b), its scale, sum and Q8_0's
  * starts at sc, xs [t * lds + b] and cs [CS * (t * lds + b)]. pf: bytes to prefetch alongside,
  * block for block (the next group), or NULL; to L1, or to L2 when pf2 (run_item says why). ---- */
 
@@ -828,10 +834,10 @@ static inline int hdr_bytes(int M)
 static inline int d_at(int M) { return M == M_Q8_0 ? 512 : M == M_Q5_0 || M == M_Q5_1 ? 320 : 256; }
 static inline int m_at(int M) { return M == M_Q4_1 ? 288 : 352; }
 
-/* Q2_K: the sum of half h of a block's x (0: its first 16) as its integers X give it, from the digit sums'
- * starts c (-128 * each plane's sum of digits): nd 3, 65536 sum D2 + 256 sum D1 + sum D0, exact
- * in int32 (|sum X| <= 16 * 0x7F7F7F); nd 1 (fast: X = D2), sum D2. Rounded once to float and
- * times s, the same on either kernel. */
+/* Q2_K: the sum of half h of a block's x (0: its first 16) as its integers X give it, from the
+ * digit sums' starts c (-128 * each plane's sum of digits): nd 3, 65536 sum D2 + 256 sum D1 +
+ * sum D0, exact in int32 (|sum X| <= 16 * 0x7F7F7F); nd 1 (fast: X = D2), sum D2. Rounded once
+ * to float and times s, the same on either kernel. */
 static inline float half_sum(int nd, const int32_t *c, int h, float s)
 {
     int32_t X = nd == 1 ? -(c[3 * h] / 128) : -(512 * c[3 * h] + 2 * c[3 * h + 1] + c[3 * h + 2] / 128);
@@ -998,20 +1004,19 @@ INLINE512 void k16(int ND, int T, int M, const uint8_t *g, int64_t nb, const int
             mm = M == M_Q4_1 || M == M_Q5_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + m_at(M))))
                                             : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
         }
-        /* whether every token's block takes the integer scaling (else the multiply, for all) */
-        int fast = ND == 3;
-        if (ND == 1)
-            ;
-        else if (q4) {
+        /* whether every token's block takes the integer scaling (else the multiply, for all;
+         * fast's one digit always multiplies by its f32 scale) */
+        int by_exp = ND == 3;
+        if (by_exp && q4) {
             int32_t o = 0;
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
                 o |= ek[t * lds + b];
-            fast = o >= 0;
-        } else
+            by_exp = o >= 0;
+        } else if (by_exp)
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
-                fast &= fast_scale(sc + t * lds + b);
+                by_exp &= fast_scale(sc + t * lds + b);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int32_t *x2 = (const int32_t *)(dig + t * ldd + (ND == 1 ? XB1 : XB) * b), *x1 = x2 + 8, *x0 = x2 + 16;
@@ -1039,7 +1044,7 @@ INLINE512 void k16(int ND, int T, int M, const uint8_t *g, int64_t nb, const int
                     __m512 s = _mm512_set1_ps(sc[t * lds + b]);
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), _mm512_mul_ps(d, s), acc[t]);
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b2), _mm512_mul_ps(mm, s), acc[t]);
-                } else if (fast) {
+                } else if (by_exp) {
                     acc[t] = _mm512_fmadd_ps(scaled16(a2, a1, a0, sc + t * lds + b), d, acc[t]);
                     acc[t] = _mm512_fmadd_ps(scaled16(b2, b1, b0, sc + t * lds + b), mm, acc[t]);
                 } else {
@@ -1100,9 +1105,9 @@ INLINE512 void k16(int ND, int T, int M, const uint8_t *g, int64_t nb, const int
             if (ND == 1)
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])),
                                          acc[t]);
-            else if (fast && q4)
+            else if (by_exp && q4)
                 acc[t] = _mm512_fmadd_ps(scaled_q4(s2, s1, s0, ek + t * lds + b), d, acc[t]);
-            else if (fast)
+            else if (by_exp)
                 acc[t] = _mm512_fmadd_ps(scaled16(s2, s1, s0, sc + t * lds + b), d, acc[t]);
             else
                 acc[t] = _mm512_fmadd_ps(combine16(s2, s1, s0), _mm512_mul_ps(d, _mm512_set1_ps(sc[t * lds + b])),
