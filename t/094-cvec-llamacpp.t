@@ -55,19 +55,7 @@ my $ngx = private_nginx('cvec-llamacpp', $port,
     more => "location /all/v1/ { srt_model $f32 name=m2; $model "
             . "srt_control_vector $dir/cv.gguf name=cv_all per_request; srt_request_hooks cv_all; }");
 ok($ngx->start, "nginx starts") or BAIL_OUT("nginx does not start");
-my $up = 0;
-for (1 .. 1200) {
-    my ($st) = Test::Srt::http_request('GET', '/v1/health', undef, {}, $port);
-    if ($st == 200) { $up = 1; last }
-    select undef, undef, undef, 0.1;
-}
-for (1 .. 1200) {
-    last unless $up;
-    my ($st) = Test::Srt::http_request('GET', '/all/v1/health', undef, {}, $port);
-    last if $st == 200;
-    $up = 0 if $_ == 1200;
-    select undef, undef, undef, 0.1;
-}
+my $up = $ngx->wait_up('/v1') && $ngx->wait_up('/all/v1');
 ok($up, "the F32 model loads (twice)") or do { diag($ngx->log); $ngx->stop; BAIL_OUT("no model") };
 
 my ($whole, $n) = (0, 0);

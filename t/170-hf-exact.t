@@ -23,15 +23,6 @@ my $json = JSON::PP->new->utf8;
 
 sub slurp { my ($f) = @_; open my $fh, '<', $f or die "$f: $!"; local $/; return <$fh> }
 
-sub wait_up {
-    for (1 .. 1200) {
-        my ($st) = Test::Srt::http_request('GET', '/v1/health', undef, {}, $port);
-        return 1 if $st == 200;
-        select undef, undef, undef, 0.1;
-    }
-    return 0;
-}
-
 my @models = $ENV{SRT_EXACT_MODELS} ? split(' ', $ENV{SRT_EXACT_MODELS})
     : map { m{/([^/]+)\.json$} ? $1 : () } sort glob("$FindBin::Bin/fixtures/exact/*.json");
 ok(scalar @models, "fixtures: @models");
@@ -47,7 +38,7 @@ for my $name (@models) {
         "srt_model $path name=m; srt_device cpu; srt_threads 2; srt_context_length 2048; "
         . "srt_max_total_tokens 8192; srt_wait_ready 120s; " . ($ENV{SRT_EXACT_CONF} // ''));
     ok($ngx->start, "$name: nginx starts") or next;
-    if (!ok(wait_up(), "$name: the model loads")) {
+    if (!ok($ngx->wait_up, "$name: the model loads")) {
         diag($ngx->log);
         $ngx->stop;
         next;

@@ -27,15 +27,6 @@ unless (-e $path) {
     exit 0;
 }
 
-sub wait_up {
-    for (1 .. 1200) {
-        my ($st) = Test::Srt::http_request('GET', '/v1/health', undef, {}, $port);
-        return 1 if $st == 200;
-        select undef, undef, undef, 0.1;
-    }
-    return 0;
-}
-
 sub completion {
     my ($ids) = @_;
     return $json->encode({ prompt => $ids, max_tokens => 24, temperature => 0, ignore_eos => JSON::PP::true });
@@ -52,7 +43,7 @@ my $ngx = private_nginx('fast-numerics', $port,
     "srt_model $path name=m; srt_device cpu; srt_threads 2; srt_numerics fast; srt_context_length 2048; "
     . "srt_max_total_tokens 8192; srt_max_running_requests 16; srt_wait_ready 120s;");
 ok($ngx->start, 'nginx starts with srt_numerics fast');
-if (!ok(wait_up(), 'the model loads')) {
+if (!ok($ngx->wait_up, 'the model loads')) {
     diag($ngx->log);
     $ngx->stop;
     done_testing();

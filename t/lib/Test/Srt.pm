@@ -414,6 +414,19 @@ sub log {
     return <$fh> // '';
 }
 
+# Wait up to $secs (120) for $prefix/health (default /v1) on this nginx's port to answer 200,
+# i.e. its scheduler has loaded the model; true when it did.
+sub wait_up {
+    my ($self, $prefix, $secs) = @_;
+    $prefix //= '/v1';
+    for (1 .. ($secs || 120) * 10) {
+        my ($st) = Test::Srt::http_request('GET', "$prefix/health", undef, {}, $self->{port});
+        return 1 if $st == 200;
+        Time::HiRes::sleep(0.1);
+    }
+    return 0;
+}
+
 # Wait up to $secs for the log to match $re; true when it did.
 sub wait_log {
     my ($self, $re, $secs) = @_;
