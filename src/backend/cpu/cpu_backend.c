@@ -74,8 +74,9 @@ static int cpu_reserve_matmul(srt_backend *be, const srt_weight *w, int64_t n_to
 {
     cpu_backend *c = cpu(be);
     size_t need = srt_cpu_matmul_scratch_bytes(w, n_tok);
-    size_t precise = precise_scratch(c, w, n_tok);
-    if ((c->precise || c->fast_int) && precise > need)
+    size_t precise = c->precise ? precise_scratch(c, w, n_tok)
+                   : c->fast_int ? srt_cpu_q41_scratch_bytes(srt_threadpool_size(c->tp), w->cols, n_tok) : 0;
+    if (precise > need)
         need = precise;
     if (need <= c->scratch_bytes)
         return SRT_OK;
