@@ -15,7 +15,7 @@ among them (an engine is HF-exact only while the steps it differs on are near ti
 
     /path/to/python-with-torch scripts/activation_rounding_error.py
 
-Needs torch, transformers, gguf, tokenizers (as make_chat_fixtures.py); SRT_MODEL_DIR as there.
+Needs torch, transformers, gguf, tokenizers, accelerate (as make_chat_fixtures.py); SRT_MODEL_DIR as there.
 """
 import math
 import os

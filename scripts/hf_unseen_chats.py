@@ -12,7 +12,7 @@ fail some chats: a check that cannot fail proves nothing).
 
     /path/to/python-with-torch scripts/hf_unseen_chats.py [--model GGUF] [--srt build/bin/srt-generate] [srt args...]
 
-Needs torch, transformers, gguf, tokenizers (a scratch venv; not part of make test).
+Needs torch, transformers, gguf, tokenizers, accelerate (a scratch venv; not part of make test).
 """
 import argparse
 import os

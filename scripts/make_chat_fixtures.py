@@ -14,7 +14,7 @@ dropped).
 
     /path/to/python-with-torch scripts/make_chat_fixtures.py [model ...]
 
-Needs torch (CPU wheel), transformers, gguf, tokenizers; SRT_MODEL_DIR as for make_golden.py.
+Needs torch (CPU wheel), transformers, gguf, tokenizers (and accelerate: transformers 5 loads a GGUF only with it); SRT_MODEL_DIR as for make_golden.py.
 """
 import json
 import os
