@@ -567,7 +567,90 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_x3(const 
     f16_dot64_xm(q, 3, k, nb, out, stride);
 }
 
-/* n == 64 takes four heads at a time through f16_dot64_x4 */
+/* four heads at a time through f16_dot64_x4, three (a SmolLM2 decode's KV head) through x3 */
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_heads(const float *const *q, int nh,
+                                                                             const uint16_t *const *k, int nb,
+                                                                             float *out, int stride)
+{
+    int h0 = 0;
+    for (; h0 + 4 <= nh; h0 += 4)
+        f16_dot64_x4(q + h0, k, nb, out + (size_t)h0 * (size_t)stride, stride);
+    if (nh - h0 == 3)
+        f16_dot64_x3(q + h0, k, nb, out + (size_t)h0 * (size_t)stride, stride);
+    else if (h0 < nh)
+        f16_dot_avx512_n(q + h0, nh - h0, k, nb, 64, out + (size_t)h0 * (size_t)stride, stride);
+}
+
+/* One head's 16-lane partial sums t[0..7] of eight keys (each t = s0 + s1 of f16_dot64_xm)
+ * reduced to the eight scores by the additions fold16 + srt_hsum8x8 make (lanes l + l+8, then
+ * + l+4, + l+2, + l+1: one tree, so the same bits) but on two keys or more per instruction:
+ * 17 shuffles and 8 adds for the eight keys where the fold, its store and the 8x8 sum took 23
+ * shuffles, 15 adds and 16 loads and stores. Pairs come in as they are made (sum8_pair), so a
+ * head holds four registers, not eight. */
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m512 sum8_pair(__m512 a, __m512 b)
+{
+    /* [a lanes 0-7 + 8-15 | b lanes 0-7 + 8-15] */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m512 sum8_quad(__m512 ab, __m512 cd)
+{
+    /* per key [0-3] + [4-7]: keys a b c d, four lanes each */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m256 sum8_last(__m512 y0, __m512 y1)
+{
+    /* per 128-bit lane i: [0,1] + [2,3] of key i and of key i + 4 */
+    __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y0, y1, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(y0, y1, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lanes 4i, 4i+1: key i's [0] + [1], key i+4's */
+    z = _mm512_add_ps(_mm512_shuffle_ps(z, z, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(z, z, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_castps512_ps256(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), z));
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m512 t64(const __m512 *Q, const float *kf)
+{
+    __m512 s0 = _mm512_fmadd_ps(Q[0], _mm512_load_ps(kf), _mm512_setzero_ps());
+    __m512 s1 = _mm512_fmadd_ps(Q[1], _mm512_load_ps(kf + 16), _mm512_setzero_ps());
+    s0 = _mm512_fmadd_ps(Q[2], _mm512_load_ps(kf + 32), s0);
+    s1 = _mm512_fmadd_ps(Q[3], _mm512_load_ps(kf + 48), s1);
+    return _mm512_add_ps(s0, s1);
+}
+
+/* f16_dot64_xm's scores for any number of heads, eight keys at a time: the keys converted once
+ * for all the heads (a prefill tile's 24 query rows had them converted six times, four heads a
+ * pass) into 2 KB of L1, each head's 4 query registers loaded once per eight keys, and the
+ * scores summed in registers (sum8_*). A block's last keys short of eight take f16_dot64_xm. */
+__attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_k8(const float *const *q, int nh,
+                                                                          const uint16_t *const *k, int nb,
+                                                                          float *out, int stride)
+{
+    int j0 = 0;
+    for (; j0 + 8 <= nb; j0 += 8) {
+        _Alignas(64) float kf[8][64];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                _mm512_store_ps(kf[j] + 16 * c,
+                                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k[j0 + j] + 16 * c))));
+        for (int h = 0; h < nh; h++) {
+            __m512 Q[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                Q[c] = _mm512_loadu_ps(q[h] + 16 * c);
+            __m512 y0 = sum8_quad(sum8_pair(t64(Q, kf[0]), t64(Q, kf[1])), sum8_pair(t64(Q, kf[2]), t64(Q, kf[3])));
+            __m512 y1 = sum8_quad(sum8_pair(t64(Q, kf[4]), t64(Q, kf[5])), sum8_pair(t64(Q, kf[6]), t64(Q, kf[7])));
+            _mm256_storeu_ps(out + (size_t)h * (size_t)stride + j0, sum8_last(y0, y1));
+        }
+    }
+    if (j0 < nb)
+        f16_dot64_heads(q, nh, k + j0, nb - j0, out + j0, stride);
+}
+
+/* n == 64 (SmolLM2's heads) takes f16_dot64_k8 */
 __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot_block_avx512(const float *const *q, int nh,
                                                                                   const uint16_t *const *k, int nb,
                                                                                   int64_t n, float *out, int stride)
@@ -581,13 +664,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot_block_avx51
         f16_dot_avx512_n(q, nh, k, nb, n, out, stride);
         return;
     }
-    int h0 = 0;
-    for (; h0 + 4 <= nh; h0 += 4)
-        f16_dot64_x4(q + h0, k, nb, out + (size_t)h0 * (size_t)stride, stride);
-    if (nh - h0 == 3)   /* a decode's three heads of a KV head (SmolLM2) */
-        f16_dot64_x3(q + h0, k, nb, out + (size_t)h0 * (size_t)stride, stride);
-    else if (h0 < nh)
-        f16_dot_avx512_n(q + h0, nh - h0, k, nb, 64, out + (size_t)h0 * (size_t)stride, stride);
+    f16_dot64_k8(q, nh, k, nb, out, stride);
 }
 #endif
 
