@@ -554,8 +554,9 @@ static void test_matmul_batch_invariance(srt_dtype t, srt_threadpool *tp)
  * split over the threads), at every place of a prefill chunk (the tokens of a chunk are
  * attended in tiles that share K/V blocks; one chunk ends inside a 256-key chunk of keys,
  * one crosses from one to the next), and next to another sequence, for F32 and F16 KV on
- * every SIMD path; heads of 64 in groups of 3 (SmolLM2: tiles of 8 tokens, four heads at a
- * time scored by f16_dot64_x4) and of 128 in groups of 7 (tiles of 4 tokens). */
+ * every SIMD path; heads of 64 in groups of 3 (SmolLM2: tiles of 8 tokens; scores eight keys
+ * at a time by f16_dot64_k8, a block's last keys by f16_dot64_x4 / x3) and of 128 in groups of
+ * 7 (tiles of 4 tokens). */
 static void attention_invariance(srt_threadpool *tp, const int NH, const int NKV, const int HD)
 {
     enum { NSLOT = 1024, S = 700, CH = 40, NP = 2 };

@@ -622,7 +622,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __
 /* f16_dot64_xm's scores for any number of heads, eight keys at a time: the keys converted once
  * for all the heads (a prefill tile's 24 query rows had them converted six times, four heads a
  * pass) into 2 KB of L1, each head's 4 query registers loaded once per eight keys, and the
- * scores summed in registers (sum8_*). A block's last keys short of eight take f16_dot64_xm. */
+ * scores summed in registers (sum8_*). A block's last keys short of eight take f16_dot64_heads. */
 __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_k8(const float *const *q, int nh,
                                                                           const uint16_t *const *k, int nb,
                                                                           float *out, int stride)
