@@ -517,6 +517,17 @@ __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline vo
     }
 }
 
+/* One head of 64 against one key, 16 lanes: the two accumulators of f16_dot_avx512_n summed,
+ * not yet folded. Every 64-wide kernel below takes a key's partials from here. */
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m512 t64(const __m512 *Q, const __m512 *K)
+{
+    __m512 s0 = _mm512_fmadd_ps(Q[0], K[0], _mm512_setzero_ps());
+    __m512 s1 = _mm512_fmadd_ps(Q[1], K[1], _mm512_setzero_ps());
+    s0 = _mm512_fmadd_ps(Q[2], K[2], s0);
+    s1 = _mm512_fmadd_ps(Q[3], K[3], s1);
+    return _mm512_add_ps(s0, s1);
+}
+
 /* f16_dot_avx512_n for up to four heads of 64 (SmolLM2's heads; m of them, a decode's three
  * too): the same FMAs, folds and sums, with the queries' registers loaded once per block rather
  * than for every key (16 query and 4 key loads per key for 16 FMAs bounded the scores) */
@@ -543,11 +554,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline vo
             for (int h = 0; h < 4; h++) {
                 if (h >= m)
                     break;
-                __m512 s0 = _mm512_fmadd_ps(Q[h][0], K[0], _mm512_setzero_ps());
-                __m512 s1 = _mm512_fmadd_ps(Q[h][1], K[1], _mm512_setzero_ps());
-                s0 = _mm512_fmadd_ps(Q[h][2], K[2], s0);
-                s1 = _mm512_fmadd_ps(Q[h][3], K[3], s1);
-                _mm256_store_ps(part[h][j], fold16(_mm512_add_ps(s0, s1)));
+                _mm256_store_ps(part[h][j], fold16(t64(Q[h], K)));
             }
         }
         for (int h = 0; h < m; h++)
@@ -581,7 +588,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_heads(con
         f16_dot_avx512_n(q + h0, nh - h0, k, nb, 64, out + (size_t)h0 * (size_t)stride, stride);
 }
 
-/* One head's 16-lane partial sums t[0..7] of eight keys (each t = s0 + s1 of f16_dot64_xm)
+/* One head's 16-lane partial sums t[0..7] of eight keys (each t64's)
  * reduced to the eight scores by the additions fold16 + srt_hsum8x8 make (lanes l + l+8, then
  * + l+4, + l+2, + l+1: one tree, so the same bits) but on two keys or more per instruction:
  * 17 shuffles and 8 adds for the eight keys where the fold, its store and the 8x8 sum took 23
@@ -610,13 +617,11 @@ __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __
         _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), z));
 }
 
-__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m512 t64(const __m512 *Q, const float *kf)
+/* t64 on a key converted into kf (64 floats, aligned) */
+__attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline __m512 t64_at(const __m512 *Q, const float *kf)
 {
-    __m512 s0 = _mm512_fmadd_ps(Q[0], _mm512_load_ps(kf), _mm512_setzero_ps());
-    __m512 s1 = _mm512_fmadd_ps(Q[1], _mm512_load_ps(kf + 16), _mm512_setzero_ps());
-    s0 = _mm512_fmadd_ps(Q[2], _mm512_load_ps(kf + 32), s0);
-    s1 = _mm512_fmadd_ps(Q[3], _mm512_load_ps(kf + 48), s1);
-    return _mm512_add_ps(s0, s1);
+    __m512 K[4] = { _mm512_load_ps(kf), _mm512_load_ps(kf + 16), _mm512_load_ps(kf + 32), _mm512_load_ps(kf + 48) };
+    return t64(Q, K);
 }
 
 /* f16_dot64_xm's scores for any number of heads, eight keys at a time: the keys converted once
@@ -641,8 +646,10 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) static void f16_dot64_k8(const 
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
                 Q[c] = _mm512_loadu_ps(q[h] + 16 * c);
-            __m512 y0 = sum8_quad(sum8_pair(t64(Q, kf[0]), t64(Q, kf[1])), sum8_pair(t64(Q, kf[2]), t64(Q, kf[3])));
-            __m512 y1 = sum8_quad(sum8_pair(t64(Q, kf[4]), t64(Q, kf[5])), sum8_pair(t64(Q, kf[6]), t64(Q, kf[7])));
+            __m512 y0 = sum8_quad(sum8_pair(t64_at(Q, kf[0]), t64_at(Q, kf[1])),
+                                  sum8_pair(t64_at(Q, kf[2]), t64_at(Q, kf[3])));
+            __m512 y1 = sum8_quad(sum8_pair(t64_at(Q, kf[4]), t64_at(Q, kf[5])),
+                                  sum8_pair(t64_at(Q, kf[6]), t64_at(Q, kf[7])));
             _mm256_storeu_ps(out + (size_t)h * (size_t)stride + j0, sum8_last(y0, y1));
         }
     }
